@@ -1,0 +1,158 @@
+# embtier - plain GNU make. `make help` lists the targets.
+#
+# Everything is built under $(BUILD) (default build/); sanitizer builds use
+# their own directories and libc malloc instead of jemalloc.
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+PKGDIR ?= $(LIBDIR)/pkgconfig
+DESTDIR ?=
+
+BUILD ?= build
+SAN ?=
+NO_JEMALLOC ?=
+
+VERSION := 0.1.0
+SOMAJOR := 0
+SONAME := libembtier.so.$(SOMAJOR)
+
+CC ?= cc
+PKG_CONFIG ?= pkg-config
+DEPS := liburing libxxhash
+ifeq ($(NO_JEMALLOC),)
+DEPS += jemalloc
+endif
+
+CFLAGS ?= -O2 -g
+ET_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
+	-Wstrict-prototypes -Wmissing-prototypes -fPIC -pthread \
+	-Iinclude -Isrc -MMD -MP $(shell $(PKG_CONFIG) --cflags $(DEPS))
+ET_LDLIBS := $(shell $(PKG_CONFIG) --libs $(DEPS)) -lm -pthread
+ifneq ($(NO_JEMALLOC),)
+ET_CFLAGS += -DET_NO_JEMALLOC
+endif
+ifneq ($(SAN),)
+ET_CFLAGS += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+ET_LDFLAGS += -fsanitize=$(SAN)
+endif
+
+CMOCKA_CFLAGS := $(shell $(PKG_CONFIG) --cflags cmocka 2>/dev/null)
+CMOCKA_LIBS := $(shell $(PKG_CONFIG) --libs cmocka 2>/dev/null || echo -lcmocka)
+
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-8s %s\n' $(1) $(2)
+endif
+
+LIB_SRCS := $(wildcard src/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+STATIC := $(BUILD)/libembtier.a
+SHARED := $(BUILD)/libembtier.so.$(VERSION)
+
+TOOL_COMMON_SRCS := $(filter-out tools/build.c tools/inspect.c,$(wildcard tools/*.c))
+TOOL_COMMON_OBJS := $(TOOL_COMMON_SRCS:%.c=$(BUILD)/%.o)
+TOOLS := $(BUILD)/embtier-build $(BUILD)/embtier-inspect
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
+TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
+
+.PHONY: all lib tools tests test asan ubsan tsan install uninstall format \
+	format-check clean help
+
+all: lib tools ## Build the library and the tools (default)
+
+lib: $(STATIC) $(SHARED) $(BUILD)/embtier.pc ## Build libembtier.a, .so and embtier.pc
+
+tools: $(TOOLS) ## Build embtier-build and embtier-inspect
+
+tests: $(TESTS) $(TOOLS)
+
+test: tests ## Build and run the test suite
+	$(Q)BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+asan: ## Build and run the tests with ASan+UBSan (in build-asan/)
+	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=address,undefined NO_JEMALLOC=1 test
+
+ubsan: ## Build and run the tests with UBSan alone (in build-ubsan/)
+	$(Q)$(MAKE) --no-print-directory BUILD=build-ubsan SAN=undefined NO_JEMALLOC=1 test
+
+tsan: ## Build and run the tests with TSan (in build-tsan/)
+	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SAN=thread NO_JEMALLOC=1 test
+
+$(BUILD)/%.o: %.c
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(STATIC): $(LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(SHARED): $(LIB_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) -shared -Wl,-soname,$(SONAME) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS)
+	$(Q)ln -sf libembtier.so.$(VERSION) $(BUILD)/$(SONAME)
+	$(Q)ln -sf $(SONAME) $(BUILD)/libembtier.so
+
+$(BUILD)/embtier.pc: Makefile
+	$(call msg,GEN,$@)
+	$(Q)mkdir -p $(BUILD)
+	$(Q)printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+		'Name: embtier' 'Description: tiered HBM/DDR/NVMe embedding store' \
+		'Version: $(VERSION)' 'Requires.private: $(DEPS)' \
+		'Libs: -L$${libdir} -lembtier' 'Libs.private: -lm -pthread' \
+		'Cflags: -I$${includedir}' > $@
+
+$(BUILD)/embtier-build: $(BUILD)/tools/build.o $(TOOL_COMMON_OBJS) $(STATIC)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS)
+
+$(BUILD)/embtier-inspect: $(BUILD)/tools/inspect.o $(TOOL_COMMON_OBJS) $(STATIC)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(STATIC)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(CMOCKA_LIBS)
+
+$(BUILD)/tests/%.o: tests/%.c
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CMOCKA_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+install: all ## Install library, header, tools, embtier.pc (PREFIX, DESTDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGDIR)
+	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
+	ln -sf libembtier.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libembtier.so
+	install -m 644 include/embtier.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(BUILD)/embtier.pc $(DESTDIR)$(PKGDIR)/
+	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/
+
+uninstall: ## Remove what install put in place
+	rm -f $(DESTDIR)$(LIBDIR)/libembtier.a $(DESTDIR)$(LIBDIR)/libembtier.so*
+	rm -f $(DESTDIR)$(INCDIR)/embtier.h $(DESTDIR)$(PKGDIR)/embtier.pc
+	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%)
+
+format: ## Format the C sources with clang-format
+	clang-format -i include/*.h src/*.[ch] tools/*.[ch] tests/*.[ch]
+
+format-check: ## Fail if any C source is not formatted
+	clang-format --dry-run -Werror include/*.h src/*.[ch] tools/*.[ch] tests/*.[ch]
+
+clean: ## Remove every build directory
+	rm -rf build build-asan build-ubsan build-tsan build-fuzz
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t16
+
+-include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d) $(BUILD)/tools/build.d \
+	$(BUILD)/tools/inspect.d $(TESTS:=.d) $(TEST_HELPER_OBJS:.o=.d)

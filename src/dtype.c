@@ -1,0 +1,180 @@
+/*
+ * dtype.c - f32 <-> f16 / bf16 conversion.
+ *
+ * Both conversions round to nearest, ties to even, as IEEE 754 does by
+ * default, and keep NaNs NaN (quiet). They are written out in integer
+ * arithmetic so that the result does not depend on the compiler's or the
+ * CPU's handling of half precision. Pure functions, any thread.
+ */
+#include <string.h>
+
+#include "dtype.h"
+
+static inline uint32_t f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/*
+ * bf16 is the top half of an f32: round the low 16 bits away, to nearest
+ * even. Adding 0x7fff plus the lowest kept bit does exactly that; a carry
+ * into the exponent rounds up to the next binade or to infinity, which is
+ * the right answer.
+ */
+uint16_t et_f32_to_bf16(float f)
+{
+	uint32_t u = f32_bits(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign, force quiet */
+		return (uint16_t)((u >> 16) | 0x0040u);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+float et_bf16_to_f32(uint16_t h)
+{
+	return bits_f32((uint32_t)h << 16);
+}
+
+/*
+ * f16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. An f32 of magnitude
+ *
+ *   >= 65520            rounds to infinity
+ *   [2^-14, 65520)      is a normal f16: drop 13 mantissa bits, rounding
+ *   [2^-25, 2^-14)      is a subnormal f16: shift the implicit-1 mantissa
+ *                       right by the exponent deficit, rounding
+ *   < 2^-25 (or = 2^-25 exactly: a tie, to even zero) becomes zero
+ *
+ * Rounding is done on the integer mantissa: add half an ulp minus one, plus
+ * the lowest kept bit, then shift. A carry out of the mantissa bumps the
+ * exponent, again the right answer.
+ */
+uint16_t et_f32_to_f16(float f)
+{
+	uint32_t u = f32_bits(f);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+	uint32_t a = u & 0x7fffffffu;
+
+	if (a > 0x7f800000u) /* NaN */
+		return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+	if (a >= 0x477ff000u) /* >= 65520: rounds to inf (also inf itself) */
+		return (uint16_t)(sign | 0x7c00u);
+	if (a >= 0x38800000u) { /* >= 2^-14: normal */
+		uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+		return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+	}
+	if (a <= 0x33000000u) /* <= 2^-25: zero (2^-25 is a tie, to even 0) */
+		return sign;
+	{
+		uint32_t e = a >> 23;              /* 102 .. 112 */
+		uint32_t m = (a & 0x7fffffu) | 0x800000u;
+		uint32_t shift = 126u - e;         /* 14 .. 24 */
+		uint32_t half = 1u << (shift - 1);
+		uint32_t r = (m + half - 1u + ((m >> shift) & 1u)) >> shift;
+		return (uint16_t)(sign | r);
+	}
+}
+
+float et_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+	uint32_t e = (h >> 10) & 0x1fu;
+	uint32_t m = h & 0x3ffu;
+
+	if (e == 0x1f) /* inf or NaN */
+		return bits_f32(sign | 0x7f800000u | (m << 13));
+	if (e != 0)
+		return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+	if (m == 0)
+		return bits_f32(sign);
+	/* subnormal: m * 2^-24, exact in f32 */
+	{
+		float v = (float)m * (1.0f / 16777216.0f);
+		return sign ? -v : v;
+	}
+}
+
+size_t dtype_size(et_dtype t)
+{
+	switch (t) {
+	case ET_F32:
+		return 4;
+	case ET_F16:
+	case ET_BF16:
+		return 2;
+	}
+	return 0;
+}
+
+const char *dtype_name(et_dtype t)
+{
+	switch (t) {
+	case ET_F32:
+		return "f32";
+	case ET_F16:
+		return "f16";
+	case ET_BF16:
+		return "bf16";
+	}
+	return "?";
+}
+
+et_dtype dtype_parse(const char *s)
+{
+	if (!strcmp(s, "f32") || !strcmp(s, "float32"))
+		return ET_F32;
+	if (!strcmp(s, "f16") || !strcmp(s, "float16") || !strcmp(s, "fp16"))
+		return ET_F16;
+	if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
+		return ET_BF16;
+	return 0;
+}
+
+void dtype_encode(et_dtype t, const float *src, void *dst, size_t n)
+{
+	uint16_t *h = dst;
+	size_t i;
+
+	switch (t) {
+	case ET_F32:
+		memcpy(dst, src, n * sizeof(*src));
+		break;
+	case ET_F16:
+		for (i = 0; i < n; i++)
+			h[i] = et_f32_to_f16(src[i]);
+		break;
+	case ET_BF16:
+		for (i = 0; i < n; i++)
+			h[i] = et_f32_to_bf16(src[i]);
+		break;
+	}
+}
+
+void dtype_decode(et_dtype t, const void *src, float *dst, size_t n)
+{
+	const uint16_t *h = src;
+	size_t i;
+
+	switch (t) {
+	case ET_F32:
+		memcpy(dst, src, n * sizeof(*dst));
+		break;
+	case ET_F16:
+		for (i = 0; i < n; i++)
+			dst[i] = et_f16_to_f32(h[i]);
+		break;
+	case ET_BF16:
+		for (i = 0; i < n; i++)
+			dst[i] = et_bf16_to_f32(h[i]);
+		break;
+	}
+}

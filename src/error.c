@@ -1,0 +1,62 @@
+/*
+ * error.c - version and error messages. Any thread.
+ */
+#include <string.h>
+
+#include "embtier.h"
+
+int et_version(const char **str)
+{
+	if (str)
+		*str = ET_VERSION_STRING;
+	return ET_VERSION_MAJOR << 16 | ET_VERSION_MINOR << 8 |
+	       ET_VERSION_PATCH;
+}
+
+const char *et_strerror(int err)
+{
+	const char *s;
+
+	switch (err) {
+	case 0:
+		return "success";
+	case ET_EMAGIC:
+		return "not an embtier table file (bad magic)";
+	case ET_EVERSION:
+		return "unsupported table file format version";
+	case ET_EHDRSUM:
+		return "table file header checksum mismatch";
+	case ET_EHEADER:
+		return "table file header has an invalid field";
+	case ET_ETRUNC:
+		return "table file is truncated";
+	case ET_EBLOCKSUM:
+		return "block checksum mismatch: data on disk is corrupt";
+	case ET_EROWRANGE:
+		return "row id out of range for the table";
+	case ET_EDIM:
+		return "dimension mismatch";
+	case ET_ENOTABLE:
+		return "no such table";
+	case ET_ECONFIG:
+		return "invalid configuration";
+	case ET_EURING:
+		return "io_uring could not be set up (kernel too old, disabled "
+		       "by sysctl or seccomp, or out of locked memory)";
+	case ET_EMISMATCH:
+		return "table file disagrees with the requested table";
+	case ET_ECAPACITY:
+		return "cache tier too small for the rows that must be pinned";
+	case ET_EFAILED:
+		return "store refuses writes after an earlier I/O failure";
+	case ET_ESHORTIO:
+		return "short read or write: the device moved fewer bytes than "
+		       "asked";
+	}
+	if (err < 0 && err > -4096) {
+		s = strerrordesc_np(-err);
+		if (s)
+			return s;
+	}
+	return "unknown error";
+}

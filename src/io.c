@@ -1,0 +1,429 @@
+/*
+ * io.c - block I/O through io_uring: the only user of liburing.
+ *
+ * Requests wait in a FIFO owned by the ctx until io_wait() moves them into
+ * the ring, never more than depth in flight, so callers may queue any number
+ * (a whole batch of blocks) and the kernel always has a full queue to work
+ * on. Completions are reaped in batches; a request's done callback may queue
+ * more requests, which the same io_wait() call then sends.
+ *
+ *   caller: io_queue(a) io_queue(b) ... io_wait(n)
+ *                 |                       |
+ *                 v                       v
+ *   FIFO:   a -> b -> c -> ...   pump: up to depth SQEs, one submit
+ *                                reap: CQEs -> res, done(), pump again
+ *
+ * A request that the fault seam fails never reaches the kernel; it completes
+ * locally, in order with the others, with the injected result.
+ *
+ * One thread at a time per ctx; the fault seam is process-wide.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <liburing.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "embtier.h"
+#include "io.h"
+#include "mem_host.h"
+
+struct io_ctx {
+	struct io_uring ring;
+	unsigned depth;
+	unsigned inflight;       /* SQEs sent, CQEs not yet seen */
+	unsigned queued;         /* in the FIFO */
+	struct io_req *head, *tail;
+	struct io_req *failed;   /* failed by the fault seam, not yet reaped */
+	struct io_req *failed_tail;
+	char *reg_base;          /* the registered fixed buffer, if any */
+	size_t reg_len;
+	struct io_stats st;
+};
+
+/* ------------------------------------------------------------ fault seam */
+
+static _Atomic int fault_op = -1;
+static _Atomic int64_t fault_left; /* matching ops until the one that fails */
+static _Atomic int fault_err;
+static _Atomic uint32_t fault_short;
+static _Atomic bool fault_did_fire;
+
+void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by)
+{
+	atomic_store(&fault_op, -1);
+	atomic_store(&fault_err, err);
+	atomic_store(&fault_short, short_by);
+	atomic_store(&fault_left, (int64_t)nth);
+	atomic_store(&fault_did_fire, false);
+	atomic_store(&fault_op, op);
+}
+
+void io_fault_clear(void)
+{
+	atomic_store(&fault_op, -1);
+}
+
+bool io_fault_fired(void)
+{
+	return atomic_load(&fault_did_fire);
+}
+
+/* Whether this operation is the one to fail. */
+static bool fault_hit(int op)
+{
+	if (atomic_load_explicit(&fault_op, memory_order_relaxed) != op)
+		return false;
+	if (atomic_fetch_sub(&fault_left, 1) != 1)
+		return false;
+	atomic_store(&fault_op, -1);
+	atomic_store(&fault_did_fire, true);
+	return true;
+}
+
+/* ------------------------------------------------------------------ ring */
+
+int io_open(unsigned depth, io_ctx **out, int *why)
+{
+	struct io_uring_params p;
+	io_ctx *io;
+	int ret;
+
+	if (depth == 0)
+		depth = IO_DEFAULT_DEPTH;
+	if (depth > 4096)
+		return ET_ECONFIG;
+	io = mem_alloc(sizeof(*io), 0);
+	if (!io)
+		return -ENOMEM;
+	memset(&p, 0, sizeof(p));
+	ret = io_uring_queue_init_params(depth, &io->ring, &p);
+	if (ret < 0) {
+		if (why)
+			*why = ret;
+		mem_free(io, sizeof(*io), 0);
+		return ET_EURING;
+	}
+	io->depth = depth;
+	*out = io;
+	return 0;
+}
+
+void io_close(io_ctx *io)
+{
+	if (!io)
+		return;
+	/* Nothing may be left in flight: the kernel would write into freed
+	 * buffers. Drain whatever the caller left behind. */
+	while (io->inflight || io->queued || io->failed)
+		if (io_wait(io, io->inflight + io->queued + 1) < 0)
+			break;
+	io_uring_queue_exit(&io->ring);
+	mem_free(io, sizeof(*io), 0);
+}
+
+unsigned io_depth(const io_ctx *io)
+{
+	return io->depth;
+}
+
+unsigned io_pending(const io_ctx *io)
+{
+	unsigned n = io->inflight + io->queued;
+	const struct io_req *r;
+
+	for (r = io->failed; r; r = r->next)
+		n++;
+	return n;
+}
+
+int io_register_region(io_ctx *io, void *base, size_t len)
+{
+	struct iovec iov = { .iov_base = base, .iov_len = len };
+	int ret;
+
+	if (io->reg_base) {
+		io_uring_unregister_buffers(&io->ring);
+		io->reg_base = NULL;
+		io->reg_len = 0;
+	}
+	if (!base)
+		return 0;
+	ret = io_uring_register_buffers(&io->ring, &iov, 1);
+	if (ret < 0)
+		return ret;
+	io->reg_base = base;
+	io->reg_len = len;
+	return 0;
+}
+
+void io_queue(io_ctx *io, struct io_req *req)
+{
+	req->next = NULL;
+	req->res = 0;
+	if (io->tail)
+		io->tail->next = req;
+	else
+		io->head = req;
+	io->tail = req;
+	io->queued++;
+}
+
+static bool in_region(const io_ctx *io, const struct io_req *r)
+{
+	const char *b = r->buf;
+
+	return io->reg_base && b >= io->reg_base &&
+	       b + r->len <= io->reg_base + io->reg_len;
+}
+
+static void fail_locally(io_ctx *io, struct io_req *r, int res)
+{
+	r->res = res;
+	r->next = NULL;
+	if (io->failed_tail)
+		io->failed_tail->next = r;
+	else
+		io->failed = r;
+	io->failed_tail = r;
+}
+
+/* Moves requests from the FIFO into the ring and submits them. */
+static int pump(io_ctx *io)
+{
+	unsigned added = 0;
+	int ret;
+
+	while (io->head && io->inflight + added < io->depth) {
+		struct io_req *r = io->head;
+		struct io_uring_sqe *sqe;
+		uint32_t len = r->len;
+
+		if (fault_hit(r->op)) {
+			int err = atomic_load(&fault_err);
+
+			io->head = r->next;
+			if (!io->head)
+				io->tail = NULL;
+			io->queued--;
+			if (err || r->op == IO_FSYNC) {
+				fail_locally(io, r, -(err ? err : EIO));
+				continue;
+			}
+			uint32_t s = atomic_load(&fault_short);
+			len = s < len ? len - s : 0;
+			if (len == 0) {
+				fail_locally(io, r, 0);
+				continue;
+			}
+			/* send it shortened, below */
+			sqe = io_uring_get_sqe(&io->ring);
+			if (!sqe) { /* cannot happen: depth bounds SQEs */
+				fail_locally(io, r, -EAGAIN);
+				continue;
+			}
+			goto prep;
+		}
+		sqe = io_uring_get_sqe(&io->ring);
+		if (!sqe)
+			break;
+		io->head = r->next;
+		if (!io->head)
+			io->tail = NULL;
+		io->queued--;
+prep:
+		switch (r->op) {
+		case IO_READ:
+			if (in_region(io, r))
+				io_uring_prep_read_fixed(sqe, r->fd, r->buf, len,
+							 r->off, 0);
+			else
+				io_uring_prep_read(sqe, r->fd, r->buf, len,
+						   r->off);
+			io->st.reads++;
+			break;
+		case IO_WRITE:
+			if (in_region(io, r))
+				io_uring_prep_write_fixed(sqe, r->fd, r->buf,
+							  len, r->off, 0);
+			else
+				io_uring_prep_write(sqe, r->fd, r->buf, len,
+						    r->off);
+			io->st.writes++;
+			break;
+		default:
+			io_uring_prep_fsync(sqe, r->fd, IORING_FSYNC_DATASYNC);
+			io->st.fsyncs++;
+			break;
+		}
+		io_uring_sqe_set_data(sqe, r);
+		added++;
+	}
+	if (!added)
+		return 0;
+	io->inflight += added;
+	io->st.submits++;
+	io->st.inflight_sum += io->inflight;
+	do {
+		ret = io_uring_submit(&io->ring);
+	} while (ret == -EINTR);
+	if (ret < 0) {
+		/* The SQEs stay in the SQ ring and go out with the next
+		 * submit; the caller sees the error now. */
+		return ret;
+	}
+	return 0;
+}
+
+static void complete(io_ctx *io, struct io_req *r)
+{
+	if (r->res > 0) {
+		if (r->op == IO_READ)
+			io->st.bytes_read += (uint64_t)r->res;
+		else if (r->op == IO_WRITE)
+			io->st.bytes_written += (uint64_t)r->res;
+	}
+	if (r->done)
+		r->done(r);
+}
+
+int io_wait(io_ctx *io, unsigned min)
+{
+	unsigned done = 0;
+	int ret;
+
+	for (;;) {
+		struct io_uring_cqe *cqe;
+		unsigned head, seen;
+
+		ret = pump(io);
+		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY)
+			return ret;
+		while (io->failed) {
+			struct io_req *r = io->failed;
+
+			io->failed = r->next;
+			if (!io->failed)
+				io->failed_tail = NULL;
+			complete(io, r);
+			done++;
+		}
+		if (done >= min || (!io->inflight && !io->head && !io->failed))
+			break;
+		if (!io->inflight)
+			continue; /* a callback queued more: pump them */
+		do {
+			ret = io_uring_wait_cqe(&io->ring, &cqe);
+		} while (ret == -EINTR);
+		if (ret < 0)
+			return ret;
+		seen = 0;
+		io_uring_for_each_cqe(&io->ring, head, cqe)
+		{
+			struct io_req *r = io_uring_cqe_get_data(cqe);
+
+			r->res = cqe->res;
+			seen++;
+			io->inflight--;
+			complete(io, r);
+			done++;
+		}
+		io_uring_cq_advance(&io->ring, seen);
+	}
+	return (int)done;
+}
+
+int io_req_result(const struct io_req *req)
+{
+	if (req->res < 0)
+		return req->res;
+	if (req->op != IO_FSYNC && (uint32_t)req->res != req->len)
+		return ET_ESHORTIO;
+	return 0;
+}
+
+int io_run(io_ctx *io, struct io_req *reqs, unsigned n)
+{
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < n; i++)
+		io_queue(io, &reqs[i]);
+	ret = io_wait(io, n);
+	if (ret < 0)
+		return ret;
+	for (i = 0; i < n; i++) {
+		ret = io_req_result(&reqs[i]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int io_fsync(io_ctx *io, int fd)
+{
+	struct io_req r = { .op = IO_FSYNC, .fd = fd };
+
+	return io_run(io, &r, 1);
+}
+
+void io_get_stats(const io_ctx *io, struct io_stats *st)
+{
+	*st = io->st;
+}
+
+/* ------------------------------------------------------------------ files */
+
+int io_open_file(const char *path, int flags, int mode, int *fd)
+{
+	int f = open(path, flags | O_DIRECT | O_CLOEXEC, mode);
+
+	if (f < 0)
+		return -errno;
+	*fd = f;
+	return 0;
+}
+
+static bool pow2(uint32_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+int io_file_align(int fd, uint32_t *mem_align, uint32_t *off_align)
+{
+	struct statx stx;
+	struct stat st;
+	struct statvfs vfs;
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+	    (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align &&
+	    pow2(stx.stx_dio_offset_align) && pow2(stx.stx_dio_mem_align)) {
+		*mem_align = stx.stx_dio_mem_align;
+		*off_align = stx.stx_dio_offset_align;
+		return 0;
+	}
+	if (fstat(fd, &st))
+		return -errno;
+	if (S_ISBLK(st.st_mode)) {
+		int ss = 0;
+
+		if (ioctl(fd, BLKSSZGET, &ss) == 0 && ss > 0 && pow2(ss)) {
+			*mem_align = *off_align = (uint32_t)ss;
+			return 0;
+		}
+	}
+	/* No direct-I/O alignment reported: the filesystem block size is
+	 * always a safe (if conservative) choice. */
+	if (fstatvfs(fd, &vfs) == 0 && vfs.f_bsize && pow2(vfs.f_bsize)) {
+		*mem_align = *off_align = (uint32_t)vfs.f_bsize;
+		return 0;
+	}
+	*mem_align = *off_align = 4096;
+	return 0;
+}

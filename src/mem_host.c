@@ -1,0 +1,79 @@
+/*
+ * mem_host.c - host memory, the only user of jemalloc.
+ *
+ * Allocations are zeroed, optionally aligned, and counted: mem_in_use() is
+ * what the library holds right now, mem_peak() the most it ever held. The
+ * store's bounded-memory promise is checked against these counters. With
+ * ET_NO_JEMALLOC (sanitizer builds, where jemalloc would hide errors from
+ * ASan) the same interface sits on libc. Thread-safe: the counters are
+ * atomics.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ET_NO_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+#include "mem_host.h"
+
+static _Atomic size_t in_use;
+static _Atomic size_t peak;
+
+static void count(size_t n)
+{
+	size_t now = atomic_fetch_add(&in_use, n) + n;
+	size_t p = atomic_load(&peak);
+
+	while (now > p && !atomic_compare_exchange_weak(&peak, &p, now))
+		;
+}
+
+void *mem_alloc(size_t n, size_t align)
+{
+	void *p;
+
+	if (n == 0)
+		n = 1;
+#ifndef ET_NO_JEMALLOC
+	p = mallocx(n, MALLOCX_ZERO | (align > 16 ? MALLOCX_ALIGN(align) : 0));
+#else
+	if (align > 16) {
+		if (posix_memalign(&p, align, n))
+			p = NULL;
+		else
+			memset(p, 0, n);
+	} else {
+		p = calloc(1, n);
+	}
+#endif
+	if (p)
+		count(n);
+	return p;
+}
+
+void mem_free(void *p, size_t n, size_t align)
+{
+	if (!p)
+		return;
+	if (n == 0)
+		n = 1;
+	atomic_fetch_sub(&in_use, n);
+#ifndef ET_NO_JEMALLOC
+	sdallocx(p, n, align > 16 ? MALLOCX_ALIGN(align) : 0);
+#else
+	(void)align;
+	free(p);
+#endif
+}
+
+size_t mem_in_use(void)
+{
+	return atomic_load(&in_use);
+}
+
+size_t mem_peak(void)
+{
+	return atomic_load(&peak);
+}

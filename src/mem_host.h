@@ -1,0 +1,24 @@
+/*
+ * mem_host.h - host memory: the only user of jemalloc.
+ *
+ * Every allocation of the library goes through here so that the bytes in use
+ * are counted (et_mem_stats) and the bounded-memory promise can be checked.
+ * Sizes are passed back at free so that the count is exact and jemalloc can
+ * use sized deallocation. Built with ET_NO_JEMALLOC (sanitizer builds), it
+ * falls back to libc. Thread-safe.
+ */
+#ifndef ET_MEM_HOST_H
+#define ET_MEM_HOST_H
+
+#include <stddef.h>
+
+/* Zeroed memory of n bytes aligned to align (a power of two, or 0 for the
+ * default), or NULL. */
+void *mem_alloc(size_t n, size_t align);
+/* Frees p, which was allocated with (n, align). NULL is harmless. */
+void mem_free(void *p, size_t n, size_t align);
+
+size_t mem_in_use(void);
+size_t mem_peak(void);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * rowinit.c - deterministic initial values of rows never written.
+ *
+ * Row r of a table with seed s starts a counter-based stream at
+ * base = XXH3(r; seed s); its column c draws hash_mix(base + c), a 64-bit
+ * word no other (s, r, c) shares in practice. Uniform values take the top
+ * 24 bits as a fraction (exact in f32); normal values pair two such words
+ * through Box-Muller. Nothing here keeps state: the value of a row is the
+ * same whenever it is computed, in whatever order. Any thread.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "hash.h"
+#include "rowinit.h"
+
+/* A uniform draw in [0, 1) with 24 significant bits. */
+static inline float unit24(uint64_t w)
+{
+	return (float)(w >> 40) * (1.0f / 16777216.0f);
+}
+
+void rowinit_fill(et_init init, float scale, uint64_t seed, uint64_t row,
+		  uint32_t dim, float *out)
+{
+	rowinit_fill_cols(init, scale, seed, row, 0, dim, out);
+}
+
+void rowinit_fill_cols(et_init init, float scale, uint64_t seed,
+		       uint64_t row, uint32_t col0, uint32_t n, float *out)
+{
+	uint64_t base;
+	uint32_t c;
+
+	if (init == ET_INIT_ZEROS) {
+		memset(out, 0, (size_t)n * sizeof(*out));
+		return;
+	}
+	base = hash_u64(row, seed);
+	if (init == ET_INIT_UNIFORM) {
+		for (c = 0; c < n; c++) {
+			float u = unit24(hash_mix(base + col0 + c));
+			out[c] = (2.0f * u - 1.0f) * scale;
+		}
+		return;
+	}
+	/* Normal: Box-Muller on two words per column (no pairing across
+	 * columns, so column c never depends on dim). */
+	for (c = 0; c < n; c++) {
+		uint64_t w = hash_mix(base + col0 + c);
+		double u1 = ((double)(w >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+		double u2 = (double)(hash_mix(w) >> 11) * (1.0 / 9007199254740992.0);
+		double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+		out[c] = (float)(z * scale);
+	}
+}
+
+const char *rowinit_name(et_init init)
+{
+	switch (init) {
+	case ET_INIT_ZEROS:
+		return "zeros";
+	case ET_INIT_UNIFORM:
+		return "uniform";
+	case ET_INIT_NORMAL:
+		return "normal";
+	}
+	return "?";
+}
+
+int rowinit_parse(const char *s)
+{
+	if (!strcmp(s, "zeros") || !strcmp(s, "zero"))
+		return ET_INIT_ZEROS;
+	if (!strcmp(s, "uniform"))
+		return ET_INIT_UNIFORM;
+	if (!strcmp(s, "normal"))
+		return ET_INIT_NORMAL;
+	return -1;
+}

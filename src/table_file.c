@@ -1,0 +1,1249 @@
+/*
+ * table_file.c - the NVMe tier: table files on disk.
+ *
+ * A table file is a header block followed by fixed-size blocks of packed
+ * rows (docs/FORMAT.md has the byte layout):
+ *
+ *   0          block_size   2*block_size            (1+B)*block_size
+ *   | header   | block 0    | block 1    | ...      |
+ *              | row row row ... pad | blkno | xxh3 |
+ *
+ * The file is created sparse at its full logical size, so a block never
+ * written is a hole. At open, the holes are read back with SEEK_DATA and
+ * SEEK_HOLE into the materialization map, a bitmap of written blocks kept in
+ * 4 KiB leaves allocated only where some block is written; a row whose block
+ * is not in the map is served from the initializer with no I/O at all.
+ *
+ * Every block read is checked against its trailer: the XXH3 of everything
+ * before the checksum, which covers the block number too, so a block written
+ * to the wrong place fails as surely as a flipped bit. A block that reads as
+ * all zeros is a hole as far as data is concerned (a filesystem may report
+ * an allocated but never-written range as data); any other mismatch is
+ * ET_EBLOCKSUM and the data is never used.
+ *
+ * Writes are read-modify-write of whole blocks: all rows of a batch that
+ * fall in one block are applied to one copy of it and written once. The
+ * rest of the store sees rows only as records of row_bytes; nothing outside
+ * this file knows blocks, slots or offsets.
+ *
+ * One thread at a time per et_tfile.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtype.h"
+#include "hash.h"
+#include "io.h"
+#include "mem_host.h"
+#include "rowinit.h"
+#include "table_file.h"
+
+#define TF_MAGIC "EMBTIERT"
+#define TF_VERSION 1
+#define TF_HDR_BYTES 256  /* bytes of the header block that mean something */
+#define TF_HDR_SUM_OFF 248
+#define TF_TRAILER 16     /* u64 block number, u64 checksum */
+#define TF_MAX_BLOCK (64u << 20)
+#define MAP_LEAF_BITS 32768u /* one 4 KiB leaf */
+
+/* The materialization map: a bit per block, two levels, leaves lazily. */
+struct matmap {
+	uint64_t nleaves;
+	uint64_t **leaves;
+	uint64_t count; /* bits set */
+};
+
+struct et_tfile {
+	int fd;
+	bool rdonly;
+	struct tf_geom g;
+	uint32_t mem_align;
+	io_ctx *io;      /* the ring in use: attached, or own_io */
+	io_ctx *own_io;  /* made on first I/O if none was attached */
+	struct matmap map;
+	char *stage;     /* stage_blocks aligned blocks for batch I/O */
+	struct io_req *reqs;
+	uint32_t stage_blocks;
+	struct tf_stats st;
+};
+
+/* ------------------------------------------------------- little-endian */
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ---------------------------------------------------- materialization map */
+
+static int map_init(struct matmap *m, uint64_t blocks)
+{
+	m->nleaves = (blocks + MAP_LEAF_BITS - 1) / MAP_LEAF_BITS;
+	m->count = 0;
+	m->leaves = mem_alloc(m->nleaves * sizeof(*m->leaves), 0);
+	return m->leaves ? 0 : -ENOMEM;
+}
+
+static void map_free(struct matmap *m)
+{
+	if (!m->leaves)
+		return;
+	for (uint64_t i = 0; i < m->nleaves; i++)
+		mem_free(m->leaves[i], MAP_LEAF_BITS / 8, 0);
+	mem_free(m->leaves, m->nleaves * sizeof(*m->leaves), 0);
+	m->leaves = NULL;
+}
+
+static bool map_test(const struct matmap *m, uint64_t b)
+{
+	const uint64_t *leaf = m->leaves[b / MAP_LEAF_BITS];
+	uint64_t bit = b % MAP_LEAF_BITS;
+
+	return leaf && (leaf[bit / 64] >> (bit % 64) & 1);
+}
+
+static int map_set(struct matmap *m, uint64_t b)
+{
+	uint64_t **leaf = &m->leaves[b / MAP_LEAF_BITS];
+	uint64_t bit = b % MAP_LEAF_BITS;
+
+	if (!*leaf) {
+		*leaf = mem_alloc(MAP_LEAF_BITS / 8, 0);
+		if (!*leaf)
+			return -ENOMEM;
+	}
+	if (!((*leaf)[bit / 64] >> (bit % 64) & 1)) {
+		(*leaf)[bit / 64] |= 1ULL << (bit % 64);
+		m->count++;
+	}
+	return 0;
+}
+
+/* Next set bit at or after b, or UINT64_MAX. */
+static uint64_t map_next(const struct matmap *m, uint64_t b, uint64_t end)
+{
+	while (b < end) {
+		const uint64_t *leaf = m->leaves[b / MAP_LEAF_BITS];
+		uint64_t bit = b % MAP_LEAF_BITS;
+
+		if (!leaf) {
+			b = (b / MAP_LEAF_BITS + 1) * MAP_LEAF_BITS;
+			continue;
+		}
+		uint64_t w = leaf[bit / 64] >> (bit % 64);
+		if (w)
+			return b + (uint64_t)__builtin_ctzll(w) < end ?
+				       b + (uint64_t)__builtin_ctzll(w) :
+				       UINT64_MAX;
+		b = (b / 64 + 1) * 64;
+	}
+	return UINT64_MAX;
+}
+
+/* Rebuilds the map from the file's data extents. */
+static int map_load(et_tfile *tf)
+{
+	const struct tf_geom *g = &tf->g;
+	off_t end = (off_t)(g->data_off + g->blocks * g->block_size);
+	off_t pos = (off_t)g->data_off;
+	int ret;
+
+	while (pos < end) {
+		off_t data = lseek(tf->fd, pos, SEEK_DATA);
+		off_t hole;
+
+		if (data < 0) {
+			if (errno == ENXIO)
+				break; /* no data past pos */
+			return -errno;
+		}
+		hole = lseek(tf->fd, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		if (hole > end)
+			hole = end;
+		uint64_t b0 = (uint64_t)(data - (off_t)g->data_off) /
+			      g->block_size;
+		uint64_t b1 = ((uint64_t)(hole - (off_t)g->data_off) +
+			       g->block_size - 1) /
+			      g->block_size;
+		for (uint64_t b = b0; b < b1 && b < g->blocks; b++) {
+			ret = map_set(&tf->map, b);
+			if (ret)
+				return ret;
+		}
+		pos = hole;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- header */
+
+static void header_encode(const struct tf_geom *g, unsigned char *h)
+{
+	memset(h, 0, TF_HDR_BYTES);
+	memcpy(h, TF_MAGIC, 8);
+	put32(h + 8, TF_VERSION);
+	put32(h + 12, TF_HDR_BYTES);
+	put64(h + 16, g->rows);
+	put32(h + 24, g->dim);
+	put32(h + 28, (uint32_t)g->dtype);
+	put32(h + 32, (uint32_t)g->optim);
+	put32(h + 36, g->state_floats);
+	put32(h + 40, (uint32_t)g->init);
+	uint32_t sb;
+	memcpy(&sb, &g->init_scale, 4);
+	put32(h + 44, sb);
+	put64(h + 48, g->seed);
+	put32(h + 56, g->block_size);
+	put32(h + 60, g->rows_per_block);
+	put32(h + 64, g->row_bytes);
+	put32(h + 68, 0); /* flags */
+	put64(h + 72, g->data_off);
+	put64(h + 80, g->blocks);
+	put64(h + TF_HDR_SUM_OFF, hash_bytes(h, TF_HDR_SUM_OFF));
+}
+
+static uint32_t state_floats_of(et_optim o)
+{
+	return o == ET_OPT_ROWWISE_ADAGRAD ? 1 : 0;
+}
+
+/* Fills the derived fields of g from the primary ones; 0 or ET_EHEADER-ish
+ * (the caller chooses the code). */
+static bool geom_derive(struct tf_geom *g)
+{
+	size_t es = dtype_size(g->dtype);
+
+	if (!es || g->dim == 0 || g->dim > ET_MAX_DIM || g->rows == 0 ||
+	    g->rows > ET_MAX_ROWS || g->optim > ET_OPT_ROWWISE_ADAGRAD ||
+	    g->init > ET_INIT_NORMAL || !isfinite(g->init_scale) ||
+	    g->init_scale < 0)
+		return false;
+	g->state_floats = state_floats_of(g->optim);
+	g->value_bytes = g->dim * (uint32_t)es;
+	g->row_bytes = g->value_bytes + g->state_floats * 4;
+	if (g->block_size < g->row_bytes + TF_TRAILER ||
+	    g->block_size > TF_MAX_BLOCK || g->block_size % 512)
+		return false;
+	g->rows_per_block = (g->block_size - TF_TRAILER) / g->row_bytes;
+	g->blocks = (g->rows + g->rows_per_block - 1) / g->rows_per_block;
+	g->data_off = g->block_size;
+	return true;
+}
+
+static int header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
+{
+	uint32_t sb;
+
+	if (n < TF_HDR_BYTES)
+		return n >= 8 && memcmp(h, TF_MAGIC, 8) ? ET_EMAGIC : ET_ETRUNC;
+	if (memcmp(h, TF_MAGIC, 8))
+		return ET_EMAGIC;
+	if (get32(h + 8) != TF_VERSION)
+		return ET_EVERSION;
+	if (get64(h + TF_HDR_SUM_OFF) != hash_bytes(h, TF_HDR_SUM_OFF))
+		return ET_EHDRSUM;
+	memset(g, 0, sizeof(*g));
+	g->rows = get64(h + 16);
+	g->dim = get32(h + 24);
+	g->dtype = (et_dtype)get32(h + 28);
+	g->optim = (et_optim)get32(h + 32);
+	g->init = (et_init)get32(h + 40);
+	sb = get32(h + 44);
+	memcpy(&g->init_scale, &sb, 4);
+	g->seed = get64(h + 48);
+	g->block_size = get32(h + 56);
+	if (get32(h + 12) != TF_HDR_BYTES || !geom_derive(g) ||
+	    get32(h + 36) != g->state_floats ||
+	    get32(h + 60) != g->rows_per_block ||
+	    get32(h + 64) != g->row_bytes || get32(h + 68) != 0 ||
+	    get64(h + 72) != g->data_off || get64(h + 80) != g->blocks)
+		return ET_EHEADER;
+	return 0;
+}
+
+/* -------------------------------------------------------------- lifetime */
+
+static void tf_free(et_tfile *tf)
+{
+	if (tf->fd >= 0)
+		close(tf->fd);
+	io_close(tf->own_io);
+	map_free(&tf->map);
+	if (tf->stage)
+		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
+			 tf->mem_align);
+	mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
+	mem_free(tf, sizeof(*tf), 0);
+}
+
+static et_tfile *tf_new(void)
+{
+	et_tfile *tf = mem_alloc(sizeof(*tf), 0);
+
+	if (tf)
+		tf->fd = -1;
+	return tf;
+}
+
+static int tf_io(et_tfile *tf, io_ctx **out)
+{
+	if (!tf->io) {
+		int ret = io_open(0, &tf->own_io, NULL);
+
+		if (ret)
+			return ret;
+		tf->io = tf->own_io;
+	}
+	*out = tf->io;
+	return 0;
+}
+
+/* The staging area for batch I/O: as many blocks as the ring is deep. */
+static int tf_stage(et_tfile *tf)
+{
+	io_ctx *io;
+	int ret;
+
+	if (tf->stage)
+		return 0;
+	ret = tf_io(tf, &io);
+	if (ret)
+		return ret;
+	tf->stage_blocks = io_depth(io);
+	tf->stage = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
+			      tf->mem_align);
+	tf->reqs = mem_alloc(tf->stage_blocks * sizeof(*tf->reqs), 0);
+	if (!tf->stage || !tf->reqs) {
+		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
+			 tf->mem_align);
+		mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
+		tf->stage = NULL;
+		tf->reqs = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void tf_attach_io(et_tfile *tf, io_ctx *io)
+{
+	tf->io = io ? io : tf->own_io;
+}
+
+int et_tfile_create(const char *path, const struct et_table_params *p,
+		    et_tfile **out)
+{
+	unsigned char *hdr = NULL;
+	uint32_t off_align;
+	et_tfile *tf;
+	int ret;
+
+	if (!path || !p || !out)
+		return -EINVAL;
+	tf = tf_new();
+	if (!tf)
+		return -ENOMEM;
+	tf->g.rows = p->rows;
+	tf->g.dim = p->dim;
+	tf->g.dtype = p->dtype ? p->dtype : ET_F32;
+	tf->g.optim = p->optim;
+	tf->g.init = p->init;
+	tf->g.init_scale = p->init_scale;
+	tf->g.seed = p->seed;
+	if (tf->g.init != ET_INIT_ZEROS && tf->g.init_scale == 0 && p->dim)
+		tf->g.init_scale = 1.0f / sqrtf((float)p->dim);
+
+	ret = io_open_file(path, O_RDWR | O_CREAT | O_EXCL, 0644, &tf->fd);
+	if (ret)
+		goto err_free;
+	ret = io_file_align(tf->fd, &tf->mem_align, &off_align);
+	if (ret)
+		goto err_unlink;
+	/* Block size: as asked, else 4 KiB; at least the device alignment
+	 * and big enough for one row. */
+	{
+		size_t es = dtype_size(tf->g.dtype);
+		uint64_t rb = (uint64_t)p->dim * (es ? es : 4) +
+			      4 * state_floats_of(p->optim);
+		uint32_t bs = p->block_size;
+
+		if (!bs) {
+			bs = off_align > 4096 ? off_align : 4096;
+			while (bs < rb + TF_TRAILER && bs < TF_MAX_BLOCK)
+				bs *= 2;
+		}
+		if (bs % off_align) {
+			ret = ET_ECONFIG;
+			goto err_unlink;
+		}
+		tf->g.block_size = bs;
+	}
+	if (!geom_derive(&tf->g)) {
+		ret = ET_ECONFIG;
+		goto err_unlink;
+	}
+	hdr = mem_alloc(tf->g.block_size, tf->mem_align);
+	if (!hdr) {
+		ret = -ENOMEM;
+		goto err_unlink;
+	}
+	header_encode(&tf->g, hdr);
+	if (pwrite(tf->fd, hdr, tf->g.block_size, 0) !=
+	    (ssize_t)tf->g.block_size) {
+		ret = errno ? -errno : ET_ESHORTIO;
+		goto err_hdr;
+	}
+	if (ftruncate(tf->fd, (off_t)(tf->g.data_off +
+				       tf->g.blocks * tf->g.block_size))) {
+		ret = -errno; /* -EFBIG: too large for this filesystem */
+		goto err_hdr;
+	}
+	if (fdatasync(tf->fd)) {
+		ret = -errno;
+		goto err_hdr;
+	}
+	ret = map_init(&tf->map, tf->g.blocks);
+	if (ret)
+		goto err_hdr;
+	mem_free(hdr, tf->g.block_size, tf->mem_align);
+	*out = tf;
+	return 0;
+
+err_hdr:
+	mem_free(hdr, tf->g.block_size, tf->mem_align);
+err_unlink:
+	unlink(path);
+err_free:
+	tf_free(tf);
+	return ret;
+}
+
+int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
+{
+	uint32_t off_align, hbytes;
+	unsigned char *hdr;
+	struct stat st;
+	et_tfile *tf;
+	ssize_t n;
+	int ret;
+
+	if (!path || !out || (flags & ~ET_TFILE_RDONLY))
+		return -EINVAL;
+	tf = tf_new();
+	if (!tf)
+		return -ENOMEM;
+	tf->rdonly = flags & ET_TFILE_RDONLY;
+	ret = io_open_file(path, tf->rdonly ? O_RDONLY : O_RDWR, 0, &tf->fd);
+	if (ret)
+		goto err_free;
+	ret = io_file_align(tf->fd, &tf->mem_align, &off_align);
+	if (ret)
+		goto err_free;
+	hbytes = off_align > 4096 ? off_align : 4096;
+	hdr = mem_alloc(hbytes, tf->mem_align);
+	if (!hdr) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	n = pread(tf->fd, hdr, hbytes, 0);
+	if (n < 0) {
+		ret = -errno;
+		mem_free(hdr, hbytes, tf->mem_align);
+		goto err_free;
+	}
+	ret = header_decode(hdr, (size_t)n, &tf->g);
+	mem_free(hdr, hbytes, tf->mem_align);
+	if (ret)
+		goto err_free;
+	if (tf->g.block_size % off_align) {
+		ret = ET_EHEADER; /* not usable with O_DIRECT on this device */
+		goto err_free;
+	}
+	if (fstat(tf->fd, &st)) {
+		ret = -errno;
+		goto err_free;
+	}
+	if ((uint64_t)st.st_size < tf->g.data_off +
+					  tf->g.blocks * tf->g.block_size) {
+		ret = ET_ETRUNC;
+		goto err_free;
+	}
+	ret = map_init(&tf->map, tf->g.blocks);
+	if (ret)
+		goto err_free;
+	ret = map_load(tf);
+	if (ret)
+		goto err_free;
+	*out = tf;
+	return 0;
+
+err_free:
+	tf_free(tf);
+	return ret;
+}
+
+void et_tfile_close(et_tfile *tf)
+{
+	if (tf)
+		tf_free(tf);
+}
+
+const struct tf_geom *tf_geom(const et_tfile *tf)
+{
+	return &tf->g;
+}
+
+int et_tfile_info(et_tfile *tf, struct et_table_info *info)
+{
+	struct stat st;
+
+	if (!tf || !info)
+		return -EINVAL;
+	if (fstat(tf->fd, &st))
+		return -errno;
+	memset(info, 0, sizeof(*info));
+	info->rows = tf->g.rows;
+	info->dim = tf->g.dim;
+	info->dtype = tf->g.dtype;
+	info->optim = tf->g.optim;
+	info->init = tf->g.init;
+	info->init_scale = tf->g.init_scale;
+	info->seed = tf->g.seed;
+	info->block_size = tf->g.block_size;
+	info->rows_per_block = tf->g.rows_per_block;
+	info->row_bytes = tf->g.row_bytes;
+	info->state_floats = tf->g.state_floats;
+	info->format_version = TF_VERSION;
+	info->blocks = tf->g.blocks;
+	info->blocks_written = tf->map.count;
+	info->logical_bytes = tf->g.data_off + tf->g.blocks * tf->g.block_size;
+	info->disk_bytes = (uint64_t)st.st_blocks * 512;
+	return 0;
+}
+
+int et_tfile_sync(et_tfile *tf)
+{
+	io_ctx *io;
+	int ret;
+
+	if (!tf)
+		return -EINVAL;
+	if (tf->rdonly)
+		return 0;
+	ret = tf_io(tf, &io);
+	return ret ? ret : io_fsync(io, tf->fd);
+}
+
+void tf_get_stats(const et_tfile *tf, struct tf_stats *st)
+{
+	*st = tf->st;
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+static uint64_t block_off(const et_tfile *tf, uint64_t b)
+{
+	return tf->g.data_off + b * tf->g.block_size;
+}
+
+/* Rows actually present in block b (the last block may be partial). */
+static uint32_t block_rows(const et_tfile *tf, uint64_t b)
+{
+	uint64_t first = b * tf->g.rows_per_block;
+	uint64_t left = tf->g.rows - first;
+
+	return left < tf->g.rows_per_block ? (uint32_t)left :
+					     tf->g.rows_per_block;
+}
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* Checks block b as read into buf: 0, 1 if it is an unwritten (all-zero)
+ * block, or ET_EBLOCKSUM. */
+static int block_check(const et_tfile *tf, uint64_t b, const unsigned char *buf)
+{
+	uint32_t bs = tf->g.block_size;
+
+	if (get64(buf + bs - 16) == b &&
+	    get64(buf + bs - 8) == hash_bytes(buf, bs - 8))
+		return 0;
+	return all_zero(buf, bs) ? 1 : ET_EBLOCKSUM;
+}
+
+static void block_seal(const et_tfile *tf, uint64_t b, unsigned char *buf)
+{
+	uint32_t bs = tf->g.block_size;
+
+	put64(buf + bs - 16, b);
+	put64(buf + bs - 8, hash_bytes(buf, bs - 8));
+}
+
+/* Fills buf with block b as it is before its first write: every present row
+ * at its initial value, zero padding. */
+static void block_fill_init(et_tfile *tf, uint64_t b, unsigned char *buf)
+{
+	uint32_t n = block_rows(tf, b);
+
+	memset(buf, 0, tf->g.block_size);
+	for (uint32_t s = 0; s < n; s++)
+		tf_init_row_raw(tf, b * tf->g.rows_per_block + s,
+				buf + (size_t)s * tf->g.row_bytes);
+}
+
+void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst)
+{
+	const struct tf_geom *g = &tf->g;
+	size_t es = dtype_size(g->dtype);
+	float v[256];
+
+	/* In pieces of 256 columns: no allocation, any dim. */
+	for (uint32_t c = 0; c < g->dim; c += 256) {
+		uint32_t k = g->dim - c < 256 ? g->dim - c : 256;
+
+		rowinit_fill_cols(g->init, g->init_scale, g->seed, row, c, k,
+				  v);
+		dtype_encode(g->dtype, v, (char *)dst + c * es, k);
+	}
+	memset((char *)dst + g->value_bytes, 0, g->state_floats * 4);
+}
+
+bool tf_row_materialized(const et_tfile *tf, uint64_t row)
+{
+	return map_test(&tf->map, row / tf->g.rows_per_block);
+}
+
+/* One row of a batch, tagged with where it came from. */
+struct ent {
+	uint64_t block;
+	uint32_t slot;
+	uint32_t idx; /* position in the caller's arrays */
+};
+
+static int ent_cmp(const void *a, const void *b)
+{
+	const struct ent *x = a, *y = b;
+
+	if (x->block != y->block)
+		return x->block < y->block ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int check_rows(const et_tfile *tf, const uint64_t *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (rows[i] >= tf->g.rows)
+			return ET_EROWRANGE;
+	if (n > UINT32_MAX)
+		return -E2BIG;
+	return 0;
+}
+
+/*
+ * Reads the distinct blocks of ents[0..n) (sorted by block) chunk by chunk
+ * into the stage and calls fn for each chunk with the stage filled. If
+ * missing_ok, a block not in the map is not read: fn finds it filled with
+ * its initial contents. Returns the first error.
+ */
+typedef int (*chunk_fn)(et_tfile *tf, const struct ent *e, size_t n,
+			const uint64_t *blocks, uint32_t nblocks, void *arg);
+
+static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
+			  bool (*need_read)(et_tfile *, const struct ent *,
+					    size_t, uint64_t),
+			  chunk_fn fn, void *arg)
+{
+	uint64_t blocks[512];
+	size_t i = 0;
+	io_ctx *io;
+	int ret;
+
+	ret = tf_stage(tf);
+	if (ret)
+		return ret;
+	io = tf->io;
+	while (i < n) {
+		uint32_t cap = tf->stage_blocks < 512 ? tf->stage_blocks : 512;
+		uint32_t nb = 0, nr = 0;
+		size_t j = i;
+
+		/* Gather up to cap distinct blocks starting at e[i]. */
+		while (j < n && nb < cap) {
+			uint64_t b = e[j].block;
+			size_t k = j;
+
+			while (k < n && e[k].block == b)
+				k++;
+			unsigned char *buf = (unsigned char *)tf->stage +
+					     (size_t)nb * tf->g.block_size;
+			if (need_read(tf, e + j, k - j, b)) {
+				struct io_req *r = nr ? &tf->reqs[nr - 1] : NULL;
+
+				/* Consecutive blocks: one larger read. */
+				if (r && (char *)r->buf + r->len == (char *)buf &&
+				    r->off + r->len == block_off(tf, b)) {
+					r->len += tf->g.block_size;
+					blocks[nb++] = b;
+					j = k;
+					continue;
+				}
+				r = &tf->reqs[nr++];
+				memset(r, 0, sizeof(*r));
+				r->op = IO_READ;
+				r->fd = tf->fd;
+				r->buf = buf;
+				r->len = tf->g.block_size;
+				r->off = block_off(tf, b);
+				r->arg = (void *)(uintptr_t)nb;
+			} else {
+				block_fill_init(tf, b, buf);
+			}
+			blocks[nb++] = b;
+			j = k;
+		}
+		if (nr) {
+			ret = io_run(io, tf->reqs, nr);
+			if (ret)
+				return ret;
+			for (uint32_t q = 0; q < nr; q++) {
+				uint32_t s0 = (uint32_t)(uintptr_t)tf->reqs[q].arg;
+				uint32_t cnt = tf->reqs[q].len / tf->g.block_size;
+
+				for (uint32_t s = s0; s < s0 + cnt; s++) {
+					unsigned char *buf =
+						(unsigned char *)tf->stage +
+						(size_t)s * tf->g.block_size;
+
+					ret = block_check(tf, blocks[s], buf);
+					if (ret < 0)
+						return ret;
+					if (ret == 1)
+						block_fill_init(tf, blocks[s],
+								buf);
+				}
+				tf->st.blocks_read += cnt;
+				tf->st.bytes_read +=
+					(uint64_t)cnt * tf->g.block_size;
+			}
+		}
+		ret = fn(tf, e + i, j - i, blocks, nb, arg);
+		if (ret)
+			return ret;
+		i = j;
+	}
+	return 0;
+}
+
+static int make_ents(const et_tfile *tf, const uint64_t *rows, size_t n,
+		     struct ent **out)
+{
+	struct ent *e = mem_alloc(n * sizeof(*e), 0);
+
+	if (!e)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		e[i].block = rows[i] / tf->g.rows_per_block;
+		e[i].slot = (uint32_t)(rows[i] % tf->g.rows_per_block);
+		e[i].idx = (uint32_t)i;
+	}
+	qsort(e, n, sizeof(*e), ent_cmp);
+	*out = e;
+	return 0;
+}
+
+/* ------------------------------------------------------------ read rows */
+
+static bool read_needed(et_tfile *tf, const struct ent *e, size_t n,
+			uint64_t b)
+{
+	return map_test(&tf->map, b);
+}
+
+static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
+		     const uint64_t *blocks, uint32_t nb, void *arg)
+{
+	unsigned char *dst = arg;
+	uint32_t s = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		while (blocks[s] != e[i].block)
+			s++;
+		memcpy(dst + (size_t)e[i].idx * tf->g.row_bytes,
+		       tf->stage + (size_t)s * tf->g.block_size +
+			       (size_t)e[i].slot * tf->g.row_bytes,
+		       tf->g.row_bytes);
+	}
+	return 0;
+}
+
+int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
+{
+	struct ent *e;
+	size_t m = 0;
+	int ret;
+
+	ret = check_rows(tf, rows, n);
+	if (ret || n == 0)
+		return ret;
+	ret = make_ents(tf, rows, n, &e);
+	if (ret)
+		return ret;
+	/* Rows of unwritten blocks need no stage at all. */
+	for (size_t i = 0; i < n; i++) {
+		if (map_test(&tf->map, e[i].block)) {
+			e[m++] = e[i];
+			continue;
+		}
+		tf_init_row_raw(tf, rows[e[i].idx],
+				(char *)dst + (size_t)e[i].idx * tf->g.row_bytes);
+		tf->st.rows_lazy++;
+	}
+	ret = m ? for_each_chunk(tf, e, m, read_needed, read_copy, dst) : 0;
+	mem_free(e, n * sizeof(*e), 0);
+	return ret;
+}
+
+/* ----------------------------------------------------------- write rows */
+
+/* A block needs reading before its write unless it is unwritten or every
+ * row in it is being replaced. */
+static bool write_needs_read(et_tfile *tf, const struct ent *e, size_t n,
+			     uint64_t b)
+{
+	uint32_t present = block_rows(tf, b), distinct = 0;
+	uint64_t seen[8] = { 0 };
+
+	if (!map_test(&tf->map, b))
+		return false;
+	if (n < present)
+		return true;
+	if (present > 512)
+		return true; /* not worth counting */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t s = e[i].slot;
+
+		if (!(seen[s / 64] >> (s % 64) & 1)) {
+			seen[s / 64] |= 1ULL << (s % 64);
+			distinct++;
+		}
+	}
+	return distinct < present;
+}
+
+static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
+		       const uint64_t *blocks, uint32_t nb, void *arg)
+{
+	const unsigned char *src = arg;
+	uint32_t s = 0;
+	int ret;
+
+	for (size_t i = 0; i < n; i++) {
+		while (blocks[s] != e[i].block)
+			s++;
+		memcpy(tf->stage + (size_t)s * tf->g.block_size +
+			       (size_t)e[i].slot * tf->g.row_bytes,
+		       src + (size_t)e[i].idx * tf->g.row_bytes,
+		       tf->g.row_bytes);
+	}
+	for (s = 0; s < nb; s++) {
+		struct io_req *r = &tf->reqs[s];
+		unsigned char *buf = (unsigned char *)tf->stage +
+				     (size_t)s * tf->g.block_size;
+
+		block_seal(tf, blocks[s], buf);
+		memset(r, 0, sizeof(*r));
+		r->op = IO_WRITE;
+		r->fd = tf->fd;
+		r->buf = buf;
+		r->len = tf->g.block_size;
+		r->off = block_off(tf, blocks[s]);
+	}
+	ret = io_run(tf->io, tf->reqs, nb);
+	/* Blocks that made it to disk are written whatever else failed. */
+	for (s = 0; s < nb; s++) {
+		if (io_req_result(&tf->reqs[s]) == 0) {
+			int r2 = map_set(&tf->map, blocks[s]);
+
+			if (r2 && !ret)
+				ret = r2;
+			tf->st.blocks_written++;
+			tf->st.bytes_written += tf->g.block_size;
+		}
+	}
+	return ret;
+}
+
+static int count_rmw(et_tfile *tf, const struct ent *e, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t k = i;
+
+		while (k < n && e[k].block == e[i].block)
+			k++;
+		if (write_needs_read(tf, e + i, k - i, e[i].block))
+			tf->st.rmw_reads++;
+		i = k;
+	}
+	return 0;
+}
+
+int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
+		      const void *src)
+{
+	struct ent *e;
+	int ret;
+
+	if (tf->rdonly)
+		return -EBADF;
+	ret = check_rows(tf, rows, n);
+	if (ret || n == 0)
+		return ret;
+	ret = make_ents(tf, rows, n, &e);
+	if (ret)
+		return ret;
+	count_rmw(tf, e, n);
+	ret = for_each_chunk(tf, e, n, write_needs_read, write_apply,
+			     (void *)src);
+	mem_free(e, n * sizeof(*e), 0);
+	return ret;
+}
+
+/* ------------------------------------------------------- public f32 API */
+
+int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+		       float *out, float *state)
+{
+	const struct tf_geom *g;
+	unsigned char *raw;
+	int ret;
+
+	if (!tf || (n && (!rows || !out)))
+		return -EINVAL;
+	g = &tf->g;
+	raw = mem_alloc(n * g->row_bytes, 0);
+	if (!raw)
+		return -ENOMEM;
+	ret = tf_read_rows_raw(tf, rows, n, raw);
+	if (!ret) {
+		for (size_t i = 0; i < n; i++) {
+			const unsigned char *r = raw + i * g->row_bytes;
+
+			dtype_decode(g->dtype, r, out + i * g->dim, g->dim);
+			if (state && g->state_floats)
+				memcpy(state + i * g->state_floats,
+				       r + g->value_bytes, g->state_floats * 4);
+		}
+	}
+	mem_free(raw, n * g->row_bytes, 0);
+	return ret;
+}
+
+int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+			const float *in, const float *state)
+{
+	const struct tf_geom *g;
+	unsigned char *raw;
+	int ret = 0;
+
+	if (!tf || (n && (!rows || !in)))
+		return -EINVAL;
+	if (tf->rdonly)
+		return -EBADF;
+	g = &tf->g;
+	ret = check_rows(tf, rows, n);
+	if (ret)
+		return ret;
+	raw = mem_alloc(n * g->row_bytes, 0);
+	if (!raw)
+		return -ENOMEM;
+	/* Without new state, keep what is stored: read it first. */
+	if (g->state_floats && !state)
+		ret = tf_read_rows_raw(tf, rows, n, raw);
+	if (!ret) {
+		for (size_t i = 0; i < n; i++) {
+			unsigned char *r = raw + i * g->row_bytes;
+
+			dtype_encode(g->dtype, in + i * g->dim, r, g->dim);
+			if (state && g->state_floats)
+				memcpy(r + g->value_bytes,
+				       state + i * g->state_floats,
+				       g->state_floats * 4);
+		}
+		ret = tf_write_rows_raw(tf, rows, n, raw);
+	}
+	mem_free(raw, n * g->row_bytes, 0);
+	return ret;
+}
+
+/*
+ * Bulk load: whole blocks packed in a ring of write buffers, each a run of
+ * consecutive blocks sent as one large write, several in flight, so the
+ * disk streams while the next buffer is packed. Rows of partial blocks at
+ * either end go through the read-modify-write path.
+ */
+#define WR_SLOTS 8
+#define WR_SLOT_BYTES (1u << 20)
+
+struct wr_slot {
+	struct io_req req;
+	uint64_t b0, nb;
+	bool busy;
+};
+
+static void wr_done(struct io_req *r)
+{
+	((struct wr_slot *)r->arg)->busy = false;
+}
+
+static int wr_retire(et_tfile *tf, struct wr_slot *s, int ret)
+{
+	int r = io_req_result(&s->req);
+
+	if (r == 0) {
+		for (uint64_t b = s->b0; b < s->b0 + s->nb; b++) {
+			int r2 = map_set(&tf->map, b);
+
+			if (r2 && !ret)
+				ret = r2;
+		}
+		tf->st.blocks_written += s->nb;
+		tf->st.bytes_written += s->req.len;
+	} else if (!ret) {
+		ret = r;
+	}
+	return ret;
+}
+
+int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
+			 const float *in)
+{
+	const struct tf_geom *g;
+	struct wr_slot slots[WR_SLOTS];
+	uint64_t b, bend, row_end;
+	uint32_t per_slot;
+	char *buf;
+	io_ctx *io;
+	int ret = 0;
+
+	if (!tf || (n && !in))
+		return -EINVAL;
+	if (tf->rdonly)
+		return -EBADF;
+	g = &tf->g;
+	if (first >= g->rows || n > g->rows - first)
+		return n == 0 && first <= g->rows ? 0 : ET_EROWRANGE;
+	row_end = first + n;
+	b = (first + g->rows_per_block - 1) / g->rows_per_block;
+	/* Whole blocks end where the range does, or at the file's end. */
+	bend = row_end == g->rows ? g->blocks : row_end / g->rows_per_block;
+	if (b >= bend) { /* no whole block: all partial */
+		uint64_t *ids = mem_alloc(n * sizeof(*ids), 0);
+
+		if (!ids)
+			return -ENOMEM;
+		for (uint64_t i = 0; i < n; i++)
+			ids[i] = first + i;
+		ret = et_tfile_write_rows(tf, ids, n, in, NULL);
+		mem_free(ids, n * sizeof(*ids), 0);
+		return ret;
+	}
+	/* Head and tail rows outside whole blocks. */
+	{
+		uint64_t head = b * g->rows_per_block - first;
+		uint64_t tail_first = bend * g->rows_per_block;
+		uint64_t tail = tail_first < row_end ? row_end - tail_first : 0;
+		uint64_t m = head > tail ? head : tail;
+		uint64_t *ids = m ? mem_alloc(m * sizeof(*ids), 0) : NULL;
+
+		if (m && !ids)
+			return -ENOMEM;
+		for (uint64_t i = 0; i < head; i++)
+			ids[i] = first + i;
+		if (head)
+			ret = et_tfile_write_rows(tf, ids, head, in, NULL);
+		for (uint64_t i = 0; !ret && i < tail; i++)
+			ids[i] = tail_first + i;
+		if (!ret && tail)
+			ret = et_tfile_write_rows(
+				tf, ids, tail,
+				in + (tail_first - first) * g->dim, NULL);
+		mem_free(ids, m * sizeof(*ids), 0);
+		if (ret)
+			return ret;
+	}
+	ret = tf_io(tf, &io);
+	if (ret)
+		return ret;
+	per_slot = WR_SLOT_BYTES / g->block_size;
+	if (per_slot == 0)
+		per_slot = 1;
+	buf = mem_alloc((size_t)WR_SLOTS * per_slot * g->block_size,
+			tf->mem_align);
+	if (!buf)
+		return -ENOMEM;
+	memset(slots, 0, sizeof(slots));
+	for (unsigned k = 0; b < bend; k = (k + 1) % WR_SLOTS) {
+		struct wr_slot *s = &slots[k];
+		unsigned char *sb = (unsigned char *)buf +
+				    (size_t)k * per_slot * g->block_size;
+
+		while (s->busy) {
+			int w = io_wait(io, 1);
+
+			if (w < 0) {
+				ret = w;
+				goto out_drain;
+			}
+		}
+		if (s->nb) {
+			ret = wr_retire(tf, s, ret);
+			s->nb = 0;
+			if (ret)
+				goto out_drain;
+		}
+		s->b0 = b;
+		s->nb = bend - b < per_slot ? bend - b : per_slot;
+		for (uint64_t i = 0; i < s->nb; i++) {
+			unsigned char *blk = sb + i * g->block_size;
+			uint64_t r0 = (b + i) * g->rows_per_block;
+			uint32_t nr = block_rows(tf, b + i);
+
+			memset(blk, 0, g->block_size);
+			for (uint32_t r = 0; r < nr; r++)
+				dtype_encode(g->dtype,
+					     in + (r0 + r - first) * g->dim,
+					     blk + (size_t)r * g->row_bytes,
+					     g->dim);
+			block_seal(tf, b + i, blk);
+		}
+		memset(&s->req, 0, sizeof(s->req));
+		s->req.op = IO_WRITE;
+		s->req.fd = tf->fd;
+		s->req.buf = sb;
+		s->req.len = (uint32_t)(s->nb * g->block_size);
+		s->req.off = block_off(tf, b);
+		s->req.done = wr_done;
+		s->req.arg = s;
+		s->busy = true;
+		io_queue(io, &s->req);
+		if (io_wait(io, 0) < 0) { /* send now, don't wait */
+			ret = -EIO;
+			goto out_drain;
+		}
+		b += s->nb;
+	}
+out_drain:
+	for (unsigned k = 0; k < WR_SLOTS; k++) {
+		while (slots[k].busy) {
+			int w = io_wait(io, 1);
+
+			if (w < 0) {
+				/* the ring itself failed: nothing more will
+				 * complete; the buffer must not be freed
+				 * under the kernel, so leak it */
+				return w;
+			}
+		}
+		if (slots[k].nb)
+			ret = wr_retire(tf, &slots[k], ret);
+	}
+	mem_free(buf, (size_t)WR_SLOTS * per_slot * g->block_size,
+		 tf->mem_align);
+	return ret;
+}
+
+/* ---------------------------------------------------------------- verify */
+
+int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
+		    et_progress_fn progress, void *arg)
+{
+	uint64_t b = 0, done = 0, bad = 0, fbad = UINT64_MAX;
+	uint64_t total;
+	int ret;
+
+	if (!tf)
+		return -EINVAL;
+	total = tf->map.count;
+	ret = tf_stage(tf);
+	if (ret)
+		return ret;
+	for (;;) {
+		uint32_t nr = 0;
+		uint64_t blocks[512];
+		uint32_t cap = tf->stage_blocks < 512 ? tf->stage_blocks : 512;
+
+		while (nr < cap) {
+			b = map_next(&tf->map, b, tf->g.blocks);
+			if (b == UINT64_MAX)
+				break;
+			struct io_req *r = &tf->reqs[nr];
+
+			memset(r, 0, sizeof(*r));
+			r->op = IO_READ;
+			r->fd = tf->fd;
+			r->buf = tf->stage + (size_t)nr * tf->g.block_size;
+			r->len = tf->g.block_size;
+			r->off = block_off(tf, b);
+			blocks[nr++] = b++;
+		}
+		if (!nr)
+			break;
+		ret = io_run(tf->io, tf->reqs, nr);
+		if (ret)
+			return ret;
+		for (uint32_t i = 0; i < nr; i++) {
+			if (block_check(tf, blocks[i],
+					(unsigned char *)tf->reqs[i].buf) < 0) {
+				bad++;
+				if (fbad == UINT64_MAX)
+					fbad = blocks[i];
+			}
+		}
+		done += nr;
+		if (progress && progress(arg, done, total))
+			break;
+		if (b == UINT64_MAX)
+			break;
+	}
+	if (bad_blocks)
+		*bad_blocks = bad;
+	if (first_bad)
+		*first_bad = fbad;
+	return bad ? ET_EBLOCKSUM : 0;
+}

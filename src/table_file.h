@@ -1,0 +1,66 @@
+/*
+ * table_file.h - the NVMe tier: table files, their on-disk format, and batch
+ * reads and write-back of rows in their storage format.
+ *
+ * This module alone knows where a row lives on disk (block, slot, offset);
+ * the rest of the store sees rows as row_bytes records ("raw rows": the
+ * values in the storage type, then the optimizer state as f32) and asks for
+ * batches of them. See docs/FORMAT.md for the byte layout.
+ *
+ * Threads: an et_tfile is used by one thread at a time.
+ */
+#ifndef ET_TABLE_FILE_H
+#define ET_TABLE_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "embtier.h"
+#include "io.h"
+
+/* Decoded, validated geometry; constant for the file's life. */
+struct tf_geom {
+	uint64_t rows;
+	uint32_t dim;
+	et_dtype dtype;
+	et_optim optim;
+	et_init init;
+	float init_scale;
+	uint64_t seed;
+	uint32_t block_size;
+	uint32_t rows_per_block;
+	uint32_t row_bytes;     /* dim * dtype_size + state_floats * 4 */
+	uint32_t value_bytes;   /* dim * dtype_size */
+	uint32_t state_floats;
+	uint64_t blocks;
+	uint64_t data_off;      /* byte offset of block 0 */
+};
+
+const struct tf_geom *tf_geom(const et_tfile *tf);
+
+/* Uses io for all I/O of tf instead of a ring of its own (the store shares
+ * one ring among its tables). io must outlive tf or be detached with NULL. */
+void tf_attach_io(et_tfile *tf, io_ctx *io);
+
+/* Raw rows: n records of row_bytes each. */
+int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst);
+int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
+		      const void *src);
+
+/* The raw record of a row never written: its initial values, zero state. */
+void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst);
+
+/* Whether row's block has ever been written (else its value is the
+ * initializer's, and reading it costs no I/O). */
+bool tf_row_materialized(const et_tfile *tf, uint64_t row);
+
+/* Counters since open. */
+struct tf_stats {
+	uint64_t blocks_read, blocks_written, rmw_reads;
+	uint64_t rows_lazy;     /* rows served from the initializer */
+	uint64_t bytes_read, bytes_written;
+};
+void tf_get_stats(const et_tfile *tf, struct tf_stats *st);
+
+#endif
