@@ -26,7 +26,7 @@ DEPS += jemalloc
 endif
 
 CFLAGS ?= -O2 -g
-ET_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter \
+ET_CFLAGS := -std=gnu11 -D_GNU_SOURCE -ffp-contract=off -Wall -Wextra -Wshadow -Wno-unused-parameter \
 	-Wstrict-prototypes -Wmissing-prototypes -fPIC -pthread \
 	-Iinclude -Isrc -MMD -MP $(shell $(PKG_CONFIG) --cflags $(DEPS))
 ET_LDLIBS := $(shell $(PKG_CONFIG) --libs $(DEPS)) -lm -pthread

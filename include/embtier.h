@@ -174,6 +174,149 @@ int et_tfile_sync(et_tfile *tf);
 /* Closes the file (without syncing). NULL is harmless. */
 void et_tfile_close(et_tfile *tf);
 
+/* ------------------------------------------------------------------ store */
+
+/*
+ * A store is a directory of table files served through up to three tiers:
+ * HBM (optional; simulated in host memory, or CUDA memory), DDR (host
+ * memory) and NVMe (the table files). Every row lives in at most one cache
+ * tier; its table file is its home. Batches of row ids go through
+ * et_gather / et_update; results never depend on the tier sizes or policies
+ * (bit for bit).
+ */
+typedef struct et_store et_store;
+
+typedef enum et_policy {
+	ET_POLICY_LRU = 1, /* least recently used (access tick) */
+	ET_POLICY_LFU = 2, /* least frequently used, counts age with time */
+} et_policy;
+
+typedef enum et_hbm_backend {
+	ET_HBM_SIM = 0,  /* host memory standing in for accelerator memory */
+	ET_HBM_CUDA = 1, /* real device memory (builds with CUDA only) */
+} et_hbm_backend;
+
+/* Store configuration. Zero fields take the defaults shown. Capacities
+ * count row data and per-slot metadata (ET_SLOT_META_BYTES a slot). */
+struct et_store_config {
+	uint64_t hbm_bytes;      /* 0: no HBM tier */
+	uint64_t ddr_bytes;      /* 0: 256 MiB */
+	et_policy hbm_policy;    /* 0: LRU */
+	et_policy ddr_policy;    /* 0: LRU */
+	uint32_t ways;           /* associativity, 1..64; 0: 16 */
+	uint32_t io_depth;       /* io_uring queue depth; 0: 128 */
+	uint32_t slot_bytes;     /* bytes of one cached row; 0: sized to the
+				  * largest row among the first table opened */
+	et_hbm_backend hbm_backend;
+};
+
+#define ET_SLOT_META_BYTES 16
+
+/* Opens (creating if needed) the store directory dir. The caches are
+ * allocated here, at their configured size, and never grow. */
+int et_store_open(const char *dir, const struct et_store_config *cfg,
+		  et_store **out);
+
+/* Writes back every dirty row, syncs, and frees the store. Returns the
+ * first error met while flushing; the store is freed whatever happens.
+ * NULL is harmless. */
+int et_store_close(et_store *s);
+
+/* Creates table file dir/name.et and registers it; *id names it in later
+ * calls. name: 1..64 characters of [A-Za-z0-9_.-]. */
+int et_table_create(et_store *s, const char *name,
+		    const struct et_table_params *p, int *id);
+
+/* Opens an existing table of the store. If expect is non-NULL, its
+ * non-zero fields must match the file's header, else ET_EMISMATCH. */
+int et_table_open(et_store *s, const char *name,
+		  const struct et_table_params *expect, int *id);
+
+/* Header fields and disk use of a registered table. */
+int et_table_info(et_store *s, int table, struct et_table_info *info);
+
+/* Copies rows ids[0..n) (duplicates allowed) into out, n x dim f32. */
+int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
+	      float *out);
+
+typedef enum et_pool {
+	ET_POOL_SUM = 0,
+	ET_POOL_MEAN = 1,
+} et_pool;
+
+/* Embedding bag: bag b is ids[offsets[b] .. offsets[b+1]), offsets has
+ * nbags + 1 non-decreasing entries starting at 0. out receives nbags x dim
+ * f32: the sum (or mean; zeros for an empty bag) of each bag's rows,
+ * added in id order. */
+int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
+		     const uint64_t *offsets, size_t nbags, et_pool mode,
+		     float *out);
+
+/* Optimizer hyper-parameters of an update. */
+struct et_update_params {
+	float lr;  /* learning rate */
+	float eps; /* Adagrad's epsilon; 0: 1e-8 */
+};
+
+/* Applies gradients grads (n x dim f32) to rows ids[0..n) with the table's
+ * optimizer. Gradients of a repeated id are summed first, in index order.
+ * SGD: w -= lr * g. Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD):
+ * m += mean(g^2); w -= lr * g / (sqrt(m) + eps). */
+int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
+	      const float *grads, const struct et_update_params *up);
+
+/* The backward of et_gather_pooled: bag_grads is nbags x dim; each id of a
+ * bag receives its bag's gradient (divided by the bag size for mean). */
+int et_update_pooled(et_store *s, int table, const uint64_t *ids,
+		     const uint64_t *offsets, size_t nbags, et_pool mode,
+		     const float *bag_grads,
+		     const struct et_update_params *up);
+
+/* Overwrites the values of rows ids[0..n) with vals (n x dim f32); their
+ * optimizer state is kept. If an id repeats, the last one wins. */
+int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
+		  const float *vals);
+
+/* Writes back every dirty row and syncs every table file. */
+int et_flush(et_store *s);
+
+/* Counters of one cache tier. */
+struct et_tier_stats {
+	uint64_t capacity_rows;  /* slots */
+	uint64_t resident_rows;  /* slots in use now */
+	uint64_t dirty_rows;     /* of which dirty */
+	uint64_t hits, misses;   /* unique-row lookups that reached the tier */
+	uint64_t inserts;        /* rows placed in the tier */
+	uint64_t evictions;      /* rows pushed out to make room */
+	uint64_t bytes_in, bytes_out; /* row bytes copied into / out of it */
+};
+
+/* Counters of the store, or of one table. */
+struct et_stats {
+	struct et_tier_stats hbm, ddr;
+	/* FBGEMM's six cache counters, for the top tier (HBM, else DDR) */
+	uint64_t calls;                  /* batch operations */
+	uint64_t requested;              /* ids passed in, duplicates counted */
+	uint64_t unique;                 /* distinct ids per call, summed */
+	uint64_t unique_misses;          /* distinct ids not in the top tier */
+	uint64_t conflict_unique_misses; /* distinct ids that found no free or
+					  * evictable way in the top tier */
+	uint64_t conflict_misses;        /* the same, duplicates counted */
+	/* NVMe tier */
+	uint64_t nvme_rows_read;         /* rows read from table files */
+	uint64_t rows_lazy;              /* rows served from the initializer */
+	uint64_t writebacks;             /* dirty rows written back */
+	uint64_t blocks_read, blocks_written;
+	uint64_t bytes_read, bytes_written;
+	/* memory */
+	uint64_t mem_bytes;              /* host bytes the library holds now */
+	uint64_t mem_peak_bytes;
+};
+
+/* Fills st for table (or all tables with table = -1). Tier capacity and
+ * residency are store-wide either way. */
+int et_get_stats(et_store *s, int table, struct et_stats *st);
+
 /* ------------------------------------------------------------ conversions */
 
 /* f32 <-> storage conversions, exposed for tools and tests. */

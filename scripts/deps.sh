@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages embtier needs to build, test and run, if any
+# is missing. Safe to run again: it installs nothing when all are present.
+# Set ET_DEPS_EXTRA to add packages (CI adds the sanitizer runtime).
+set -eu
+pkgs="build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev
+libcmocka-dev libopenblas-dev ${ET_DEPS_EXTRA:-}"
+missing=""
+for p in $pkgs; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing" >&2
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+$sudo apt-get update -qq
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null

@@ -1,0 +1,143 @@
+/*
+ * cache.c - the set-associative slot cache (see cache.h for the layout).
+ *
+ * Mechanism only: finding a key's set and way, choosing a slot for a new
+ * key with the policy, and filling or emptying slots. What a victim means
+ * (demotion to a lower tier, write-back) is the store's business.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "cache.h"
+#include "embtier.h"
+#include "hash.h"
+#include "mem_host.h"
+
+static void *host_alloc(size_t n)
+{
+	return mem_alloc(n, 64);
+}
+
+static void host_free(void *p, size_t n)
+{
+	mem_free(p, n, 64);
+}
+
+const struct mem_tier mem_tier_host = {
+	.name = "ddr",
+	.alloc = host_alloc,
+	.free = host_free,
+};
+
+int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
+	       uint32_t slot_bytes, const struct policy_ops *pol,
+	       const struct mem_tier *mem)
+{
+	uint64_t per = (uint64_t)slot_bytes + ET_SLOT_META_BYTES;
+	uint64_t n;
+
+	memset(c, 0, sizeof(*c));
+	if (!ways || ways > 64 || !slot_bytes || !pol || !mem)
+		return ET_ECONFIG;
+	c->nsets = bytes / per / ways;
+	if (c->nsets == 0)
+		return ET_ECONFIG;
+	c->ways = ways;
+	c->slot_bytes = slot_bytes;
+	c->pol = pol;
+	c->mem = mem;
+	n = cache_slots(c);
+	c->keys = mem_alloc(n * sizeof(*c->keys), 64);
+	c->pstate = mem_alloc(n * sizeof(*c->pstate), 64);
+	c->pin = mem_alloc(n * sizeof(*c->pin), 64);
+	c->data = mem->alloc(n * slot_bytes);
+	if (!c->keys || !c->pstate || !c->pin || !c->data) {
+		cache_free(c);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void cache_free(struct cache *c)
+{
+	uint64_t n = cache_slots(c);
+
+	mem_free(c->keys, n * sizeof(*c->keys), 64);
+	mem_free(c->pstate, n * sizeof(*c->pstate), 64);
+	mem_free(c->pin, n * sizeof(*c->pin), 64);
+	if (c->data)
+		c->mem->free(c->data, n * c->slot_bytes);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Multiply-shift maps the hash onto [0, nsets) without a division. */
+static inline uint64_t set_of(const struct cache *c, uint64_t key)
+{
+	return (uint64_t)(((unsigned __int128)hash_mix(key) * c->nsets) >> 64);
+}
+
+uint64_t cache_lookup(const struct cache *c, uint64_t key)
+{
+	uint64_t base = set_of(c, key) * c->ways;
+	const uint64_t *k = c->keys + base;
+
+	for (uint32_t w = 0; w < c->ways; w++)
+		if ((k[w] & CACHE_KEY_MASK) == key)
+			return base + w;
+	return CACHE_NONE;
+}
+
+uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
+		    uint32_t e0, uint32_t e1)
+{
+	uint64_t base = set_of(c, key) * c->ways;
+	uint64_t eligible = 0;
+
+	for (uint32_t w = 0; w < c->ways; w++) {
+		if (!c->keys[base + w])
+			return base + w;
+		if (!cache_pinned(c, base + w, e0, e1))
+			eligible |= 1ULL << w;
+	}
+	if (!eligible)
+		return CACHE_NONE;
+	return base + c->pol->victim(c->pstate + base, c->ways, eligible, now);
+}
+
+void cache_set_dirty(struct cache *c, uint64_t slot)
+{
+	if (!(c->keys[slot] & CACHE_DIRTY)) {
+		c->keys[slot] |= CACHE_DIRTY;
+		c->dirty++;
+	}
+}
+
+void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
+		const void *src, uint32_t row_bytes, uint32_t now)
+{
+	if (c->keys[slot])
+		cache_remove(c, slot);
+	c->keys[slot] = key | (dirty ? CACHE_DIRTY : 0);
+	c->used++;
+	if (dirty)
+		c->dirty++;
+	c->pol->on_insert(&c->pstate[slot], now);
+	memcpy(cache_row(c, slot), src, row_bytes);
+	c->st.inserts++;
+	c->st.bytes_in += row_bytes;
+}
+
+void cache_remove(struct cache *c, uint64_t slot)
+{
+	if (!c->keys[slot])
+		return;
+	if (c->keys[slot] & CACHE_DIRTY)
+		c->dirty--;
+	c->keys[slot] = 0;
+	c->used--;
+}
+
+void cache_unpin_all(struct cache *c)
+{
+	memset(c->pin, 0, cache_slots(c) * sizeof(*c->pin));
+}

@@ -1,0 +1,145 @@
+/*
+ * cache.h - a set-associative slot cache of rows; the HBM and the DDR tier
+ * are both instances.
+ *
+ * Layout: the set of a key is chosen by hashing it; each set has `ways`
+ * slots. Metadata lives in three compact arrays apart from the row data,
+ * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
+ * default 16 ways) and touches row data only on a hit:
+ *
+ *   keys   [nsets * ways] u64   row | (table + 1) << 40 | DIRTY << 63, 0 = empty
+ *   pstate [nsets * ways] u32   the policy's word
+ *   pin    [nsets * ways] u32   epoch of the batch that pinned it
+ *   data   [nsets * ways] slot_bytes each, from the tier's memory
+ *
+ * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
+ * its pin word equals one of the pin epochs the caller passes in; advancing
+ * the caller's epoch unpins everything at once, with no cleanup pass.
+ *
+ * The cache knows nothing of tiers or files: the store moves rows between
+ * instances and decides what a dirty victim means. One thread at a time.
+ */
+#ifndef ET_CACHE_H
+#define ET_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "policy.h"
+
+#define CACHE_DIRTY (1ULL << 63)
+#define CACHE_KEY_MASK (~CACHE_DIRTY)
+#define CACHE_NONE UINT64_MAX
+
+static inline uint64_t cache_key(uint32_t table, uint64_t row)
+{
+	return ((uint64_t)(table + 1) << 40) | row;
+}
+
+static inline uint32_t cache_key_table(uint64_t key)
+{
+	return (uint32_t)(((key & CACHE_KEY_MASK) >> 40) - 1);
+}
+
+static inline uint64_t cache_key_row(uint64_t key)
+{
+	return key & ((1ULL << 40) - 1);
+}
+
+/* Where a cache's row data lives (host memory, simulated or real HBM). */
+struct mem_tier {
+	const char *name;
+	void *(*alloc)(size_t bytes);
+	void (*free)(void *p, size_t bytes);
+};
+
+extern const struct mem_tier mem_tier_host;
+extern const struct mem_tier mem_tier_hbm_sim;
+const struct mem_tier *mem_tier_hbm_cuda(void); /* NULL if not built */
+
+struct cache_stats {
+	uint64_t hits, misses, inserts, evictions, bytes_in, bytes_out;
+};
+
+struct cache {
+	const struct policy_ops *pol;
+	const struct mem_tier *mem;
+	uint32_t ways;
+	uint32_t slot_bytes;
+	uint64_t nsets;
+	uint64_t *keys;
+	uint32_t *pstate;
+	uint32_t *pin;
+	char *data;
+	uint64_t used;  /* valid slots */
+	uint64_t dirty; /* dirty slots */
+	struct cache_stats st;
+};
+
+/* Sizes the cache to fit bytes (metadata included). Returns ET_ECONFIG if
+ * not even one set fits, -ENOMEM if memory runs out. */
+int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
+	       uint32_t slot_bytes, const struct policy_ops *pol,
+	       const struct mem_tier *mem);
+void cache_free(struct cache *c);
+
+static inline uint64_t cache_slots(const struct cache *c)
+{
+	return c->nsets * c->ways;
+}
+
+/* Slot holding key, or CACHE_NONE. Does not touch the policy. */
+uint64_t cache_lookup(const struct cache *c, uint64_t key);
+
+static inline void *cache_row(const struct cache *c, uint64_t slot)
+{
+	return c->data + slot * c->slot_bytes;
+}
+
+static inline bool cache_valid(const struct cache *c, uint64_t slot)
+{
+	return c->keys[slot] != 0;
+}
+
+static inline bool cache_dirty(const struct cache *c, uint64_t slot)
+{
+	return c->keys[slot] & CACHE_DIRTY;
+}
+
+static inline bool cache_pinned(const struct cache *c, uint64_t slot,
+				uint32_t e0, uint32_t e1)
+{
+	return c->pin[slot] == e0 || c->pin[slot] == e1;
+}
+
+static inline void cache_touch(struct cache *c, uint64_t slot, uint32_t now)
+{
+	c->pol->on_hit(&c->pstate[slot], now);
+}
+
+static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
+{
+	c->pin[slot] = epoch;
+}
+
+void cache_set_dirty(struct cache *c, uint64_t slot);
+
+/* A slot for key in its set: a free one if any, else the policy's victim
+ * among slots not pinned by epochs e0 or e1. CACHE_NONE if every way is
+ * pinned. Changes nothing: the caller moves the victim out (if valid) and
+ * then calls cache_fill(). */
+uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
+		    uint32_t e0, uint32_t e1);
+
+/* Places key in slot (whose previous row, if any, the caller has moved
+ * out) and copies row_bytes of src into it. */
+void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
+		const void *src, uint32_t row_bytes, uint32_t now);
+
+/* Empties slot. */
+void cache_remove(struct cache *c, uint64_t slot);
+
+/* Clears every pin (after the epoch counter wraps). */
+void cache_unpin_all(struct cache *c);
+
+#endif

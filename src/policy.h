@@ -1,0 +1,38 @@
+/*
+ * policy.h - replacement policies behind one small ops table.
+ *
+ * A policy keeps one 32-bit word of state per cache slot and sees one set
+ * at a time: it is told of hits and inserts, and asked for a victim among
+ * the ways a caller marks eligible (valid and not pinned). It knows nothing
+ * of tiers, tables or rows. "now" is a 32-bit access clock the caller
+ * advances by one per access; policies compare times modulo 2^32.
+ *
+ * Pure functions of their arguments; any thread.
+ */
+#ifndef ET_POLICY_H
+#define ET_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "embtier.h"
+
+struct policy_ops {
+	const char *name;
+	/* The slot whose state is *st was accessed (hit) at now. */
+	void (*on_hit)(uint32_t *st, uint32_t now);
+	/* A row was placed in the slot at now. */
+	void (*on_insert)(uint32_t *st, uint32_t now);
+	/* Index of the way to evict among those whose bit is set in
+	 * eligible (never 0), given the states of the set's ways. */
+	unsigned (*victim)(const uint32_t *st, unsigned ways, uint64_t eligible,
+			   uint32_t now);
+};
+
+extern const struct policy_ops policy_lru;
+extern const struct policy_ops policy_lfu;
+
+/* The ops of p, or NULL if p is not a policy. */
+const struct policy_ops *policy_get(et_policy p);
+
+#endif

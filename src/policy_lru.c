@@ -1,0 +1,52 @@
+/*
+ * policy_lru.c - least recently used.
+ *
+ * A slot's state is the clock at its last access; the victim is the
+ * eligible way with the greatest age (now - state, modulo 2^32), the lowest
+ * way on a tie, so a set's choice is deterministic.
+ */
+#include "policy.h"
+
+static void lru_touch(uint32_t *st, uint32_t now)
+{
+	*st = now;
+}
+
+static unsigned lru_victim(const uint32_t *st, unsigned ways,
+			   uint64_t eligible, uint32_t now)
+{
+	unsigned best = 0;
+	uint32_t best_age = 0;
+	bool found = false;
+
+	for (unsigned w = 0; w < ways; w++) {
+		uint32_t age = now - st[w];
+
+		if (!(eligible >> w & 1))
+			continue;
+		if (!found || age > best_age) {
+			best = w;
+			best_age = age;
+			found = true;
+		}
+	}
+	return best;
+}
+
+const struct policy_ops policy_lru = {
+	.name = "lru",
+	.on_hit = lru_touch,
+	.on_insert = lru_touch,
+	.victim = lru_victim,
+};
+
+const struct policy_ops *policy_get(et_policy p)
+{
+	switch (p) {
+	case ET_POLICY_LRU:
+		return &policy_lru;
+	case ET_POLICY_LFU:
+		return &policy_lfu;
+	}
+	return NULL;
+}

@@ -1,0 +1,1305 @@
+/*
+ * store.c - the facade: opening a store, the table registry, routing a
+ * batch through the tiers, stats.
+ *
+ * Every batch operation goes the same way:
+ *
+ *   ids --dedup--> unique rows --resolve--> a pointer to each row's bytes
+ *       --op--> (decode into the caller's buffer | update in place, dirty)
+ *       --writeback--> dirty victims and bypassed rows to their blocks
+ *
+ * resolve() makes every unique row of the batch resident in the top tier
+ * (HBM if there is one, else DDR) and pins it for the operation:
+ *
+ *   HBM hit          pin it
+ *   DDR hit          promote: copy to an HBM slot, free the DDR slot
+ *   miss             read from the table file (one batch for all misses;
+ *                    unwritten rows come from the initializer, no I/O),
+ *                    place in the top tier
+ *   HBM victim       demoted to DDR (keeping its dirty bit)
+ *   DDR victim       dropped if clean; if dirty, queued for write-back
+ *
+ * The hierarchy is exclusive: a row is in at most one cache tier, and if it
+ * is there and dirty that copy is the truth (DESIGN invariant 1). Rows are
+ * held in their storage type everywhere (invariant 2), so the result of any
+ * sequence of operations is the same bytes whatever the capacities,
+ * policies, or order of evictions (invariant 3).
+ *
+ * When a row cannot be placed because every way of its set is pinned by
+ * this batch (more distinct rows of the batch hash to one set than it has
+ * ways), it is served from a bypass buffer: read from its file, used, and
+ * written straight back if the operation changed it. Slower, never wrong.
+ *
+ * Write-back happens at the end of each operation, all queued rows of a
+ * table in one batch (the table file coalesces rows per block). If it fails,
+ * the queued rows stay in memory, the store refuses every operation but
+ * et_flush and et_store_close with ET_EFAILED, and a later successful flush
+ * writes them and clears the failure: nothing is lost or read stale.
+ *
+ * Scratch buffers grow to the largest batch seen and are kept; they are the
+ * store's only memory beyond the configured capacities (see README).
+ *
+ * One thread at a time per store.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "dtype.h"
+#include "hash.h"
+#include "io.h"
+#include "mem_host.h"
+#include "policy.h"
+#include "table_file.h"
+
+#define MAX_TABLES 65534
+#define NAME_MAX_LEN 64
+#define DEFAULT_DDR (256ULL << 20)
+#define DEFAULT_WAYS 16
+
+/* A growable scratch buffer. */
+struct sbuf {
+	void *p;
+	size_t cap;
+};
+
+static int sbuf_reserve(struct sbuf *b, size_t bytes)
+{
+	void *p;
+	size_t cap;
+
+	if (bytes <= b->cap)
+		return 0;
+	cap = b->cap ? b->cap : 4096;
+	while (cap < bytes)
+		cap *= 2;
+	p = mem_alloc(cap, 64);
+	if (!p)
+		return -ENOMEM;
+	if (b->p) {
+		memcpy(p, b->p, b->cap);
+		mem_free(b->p, b->cap, 64);
+	}
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+static void sbuf_free(struct sbuf *b)
+{
+	mem_free(b->p, b->cap, 64);
+	b->p = NULL;
+	b->cap = 0;
+}
+
+struct table {
+	et_tfile *tf;
+	const struct tf_geom *g;
+	char name[NAME_MAX_LEN + 1];
+	struct et_stats st; /* FBGEMM counters and NVMe counters */
+};
+
+struct et_store {
+	char *dir;
+	struct et_store_config cfg;
+	io_ctx *io;
+	struct table *tables;
+	uint32_t ntables, tcap;
+	bool has_hbm, caches_ready;
+	struct cache hbm, ddr;
+	uint32_t slot_bytes;
+	uint32_t now;   /* access clock for the policies */
+	uint32_t epoch; /* pin epoch of the operation in progress */
+	int failed;     /* first write-back error not yet recovered, or 0 */
+
+	/* per-operation scratch */
+	struct sbuf uniq;  /* u64 unique row ids */
+	struct sbuf inv;   /* u32 per input id: index in uniq */
+	struct sbuf last;  /* u32 per unique: last input index */
+	struct sbuf map;   /* dedup hash: u64 key+1, u32 index */
+	struct sbuf ptrs;  /* void * per unique: the row's bytes */
+	struct sbuf kind;  /* u8 per unique: where it was found, then where
+			    * it is (K_*), | K_CONFLICT */
+	struct sbuf slots; /* u64 per unique: its slot in that tier */
+	struct sbuf mrows; /* u64 rows missing from both caches */
+	struct sbuf midx;  /* u32 unique index of each miss */
+	struct sbuf mbuf;  /* their bytes as read */
+	struct sbuf acc;   /* f32 per unique x dim: summed gradients */
+	struct sbuf tmp;   /* one row */
+	struct sbuf wkeys; /* u64 keys queued for write-back */
+	struct sbuf wbuf;  /* their bytes */
+	size_t nwb;        /* rows queued for write-back */
+	struct sbuf wsort; /* u32 order for write-back grouping */
+	struct sbuf wrows; /* u64 rows of one table for write-back */
+	struct sbuf wraw;  /* their bytes, grouped */
+	struct sbuf bypass; /* u32 unique indexes served from the bypass */
+	size_t nbypass;
+};
+
+enum { K_HBM = 1, K_DDR = 2, K_MISS = 3, K_BYPASS = 4, K_CONFLICT = 0x80 };
+
+/* ------------------------------------------------------------- registry */
+
+static bool name_ok(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n == 0 || n > NAME_MAX_LEN || name[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+		      c == '.'))
+			return false;
+	}
+	return true;
+}
+
+static int table_path(const et_store *s, const char *name, char **out)
+{
+	size_t n = strlen(s->dir) + strlen(name) + 8;
+	char *p = mem_alloc(n, 0);
+
+	if (!p)
+		return -ENOMEM;
+	snprintf(p, n, "%s/%s.et", s->dir, name);
+	*out = p;
+	return 0;
+}
+
+static struct table *table_get(et_store *s, int id)
+{
+	if (!s || id < 0 || (uint32_t)id >= s->ntables)
+		return NULL;
+	return &s->tables[id];
+}
+
+/* Rows are stored in slots rounded to 4 bytes (the state is f32). */
+static uint32_t slot_for(uint32_t row_bytes)
+{
+	return (row_bytes + 3) & ~3u;
+}
+
+static int caches_init(et_store *s, uint32_t slot_bytes)
+{
+	const struct mem_tier *hm = &mem_tier_hbm_sim;
+	int ret;
+
+	s->slot_bytes = slot_bytes;
+	if (s->cfg.hbm_backend == ET_HBM_CUDA) {
+		hm = mem_tier_hbm_cuda();
+		if (!hm)
+			return ET_ECONFIG;
+	}
+	if (s->has_hbm) {
+		ret = cache_init(&s->hbm, s->cfg.hbm_bytes, s->cfg.ways,
+				 slot_bytes, policy_get(s->cfg.hbm_policy), hm);
+		if (ret)
+			return ret;
+	}
+	ret = cache_init(&s->ddr, s->cfg.ddr_bytes, s->cfg.ways, slot_bytes,
+			 policy_get(s->cfg.ddr_policy), &mem_tier_host);
+	if (ret) {
+		if (s->has_hbm)
+			cache_free(&s->hbm);
+		return ret;
+	}
+	s->caches_ready = true;
+	return 0;
+}
+
+static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
+{
+	const struct tf_geom *g = tf_geom(tf);
+	struct table *t;
+	int ret;
+
+	for (uint32_t i = 0; i < s->ntables; i++)
+		if (!strcmp(s->tables[i].name, name))
+			return -EEXIST;
+	if (s->ntables >= MAX_TABLES)
+		return -EMFILE;
+	if (!s->caches_ready) {
+		ret = caches_init(s, s->cfg.slot_bytes ?
+					     slot_for(s->cfg.slot_bytes) :
+					     slot_for(g->row_bytes));
+		if (ret)
+			return ret;
+	}
+	if (slot_for(g->row_bytes) > s->slot_bytes)
+		return ET_EMISMATCH; /* row larger than the cache slots */
+	if (s->ntables == s->tcap) {
+		uint32_t cap = s->tcap ? s->tcap * 2 : 8;
+		struct table *nt = mem_alloc(cap * sizeof(*nt), 0);
+
+		if (!nt)
+			return -ENOMEM;
+		if (s->tables) {
+			memcpy(nt, s->tables, s->ntables * sizeof(*nt));
+			mem_free(s->tables, s->tcap * sizeof(*nt), 0);
+		}
+		s->tables = nt;
+		s->tcap = cap;
+	}
+	t = &s->tables[s->ntables];
+	memset(t, 0, sizeof(*t));
+	t->tf = tf;
+	t->g = g;
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	tf_attach_io(tf, s->io);
+	*id = (int)s->ntables++;
+	return 0;
+}
+
+int et_table_create(et_store *s, const char *name,
+		    const struct et_table_params *p, int *id)
+{
+	et_tfile *tf;
+	char *path;
+	int ret;
+
+	if (!s || !p || !id)
+		return -EINVAL;
+	if (!name_ok(name))
+		return ET_ECONFIG;
+	for (uint32_t i = 0; i < s->ntables; i++)
+		if (!strcmp(s->tables[i].name, name))
+			return -EEXIST;
+	ret = table_path(s, name, &path);
+	if (ret)
+		return ret;
+	ret = et_tfile_create(path, p, &tf);
+	if (!ret) {
+		ret = table_add(s, tf, name, id);
+		if (ret) {
+			et_tfile_close(tf);
+			unlink(path);
+		}
+	}
+	mem_free(path, strlen(path) + 1, 0);
+	return ret;
+}
+
+static bool params_match(const struct tf_geom *g,
+			 const struct et_table_params *e)
+{
+	return (!e->rows || e->rows == g->rows) &&
+	       (!e->dim || e->dim == g->dim) &&
+	       (!e->dtype || e->dtype == g->dtype) &&
+	       (!e->optim || e->optim == g->optim) &&
+	       (!e->init || e->init == g->init) &&
+	       (!e->init_scale || e->init_scale == g->init_scale) &&
+	       (!e->seed || e->seed == g->seed) &&
+	       (!e->block_size || e->block_size == g->block_size);
+}
+
+int et_table_open(et_store *s, const char *name,
+		  const struct et_table_params *expect, int *id)
+{
+	et_tfile *tf;
+	char *path;
+	int ret;
+
+	if (!s || !id)
+		return -EINVAL;
+	if (!name_ok(name))
+		return ET_ECONFIG;
+	ret = table_path(s, name, &path);
+	if (ret)
+		return ret;
+	ret = et_tfile_open(path, 0, &tf);
+	mem_free(path, strlen(path) + 1, 0);
+	if (ret)
+		return ret;
+	if (expect && !params_match(tf_geom(tf), expect))
+		ret = ET_EMISMATCH;
+	else
+		ret = table_add(s, tf, name, id);
+	if (ret)
+		et_tfile_close(tf);
+	return ret;
+}
+
+int et_table_info(et_store *s, int table, struct et_table_info *info)
+{
+	struct table *t = table_get(s, table);
+
+	if (!t)
+		return ET_ENOTABLE;
+	return et_tfile_info(t->tf, info);
+}
+
+/* ------------------------------------------------------------- lifetime */
+
+static int config_check(struct et_store_config *c)
+{
+	if (!c->ddr_bytes)
+		c->ddr_bytes = DEFAULT_DDR;
+	if (!c->hbm_policy)
+		c->hbm_policy = ET_POLICY_LRU;
+	if (!c->ddr_policy)
+		c->ddr_policy = ET_POLICY_LRU;
+	if (!c->ways)
+		c->ways = DEFAULT_WAYS;
+	if (!c->io_depth)
+		c->io_depth = IO_DEFAULT_DEPTH;
+	if (!policy_get(c->hbm_policy) || !policy_get(c->ddr_policy) ||
+	    c->ways > 64 || c->io_depth > 4096 ||
+	    (c->hbm_backend != ET_HBM_SIM && c->hbm_backend != ET_HBM_CUDA) ||
+	    c->slot_bytes > ET_MAX_DIM * 4 + 64)
+		return ET_ECONFIG;
+	/* Capacities must hold at least one set of the smallest slot. */
+	if (c->ddr_bytes / (4 + ET_SLOT_META_BYTES) < c->ways ||
+	    (c->hbm_bytes &&
+	     c->hbm_bytes / (4 + ET_SLOT_META_BYTES) < c->ways))
+		return ET_ECONFIG;
+	if (c->slot_bytes) {
+		uint64_t per = slot_for(c->slot_bytes) + ET_SLOT_META_BYTES;
+
+		if (c->ddr_bytes / per < c->ways ||
+		    (c->hbm_bytes && c->hbm_bytes / per < c->ways))
+			return ET_ECONFIG;
+	}
+	return 0;
+}
+
+int et_store_open(const char *dir, const struct et_store_config *cfg,
+		  et_store **out)
+{
+	struct et_store_config c = { 0 };
+	struct stat st;
+	et_store *s;
+	int ret, why = 0;
+
+	if (!dir || !*dir || !out)
+		return -EINVAL;
+	if (cfg)
+		c = *cfg;
+	ret = config_check(&c);
+	if (ret)
+		return ret;
+	if (stat(dir, &st)) {
+		if (errno != ENOENT)
+			return -errno;
+		if (mkdir(dir, 0755))
+			return -errno;
+	} else if (!S_ISDIR(st.st_mode)) {
+		return -ENOTDIR;
+	}
+	s = mem_alloc(sizeof(*s), 0);
+	if (!s)
+		return -ENOMEM;
+	s->cfg = c;
+	s->has_hbm = c.hbm_bytes > 0;
+	s->epoch = 1;
+	s->dir = mem_alloc(strlen(dir) + 1, 0);
+	if (!s->dir) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	memcpy(s->dir, dir, strlen(dir) + 1);
+	ret = io_open(c.io_depth, &s->io, &why);
+	if (ret)
+		goto err_free;
+	if (c.slot_bytes) {
+		ret = caches_init(s, slot_for(c.slot_bytes));
+		if (ret)
+			goto err_free;
+	}
+	*out = s;
+	return 0;
+
+err_free:
+	io_close(s->io);
+	if (s->dir)
+		mem_free(s->dir, strlen(s->dir) + 1, 0);
+	mem_free(s, sizeof(*s), 0);
+	return ret;
+}
+
+static void store_free(et_store *s)
+{
+	for (uint32_t i = 0; i < s->ntables; i++)
+		et_tfile_close(s->tables[i].tf);
+	mem_free(s->tables, s->tcap * sizeof(*s->tables), 0);
+	if (s->caches_ready) {
+		if (s->has_hbm)
+			cache_free(&s->hbm);
+		cache_free(&s->ddr);
+	}
+	io_close(s->io);
+	struct sbuf *bufs[] = { &s->uniq,  &s->inv,   &s->last,  &s->map,
+				&s->ptrs,  &s->kind,  &s->mrows, &s->midx,
+				&s->mbuf,  &s->acc,   &s->tmp,   &s->wkeys,
+				&s->wbuf,  &s->wsort, &s->wrows, &s->wraw,
+				&s->bypass, &s->slots };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		sbuf_free(bufs[i]);
+	mem_free(s->dir, strlen(s->dir) + 1, 0);
+	mem_free(s, sizeof(*s), 0);
+}
+
+int et_store_close(et_store *s)
+{
+	int ret;
+
+	if (!s)
+		return 0;
+	ret = et_flush(s);
+	store_free(s);
+	return ret;
+}
+
+/* ------------------------------------------------------------ write-back */
+
+static int wb_queue(et_store *s, uint64_t key, const void *raw)
+{
+	int ret;
+
+	ret = sbuf_reserve(&s->wkeys, (s->nwb + 1) * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->wbuf, (s->nwb + 1) * s->slot_bytes);
+	if (ret)
+		return ret;
+	((uint64_t *)s->wkeys.p)[s->nwb] = key & CACHE_KEY_MASK;
+	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, s->slot_bytes);
+	s->nwb++;
+	return 0;
+}
+
+static const uint64_t *wb_sort_keys;
+
+static int wb_cmp(const void *a, const void *b)
+{
+	uint64_t x = wb_sort_keys[*(const uint32_t *)a];
+	uint64_t y = wb_sort_keys[*(const uint32_t *)b];
+
+	return x < y ? -1 : x > y;
+}
+
+/* Writes every queued row home, grouped by table. On failure the queue is
+ * kept whole (rewriting a row is harmless) and the store is marked failed. */
+static int wb_run(et_store *s)
+{
+	const uint64_t *keys = s->wkeys.p;
+	uint32_t *ord;
+	size_t i = 0;
+	int ret;
+
+	if (!s->nwb)
+		return 0;
+	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->wrows, s->nwb * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->wraw, s->nwb * s->slot_bytes);
+	if (ret)
+		goto fail;
+	ord = s->wsort.p;
+	for (i = 0; i < s->nwb; i++)
+		ord[i] = (uint32_t)i;
+	wb_sort_keys = keys;
+	qsort(ord, s->nwb, sizeof(*ord), wb_cmp);
+	for (i = 0; i < s->nwb;) {
+		uint32_t t = cache_key_table(keys[ord[i]]);
+		struct table *tb = &s->tables[t];
+		uint64_t *rows = s->wrows.p;
+		size_t n = 0;
+
+		while (i < s->nwb && cache_key_table(keys[ord[i]]) == t) {
+			rows[n] = cache_key_row(keys[ord[i]]);
+			memcpy((char *)s->wraw.p + n * tb->g->row_bytes,
+			       (char *)s->wbuf.p +
+				       (size_t)ord[i] * s->slot_bytes,
+			       tb->g->row_bytes);
+			n++;
+			i++;
+		}
+		ret = tf_write_rows_raw(tb->tf, rows, n, s->wraw.p);
+		if (ret)
+			goto fail;
+		tb->st.writebacks += n;
+	}
+	s->nwb = 0;
+	return 0;
+fail:
+	if (!s->failed)
+		s->failed = ret;
+	return ret;
+}
+
+/* ---------------------------------------------------------------- dedup */
+
+/*
+ * Distinct ids of a batch in order of first appearance: uniq[0..m), and
+ * for each input i the index inv[i] of its id in uniq, and for each unique
+ * the index of its last appearance. Open addressing, table of at least 2n.
+ */
+static int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
+{
+	size_t cap = 16, m = 0;
+	uint64_t *hk;
+	uint32_t *hv, *inv, *last;
+	uint64_t *uniq;
+	int ret;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	ret = sbuf_reserve(&s->map, cap * (sizeof(uint64_t) + sizeof(uint32_t)));
+	if (!ret)
+		ret = sbuf_reserve(&s->uniq, n * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->inv, n * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->last, n * sizeof(uint32_t));
+	if (ret)
+		return ret;
+	hk = s->map.p;
+	hv = (uint32_t *)(hk + cap);
+	memset(hk, 0, cap * sizeof(*hk));
+	uniq = s->uniq.p;
+	inv = s->inv.p;
+	last = s->last.p;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t k = ids[i] + 1;
+		size_t h = hash_mix(k) & (cap - 1);
+
+		while (hk[h] && hk[h] != k)
+			h = (h + 1) & (cap - 1);
+		if (!hk[h]) {
+			hk[h] = k;
+			hv[h] = (uint32_t)m;
+			uniq[m++] = ids[i];
+		}
+		inv[i] = hv[h];
+		last[hv[h]] = (uint32_t)i;
+	}
+	*m_out = m;
+	return 0;
+}
+
+/* -------------------------------------------------------------- resolve */
+
+/* Places a row demoted from HBM (or a miss when there is no HBM) in DDR.
+ * A dirty DDR victim is queued for write-back; if every way is pinned the
+ * row itself goes home (dirty) or is dropped (clean). Returns the DDR slot
+ * or CACHE_NONE. */
+static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
+		     uint64_t *slot_out)
+{
+	struct cache *d = &s->ddr;
+	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, s->epoch,
+				   s->epoch);
+	int ret;
+
+	*slot_out = slot;
+	if (slot == CACHE_NONE)
+		return dirty ? wb_queue(s, key, raw) : 0;
+	if (cache_valid(d, slot)) {
+		if (cache_dirty(d, slot)) {
+			ret = wb_queue(s, d->keys[slot], cache_row(d, slot));
+			if (ret)
+				return ret;
+		}
+		d->st.evictions++;
+		d->st.bytes_out += s->slot_bytes;
+	}
+	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, s->slot_bytes,
+		   s->now);
+	return 0;
+}
+
+/*
+ * Makes the m unique rows of table t resident in the top tier (or the
+ * bypass), pinned for this operation, and points ptrs[i] at each one's
+ * bytes. Updates the stats.
+ */
+static int resolve(et_store *s, uint32_t t, size_t m)
+{
+	struct table *tb = &s->tables[t];
+	const uint64_t *uniq = s->uniq.p;
+	struct cache *top = s->has_hbm ? &s->hbm : &s->ddr;
+	uint8_t *kind;
+	uint64_t *slots;
+	void **ptrs;
+	uint64_t *mrows;
+	uint32_t *midx;
+	size_t nm = 0;
+	uint32_t rb = tb->g->row_bytes;
+	struct tf_stats t0, t1;
+	int ret;
+
+	ret = sbuf_reserve(&s->ptrs, m * sizeof(void *));
+	if (!ret)
+		ret = sbuf_reserve(&s->kind, m);
+	if (!ret)
+		ret = sbuf_reserve(&s->mrows, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->midx, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->tmp, s->slot_bytes);
+	if (!ret)
+		ret = sbuf_reserve(&s->bypass, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->slots, m * sizeof(uint64_t));
+	if (ret)
+		return ret;
+	kind = s->kind.p;
+	slots = s->slots.p;
+	ptrs = s->ptrs.p;
+	mrows = s->mrows.p;
+	midx = s->midx.p;
+	s->nbypass = 0;
+
+	/* 1. Look up every row, top tier first. */
+	for (size_t i = 0; i < m; i++) {
+		uint64_t key = cache_key(t, uniq[i]);
+		uint64_t slot = cache_lookup(top, key);
+
+		s->now++;
+		if (slot != CACHE_NONE) {
+			cache_touch(top, slot, s->now);
+			cache_pin(top, slot, s->epoch);
+			ptrs[i] = cache_row(top, slot);
+			slots[i] = slot;
+			kind[i] = s->has_hbm ? K_HBM : K_DDR;
+			top->st.hits++;
+			continue;
+		}
+		top->st.misses++;
+		tb->st.unique_misses++;
+		if (s->has_hbm) {
+			slot = cache_lookup(&s->ddr, key);
+			if (slot != CACHE_NONE) {
+				/* pinned so that no demotion of this batch
+				 * pushes it out before its promotion */
+				cache_pin(&s->ddr, slot, s->epoch);
+				s->ddr.st.hits++;
+				kind[i] = K_DDR;
+				continue;
+			}
+			s->ddr.st.misses++;
+		}
+		kind[i] = K_MISS;
+		midx[nm] = (uint32_t)i;
+		mrows[nm++] = uniq[i];
+	}
+
+	/* 2. Read every miss in one batch. */
+	if (nm) {
+		ret = sbuf_reserve(&s->mbuf, nm * (size_t)rb);
+		if (ret)
+			return ret;
+		tf_get_stats(tb->tf, &t0);
+		ret = tf_read_rows_raw(tb->tf, mrows, nm, s->mbuf.p);
+		tf_get_stats(tb->tf, &t1);
+		tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
+		tb->st.nvme_rows_read += nm - (t1.rows_lazy - t0.rows_lazy);
+		if (ret)
+			return ret;
+	}
+
+	/* 3. Place DDR hits and misses in the top tier, in batch order. */
+	for (size_t j = 0, q = 0; j < m; j++) {
+		uint64_t key = cache_key(t, uniq[j]);
+		const void *src;
+		uint64_t dslot = CACHE_NONE, slot;
+		bool dirty = false;
+
+		if (kind[j] == K_HBM || (kind[j] == K_DDR && !s->has_hbm))
+			continue;
+		if (kind[j] == K_MISS) {
+			while (midx[q] != j)
+				q++;
+			src = (char *)s->mbuf.p + q * (size_t)rb;
+		} else {
+			dslot = cache_lookup(&s->ddr, key);
+			src = cache_row(&s->ddr, dslot);
+			dirty = cache_dirty(&s->ddr, dslot);
+		}
+		s->now++;
+		slot = cache_pick(top, key, s->now, s->epoch, s->epoch);
+		if (slot == CACHE_NONE) {
+			/* Every way pinned by this batch: a set conflict. */
+			tb->st.conflict_unique_misses++;
+			if (kind[j] == K_DDR) {
+				cache_touch(&s->ddr, dslot, s->now);
+				ptrs[j] = cache_row(&s->ddr, dslot);
+				slots[j] = dslot;
+				kind[j] = K_DDR | K_CONFLICT;
+			} else if (s->has_hbm) {
+				/* try DDR before the bypass */
+				ret = ddr_place(s, key, src, false, &dslot);
+				if (ret)
+					return ret;
+				if (dslot == CACHE_NONE)
+					goto bypass;
+				cache_pin(&s->ddr, dslot, s->epoch);
+				ptrs[j] = cache_row(&s->ddr, dslot);
+				slots[j] = dslot;
+				kind[j] = K_DDR | K_CONFLICT;
+			} else {
+				goto bypass;
+			}
+			continue;
+bypass:
+			ptrs[j] = (void *)src;
+			kind[j] = K_BYPASS | K_CONFLICT;
+			((uint32_t *)s->bypass.p)[s->nbypass++] = (uint32_t)j;
+			continue;
+		}
+		if (cache_valid(top, slot)) {
+			/* The victim leaves the top tier. With an HBM tier
+			 * it is demoted to DDR; without, it goes home. Copy
+			 * it out first: placing it may reuse src's slot. */
+			uint64_t vkey = top->keys[slot];
+
+			top->st.evictions++;
+			top->st.bytes_out += s->slot_bytes;
+			if (s->has_hbm) {
+				memcpy(s->tmp.p, cache_row(top, slot),
+				       s->slot_bytes);
+				cache_remove(top, slot);
+				if (kind[j] == K_DDR) {
+					cache_fill(top, slot, key, dirty, src,
+						   s->slot_bytes, s->now);
+					cache_remove(&s->ddr, dslot);
+					s->ddr.st.bytes_out += s->slot_bytes;
+				} else {
+					cache_fill(top, slot, key, false, src,
+						   rb, s->now);
+				}
+				ret = ddr_place(s, vkey, s->tmp.p,
+						vkey & CACHE_DIRTY, &dslot);
+				if (ret)
+					return ret;
+				goto placed;
+			}
+			if (vkey & CACHE_DIRTY) {
+				ret = wb_queue(s, vkey, cache_row(top, slot));
+				if (ret)
+					return ret;
+			}
+		}
+		if (kind[j] == K_DDR) {
+			cache_fill(top, slot, key, dirty, src, s->slot_bytes,
+				   s->now);
+			cache_remove(&s->ddr, dslot);
+			s->ddr.st.bytes_out += s->slot_bytes;
+		} else {
+			cache_fill(top, slot, key, false, src, rb, s->now);
+		}
+placed:
+		cache_pin(top, slot, s->epoch);
+		ptrs[j] = cache_row(top, slot);
+		slots[j] = slot;
+		kind[j] = s->has_hbm ? K_HBM : K_DDR;
+	}
+	return 0;
+}
+
+/* Ends an operation: bypassed rows it changed go home with the dirty
+ * victims, and the batch's pins are released. */
+static int op_end(et_store *s, uint32_t t, bool changed)
+{
+	const void *const *ptrs = s->ptrs.p;
+	const uint32_t *by = s->bypass.p;
+	int ret = 0;
+
+	if (changed)
+		for (size_t i = 0; i < s->nbypass && !ret; i++)
+			ret = wb_queue(s, cache_key(t, ((uint64_t *)s->uniq.p)[by[i]]),
+				       ptrs[by[i]]);
+	s->nbypass = 0;
+	if (!ret)
+		ret = wb_run(s);
+	else if (!s->failed)
+		s->failed = ret;
+	if (++s->epoch == 0) { /* wrapped: forget every old pin */
+		if (s->has_hbm)
+			cache_unpin_all(&s->hbm);
+		cache_unpin_all(&s->ddr);
+		s->epoch = 1;
+	}
+	return ret;
+}
+
+/* Common entry checks and bookkeeping of a batch operation. */
+static int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
+		    struct table **out)
+{
+	struct table *t = table_get(s, table);
+
+	if (!s)
+		return -EINVAL;
+	if (!t)
+		return ET_ENOTABLE;
+	if (s->failed)
+		return ET_EFAILED;
+	if (n && !ids)
+		return -EINVAL;
+	if (n > UINT32_MAX)
+		return -E2BIG;
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] >= t->g->rows)
+			return ET_EROWRANGE;
+	*out = t;
+	return 0;
+}
+
+/* Dedups and resolves; on success the unique rows are at s->ptrs. */
+static int op_prepare(et_store *s, struct table *t, const uint64_t *ids,
+		      size_t n, size_t *m, bool deduped)
+{
+	uint32_t tid = (uint32_t)(t - s->tables);
+	uint64_t conflicts0 = t->st.conflict_unique_misses;
+	int ret;
+
+	ret = deduped ? 0 : dedup(s, ids, n, m);
+	if (ret)
+		return ret;
+	t->st.calls++;
+	t->st.requested += n;
+	t->st.unique += *m;
+	ret = resolve(s, tid, *m);
+	if (ret) {
+		/* Nothing changed but pins, policy words and, perhaps,
+		 * rows moved between tiers; dirty victims are queued. */
+		op_end(s, tid, false);
+		return ret;
+	}
+	/* conflict misses with duplicates counted */
+	if (t->st.conflict_unique_misses != conflicts0) {
+		const uint8_t *kind = s->kind.p;
+		const uint32_t *inv = s->inv.p;
+
+		for (size_t i = 0; i < n; i++)
+			if (kind[inv[i]] & K_CONFLICT)
+				t->st.conflict_misses++;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ operations */
+
+int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
+	      float *out)
+{
+	struct table *t;
+	size_t m;
+	int ret;
+
+	ret = op_begin(s, table, ids, n, &t);
+	if (ret || n == 0)
+		return ret;
+	if (!out)
+		return -EINVAL;
+	ret = op_prepare(s, t, ids, n, &m, false);
+	if (ret)
+		return ret;
+	{
+		void *const *ptrs = s->ptrs.p;
+		const uint32_t *inv = s->inv.p;
+		uint32_t dim = t->g->dim;
+
+		for (size_t i = 0; i < n; i++)
+			dtype_decode(t->g->dtype, ptrs[inv[i]], out + i * dim,
+				     dim);
+	}
+	return op_end(s, (uint32_t)table, false);
+}
+
+static int check_offsets(const uint64_t *offsets, size_t nbags, size_t *n)
+{
+	if (!offsets || offsets[0] != 0)
+		return -EINVAL;
+	for (size_t b = 0; b < nbags; b++)
+		if (offsets[b + 1] < offsets[b])
+			return -EINVAL;
+	*n = offsets[nbags];
+	return 0;
+}
+
+int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
+		     const uint64_t *offsets, size_t nbags, et_pool mode,
+		     float *out)
+{
+	struct table *t;
+	size_t n, m;
+	int ret;
+
+	if (!s || !out || (mode != ET_POOL_SUM && mode != ET_POOL_MEAN))
+		return -EINVAL;
+	ret = check_offsets(offsets, nbags, &n);
+	if (ret)
+		return ret;
+	ret = op_begin(s, table, ids, n, &t);
+	if (ret)
+		return ret;
+	if (n) {
+		ret = op_prepare(s, t, ids, n, &m, false);
+		if (ret)
+			return ret;
+		ret = sbuf_reserve(&s->acc, t->g->dim * sizeof(float));
+		if (ret) {
+			op_end(s, (uint32_t)table, false);
+			return ret;
+		}
+	}
+	{
+		void *const *ptrs = s->ptrs.p;
+		const uint32_t *inv = s->inv.p;
+		uint32_t dim = t->g->dim;
+		float *row = s->acc.p;
+
+		/* Bag b: rows added in id order in f32, then divided by
+		 * the bag's size for a mean. */
+		for (size_t b = 0; b < nbags; b++) {
+			float *o = out + b * dim;
+			uint64_t len = offsets[b + 1] - offsets[b];
+
+			memset(o, 0, dim * sizeof(*o));
+			for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
+				dtype_decode(t->g->dtype, ptrs[inv[i]], row,
+					     dim);
+				for (uint32_t c = 0; c < dim; c++)
+					o[c] += row[c];
+			}
+			if (mode == ET_POOL_MEAN && len)
+				for (uint32_t c = 0; c < dim; c++)
+					o[c] /= (float)len;
+		}
+	}
+	return n ? op_end(s, (uint32_t)table, false) : 0;
+}
+
+/*
+ * Applies the summed gradients acc (m x dim) to the resolved rows.
+ *
+ * SGD:        w[c] -= lr * g[c]
+ * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
+ *             s   = sum over c of g[c] * g[c]   (f32, column order)
+ *             m  += s / dim
+ *             mul = lr / (sqrtf(m) + eps)
+ *             w[c] -= mul * g[c]
+ * Each w[c] is decoded from the storage type, updated in f32, and encoded
+ * back (rounded to nearest even for f16/bf16).
+ */
+static void apply(et_store *s, struct table *t, size_t m, const float *acc,
+		  const struct et_update_params *up)
+{
+	void *const *ptrs = s->ptrs.p;
+	const struct tf_geom *g = t->g;
+	float eps = up->eps ? up->eps : 1e-8f;
+	float lr = up->lr;
+	float w[256];
+
+	for (size_t i = 0; i < m; i++) {
+		char *row = ptrs[i];
+		const float *gr = acc + i * g->dim;
+		float mul = lr;
+
+		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
+			float sum = 0, st;
+
+			for (uint32_t c = 0; c < g->dim; c++)
+				sum += gr[c] * gr[c];
+			memcpy(&st, row + g->value_bytes, sizeof(st));
+			st += sum / (float)g->dim;
+			memcpy(row + g->value_bytes, &st, sizeof(st));
+			mul = lr / (sqrtf(st) + eps);
+		}
+		/* decode, update, encode in pieces: no allocation */
+		for (uint32_t c0 = 0; c0 < g->dim; c0 += 256) {
+			uint32_t k = g->dim - c0 < 256 ? g->dim - c0 : 256;
+			size_t es = dtype_size(g->dtype);
+
+			dtype_decode(g->dtype, row + c0 * es, w, k);
+			for (uint32_t c = 0; c < k; c++)
+				w[c] -= mul * gr[c0 + c];
+			dtype_encode(g->dtype, w, row + c0 * es, k);
+		}
+	}
+}
+
+/* Marks the resolved rows dirty in whichever tier holds them. */
+static void mark_dirty(et_store *s, size_t m)
+{
+	const uint8_t *kind = s->kind.p;
+	const uint64_t *slots = s->slots.p;
+
+	for (size_t i = 0; i < m; i++) {
+		switch (kind[i] & ~K_CONFLICT) {
+		case K_HBM:
+			cache_set_dirty(&s->hbm, slots[i]);
+			break;
+		case K_DDR:
+			cache_set_dirty(&s->ddr, slots[i]);
+			break;
+		}
+	}
+}
+
+/* Sums per-input gradients into one per unique row, in input order. If
+ * scale_by_bag, input i's gradient is bag_grads[bag of i] / bag size. */
+static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
+		      const float *grads, const uint64_t *offsets,
+		      size_t nbags, et_pool mode)
+{
+	uint32_t dim = t->g->dim;
+	const uint32_t *inv = s->inv.p;
+	uint8_t *seen;
+	float *acc;
+	int ret;
+
+	ret = sbuf_reserve(&s->acc, m * dim * sizeof(float) + m);
+	if (ret)
+		return ret;
+	acc = s->acc.p;
+	seen = (uint8_t *)(acc + m * dim);
+	memset(seen, 0, m);
+	for (size_t b = 0, i = 0; i < n; i++) {
+		float *a = acc + (size_t)inv[i] * dim;
+		const float *gi;
+		float div = 1.0f;
+
+		if (offsets) {
+			while (offsets[b + 1] <= i)
+				b++;
+			gi = grads + b * dim;
+			if (mode == ET_POOL_MEAN)
+				div = (float)(offsets[b + 1] - offsets[b]);
+		} else {
+			gi = grads + i * dim;
+		}
+		if (!seen[inv[i]]) {
+			seen[inv[i]] = 1;
+			for (uint32_t c = 0; c < dim; c++)
+				a[c] = offsets && mode == ET_POOL_MEAN ?
+					       gi[c] / div :
+					       gi[c];
+		} else {
+			for (uint32_t c = 0; c < dim; c++)
+				a[c] += offsets && mode == ET_POOL_MEAN ?
+						gi[c] / div :
+						gi[c];
+		}
+	}
+	(void)nbags;
+	return 0;
+}
+
+static int update_common(et_store *s, int table, const uint64_t *ids,
+			 size_t n, const float *grads, const uint64_t *offsets,
+			 size_t nbags, et_pool mode,
+			 const struct et_update_params *up)
+{
+	struct table *t;
+	size_t m;
+	int ret;
+
+	if (!up || !isfinite(up->lr) || !isfinite(up->eps) || up->eps < 0)
+		return -EINVAL;
+	ret = op_begin(s, table, ids, n, &t);
+	if (ret || n == 0)
+		return ret;
+	if (!grads)
+		return -EINVAL;
+	ret = dedup(s, ids, n, &m);
+	if (ret)
+		return ret;
+	ret = accumulate(s, t, n, m, grads, offsets, nbags, mode);
+	if (ret)
+		return ret;
+	ret = op_prepare(s, t, ids, n, &m, true);
+	if (ret)
+		return ret;
+	apply(s, t, m, s->acc.p, up);
+	mark_dirty(s, m);
+	return op_end(s, (uint32_t)table, true);
+}
+
+int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
+	      const float *grads, const struct et_update_params *up)
+{
+	return update_common(s, table, ids, n, grads, NULL, 0, ET_POOL_SUM,
+			     up);
+}
+
+int et_update_pooled(et_store *s, int table, const uint64_t *ids,
+		     const uint64_t *offsets, size_t nbags, et_pool mode,
+		     const float *bag_grads,
+		     const struct et_update_params *up)
+{
+	size_t n;
+	int ret;
+
+	if (mode != ET_POOL_SUM && mode != ET_POOL_MEAN)
+		return -EINVAL;
+	ret = check_offsets(offsets, nbags, &n);
+	if (ret)
+		return ret;
+	return update_common(s, table, ids, n, bag_grads, offsets, nbags, mode,
+			     up);
+}
+
+int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
+		  const float *vals)
+{
+	struct table *t;
+	size_t m;
+	int ret;
+
+	ret = op_begin(s, table, ids, n, &t);
+	if (ret || n == 0)
+		return ret;
+	if (!vals)
+		return -EINVAL;
+	ret = op_prepare(s, t, ids, n, &m, false);
+	if (ret)
+		return ret;
+	{
+		void *const *ptrs = s->ptrs.p;
+		const uint32_t *last = s->last.p;
+		uint32_t dim = t->g->dim;
+
+		for (size_t i = 0; i < m; i++)
+			dtype_encode(t->g->dtype, vals + (size_t)last[i] * dim,
+				     ptrs[i], dim);
+	}
+	mark_dirty(s, m);
+	return op_end(s, (uint32_t)table, true);
+}
+
+/* ---------------------------------------------------------------- flush */
+
+/* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
+ * clears the dirty bits of what was written. */
+static int flush_cache(et_store *s, struct cache *c)
+{
+	const uint64_t chunk = 65536;
+	uint64_t n = cache_slots(c);
+	int ret;
+
+	for (uint64_t b = 0; b < n; b += chunk) {
+		uint64_t e = b + chunk < n ? b + chunk : n;
+
+		for (uint64_t i = b; i < e; i++) {
+			if (!cache_dirty(c, i))
+				continue;
+			ret = wb_queue(s, c->keys[i], cache_row(c, i));
+			if (ret)
+				return ret;
+		}
+		ret = wb_run(s);
+		if (ret)
+			return ret;
+		for (uint64_t i = b; i < e; i++)
+			if (cache_dirty(c, i)) {
+				c->keys[i] &= ~CACHE_DIRTY;
+				c->dirty--;
+			}
+	}
+	return 0;
+}
+
+int et_flush(et_store *s)
+{
+	int ret;
+
+	if (!s)
+		return -EINVAL;
+	/* Rows left over from a failed write-back first. */
+	ret = wb_run(s);
+	if (ret)
+		return ret;
+	s->failed = 0;
+	if (s->caches_ready) {
+		if (s->has_hbm) {
+			ret = flush_cache(s, &s->hbm);
+			if (ret)
+				return ret;
+		}
+		ret = flush_cache(s, &s->ddr);
+		if (ret)
+			return ret;
+	}
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		ret = et_tfile_sync(s->tables[i].tf);
+		if (ret) {
+			s->failed = s->failed ? s->failed : ret;
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- stats */
+
+static void tier_stats(const struct cache *c, struct et_tier_stats *ts)
+{
+	memset(ts, 0, sizeof(*ts));
+	if (!c->keys)
+		return;
+	ts->capacity_rows = cache_slots(c);
+	ts->resident_rows = c->used;
+	ts->dirty_rows = c->dirty;
+	ts->hits = c->st.hits;
+	ts->misses = c->st.misses;
+	ts->inserts = c->st.inserts;
+	ts->evictions = c->st.evictions;
+	ts->bytes_in = c->st.bytes_in;
+	ts->bytes_out = c->st.bytes_out;
+}
+
+static void add_table(struct et_stats *st, const struct table *t)
+{
+	struct tf_stats f;
+
+	st->calls += t->st.calls;
+	st->requested += t->st.requested;
+	st->unique += t->st.unique;
+	st->unique_misses += t->st.unique_misses;
+	st->conflict_unique_misses += t->st.conflict_unique_misses;
+	st->conflict_misses += t->st.conflict_misses;
+	st->nvme_rows_read += t->st.nvme_rows_read;
+	st->rows_lazy += t->st.rows_lazy;
+	st->writebacks += t->st.writebacks;
+	tf_get_stats(t->tf, &f);
+	st->blocks_read += f.blocks_read;
+	st->blocks_written += f.blocks_written;
+	st->bytes_read += f.bytes_read;
+	st->bytes_written += f.bytes_written;
+}
+
+int et_get_stats(et_store *s, int table, struct et_stats *st)
+{
+	if (!s || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	if (table >= 0) {
+		struct table *t = table_get(s, table);
+
+		if (!t)
+			return ET_ENOTABLE;
+		add_table(st, t);
+	} else {
+		for (uint32_t i = 0; i < s->ntables; i++)
+			add_table(st, &s->tables[i]);
+	}
+	if (s->has_hbm)
+		tier_stats(&s->hbm, &st->hbm);
+	tier_stats(&s->ddr, &st->ddr);
+	st->mem_bytes = mem_in_use();
+	st->mem_peak_bytes = mem_peak();
+	return 0;
+}
