@@ -155,7 +155,7 @@ int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
 
 /* Writes the contiguous rows [first, first + n) from in (n x dim f32), with
  * large sequential I/O: the fast path for bulk loading. The optimizer state
- * of rows in whole blocks written this way is reset to zero. */
+ * of every row in the range is reset to zero. */
 int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 			 const float *in);
 
@@ -164,7 +164,8 @@ typedef int (*et_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
 /* Reads and checks every materialized block. Returns 0 if all are good,
  * ET_EBLOCKSUM if any is bad (*bad_blocks counts them, *first_bad names
- * the first), or another error. */
+ * the first), or another error. If progress stops it early, the result
+ * covers the blocks checked so far. */
 int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 		    et_progress_fn progress, void *arg);
 
@@ -277,8 +278,35 @@ int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 		  const float *vals);
 
-/* Writes back every dirty row and syncs every table file. */
+/* Writes back every dirty row and syncs every table file. Waits for any
+ * prefetch in flight first. */
 int et_flush(et_store *s);
+
+/* ------------------------------------------------------------- prefetch */
+
+/* The ids of one table in the next batch. */
+struct et_batch_ids {
+	int table;
+	const uint64_t *ids; /* copied: the caller may reuse the buffer */
+	size_t n;
+};
+
+/*
+ * Starts bringing the rows of the next batch up to the top tier and returns
+ * without waiting for the disk: rows already cached are pinned (promoted
+ * from DDR if need be), rows never written are filled from the initializer,
+ * and reads for the rest are handed to the store's I/O thread. The next
+ * operation on the store installs what has arrived and waits only for what
+ * has not.
+ *
+ * Each call opens a new batch. The rows of this batch and of the one
+ * before it stay pinned (never evicted) until the call after next: no
+ * cleanup call is needed. Rows that cannot be placed because every way of
+ * their set is pinned are skipped (counted in prefetch_skipped) and read on
+ * demand later: prefetch never changes results, only their speed.
+ */
+int et_prefetch(et_store *s, const struct et_batch_ids *batch,
+		size_t ntables);
 
 /* Counters of one cache tier. */
 struct et_tier_stats {
@@ -308,6 +336,17 @@ struct et_stats {
 	uint64_t writebacks;             /* dirty rows written back */
 	uint64_t blocks_read, blocks_written;
 	uint64_t bytes_read, bytes_written;
+	/* prefetch (store-wide) */
+	uint64_t prefetch_calls;
+	uint64_t prefetch_rows;          /* distinct rows asked for */
+	uint64_t prefetch_reads;         /* of which read from table files */
+	uint64_t prefetch_hits;          /* rows an operation found in the top
+					  * tier because a prefetch put them
+					  * there */
+	uint64_t prefetch_late;          /* rows still being read when the
+					  * next operation began */
+	uint64_t prefetch_skipped;       /* rows that found no unpinned way */
+	uint64_t prefetch_wait_ns;       /* time operations waited for reads */
 	/* memory */
 	uint64_t mem_bytes;              /* host bytes the library holds now */
 	uint64_t mem_peak_bytes;

@@ -68,6 +68,7 @@ void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by)
 void io_fault_clear(void)
 {
 	atomic_store(&fault_op, -1);
+	atomic_store(&fault_did_fire, false);
 }
 
 bool io_fault_fired(void)

@@ -695,9 +695,10 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 	int ret;
 
 	ret = tf_stage(tf);
+	if (!ret)
+		ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
-	io = tf->io;
 	while (i < n) {
 		uint32_t cap = tf->stage_blocks < 512 ? tf->stage_blocks : 512;
 		uint32_t nb = 0, nr = 0;
@@ -894,7 +895,7 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 		r->len = tf->g.block_size;
 		r->off = block_off(tf, blocks[s]);
 	}
-	ret = io_run(tf->io, tf->reqs, nb);
+	ret = io_run(tf->io, tf->reqs, nb); /* set by for_each_chunk */
 	/* Blocks that made it to disk are written whatever else failed. */
 	for (s = 0; s < nb; s++) {
 		if (io_req_result(&tf->reqs[s]) == 0) {
@@ -1050,6 +1051,22 @@ static int wr_retire(et_tfile *tf, struct wr_slot *s, int ret)
 	return ret;
 }
 
+/* et_tfile_write_rows with every row's optimizer state set to zero, as
+ * whole blocks of a bulk load get it. */
+static int write_rows_zero_state(et_tfile *tf, const uint64_t *ids,
+				 uint64_t n, const float *in)
+{
+	size_t sb = (size_t)n * tf->g.state_floats * sizeof(float);
+	float *st = sb ? mem_alloc(sb, 0) : NULL;
+	int ret;
+
+	if (sb && !st)
+		return -ENOMEM;
+	ret = et_tfile_write_rows(tf, ids, n, in, st);
+	mem_free(st, sb, 0);
+	return ret;
+}
+
 int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 			 const float *in)
 {
@@ -1079,7 +1096,7 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 			return -ENOMEM;
 		for (uint64_t i = 0; i < n; i++)
 			ids[i] = first + i;
-		ret = et_tfile_write_rows(tf, ids, n, in, NULL);
+		ret = write_rows_zero_state(tf, ids, n, in);
 		mem_free(ids, n * sizeof(*ids), 0);
 		return ret;
 	}
@@ -1096,13 +1113,13 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 		for (uint64_t i = 0; i < head; i++)
 			ids[i] = first + i;
 		if (head)
-			ret = et_tfile_write_rows(tf, ids, head, in, NULL);
+			ret = write_rows_zero_state(tf, ids, head, in);
 		for (uint64_t i = 0; !ret && i < tail; i++)
 			ids[i] = tail_first + i;
 		if (!ret && tail)
-			ret = et_tfile_write_rows(
+			ret = write_rows_zero_state(
 				tf, ids, tail,
-				in + (tail_first - first) * g->dim, NULL);
+				in + (tail_first - first) * g->dim);
 		mem_free(ids, m * sizeof(*ids), 0);
 		if (ret)
 			return ret;
@@ -1162,10 +1179,10 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 		s->req.arg = s;
 		s->busy = true;
 		io_queue(io, &s->req);
-		if (io_wait(io, 0) < 0) { /* send now, don't wait */
-			ret = -EIO;
+		ret = io_wait(io, 0); /* send now, don't wait */
+		if (ret < 0)
 			goto out_drain;
-		}
+		ret = 0;
 		b += s->nb;
 	}
 out_drain:
@@ -1195,12 +1212,15 @@ int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 {
 	uint64_t b = 0, done = 0, bad = 0, fbad = UINT64_MAX;
 	uint64_t total;
+	io_ctx *io;
 	int ret;
 
 	if (!tf)
 		return -EINVAL;
 	total = tf->map.count;
 	ret = tf_stage(tf);
+	if (!ret)
+		ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
 	for (;;) {
@@ -1224,7 +1244,7 @@ int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 		}
 		if (!nr)
 			break;
-		ret = io_run(tf->io, tf->reqs, nr);
+		ret = io_run(io, tf->reqs, nr);
 		if (ret)
 			return ret;
 		for (uint32_t i = 0; i < nr; i++) {

@@ -28,15 +28,14 @@ struct fmt {
 	const char *name;
 	unsigned mant_bits; /* 10 for f16, 7 for bf16 */
 	unsigned exp_bits;  /* 5 for f16, 8 for bf16 */
-	int bias;           /* 15, 127 */
+	int bias;	    /* 15, 127 */
 	uint16_t (*enc)(float);
 	float (*dec)(uint16_t);
 };
 
-static const struct fmt f16 = { "f16", 10, 5, 15, et_f32_to_f16,
-				et_f16_to_f32 };
-static const struct fmt bf16 = { "bf16", 7, 8, 127, et_f32_to_bf16,
-				 et_bf16_to_f32 };
+static const struct fmt f16 = {"f16", 10, 5, 15, et_f32_to_f16, et_f16_to_f32};
+static const struct fmt bf16 = {"bf16",	       7, 8, 127, et_f32_to_bf16,
+				et_bf16_to_f32};
 
 static uint32_t f2u(float f)
 {
@@ -296,7 +295,7 @@ static void test_f16_edges(void **state)
 	assert_int_equal(et_f32_to_f16(-0x1p-24f), 0x8001);
 	assert_int_equal(et_f32_to_f16(3 * 0x1p-25f), 0x0002); /* tie, even */
 	assert_int_equal(et_f32_to_f16(5 * 0x1p-25f), 0x0002); /* tie, even */
-	assert_int_equal(et_f32_to_f16(0x1p-25f), 0x0000); /* tie to zero */
+	assert_int_equal(et_f32_to_f16(0x1p-25f), 0x0000);     /* tie to zero */
 	assert_int_equal(et_f32_to_f16(nextafterf(0x1p-25f, 1)), 0x0001);
 	assert_int_equal(et_f32_to_f16(-0x1p-26f), 0x8000); /* keeps sign */
 	assert_int_equal(et_f32_to_f16(0x1p-149f), 0x0000); /* f32 subnormal */
@@ -458,9 +457,9 @@ static void check_array(et_dtype t, size_t n, size_t skew)
 
 static void test_dtype_arrays(void **state)
 {
-	static const size_t lens[] = { 0, 1, 2, 3, 7, 8, 15, 16, 17, 64, 129,
-				       1000, 4099 };
-	static const et_dtype types[] = { ET_F32, ET_F16, ET_BF16 };
+	static const size_t lens[] = {0,  1,  2,  3,   7,    8,	  15,
+				      16, 17, 64, 129, 1000, 4099};
+	static const et_dtype types[] = {ET_F32, ET_F16, ET_BF16};
 	size_t ti, li, skew;
 
 	for (ti = 0; ti < 3; ti++)
@@ -472,8 +471,8 @@ static void test_dtype_arrays(void **state)
 /* f32 storage keeps every bit, NaN payloads included. */
 static void test_dtype_f32_bits(void **state)
 {
-	static const uint32_t pats[] = { 0x7fc00001, 0xffa00000, 0x80000000,
-					 0x00000001, 0x7f800000, 0x3f800000 };
+	static const uint32_t pats[] = {0x7fc00001, 0xffa00000, 0x80000000,
+					0x00000001, 0x7f800000, 0x3f800000};
 	float src[6], back[6];
 	uint32_t raw[6];
 	int i;
@@ -491,17 +490,17 @@ static void test_dtype_f32_bits(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_f16_exhaustive),
-		cmocka_unit_test(test_bf16_exhaustive),
-		cmocka_unit_test(test_f16_ties),
-		cmocka_unit_test(test_bf16_ties),
-		cmocka_unit_test(test_f16_random),
-		cmocka_unit_test(test_bf16_random),
-		cmocka_unit_test(test_f16_edges),
-		cmocka_unit_test(test_bf16_edges),
-		cmocka_unit_test(test_dtype_meta),
-		cmocka_unit_test(test_dtype_arrays),
-		cmocka_unit_test(test_dtype_f32_bits),
+	    cmocka_unit_test(test_f16_exhaustive),
+	    cmocka_unit_test(test_bf16_exhaustive),
+	    cmocka_unit_test(test_f16_ties),
+	    cmocka_unit_test(test_bf16_ties),
+	    cmocka_unit_test(test_f16_random),
+	    cmocka_unit_test(test_bf16_random),
+	    cmocka_unit_test(test_f16_edges),
+	    cmocka_unit_test(test_bf16_edges),
+	    cmocka_unit_test(test_dtype_meta),
+	    cmocka_unit_test(test_dtype_arrays),
+	    cmocka_unit_test(test_dtype_f32_bits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

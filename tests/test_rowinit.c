@@ -24,12 +24,12 @@
 #include "rowinit.h"
 #include "util.h"
 
-#define DIM 128
+#define DIM   128
 #define NROWS 8192 /* NROWS * DIM = 1M values for the statistics */
 #define NVALS (NROWS * DIM)
 
-static const et_init all_inits[] = { ET_INIT_ZEROS, ET_INIT_UNIFORM,
-				     ET_INIT_NORMAL };
+static const et_init all_inits[] = {ET_INIT_ZEROS, ET_INIT_UNIFORM,
+				    ET_INIT_NORMAL};
 
 static uint32_t f2u(float f)
 {
@@ -103,7 +103,7 @@ static void test_order_independent(void **state)
  * (rowinit.h: a pure function of (seed, row, column)). */
 static void test_dim_independent(void **state)
 {
-	static const uint32_t dims[] = { 1, 2, 3, 7, 64, 127 };
+	static const uint32_t dims[] = {1, 2, 3, 7, 64, 127};
 	float full[128], part[128];
 	size_t d;
 	int k;
@@ -194,15 +194,14 @@ static void test_zeros(void **state)
 /* Moments and correlations of NROWS x DIM values. */
 struct moments {
 	double mean, var, min, max;
-	double corr_col;  /* between columns c and c + 1 of a row */
-	double corr_row;  /* between rows r and r + 1 at one column */
-	double within[3]; /* fraction with |x| <= 1, 2, 3 scales */
+	double corr_col;   /* between columns c and c + 1 of a row */
+	double corr_row;   /* between rows r and r + 1 at one column */
+	double within[3];  /* fraction with |x| <= 1, 2, 3 scales */
 	unsigned hist[10]; /* x / scale in ten equal bins over [-1, 1) */
 	int all_finite;
 };
 
-static void measure(et_init init, float scale, uint64_t seed,
-		    struct moments *m)
+static void measure(et_init init, float scale, uint64_t seed, struct moments *m)
 {
 	float *v = tu_calloc((size_t)NROWS * DIM, sizeof(float));
 	double s = 0, s2 = 0, sc = 0, sr = 0;
@@ -258,7 +257,7 @@ static void measure(et_init init, float scale, uint64_t seed,
  */
 static void test_uniform_stats(void **state)
 {
-	static const float scales[] = { 1.0f, 0.01f, 1.0f / 11.3137085f };
+	static const float scales[] = {1.0f, 0.01f, 1.0f / 11.3137085f};
 	size_t k;
 	int b;
 
@@ -292,7 +291,7 @@ static void test_uniform_stats(void **state)
  */
 static void test_normal_stats(void **state)
 {
-	static const float scales[] = { 1.0f, 0.05f };
+	static const float scales[] = {1.0f, 0.05f};
 	size_t k;
 
 	for (k = 0; k < 2; k++) {
@@ -357,15 +356,15 @@ static void test_names(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_deterministic),
-		cmocka_unit_test(test_order_independent),
-		cmocka_unit_test(test_dim_independent),
-		cmocka_unit_test(test_distinct),
-		cmocka_unit_test(test_zeros),
-		cmocka_unit_test(test_uniform_stats),
-		cmocka_unit_test(test_normal_stats),
-		cmocka_unit_test(test_scale_applies),
-		cmocka_unit_test(test_names),
+	    cmocka_unit_test(test_deterministic),
+	    cmocka_unit_test(test_order_independent),
+	    cmocka_unit_test(test_dim_independent),
+	    cmocka_unit_test(test_distinct),
+	    cmocka_unit_test(test_zeros),
+	    cmocka_unit_test(test_uniform_stats),
+	    cmocka_unit_test(test_normal_stats),
+	    cmocka_unit_test(test_scale_applies),
+	    cmocka_unit_test(test_names),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,8 +25,8 @@
 #include "util.h"
 
 static char scratch_dir[PATH_MAX];
-static int scratch_made;      /* we created scratch_dir: remove it at exit */
-static char **paths;          /* every path handed out, for the exit sweep */
+static int scratch_made; /* we created scratch_dir: remove it at exit */
+static char **paths;	 /* every path handed out, for the exit sweep */
 static size_t npaths, cap_paths;
 static unsigned path_seq;
 
