@@ -88,7 +88,7 @@ uint64_t cache_lookup(const struct cache *c, uint64_t key)
 }
 
 uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
-		    uint32_t e0, uint32_t e1)
+		    const struct pinset *ps)
 {
 	uint64_t base = set_of(c, key) * c->ways;
 	uint64_t eligible = 0;
@@ -96,7 +96,7 @@ uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
 	for (uint32_t w = 0; w < c->ways; w++) {
 		if (!c->keys[base + w])
 			return base + w;
-		if (!cache_pinned(c, base + w, e0, e1))
+		if (!cache_pinned(c, base + w, ps))
 			eligible |= 1ULL << w;
 	}
 	if (!eligible)

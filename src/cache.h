@@ -7,14 +7,16 @@
  * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
  * default 16 ways) and touches row data only on a hit:
  *
- *   keys   [nsets * ways] u64   row | (table + 1) << 40 | DIRTY << 63, 0 = empty
+ *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62 | DIRTY << 63
+ *                                0 = empty
  *   pstate [nsets * ways] u32   the policy's word
  *   pin    [nsets * ways] u32   epoch of the batch that pinned it
  *   data   [nsets * ways] slot_bytes each, from the tier's memory
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
- * its pin word equals one of the pin epochs the caller passes in; advancing
- * the caller's epoch unpins everything at once, with no cleanup pass.
+ * its pin word equals one of the (non-zero) pin epochs the caller passes
+ * in; moving on to new epochs unpins everything at once, with no cleanup
+ * pass.
  *
  * The cache knows nothing of tiers or files: the store moves rows between
  * instances and decides what a dirty victim means. One thread at a time.
@@ -28,7 +30,8 @@
 #include "policy.h"
 
 #define CACHE_DIRTY (1ULL << 63)
-#define CACHE_KEY_MASK (~CACHE_DIRTY)
+#define CACHE_PF (1ULL << 62) /* placed by a prefetch, not yet used */
+#define CACHE_KEY_MASK (~(CACHE_DIRTY | CACHE_PF))
 #define CACHE_NONE UINT64_MAX
 
 static inline uint64_t cache_key(uint32_t table, uint64_t row)
@@ -106,10 +109,17 @@ static inline bool cache_dirty(const struct cache *c, uint64_t slot)
 	return c->keys[slot] & CACHE_DIRTY;
 }
 
+/* The epochs whose pins hold: the operation's and two batches'. */
+struct pinset {
+	uint32_t e[3];
+};
+
 static inline bool cache_pinned(const struct cache *c, uint64_t slot,
-				uint32_t e0, uint32_t e1)
+				const struct pinset *ps)
 {
-	return c->pin[slot] == e0 || c->pin[slot] == e1;
+	uint32_t p = c->pin[slot];
+
+	return p && (p == ps->e[0] || p == ps->e[1] || p == ps->e[2]);
 }
 
 static inline void cache_touch(struct cache *c, uint64_t slot, uint32_t now)
@@ -125,11 +135,11 @@ static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
 void cache_set_dirty(struct cache *c, uint64_t slot);
 
 /* A slot for key in its set: a free one if any, else the policy's victim
- * among slots not pinned by epochs e0 or e1. CACHE_NONE if every way is
- * pinned. Changes nothing: the caller moves the victim out (if valid) and
- * then calls cache_fill(). */
+ * among slots not pinned by ps. CACHE_NONE if every way is pinned. Changes
+ * nothing: the caller moves the victim out (if valid) and then calls
+ * cache_fill(). */
 uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
-		    uint32_t e0, uint32_t e1);
+		    const struct pinset *ps);
 
 /* Places key in slot (whose previous row, if any, the caller has moved
  * out) and copies row_bytes of src into it. */

@@ -56,6 +56,7 @@
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
+#include "pipeline.h"
 #include "policy.h"
 #include "table_file.h"
 
@@ -117,7 +118,14 @@ struct et_store {
 	uint32_t slot_bytes;
 	uint32_t now;   /* access clock for the policies */
 	uint32_t epoch; /* pin epoch of the operation in progress */
+	uint32_t bcur;  /* pin epoch of the last prefetched batch, or 0 */
+	uint32_t bprev; /* and of the one before it */
 	int failed;     /* first write-back error not yet recovered, or 0 */
+	struct pipeline *pl; /* the I/O thread */
+	bool pl_pending;     /* jobs handed to it and not drained */
+	struct {
+		uint64_t calls, rows, reads, hits, late, skipped, wait_ns;
+	} pf;
 
 	/* per-operation scratch */
 	struct sbuf uniq;  /* u64 unique row ids */
@@ -136,6 +144,8 @@ struct et_store {
 	struct sbuf wkeys; /* u64 keys queued for write-back */
 	struct sbuf wbuf;  /* their bytes */
 	size_t nwb;        /* rows queued for write-back */
+	struct sbuf widx;  /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;   /* entries in widx, a power of two */
 	struct sbuf wsort; /* u32 order for write-back grouping */
 	struct sbuf wrows; /* u64 rows of one table for write-back */
 	struct sbuf wraw;  /* their bytes, grouped */
@@ -143,7 +153,19 @@ struct et_store {
 	size_t nbypass;
 };
 
-enum { K_HBM = 1, K_DDR = 2, K_MISS = 3, K_BYPASS = 4, K_CONFLICT = 0x80 };
+enum {
+	K_HBM = 1,    /* in HBM */
+	K_DDR = 2,    /* in DDR */
+	K_MISS = 3,   /* in neither: read from its table file */
+	K_BYPASS = 4, /* served outside the caches */
+	K_WB = 5,     /* in neither, but queued for write-back: dirty */
+	K_CONFLICT = 0x80,
+};
+
+static void epoch_next(et_store *s);
+static int drain(et_store *s);
+static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
+		      bool dirty, uint32_t epoch);
 
 /* ------------------------------------------------------------- registry */
 
@@ -211,6 +233,13 @@ static int caches_init(et_store *s, uint32_t slot_bytes)
 	if (ret) {
 		if (s->has_hbm)
 			cache_free(&s->hbm);
+		return ret;
+	}
+	ret = sbuf_reserve(&s->tmp, slot_bytes); /* place_row's victim copy */
+	if (ret) {
+		if (s->has_hbm)
+			cache_free(&s->hbm);
+		cache_free(&s->ddr);
 		return ret;
 	}
 	s->caches_ready = true;
@@ -332,10 +361,12 @@ int et_table_open(et_store *s, const char *name,
 int et_table_info(et_store *s, int table, struct et_table_info *info)
 {
 	struct table *t = table_get(s, table);
+	int ret;
 
 	if (!t)
 		return ET_ENOTABLE;
-	return et_tfile_info(t->tf, info);
+	ret = drain(s); /* the file's map is the I/O thread's meanwhile */
+	return ret ? ret : et_tfile_info(t->tf, info);
 }
 
 /* ------------------------------------------------------------- lifetime */
@@ -410,6 +441,9 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	ret = io_open(c.io_depth, &s->io, &why);
 	if (ret)
 		goto err_free;
+	ret = pl_start(&s->pl);
+	if (ret)
+		goto err_free;
 	if (c.slot_bytes) {
 		ret = caches_init(s, slot_for(c.slot_bytes));
 		if (ret)
@@ -419,6 +453,7 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	return 0;
 
 err_free:
+	pl_stop(s->pl);
 	io_close(s->io);
 	if (s->dir)
 		mem_free(s->dir, strlen(s->dir) + 1, 0);
@@ -428,6 +463,7 @@ err_free:
 
 static void store_free(et_store *s)
 {
+	pl_stop(s->pl); /* before the files and the ring it uses go */
 	for (uint32_t i = 0; i < s->ntables; i++)
 		et_tfile_close(s->tables[i].tf);
 	mem_free(s->tables, s->tcap * sizeof(*s->tables), 0);
@@ -441,7 +477,7 @@ static void store_free(et_store *s)
 				&s->ptrs,  &s->kind,  &s->mrows, &s->midx,
 				&s->mbuf,  &s->acc,   &s->tmp,   &s->wkeys,
 				&s->wbuf,  &s->wsort, &s->wrows, &s->wraw,
-				&s->bypass, &s->slots };
+				&s->bypass, &s->slots, &s->widx };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
@@ -461,19 +497,83 @@ int et_store_close(et_store *s)
 
 /* ------------------------------------------------------------ write-back */
 
+/*
+ * The write-back queue is a tier of its own: a row evicted dirty is in no
+ * cache and not yet home, so until the queue is written, lookups that miss
+ * both caches must look here before the table file (wb_find). Each key is
+ * queued once; queueing it again replaces its bytes.
+ */
+static void widx_clear(et_store *s)
+{
+	if (s->widx_cap)
+		memset(s->widx.p, 0, s->widx_cap * sizeof(uint32_t));
+}
+
+static int64_t wb_find(const et_store *s, uint64_t key)
+{
+	const uint64_t *keys = s->wkeys.p;
+	const uint32_t *ix = s->widx.p;
+	size_t h;
+
+	if (!s->nwb)
+		return -1;
+	key &= CACHE_KEY_MASK;
+	for (h = hash_mix(key) & (s->widx_cap - 1); ix[h];
+	     h = (h + 1) & (s->widx_cap - 1))
+		if (keys[ix[h] - 1] == key)
+			return ix[h] - 1;
+	return -1;
+}
+
+static void widx_insert(et_store *s, uint64_t key, size_t pos)
+{
+	uint32_t *ix = s->widx.p;
+	size_t h = hash_mix(key) & (s->widx_cap - 1);
+
+	while (ix[h])
+		h = (h + 1) & (s->widx_cap - 1);
+	ix[h] = (uint32_t)(pos + 1);
+}
+
 static int wb_queue(et_store *s, uint64_t key, const void *raw)
 {
+	int64_t at;
 	int ret;
 
+	key &= CACHE_KEY_MASK;
+	at = wb_find(s, key);
+	if (at >= 0) {
+		memcpy((char *)s->wbuf.p + (size_t)at * s->slot_bytes, raw,
+		       s->slot_bytes);
+		return 0;
+	}
 	ret = sbuf_reserve(&s->wkeys, (s->nwb + 1) * sizeof(uint64_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->wbuf, (s->nwb + 1) * s->slot_bytes);
 	if (ret)
 		return ret;
-	((uint64_t *)s->wkeys.p)[s->nwb] = key & CACHE_KEY_MASK;
+	if (2 * (s->nwb + 1) > s->widx_cap) { /* grow and rebuild */
+		size_t cap = s->widx_cap ? s->widx_cap * 2 : 1024;
+
+		ret = sbuf_reserve(&s->widx, cap * sizeof(uint32_t));
+		if (ret)
+			return ret;
+		s->widx_cap = cap;
+		widx_clear(s);
+		for (size_t i = 0; i < s->nwb; i++)
+			widx_insert(s, ((uint64_t *)s->wkeys.p)[i], i);
+	}
+	((uint64_t *)s->wkeys.p)[s->nwb] = key;
 	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, s->slot_bytes);
+	widx_insert(s, key, s->nwb);
 	s->nwb++;
 	return 0;
+}
+
+static void wb_reset(et_store *s)
+{
+	s->nwb = 0;
+	widx_clear(s);
 }
 
 static const uint64_t *wb_sort_keys;
@@ -529,7 +629,7 @@ static int wb_run(et_store *s)
 			goto fail;
 		tb->st.writebacks += n;
 	}
-	s->nwb = 0;
+	wb_reset(s);
 	return 0;
 fail:
 	if (!s->failed)
@@ -589,16 +689,24 @@ static int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 
 /* -------------------------------------------------------------- resolve */
 
-/* Places a row demoted from HBM (or a miss when there is no HBM) in DDR.
+/* The pins that hold now: this operation's and the last two batches'. */
+static struct pinset pins_now(const et_store *s)
+{
+	struct pinset ps = { { s->epoch, s->bcur, s->bprev } };
+
+	return ps;
+}
+
+/* Places a row demoted from HBM (or a row with no better place) in DDR.
  * A dirty DDR victim is queued for write-back; if every way is pinned the
  * row itself goes home (dirty) or is dropped (clean). Returns the DDR slot
- * or CACHE_NONE. */
+ * or CACHE_NONE in *slot_out. */
 static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		     uint64_t *slot_out)
 {
 	struct cache *d = &s->ddr;
-	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, s->epoch,
-				   s->epoch);
+	struct pinset ps = pins_now(s);
+	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, &ps);
 	int ret;
 
 	*slot_out = slot;
@@ -616,6 +724,98 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, s->slot_bytes,
 		   s->now);
 	return 0;
+}
+
+/*
+ * Places row key in the top tier, pinned with epoch pin, dirty or not. Its
+ * bytes are at src (rb of them); if dslot is not CACHE_NONE, src is that
+ * DDR slot, which is freed (a promotion). The top
+ * tier's victim, if any, is demoted to DDR (with an HBM tier) or goes home
+ * (without). If every top way is pinned (a set conflict), the row stays in
+ * or goes to DDR, and failing that is left where it is: *where says which
+ * (K_HBM, K_DDR or K_BYPASS, with K_CONFLICT), *slot_out the slot.
+ */
+static int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
+		     uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
+		     uint64_t *slot_out)
+{
+	struct cache *top = s->has_hbm ? &s->hbm : &s->ddr;
+	struct pinset ps = pins_now(s);
+	uint64_t slot;
+	int ret;
+
+	s->now++;
+	slot = cache_pick(top, key, s->now, &ps);
+	if (slot == CACHE_NONE) {
+		*where = K_CONFLICT;
+		if (dslot != CACHE_NONE) {
+			cache_touch(&s->ddr, dslot, s->now);
+			cache_pin(&s->ddr, dslot, pin);
+			*where |= K_DDR;
+			*slot_out = dslot;
+			return 0;
+		}
+		if (s->has_hbm) {
+			ret = ddr_place(s, key, src, dirty, slot_out);
+			if (ret)
+				return ret;
+			if (*slot_out != CACHE_NONE) {
+				cache_pin(&s->ddr, *slot_out, pin);
+				*where |= K_DDR;
+				return 0;
+			}
+		}
+		*where |= K_BYPASS;
+		/* A dirty row no cache can take goes home now. */
+		return dirty ? wb_queue(s, key, src) : 0;
+	}
+	if (cache_valid(top, slot)) {
+		uint64_t vkey = top->keys[slot];
+
+		top->st.evictions++;
+		top->st.bytes_out += s->slot_bytes;
+		if (s->has_hbm) {
+			/* Copy the victim out first: placing it in DDR may
+			 * reuse the slot src is in. */
+			memcpy(s->tmp.p, cache_row(top, slot), s->slot_bytes);
+			cache_fill(top, slot, key, dirty, src, rb, s->now);
+			if (dslot != CACHE_NONE) {
+				cache_remove(&s->ddr, dslot);
+				s->ddr.st.bytes_out += s->slot_bytes;
+			}
+			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
+					&dslot);
+			if (ret)
+				return ret;
+			goto placed;
+		}
+		if (vkey & CACHE_DIRTY) {
+			ret = wb_queue(s, vkey, cache_row(top, slot));
+			if (ret)
+				return ret;
+		}
+	}
+	cache_fill(top, slot, key, dirty, src, rb, s->now);
+	if (dslot != CACHE_NONE) {
+		cache_remove(&s->ddr, dslot);
+		s->ddr.st.bytes_out += s->slot_bytes;
+	}
+placed:
+	cache_pin(top, slot, pin);
+	*where = s->has_hbm ? K_HBM : K_DDR;
+	*slot_out = slot;
+	return 0;
+}
+
+static void *where_row(et_store *s, uint8_t where, uint64_t slot)
+{
+	switch (where & ~K_CONFLICT) {
+	case K_HBM:
+		return cache_row(&s->hbm, slot);
+	case K_DDR:
+		return cache_row(&s->ddr, slot);
+	}
+	return NULL;
 }
 
 /*
@@ -641,12 +841,10 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 	ret = sbuf_reserve(&s->ptrs, m * sizeof(void *));
 	if (!ret)
 		ret = sbuf_reserve(&s->kind, m);
-	if (!ret)
-		ret = sbuf_reserve(&s->mrows, m * sizeof(uint64_t));
+	if (!ret) /* twice: the second half holds the rows to read */
+		ret = sbuf_reserve(&s->mrows, 2 * m * sizeof(uint64_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->midx, m * sizeof(uint32_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->tmp, s->slot_bytes);
 	if (!ret)
 		ret = sbuf_reserve(&s->bypass, m * sizeof(uint32_t));
 	if (!ret)
@@ -667,6 +865,10 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 
 		s->now++;
 		if (slot != CACHE_NONE) {
+			if (top->keys[slot] & CACHE_PF) {
+				top->keys[slot] &= ~CACHE_PF;
+				s->pf.hits++;
+			}
 			cache_touch(top, slot, s->now);
 			cache_pin(top, slot, s->epoch);
 			ptrs[i] = cache_row(top, slot);
@@ -685,150 +887,205 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 				cache_pin(&s->ddr, slot, s->epoch);
 				s->ddr.st.hits++;
 				kind[i] = K_DDR;
+				slots[i] = slot;
 				continue;
 			}
 			s->ddr.st.misses++;
 		}
-		kind[i] = K_MISS;
+		kind[i] = wb_find(s, key) >= 0 ? K_WB : K_MISS;
 		midx[nm] = (uint32_t)i;
 		mrows[nm++] = uniq[i];
 	}
 
-	/* 2. Read every miss in one batch. */
+	/* 2. Read every miss in one batch; rows queued for write-back are
+	 * copied from the queue (their file may not have them yet). */
 	if (nm) {
+		size_t nr = 0;
+
 		ret = sbuf_reserve(&s->mbuf, nm * (size_t)rb);
 		if (ret)
 			return ret;
-		tf_get_stats(tb->tf, &t0);
-		ret = tf_read_rows_raw(tb->tf, mrows, nm, s->mbuf.p);
-		tf_get_stats(tb->tf, &t1);
-		tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
-		tb->st.nvme_rows_read += nm - (t1.rows_lazy - t0.rows_lazy);
-		if (ret)
-			return ret;
+		for (size_t q = 0; q < nm; q++) {
+			uint64_t key = cache_key(t, mrows[q]);
+
+			if (kind[midx[q]] == K_WB)
+				memcpy((char *)s->mbuf.p + q * (size_t)rb,
+				       (char *)s->wbuf.p +
+					       (size_t)wb_find(s, key) *
+						       s->slot_bytes,
+				       rb);
+			else
+				nr++;
+		}
+		if (nr) {
+			/* compact the rows to read, then spread them back */
+			uint64_t *rr = mrows + nm; /* room reserved below */
+			size_t k = 0;
+
+			for (size_t q = 0; q < nm; q++)
+				if (kind[midx[q]] != K_WB)
+					rr[k++] = mrows[q];
+			ret = sbuf_reserve(&s->wraw, nr * (size_t)rb);
+			if (ret)
+				return ret;
+			tf_get_stats(tb->tf, &t0);
+			ret = tf_read_rows_raw(tb->tf, rr, nr, s->wraw.p);
+			tf_get_stats(tb->tf, &t1);
+			tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
+			tb->st.nvme_rows_read +=
+				nr - (t1.rows_lazy - t0.rows_lazy);
+			if (ret)
+				return ret;
+			k = 0;
+			for (size_t q = 0; q < nm; q++)
+				if (kind[midx[q]] != K_WB)
+					memcpy((char *)s->mbuf.p + q * (size_t)rb,
+					       (char *)s->wraw.p +
+						       (k++) * (size_t)rb,
+					       rb);
+		}
 	}
 
 	/* 3. Place DDR hits and misses in the top tier, in batch order. */
 	for (size_t j = 0, q = 0; j < m; j++) {
-		uint64_t key = cache_key(t, uniq[j]);
+		uint64_t dslot = CACHE_NONE;
 		const void *src;
-		uint64_t dslot = CACHE_NONE, slot;
-		bool dirty = false;
+		bool dirty;
 
 		if (kind[j] == K_HBM || (kind[j] == K_DDR && !s->has_hbm))
 			continue;
-		if (kind[j] == K_MISS) {
+		if (kind[j] == K_MISS || kind[j] == K_WB) {
 			while (midx[q] != j)
 				q++;
 			src = (char *)s->mbuf.p + q * (size_t)rb;
+			dirty = kind[j] == K_WB;
 		} else {
-			dslot = cache_lookup(&s->ddr, key);
+			dslot = slots[j];
 			src = cache_row(&s->ddr, dslot);
 			dirty = cache_dirty(&s->ddr, dslot);
 		}
-		s->now++;
-		slot = cache_pick(top, key, s->now, s->epoch, s->epoch);
-		if (slot == CACHE_NONE) {
-			/* Every way pinned by this batch: a set conflict. */
+		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot,
+				dirty, s->epoch, &kind[j], &slots[j]);
+		if (ret)
+			return ret;
+		if (kind[j] & K_CONFLICT)
 			tb->st.conflict_unique_misses++;
-			if (kind[j] == K_DDR) {
-				cache_touch(&s->ddr, dslot, s->now);
-				ptrs[j] = cache_row(&s->ddr, dslot);
-				slots[j] = dslot;
-				kind[j] = K_DDR | K_CONFLICT;
-			} else if (s->has_hbm) {
-				/* try DDR before the bypass */
-				ret = ddr_place(s, key, src, false, &dslot);
-				if (ret)
-					return ret;
-				if (dslot == CACHE_NONE)
-					goto bypass;
-				cache_pin(&s->ddr, dslot, s->epoch);
-				ptrs[j] = cache_row(&s->ddr, dslot);
-				slots[j] = dslot;
-				kind[j] = K_DDR | K_CONFLICT;
-			} else {
-				goto bypass;
-			}
-			continue;
-bypass:
+		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
 			ptrs[j] = (void *)src;
-			kind[j] = K_BYPASS | K_CONFLICT;
 			((uint32_t *)s->bypass.p)[s->nbypass++] = (uint32_t)j;
-			continue;
-		}
-		if (cache_valid(top, slot)) {
-			/* The victim leaves the top tier. With an HBM tier
-			 * it is demoted to DDR; without, it goes home. Copy
-			 * it out first: placing it may reuse src's slot. */
-			uint64_t vkey = top->keys[slot];
-
-			top->st.evictions++;
-			top->st.bytes_out += s->slot_bytes;
-			if (s->has_hbm) {
-				memcpy(s->tmp.p, cache_row(top, slot),
-				       s->slot_bytes);
-				cache_remove(top, slot);
-				if (kind[j] == K_DDR) {
-					cache_fill(top, slot, key, dirty, src,
-						   s->slot_bytes, s->now);
-					cache_remove(&s->ddr, dslot);
-					s->ddr.st.bytes_out += s->slot_bytes;
-				} else {
-					cache_fill(top, slot, key, false, src,
-						   rb, s->now);
-				}
-				ret = ddr_place(s, vkey, s->tmp.p,
-						vkey & CACHE_DIRTY, &dslot);
-				if (ret)
-					return ret;
-				goto placed;
-			}
-			if (vkey & CACHE_DIRTY) {
-				ret = wb_queue(s, vkey, cache_row(top, slot));
-				if (ret)
-					return ret;
-			}
-		}
-		if (kind[j] == K_DDR) {
-			cache_fill(top, slot, key, dirty, src, s->slot_bytes,
-				   s->now);
-			cache_remove(&s->ddr, dslot);
-			s->ddr.st.bytes_out += s->slot_bytes;
 		} else {
-			cache_fill(top, slot, key, false, src, rb, s->now);
+			ptrs[j] = where_row(s, kind[j], slots[j]);
 		}
-placed:
-		cache_pin(top, slot, s->epoch);
-		ptrs[j] = cache_row(top, slot);
-		slots[j] = slot;
-		kind[j] = s->has_hbm ? K_HBM : K_DDR;
 	}
 	return 0;
 }
 
 /* Ends an operation: bypassed rows it changed go home with the dirty
- * victims, and the batch's pins are released. */
+ * victims, and the operation's pins are released. */
 static int op_end(et_store *s, uint32_t t, bool changed)
 {
 	const void *const *ptrs = s->ptrs.p;
 	const uint32_t *by = s->bypass.p;
+	const uint64_t *uniq = s->uniq.p;
 	int ret = 0;
 
 	if (changed)
 		for (size_t i = 0; i < s->nbypass && !ret; i++)
-			ret = wb_queue(s, cache_key(t, ((uint64_t *)s->uniq.p)[by[i]]),
+			ret = wb_queue(s, cache_key(t, uniq[by[i]]),
 				       ptrs[by[i]]);
 	s->nbypass = 0;
 	if (!ret)
 		ret = wb_run(s);
 	else if (!s->failed)
 		s->failed = ret;
-	if (++s->epoch == 0) { /* wrapped: forget every old pin */
+	epoch_next(s);
+	return ret;
+}
+
+/* Moves to a fresh operation epoch. Epoch 0 means "not pinned"; when the
+ * counter wraps every pin is forgotten (pins only ever cost speed). */
+static void epoch_next(et_store *s)
+{
+	if (++s->epoch == 0) {
 		if (s->has_hbm)
 			cache_unpin_all(&s->hbm);
-		cache_unpin_all(&s->ddr);
+		if (s->caches_ready)
+			cache_unpin_all(&s->ddr);
+		s->bcur = s->bprev = 0;
 		s->epoch = 1;
+	}
+}
+
+/* Places a prefetched row, unless it became resident meanwhile (its cached
+ * copy is then the truth), pinned for the batch that asked for it. */
+static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
+		      bool dirty, uint32_t epoch)
+{
+	uint64_t key = cache_key(t, row), slot;
+	uint8_t where;
+	int ret;
+
+	if ((s->has_hbm && cache_lookup(&s->hbm, key) != CACHE_NONE) ||
+	    cache_lookup(&s->ddr, key) != CACHE_NONE ||
+	    (!dirty && wb_find(s, key) >= 0))
+		return 0;
+	ret = place_row(s, key, raw, s->tables[t].g->row_bytes, CACHE_NONE,
+			dirty, epoch, &where, &slot);
+	if (ret)
+		return ret;
+	if ((where & ~K_CONFLICT) == (s->has_hbm ? K_HBM : K_DDR))
+		(s->has_hbm ? &s->hbm : &s->ddr)->keys[slot] |= CACHE_PF;
+	else if ((where & ~K_CONFLICT) == K_BYPASS)
+		s->pf.skipped++;
+	return 0;
+}
+
+/*
+ * Installs what the I/O thread has read for earlier prefetches, and takes
+ * back the write-backs it did. Called first by every operation: afterwards
+ * the store's thread owns the table files and the ring again.
+ */
+static int drain(et_store *s)
+{
+	struct pl_job *j, *next;
+	uint64_t late, waited;
+	int ret = 0;
+
+	if (!s->pl_pending)
+		return 0;
+	j = pl_drain(s->pl, &late, &waited);
+	s->pl_pending = false;
+	s->pf.late += late;
+	s->pf.wait_ns += waited;
+	for (; j; j = next) {
+		struct table *tb = &s->tables[j->table];
+
+		next = j->next;
+		if (j->kind == PL_WRITE) {
+			if (j->result) {
+				/* Not home: keep the rows in memory and
+				 * refuse to go on, as a failed write-back
+				 * in the foreground would. */
+				for (size_t i = 0; i < j->n && !ret; i++)
+					ret = wb_queue(
+						s, cache_key(j->table, j->rows[i]),
+						(char *)j->raw + i * j->row_bytes);
+				if (!s->failed)
+					s->failed = j->result;
+			} else {
+				tb->st.writebacks += j->n;
+			}
+		} else if (!j->result) {
+			tb->st.nvme_rows_read += j->n;
+			for (size_t i = 0; i < j->n && !ret; i++)
+				ret = pf_install(s, j->table, j->rows[i],
+						 (char *)j->raw +
+							 i * j->row_bytes,
+						 false, j->epoch);
+		}
+		/* A failed read installs nothing: the rows are read on
+		 * demand, and the error surfaces there. */
+		pl_job_free(j);
 	}
 	return ret;
 }
@@ -838,13 +1095,12 @@ static int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 		    struct table **out)
 {
 	struct table *t = table_get(s, table);
+	int ret;
 
 	if (!s)
 		return -EINVAL;
 	if (!t)
 		return ET_ENOTABLE;
-	if (s->failed)
-		return ET_EFAILED;
 	if (n && !ids)
 		return -EINVAL;
 	if (n > UINT32_MAX)
@@ -852,6 +1108,11 @@ static int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (ids[i] >= t->g->rows)
 			return ET_EROWRANGE;
+	ret = drain(s);
+	if (s->failed)
+		return ET_EFAILED;
+	if (ret)
+		return ret;
 	*out = t;
 	return 0;
 }
@@ -1180,6 +1441,209 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	return op_end(s, (uint32_t)table, true);
 }
 
+/* ------------------------------------------------------------- prefetch */
+
+/* Hands the queued write-backs to the I/O thread as one job per table, in
+ * front of the reads that follow them. */
+static int wb_submit(et_store *s)
+{
+	const uint64_t *keys = s->wkeys.p;
+	uint32_t *ord;
+	int ret;
+
+	if (!s->nwb)
+		return 0;
+	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(uint32_t));
+	if (ret)
+		return ret;
+	ord = s->wsort.p;
+	for (size_t i = 0; i < s->nwb; i++)
+		ord[i] = (uint32_t)i;
+	wb_sort_keys = keys;
+	qsort(ord, s->nwb, sizeof(*ord), wb_cmp);
+	for (size_t i = 0; i < s->nwb;) {
+		uint32_t t = cache_key_table(keys[ord[i]]);
+		struct table *tb = &s->tables[t];
+		size_t k = i;
+		struct pl_job *j;
+
+		while (k < s->nwb && cache_key_table(keys[ord[k]]) == t)
+			k++;
+		j = pl_job_new(PL_WRITE, tb->tf, t, k - i, tb->g->row_bytes);
+		if (!j)
+			return -ENOMEM; /* the queue is intact: wb_run later */
+		for (size_t q = i; q < k; q++) {
+			j->rows[q - i] = cache_key_row(keys[ord[q]]);
+			memcpy((char *)j->raw + (q - i) * tb->g->row_bytes,
+			       (char *)s->wbuf.p +
+				       (size_t)ord[q] * s->slot_bytes,
+			       tb->g->row_bytes);
+		}
+		/* If a later table's job cannot be made, the whole queue
+		 * stays for wb_run: rewriting rows already handed over is
+		 * harmless, as the I/O thread writes them first. */
+		pl_submit(s->pl, j);
+		s->pl_pending = true;
+		i = k;
+	}
+	wb_reset(s);
+	return 0;
+}
+
+/* Classifies one table's ids of the next batch; rows to read are appended
+ * to a new job in *job (NULL if none). */
+static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
+		    struct pl_job **job)
+{
+	struct table *tb = &s->tables[t];
+	struct cache *top = s->has_hbm ? &s->hbm : &s->ddr;
+	uint32_t rb = tb->g->row_bytes;
+	const uint64_t *uniq;
+	uint64_t *mrows;
+	size_t m, nm = 0;
+	int ret;
+
+	*job = NULL;
+	ret = dedup(s, ids, n, &m);
+	if (!ret)
+		ret = sbuf_reserve(&s->mrows, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->mbuf, rb);
+	if (ret)
+		return ret;
+	uniq = s->uniq.p;
+	mrows = s->mrows.p;
+	s->pf.rows += m;
+	for (size_t i = 0; i < m; i++) {
+		uint64_t key = cache_key(t, uniq[i]);
+		uint64_t slot = cache_lookup(top, key);
+		uint8_t where;
+		int64_t at;
+
+		if (slot != CACHE_NONE) {
+			s->now++;
+			cache_touch(top, slot, s->now);
+			cache_pin(top, slot, s->bcur);
+			continue;
+		}
+		if (s->has_hbm) {
+			slot = cache_lookup(&s->ddr, key);
+			if (slot != CACHE_NONE) {
+				cache_pin(&s->ddr, slot, s->bcur);
+				ret = place_row(s, key, cache_row(&s->ddr, slot),
+						rb, slot, cache_dirty(&s->ddr, slot),
+						s->bcur, &where, &slot);
+				if (ret)
+					return ret;
+				if ((where & ~K_CONFLICT) == K_HBM)
+					s->hbm.keys[slot] |= CACHE_PF;
+				continue;
+			}
+		}
+		/* Evicted dirty, perhaps by this very prefetch: the queue
+		 * has the truth. Copied out, as placing may grow the queue. */
+		at = wb_find(s, key);
+		if (at >= 0) {
+			memcpy(s->mbuf.p,
+			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes, rb);
+			ret = pf_install(s, t, uniq[i], s->mbuf.p, true, s->bcur);
+			if (ret)
+				return ret;
+			continue;
+		}
+		if (!tf_row_materialized(tb->tf, uniq[i])) {
+			tf_init_row_raw(tb->tf, uniq[i], s->mbuf.p);
+			tb->st.rows_lazy++;
+			ret = pf_install(s, t, uniq[i], s->mbuf.p, false,
+					 s->bcur);
+			if (ret)
+				return ret;
+			continue;
+		}
+		mrows[nm++] = uniq[i];
+	}
+	if (nm) {
+		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
+
+		if (!j)
+			return -ENOMEM;
+		memcpy(j->rows, mrows, nm * sizeof(*mrows));
+		j->epoch = s->bcur;
+		s->pf.reads += nm;
+		*job = j;
+	}
+	return 0;
+}
+
+int et_prefetch(et_store *s, const struct et_batch_ids *batch,
+		size_t ntables)
+{
+	struct pl_job *jobs = NULL, **tail = &jobs, *j;
+	int ret = 0;
+
+	if (!s || (ntables && !batch))
+		return -EINVAL;
+	for (size_t k = 0; k < ntables; k++) {
+		struct table *t = table_get(s, batch[k].table);
+
+		if (!t)
+			return ET_ENOTABLE;
+		if (batch[k].n && !batch[k].ids)
+			return -EINVAL;
+		if (batch[k].n > UINT32_MAX)
+			return -E2BIG;
+		for (size_t i = 0; i < batch[k].n; i++)
+			if (batch[k].ids[i] >= t->g->rows)
+				return ET_EROWRANGE;
+	}
+	ret = drain(s);
+	if (s->failed)
+		return ET_EFAILED;
+	if (ret)
+		return ret;
+	s->pf.calls++;
+	/* A new batch: its pins and the last batch's hold; older go. */
+	s->bprev = s->bcur;
+	s->bcur = s->epoch;
+	for (size_t k = 0; k < ntables && !ret; k++) {
+		ret = pf_table(s, (uint32_t)batch[k].table, batch[k].ids,
+			       batch[k].n, tail);
+		if (*tail)
+			tail = &(*tail)->next;
+	}
+	/* Victims first, then the reads: the I/O thread keeps the order. */
+	if (!ret)
+		ret = wb_submit(s);
+	while ((j = jobs)) {
+		jobs = j->next;
+		if (ret) {
+			pl_job_free(j);
+			continue;
+		}
+		pl_submit(s->pl, j);
+		s->pl_pending = true;
+	}
+	if (ret && s->nwb) {
+		/* Queued victims still go home, after the I/O thread. */
+		struct pl_job *done;
+		uint64_t late, waited;
+
+		if (s->pl_pending) {
+			done = pl_drain(s->pl, &late, &waited);
+			s->pl_pending = false;
+			while ((j = done)) { /* only write-backs were queued */
+				done = j->next;
+				if (j->result && !s->failed)
+					s->failed = j->result;
+				pl_job_free(j);
+			}
+		}
+		wb_run(s);
+	}
+	epoch_next(s);
+	return ret;
+}
+
 /* ---------------------------------------------------------------- flush */
 
 /* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
@@ -1218,6 +1682,9 @@ int et_flush(et_store *s)
 
 	if (!s)
 		return -EINVAL;
+	ret = drain(s);
+	if (ret)
+		return ret;
 	/* Rows left over from a failed write-back first. */
 	ret = wb_run(s);
 	if (ret)
@@ -1285,6 +1752,13 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 {
 	if (!s || !st)
 		return -EINVAL;
+	/* The table files' counters are the I/O thread's while it works. */
+	if (s->pl_pending) {
+		int ret = drain(s);
+
+		if (ret)
+			return ret;
+	}
 	memset(st, 0, sizeof(*st));
 	if (table >= 0) {
 		struct table *t = table_get(s, table);
@@ -1299,6 +1773,13 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 	if (s->has_hbm)
 		tier_stats(&s->hbm, &st->hbm);
 	tier_stats(&s->ddr, &st->ddr);
+	st->prefetch_calls = s->pf.calls;
+	st->prefetch_rows = s->pf.rows;
+	st->prefetch_reads = s->pf.reads;
+	st->prefetch_hits = s->pf.hits;
+	st->prefetch_late = s->pf.late;
+	st->prefetch_skipped = s->pf.skipped;
+	st->prefetch_wait_ns = s->pf.wait_ns;
 	st->mem_bytes = mem_in_use();
 	st->mem_peak_bytes = mem_peak();
 	return 0;
