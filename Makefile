@@ -58,12 +58,31 @@ TOOL_COMMON_SRCS := $(filter-out tools/build.c tools/inspect.c,$(wildcard tools/
 TOOL_COMMON_OBJS := $(TOOL_COMMON_SRCS:%.c=$(BUILD)/%.o)
 TOOLS := $(BUILD)/embtier-build $(BUILD)/embtier-inspect
 
+TRAIN_SRCS := $(wildcard tools/train/*.c)
+TRAIN_OBJS := $(TRAIN_SRCS:%.c=$(BUILD)/%.o)
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_OBJS := $(BENCH_SRCS:%.c=$(BUILD)/%.o)
+ifneq ($(TRAIN_SRCS),)
+TOOLS += $(BUILD)/embtier-train
+endif
+ifneq ($(BENCH_SRCS),)
+BENCH := $(BUILD)/embtier-bench
+endif
+BLAS_CFLAGS := $(shell $(PKG_CONFIG) --cflags openblas 2>/dev/null)
+BLAS_LIBS := $(shell $(PKG_CONFIG) --libs openblas 2>/dev/null || echo -lopenblas)
+# RocksDB is a benchmark peer only, used when its headers are installed.
+ROCKSDB := $(shell test -f /usr/include/rocksdb/c.h && echo 1)
+ifeq ($(ROCKSDB),1)
+BENCH_CFLAGS := -DET_HAVE_ROCKSDB
+BENCH_LIBS := -lrocksdb
+endif
+
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib tools tests test asan ubsan tsan install uninstall format \
+.PHONY: all lib tools bench tests test asan ubsan tsan install uninstall format \
 	format-check clean help
 
 all: lib tools ## Build the library and the tools (default)
@@ -118,6 +137,26 @@ $(BUILD)/embtier-inspect: $(BUILD)/tools/inspect.o $(TOOL_COMMON_OBJS) $(STATIC)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS)
 
+$(BUILD)/embtier-train: $(TRAIN_OBJS) $(TOOL_COMMON_OBJS) $(STATIC)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(BLAS_LIBS)
+
+$(BUILD)/tools/train/%.o: tools/train/%.c
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) -Itools $(BLAS_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/embtier-bench: $(BENCH_OBJS) $(TOOL_COMMON_OBJS) $(STATIC)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(BENCH_LIBS)
+
+$(BUILD)/bench/%.o: bench/%.c
+	$(call msg,CC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) -Itools $(BENCH_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+bench: $(BENCH) ## Build embtier-bench (RocksDB peer if librocksdb-dev is installed)
+
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(STATIC)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(CMOCKA_LIBS)
@@ -143,7 +182,7 @@ uninstall: ## Remove what install put in place
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%)
 
 format: ## Format the C sources with clang-format
-	clang-format -i include/*.h src/*.[ch] tools/*.[ch] tests/*.[ch]
+	clang-format -i include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] tests/*.[ch]
 
 format-check: ## Fail if any C source is not formatted
 	clang-format --dry-run -Werror include/*.h src/*.[ch] tools/*.[ch] tests/*.[ch]
@@ -154,5 +193,6 @@ clean: ## Remove every build directory
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t16
 
--include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d) $(BUILD)/tools/build.d \
+-include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d) $(TRAIN_OBJS:.o=.d) \
+	$(BENCH_OBJS:.o=.d) $(BUILD)/tools/build.d \
 	$(BUILD)/tools/inspect.d $(TESTS:=.d) $(TEST_HELPER_OBJS:.o=.d)

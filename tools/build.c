@@ -15,7 +15,9 @@
  * et_tfile_sync(), so a failure or an interrupt never leaves a partial table
  * at the output path, and --force replaces an old table only on success.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* renameat2, RENAME_NOREPLACE */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -37,15 +39,15 @@
 #error "embtier-build reads little-endian input into host floats"
 #endif
 
-#define DEFAULT_CHUNK (16u << 20) /* bytes of f32 rows per write_range */
+#define DEFAULT_CHUNK (32u << 20) /* bytes of f32 rows per write_range */
 
 struct opts {
 	const char *out;
-	const char *raw, *npy;     /* at most one input */
-	uint64_t rows;             /* 0: from the input */
-	uint32_t dim;              /* 0: from the input */
-	int dtype;                 /* -1: f32, or the .npy input's type */
-	struct et_table_params p;  /* the rest of the table's parameters */
+	const char *raw, *npy;	  /* at most one input */
+	uint64_t rows;		  /* 0: from the input */
+	uint32_t dim;		  /* 0: from the input */
+	int dtype;		  /* -1: f32, or the .npy input's type */
+	struct et_table_params p; /* the rest of the table's parameters */
 	uint64_t chunk_bytes;
 	bool force, quiet;
 };
@@ -54,10 +56,10 @@ struct opts {
 struct input {
 	const char *path;
 	int fd;
-	uint64_t off;  /* file offset of row 0 */
+	uint64_t off; /* file offset of row 0 */
 	uint64_t rows;
 	uint32_t dim;
-	bool f16;      /* values are '<f2', else '<f4' */
+	bool f16; /* values are '<f2', else '<f4' */
 };
 
 /*
@@ -72,12 +74,12 @@ struct loader {
 	const struct input *in;
 	uint64_t chunk_rows;
 	float *buf[2];
-	uint16_t *half;       /* f16 staging, chunk_rows x dim; or NULL */
-	uint64_t n[2];        /* rows in buf[i] */
+	uint16_t *half; /* f16 staging, chunk_rows x dim; or NULL */
+	uint64_t n[2];	/* rows in buf[i] */
 	bool full[2];
 	bool stop;
-	int err;              /* reader's error, -errno */
-	const char *why;      /* or a message of its own, with err -EIO */
+	int err;	 /* reader's error, -errno */
+	const char *why; /* or a message of its own, with err -EIO */
 };
 
 static volatile sig_atomic_t interrupted;
@@ -89,31 +91,32 @@ static void on_signal(int sig)
 
 static void usage(void)
 {
-	printf("usage: embtier-build [options] OUTPUT\n"
-	       "Creates the table file OUTPUT.\n"
-	       "\n"
-	       "Input (at most one; without one, a lazy table of --rows):\n"
-	       "  --from-raw FILE    raw little-endian f32 rows (needs --dim)\n"
-	       "  --from-npy FILE    a 2-D .npy array, dtype '<f4' or '<f2'\n"
-	       "  --rows N           logical rows (N or B^E, e.g. 2^33); with an\n"
-	       "                     input, rows past its end stay lazy\n"
-	       "  --dim D            values per row\n"
-	       "\n"
-	       "Table:\n"
-	       "  --dtype T          storage type: f32, f16, bf16 (default f32,\n"
-	       "                     or f16 for a '<f2' .npy input)\n"
-	       "  --optim O          sgd or adagrad (row-wise; default sgd)\n"
-	       "  --init I           rows never written: zeros, uniform, normal\n"
-	       "  --scale S          initializer scale (default 1/sqrt(dim))\n"
-	       "  --seed N           initializer seed (default 0)\n"
-	       "  --block-size B     bytes per block (default 4096)\n"
-	       "\n"
-	       "Other:\n"
-	       "  -o, --output FILE  the output (or give it as the argument)\n"
-	       "  -f, --force        replace OUTPUT if it exists\n"
-	       "  --chunk-size B     bytes of rows per write (default 16 MiB)\n"
-	       "  -q, --quiet        no progress bar and no summary\n"
-	       "  -h, --help         this help\n");
+	printf(
+	    "usage: embtier-build [options] OUTPUT\n"
+	    "Creates the table file OUTPUT.\n"
+	    "\n"
+	    "Input (at most one; without one, a lazy table of --rows):\n"
+	    "  --from-raw FILE    raw little-endian f32 rows (needs --dim)\n"
+	    "  --from-npy FILE    a 2-D .npy array, dtype '<f4' or '<f2'\n"
+	    "  --rows N           logical rows (N or B^E, e.g. 2^33); with an\n"
+	    "                     input, rows past its end stay lazy\n"
+	    "  --dim D            values per row\n"
+	    "\n"
+	    "Table:\n"
+	    "  --dtype T          storage type: f32, f16, bf16 (default f32,\n"
+	    "                     or f16 for a '<f2' .npy input)\n"
+	    "  --optim O          sgd or adagrad (row-wise; default sgd)\n"
+	    "  --init I           rows never written: zeros, uniform, normal\n"
+	    "  --scale S          initializer scale (default 1/sqrt(dim))\n"
+	    "  --seed N           initializer seed (default 0)\n"
+	    "  --block-size B     bytes per block (default 4096)\n"
+	    "\n"
+	    "Other:\n"
+	    "  -o, --output FILE  the output (or give it as the argument)\n"
+	    "  -f, --force        replace OUTPUT if it exists\n"
+	    "  --chunk-size B     bytes of rows per write (default 32 MiB)\n"
+	    "  -q, --quiet        no progress bar and no summary\n"
+	    "  -h, --help         this help\n");
 }
 
 enum {
@@ -131,22 +134,22 @@ enum {
 };
 
 static const struct option long_opts[] = {
-	{ "from-raw", required_argument, NULL, OPT_RAW },
-	{ "from-npy", required_argument, NULL, OPT_NPY },
-	{ "rows", required_argument, NULL, OPT_ROWS },
-	{ "dim", required_argument, NULL, OPT_DIM },
-	{ "dtype", required_argument, NULL, OPT_DTYPE },
-	{ "optim", required_argument, NULL, OPT_OPTIM },
-	{ "init", required_argument, NULL, OPT_INIT },
-	{ "scale", required_argument, NULL, OPT_SCALE },
-	{ "seed", required_argument, NULL, OPT_SEED },
-	{ "block-size", required_argument, NULL, OPT_BLOCK },
-	{ "chunk-size", required_argument, NULL, OPT_CHUNK },
-	{ "output", required_argument, NULL, 'o' },
-	{ "force", no_argument, NULL, 'f' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+    {"from-raw", required_argument, NULL, OPT_RAW},
+    {"from-npy", required_argument, NULL, OPT_NPY},
+    {"rows", required_argument, NULL, OPT_ROWS},
+    {"dim", required_argument, NULL, OPT_DIM},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"optim", required_argument, NULL, OPT_OPTIM},
+    {"init", required_argument, NULL, OPT_INIT},
+    {"scale", required_argument, NULL, OPT_SCALE},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"block-size", required_argument, NULL, OPT_BLOCK},
+    {"chunk-size", required_argument, NULL, OPT_CHUNK},
+    {"output", required_argument, NULL, 'o'},
+    {"force", no_argument, NULL, 'f'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
 };
 
 /* Parses a count option into *v, within [lo, hi]; 0 or a usage error. */
@@ -211,8 +214,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->dim = (uint32_t)v;
 			break;
 		case OPT_DTYPE:
-			o->dtype = opt_name("dtype", optarg,
-					    cli_dtype_parse(optarg));
+			o->dtype =
+			    opt_name("dtype", optarg, cli_dtype_parse(optarg));
 			if (o->dtype < 0)
 				return -EINVAL;
 			break;
@@ -269,8 +272,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			return -EINVAL;
 		default:
 			if (optopt && optopt < 256)
-				cli_usage_error("unknown option '-%c'",
-						optopt);
+				cli_usage_error("unknown option '-%c'", optopt);
 			else
 				cli_usage_error("unknown option '%s'",
 						argv[optind - 1]);
@@ -396,7 +398,8 @@ static int open_input(const struct opts *o, struct input *in)
 	}
 	if (o->rows && o->rows < in->rows) {
 		err = -EINVAL;
-		cli_error("%s: holds %" PRIu64 " rows, more than --rows %" PRIu64,
+		cli_error("%s: holds %" PRIu64
+			  " rows, more than --rows %" PRIu64,
 			  in->path, in->rows, o->rows);
 		goto err_close;
 	}
@@ -409,8 +412,7 @@ err_close:
 }
 
 /* Reads chunk [first, first + n) into dst as f32. Any thread. */
-static int read_chunk(struct loader *l, uint64_t first, uint64_t n,
-		      float *dst)
+static int read_chunk(struct loader *l, uint64_t first, uint64_t n, float *dst)
 {
 	const struct input *in = l->in;
 	uint64_t vals = n * in->dim;
@@ -429,9 +431,6 @@ static int read_chunk(struct loader *l, uint64_t first, uint64_t n,
 	if (in->f16)
 		for (uint64_t i = 0; i < vals; i++)
 			dst[i] = et_f16_to_f32(l->half[i]);
-	/* Streamed once: do not let it push the page cache around. */
-	posix_fadvise(in->fd, (off_t)off, (off_t)(vals * item),
-		      POSIX_FADV_DONTNEED);
 	return 0;
 }
 
@@ -482,7 +481,7 @@ static int load(et_tfile *tf, const struct input *in, uint64_t chunk_rows,
 		bool quiet, const char *out, const char **subject,
 		const char **why)
 {
-	struct loader l = { .in = in, .chunk_rows = chunk_rows };
+	struct loader l = {.in = in, .chunk_rows = chunk_rows};
 	size_t bytes = chunk_rows * in->dim * sizeof(float);
 	struct progress pr;
 	pthread_t reader;
@@ -583,6 +582,24 @@ static int sync_parent(const char *path)
 	return err;
 }
 
+/*
+ * Renames the finished table into place: over an existing file only with
+ * force. Where the filesystem lacks RENAME_NOREPLACE, a check just before
+ * a plain rename stands in for it.
+ */
+static int publish(const char *tmp, const char *out, bool force)
+{
+	if (!force) {
+		if (!renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_NOREPLACE))
+			return 0;
+		if (errno != EINVAL && errno != ENOSYS)
+			return -errno;
+		if (access(out, F_OK) == 0)
+			return -EEXIST;
+	}
+	return rename(tmp, out) ? -errno : 0;
+}
+
 static void install_signals(void)
 {
 	struct sigaction sa;
@@ -593,36 +610,38 @@ static void install_signals(void)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	/* Past a file size limit, a write should fail (and the partial
+	 * output be removed), not kill us. */
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 static void print_summary(const char *out, const struct et_table_info *ti,
 			  uint64_t loaded, double secs)
 {
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], d[32];
 
+	cli_human_bytes((double)ti->logical_bytes, a, sizeof(a));
+	cli_human_bytes((double)ti->disk_bytes, b, sizeof(b));
 	if (!loaded) {
-		cli_note("%s: %" PRIu64 " rows x %u %s, lazy (%s logical, %s "
-			 "on disk)",
-			 out, ti->rows, ti->dim, cli_dtype_name(ti->dtype),
-			 cli_human_bytes((double)ti->logical_bytes, a,
-					 sizeof(a)),
-			 cli_human_bytes((double)ti->disk_bytes, b,
-					 sizeof(b)));
+		cli_note("%s: %" PRIu64 " rows x %u %s, lazy: %s logical, %s "
+			 "on disk",
+			 out, ti->rows, ti->dim, cli_dtype_name(ti->dtype), a,
+			 b);
 		return;
 	}
-	cli_human_bytes((double)loaded * ti->row_bytes, a, sizeof(a));
-	cli_human_bytes(secs > 0 ? (double)loaded * ti->row_bytes / secs : 0,
-			b, sizeof(b));
-	cli_human_count(secs > 0 ? (double)loaded / secs : 0, c, sizeof(c));
+	/* The rate that compares with the disk's is of bytes on disk. */
+	cli_human_bytes(secs > 0 ? (double)ti->disk_bytes / secs : 0, c,
+			sizeof(c));
+	cli_human_count(secs > 0 ? (double)loaded / secs : 0, d, sizeof(d));
 	cli_note("%s: %" PRIu64 " rows x %u %s, %" PRIu64
-		 " loaded (%s) in %.2f s: %s/s, %s rows/s%s",
-		 out, ti->rows, ti->dim, cli_dtype_name(ti->dtype), loaded, a,
-		 secs, b, c, loaded < ti->rows ? ", the rest lazy" : "");
+		 " loaded%s: %s on disk in %.2f s, %s/s, %s rows/s",
+		 out, ti->rows, ti->dim, cli_dtype_name(ti->dtype), loaded,
+		 loaded < ti->rows ? " (the rest lazy)" : "", b, secs, c, d);
 }
 
 int main(int argc, char **argv)
 {
-	struct input in = { .fd = -1 };
+	struct input in = {.fd = -1};
 	struct et_table_info ti;
 	const char *subject, *why;
 	struct opts o;
@@ -664,6 +683,12 @@ int main(int argc, char **argv)
 
 	t0 = cli_now();
 	err = et_tfile_create(tmp, &o.p, &tf);
+	if (err == ET_ECONFIG && o.p.block_size) {
+		cli_error("%s: %s (--block-size %u must be a multiple of the "
+			  "device's direct-I/O alignment and hold one row)",
+			  o.out, et_strerror(err), o.p.block_size);
+		goto err_input;
+	}
 	if (err) {
 		cli_error_code(o.out, err);
 		goto err_input;
@@ -705,13 +730,7 @@ int main(int argc, char **argv)
 		cli_error("interrupted; %s not written", o.out);
 		goto err_remove;
 	}
-	if (o.force)
-		err = rename(tmp, o.out) ? -errno : 0;
-	else
-		err = renameat2(AT_FDCWD, tmp, AT_FDCWD, o.out,
-				RENAME_NOREPLACE) ?
-			      -errno :
-			      0;
+	err = publish(tmp, o.out, o.force);
 	if (!err)
 		err = sync_parent(o.out);
 	if (err) {

@@ -191,8 +191,8 @@ int cli_parse_float(const char *s, float *out)
 
 const char *cli_human_bytes(double n, char *buf, size_t len)
 {
-	static const char *const units[] = { "B",   "KiB", "MiB", "GiB",
-					     "TiB", "PiB", "EiB" };
+	static const char *const units[] = {"B",   "KiB", "MiB", "GiB",
+					    "TiB", "PiB", "EiB"};
 	unsigned u = 0;
 
 	while (n >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
@@ -208,7 +208,7 @@ const char *cli_human_bytes(double n, char *buf, size_t len)
 
 const char *cli_human_count(double n, char *buf, size_t len)
 {
-	static const char *const units[] = { "", "k", "M", "G", "T", "P", "E" };
+	static const char *const units[] = {"", "k", "M", "G", "T", "P", "E"};
 	unsigned u = 0;
 
 	while (n >= 1000 && u + 1 < sizeof(units) / sizeof(units[0])) {
@@ -232,18 +232,18 @@ double cli_now(void)
 
 /* Name tables indexed by enum value; NULL marks a gap. */
 static const char *const dtype_names[] = {
-	[ET_F32] = "f32",
-	[ET_F16] = "f16",
-	[ET_BF16] = "bf16",
+    [ET_F32] = "f32",
+    [ET_F16] = "f16",
+    [ET_BF16] = "bf16",
 };
 static const char *const optim_names[] = {
-	[ET_OPT_SGD] = "sgd",
-	[ET_OPT_ROWWISE_ADAGRAD] = "adagrad",
+    [ET_OPT_SGD] = "sgd",
+    [ET_OPT_ROWWISE_ADAGRAD] = "adagrad",
 };
 static const char *const init_names[] = {
-	[ET_INIT_ZEROS] = "zeros",
-	[ET_INIT_UNIFORM] = "uniform",
-	[ET_INIT_NORMAL] = "normal",
+    [ET_INIT_ZEROS] = "zeros",
+    [ET_INIT_UNIFORM] = "uniform",
+    [ET_INIT_NORMAL] = "normal",
 };
 
 static const char *name_of(const char *const *names, size_t n, unsigned v)
@@ -309,7 +309,8 @@ ssize_t cli_pread_full(int fd, void *buf, size_t n, uint64_t off)
 	ssize_t r;
 
 	while (done < n) {
-		r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+		r = pread(fd, (char *)buf + done, n - done,
+			  (off_t)(off + done));
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;

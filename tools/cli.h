@@ -35,7 +35,7 @@ void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_error_code(const char *subject, int err);
 /* A usage error: the message, then a hint to run --help, on one line. */
 void cli_usage_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
+    __attribute__((format(printf, 1, 2)));
 
 /*
  * Parses a count: a plain decimal integer, or "B^E" (e.g. "2^33"). Returns

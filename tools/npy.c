@@ -18,10 +18,10 @@
 
 #include "cli.h"
 
-#define NPY_MAGIC "\x93NUMPY"
-#define NPY_MAGIC_LEN 6
+#define NPY_MAGIC      "\x93NUMPY"
+#define NPY_MAGIC_LEN  6
 #define NPY_MAX_HEADER (1u << 20) /* refuse absurd header lengths */
-#define NPY_MAX_DIMS 8
+#define NPY_MAX_DIMS   8
 
 /* A parsed value of the header dict. */
 struct pyval {
@@ -39,8 +39,8 @@ struct cursor {
 
 static void skip_ws(struct cursor *c)
 {
-	while (c->p < c->end &&
-	       (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+	while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' ||
+				 *c->p == '\n' || *c->p == '\r'))
 		c->p++;
 }
 
@@ -170,9 +170,9 @@ static const char *parse_dict(const char *text, size_t len,
 			      struct npy_header *h)
 {
 	static char msg[96];
-	struct cursor c = { text, text + len };
+	struct cursor c = {text, text + len};
 	bool have_descr = false, have_order = false, have_shape = false;
-	struct pyval descr = { 0 }, order = { 0 }, shape = { 0 };
+	struct pyval descr = {0}, order = {0}, shape = {0};
 
 	if (!eat(&c, '{'))
 		return "malformed .npy header: no dict";
@@ -203,7 +203,8 @@ static const char *parse_dict(const char *text, size_t len,
 			return "malformed .npy header: bad value";
 		if (!eat(&c, ',')) {
 			if (!eat(&c, '}'))
-				return "malformed .npy header: expected ',' or '}'";
+				return "malformed .npy header: expected ',' or "
+				       "'}'";
 			break;
 		}
 	}

@@ -20,11 +20,11 @@ enum npy_dtype {
 };
 
 struct npy_header {
-	int version;           /* format major version: 1, 2 or 3 */
+	int version; /* format major version: 1, 2 or 3 */
 	enum npy_dtype dtype;
-	uint64_t rows, cols;   /* shape */
-	uint64_t data_off;     /* file offset of the first value */
-	unsigned item_size;    /* bytes per value */
+	uint64_t rows, cols; /* shape */
+	uint64_t data_off;   /* file offset of the first value */
+	unsigned item_size;  /* bytes per value */
 };
 
 /*

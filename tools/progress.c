@@ -15,8 +15,8 @@
 #include "cli.h"
 
 #define PROGRESS_INTERVAL 0.1 /* seconds between redraws */
-#define BAR_MIN 10
-#define BAR_MAX 40
+#define BAR_MIN		  10
+#define BAR_MAX		  40
 
 void progress_start(struct progress *p, const char *label, const char *unit,
 		    uint64_t total, bool quiet)
@@ -72,10 +72,11 @@ static void draw(struct progress *p, uint64_t done, double now)
 			frac = 1;
 		cli_human_count((double)p->total, t, sizeof(t));
 		if (rate > 0)
-			format_eta((double)(p->total - (done < p->total ?
-							done : p->total)) /
-					   rate,
-				   eta, sizeof(eta));
+			format_eta(
+			    (double)(p->total -
+				     (done < p->total ? done : p->total)) /
+				rate,
+			    eta, sizeof(eta));
 		else
 			snprintf(eta, sizeof(eta), "--:--");
 		snprintf(tail, sizeof(tail), " %3.0f%% %s/%s %s %s %s/s ETA %s",

@@ -20,11 +20,11 @@
 struct progress {
 	const char *label; /* what is happening: "writing", "verifying" */
 	const char *unit;  /* what is counted: "rows", "blocks", "B" */
-	uint64_t total;    /* 0: unknown, no bar, percentage or ETA */
-	double start;      /* monotonic seconds at progress_start() */
-	double last;       /* time of the last redraw */
-	bool on;           /* drawing at all */
-	bool drawn;        /* a line is on screen and must be cleared */
+	uint64_t total;	   /* 0: unknown, no bar, percentage or ETA */
+	double start;	   /* monotonic seconds at progress_start() */
+	double last;	   /* time of the last redraw */
+	bool on;	   /* drawing at all */
+	bool drawn;	   /* a line is on screen and must be cleared */
 };
 
 /* Starts a bar for total units; quiet (or stderr not a terminal) turns

@@ -1,0 +1,1189 @@
+/*
+ * test_tools.c - embtier-build and embtier-inspect, run as subprocesses.
+ *
+ * Each test builds small table files under $ET_TEST_DIR with the tools in
+ * $ET_BUILD and checks values, exit statuses and stderr line counts: round
+ * trips from raw f32 and from .npy (f32 and f16) are bit-exact, a lazy
+ * table of 2^33 rows costs almost no disk, and every kind of corrupt input
+ * (bad magic, version, header checksum, truncation, a flipped data byte,
+ * malformed raw and .npy input) fails with exactly one line on stderr and
+ * leaves no output behind. The library itself is linked too, to cross-check
+ * what the tools print against et_tfile_read_rows().
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <xxhash.h>
+
+#include "embtier.h"
+
+extern char **environ;
+
+static char build_tool[PATH_MAX];
+static char inspect_tool[PATH_MAX];
+static char test_dir[1024];
+
+/* ------------------------------------------------------------ helpers */
+
+/* What a tool run left: its exit status (128 + signal if killed) and its
+ * stdout and stderr, NUL-terminated. */
+struct run {
+	int status;
+	char *out, *err;
+	size_t out_len, err_len;
+};
+
+static void buf_append(char **buf, size_t *len, const char *src, size_t n)
+{
+	*buf = realloc(*buf, *len + n + 1);
+	assert_non_null(*buf);
+	memcpy(*buf + *len, src, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+}
+
+/* Runs argv[0] with stdin from /dev/null, capturing stdout and stderr. */
+static void run_argv(struct run *r, char *const argv[])
+{
+	posix_spawn_file_actions_t fa;
+	int po[2], pe[2], status;
+	struct pollfd pfd[2];
+	char buf[65536];
+	pid_t pid;
+	int open_fds = 2;
+
+	memset(r, 0, sizeof(*r));
+	buf_append(&r->out, &r->out_len, "", 0);
+	buf_append(&r->err, &r->err_len, "", 0);
+	assert_int_equal(pipe(po), 0);
+	assert_int_equal(pipe(pe), 0);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+	posix_spawn_file_actions_addclose(&fa, po[0]);
+	posix_spawn_file_actions_addclose(&fa, pe[0]);
+	posix_spawn_file_actions_addclose(&fa, po[1]);
+	posix_spawn_file_actions_addclose(&fa, pe[1]);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ),
+			 0);
+	posix_spawn_file_actions_destroy(&fa);
+	close(po[1]);
+	close(pe[1]);
+
+	pfd[0] = (struct pollfd){.fd = po[0], .events = POLLIN};
+	pfd[1] = (struct pollfd){.fd = pe[0], .events = POLLIN};
+	while (open_fds) {
+		if (poll(pfd, 2, -1) < 0) {
+			assert_int_equal(errno, EINTR);
+			continue;
+		}
+		for (int i = 0; i < 2; i++) {
+			ssize_t n;
+
+			if (pfd[i].fd < 0 || !pfd[i].revents)
+				continue;
+			n = read(pfd[i].fd, buf, sizeof(buf));
+			if (n <= 0) {
+				close(pfd[i].fd);
+				pfd[i].fd = -1;
+				open_fds--;
+				continue;
+			}
+			if (i == 0)
+				buf_append(&r->out, &r->out_len, buf,
+					   (size_t)n);
+			else
+				buf_append(&r->err, &r->err_len, buf,
+					   (size_t)n);
+		}
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (WIFEXITED(status))
+		r->status = WEXITSTATUS(status);
+	else
+		r->status = 128 + WTERMSIG(status);
+}
+
+/* run(r, tool, arg, ..., NULL) */
+static void run(struct run *r, const char *tool, ...)
+{
+	char *argv[40];
+	int argc = 0;
+	va_list ap;
+
+	argv[argc++] = (char *)tool;
+	va_start(ap, tool);
+	while ((argv[argc] = va_arg(ap, char *)) != NULL) {
+		argc++;
+		assert_true(argc < 39);
+	}
+	va_end(ap);
+	run_argv(r, argv);
+}
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof(*r));
+}
+
+static unsigned count_lines(const char *s)
+{
+	unsigned n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* Asserts a success with nothing on stderr. */
+static void expect_ok(struct run *r)
+{
+	if (r->status != 0)
+		fprintf(stderr, "unexpected failure (%d): %s", r->status,
+			r->err);
+	assert_int_equal(r->status, 0);
+}
+
+/*
+ * Asserts the failure a tool reports for bad input: exit status 1, exactly
+ * one line on stderr, starting with the tool's name and containing msg,
+ * and nothing on stdout.
+ */
+static void expect_fail(struct run *r, const char *prog, const char *msg)
+{
+	if (r->status != 1 || count_lines(r->err) != 1 ||
+	    (msg && !strstr(r->err, msg)))
+		fprintf(stderr, "status %d, stderr: [%s], expected [%s]\n",
+			r->status, r->err, msg ? msg : "");
+	assert_int_equal(r->status, 1);
+	assert_int_equal(count_lines(r->err), 1);
+	assert_true(r->err[r->err_len - 1] == '\n');
+	assert_int_equal(strncmp(r->err, prog, strlen(prog)), 0);
+	assert_int_equal(r->err[strlen(prog)], ':');
+	if (msg)
+		assert_non_null(strstr(r->err, msg));
+	assert_int_equal(r->out_len, 0);
+}
+
+static void tpath(char *buf, const char *name)
+{
+	snprintf(buf, PATH_MAX, "%s/%s", test_dir, name);
+}
+
+static bool exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* No file of the test directory has ".partial" in its name. */
+static void expect_no_partials(void)
+{
+	DIR *d = opendir(test_dir);
+	struct dirent *e;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL)
+		assert_null(strstr(e->d_name, ".partial"));
+	closedir(d);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, data, len), (ssize_t)len);
+	assert_int_equal(close(fd), 0);
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+	struct stat st;
+	void *p;
+	int fd = open(path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	p = malloc((size_t)st.st_size + 1);
+	assert_non_null(p);
+	assert_int_equal(read(fd, p, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return p;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	size_t len;
+	void *p = read_file(from, &len);
+
+	write_file(to, p, len);
+	free(p);
+}
+
+static void patch(const char *path, uint64_t off, const void *src, size_t n)
+{
+	int fd = open(path, O_WRONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, src, n, (off_t)off), (ssize_t)n);
+	close(fd);
+}
+
+static uint8_t peek(const char *path, uint64_t off)
+{
+	uint8_t b;
+	int fd = open(path, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, (off_t)off), 1);
+	close(fd);
+	return b;
+}
+
+static void flip_byte(const char *path, uint64_t off)
+{
+	uint8_t b = peek(path, off) ^ 0x5a;
+
+	patch(path, off, &b, 1);
+}
+
+static void cut(const char *path, uint64_t len)
+{
+	assert_int_equal(truncate(path, (off_t)len), 0);
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint64_t rng(void)
+{
+	uint64_t x = rng_state;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return rng_state = x;
+}
+
+/* A random finite f32, over the whole exponent range and both signs,
+ * sometimes one of the awkward ones. */
+static float rand_f32(void)
+{
+	uint32_t bits;
+	float f;
+
+	switch (rng() % 16) {
+	case 0:
+		return -0.0f;
+	case 1:
+		bits = (uint32_t)(rng() & 0x807fffff); /* denormal */
+		memcpy(&f, &bits, 4);
+		return f;
+	default:
+		do
+			bits = (uint32_t)rng();
+		while ((bits & 0x7f800000) == 0x7f800000);
+		memcpy(&f, &bits, 4);
+		return f;
+	}
+}
+
+/* Writes a .npy file with the given version and dict text, padded as
+ * NumPy pads it, then len bytes of data. */
+static void write_npy(const char *path, int version, const char *dict,
+		      const void *data, size_t len)
+{
+	size_t pre = version == 1 ? 10 : 12;
+	size_t dlen = strlen(dict);
+	size_t total = (pre + dlen + 1 + 63) / 64 * 64;
+	size_t hlen = total - pre;
+	char *buf = malloc(total + len);
+
+	assert_non_null(buf);
+	memcpy(buf, "\x93NUMPY", 6);
+	buf[6] = (char)version;
+	buf[7] = 0;
+	buf[8] = (char)(hlen & 0xff);
+	buf[9] = (char)(hlen >> 8);
+	if (version != 1) {
+		buf[10] = (char)(hlen >> 16);
+		buf[11] = (char)(hlen >> 24);
+	}
+	memset(buf + pre, ' ', hlen);
+	memcpy(buf + pre, dict, dlen);
+	buf[total - 1] = '\n';
+	if (len)
+		memcpy(buf + total, data, len);
+	write_file(path, buf, total + len);
+	free(buf);
+}
+
+/* Checks that path is a v1 '<f4' C-order .npy of shape (rows, cols) and
+ * returns its data (rows * cols floats). */
+static float *read_npy_f32(const char *path, uint64_t rows, uint64_t cols)
+{
+	char want[128];
+	size_t len, hlen, total;
+	uint8_t *p = read_file(path, &len);
+	float *data;
+
+	assert_true(len >= 10);
+	assert_memory_equal(p, "\x93NUMPY\x01\x00", 8);
+	hlen = (size_t)p[8] | (size_t)p[9] << 8;
+	total = 10 + hlen;
+	assert_int_equal(total % 64, 0);
+	assert_int_equal(p[total - 1], '\n');
+	snprintf(want, sizeof(want),
+		 "{'descr': '<f4', 'fortran_order': False, 'shape': (%" PRIu64
+		 ", %" PRIu64 "), }",
+		 rows, cols);
+	assert_int_equal(memcmp(p + 10, want, strlen(want)), 0);
+	assert_int_equal(len, total + rows * cols * 4);
+	data = malloc(rows * cols * 4 + 1);
+	assert_non_null(data);
+	memcpy(data, p + total, rows * cols * 4);
+	free(p);
+	return data;
+}
+
+static struct et_table_info table_info(const char *path)
+{
+	struct et_table_info ti;
+	et_tfile *tf;
+
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_info(tf, &ti), 0);
+	et_tfile_close(tf);
+	return ti;
+}
+
+/* Builds a small fully written f32 table from random rows; returns them. */
+static float *make_table(const char *path, uint64_t rows, uint32_t dim)
+{
+	char raw[PATH_MAX + 8], dims[16];
+	float *v = malloc(rows * dim * 4);
+	struct run r;
+
+	assert_non_null(v);
+	for (uint64_t i = 0; i < rows * dim; i++)
+		v[i] = rand_f32();
+	snprintf(raw, sizeof(raw), "%s.raw", path);
+	write_file(raw, v, rows * dim * 4);
+	snprintf(dims, sizeof(dims), "%u", dim);
+	unlink(path);
+	run(&r, build_tool, "-q", "--from-raw", raw, "--dim", dims, path, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	unlink(raw);
+	return v;
+}
+
+/* Parses a --dump line "row v0 v1 ..." into *row and vals[0..n). */
+static const char *parse_dump_line(const char *s, uint64_t *row, float *vals,
+				   uint32_t n)
+{
+	char *end;
+
+	*row = strtoull(s, &end, 10);
+	assert_true(end != s);
+	s = end;
+	for (uint32_t c = 0; c < n; c++) {
+		vals[c] = strtof(s, &end);
+		assert_true(end != s);
+		s = end;
+	}
+	assert_int_equal(*s, '\n');
+	return s + 1;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_help_and_usage(void **state)
+{
+	const char *tools[] = {build_tool, inspect_tool};
+	const char *names[] = {"embtier-build", "embtier-inspect"};
+	struct run r;
+
+	for (int i = 0; i < 2; i++) {
+		run(&r, tools[i], "--help", NULL);
+		assert_int_equal(r.status, 0);
+		assert_non_null(strstr(r.out, "usage: "));
+		assert_int_equal(r.err_len, 0);
+		run_free(&r);
+
+		run(&r, tools[i], "--no-such-option", NULL);
+		assert_int_equal(r.status, 2);
+		assert_int_equal(count_lines(r.err), 1);
+		assert_int_equal(strncmp(r.err, names[i], strlen(names[i])), 0);
+		assert_int_equal(r.out_len, 0);
+		run_free(&r);
+
+		run(&r, tools[i], NULL);
+		assert_int_equal(r.status, 2);
+		assert_int_equal(count_lines(r.err), 1);
+		run_free(&r);
+	}
+	run(&r, build_tool, "--rows", "12x", "--dim", "4", "x", NULL);
+	assert_int_equal(r.status, 2);
+	assert_int_equal(count_lines(r.err), 1);
+	run_free(&r);
+}
+
+/* Raw f32 in, raw f32 out: identical bytes, over several chunks. */
+static void test_raw_roundtrip(void **state)
+{
+	const uint64_t rows = 1000;
+	const uint32_t dim = 64;
+	char raw[PATH_MAX], tab[PATH_MAX], out[PATH_MAX], out2[PATH_MAX];
+	float *v = malloc(rows * dim * 4), *got, vals[64], lib[64];
+	struct et_table_info ti;
+	const char *line;
+	uint64_t row, id;
+	size_t len;
+	struct run r;
+	et_tfile *tf;
+
+	tpath(raw, "rt.raw");
+	tpath(tab, "rt.et");
+	tpath(out, "rt.out");
+	tpath(out2, "rt.out2");
+	for (uint64_t i = 0; i < rows * dim; i++)
+		v[i] = rand_f32();
+	write_file(raw, v, rows * dim * 4);
+
+	/* 64 KiB chunks: 256 rows, four write_range calls, the last short. */
+	run(&r, build_tool, "--from-raw", raw, "--dim", "64", "--chunk-size",
+	    "65536", tab, NULL);
+	expect_ok(&r);
+	assert_int_equal(r.out_len, 0);
+	run_free(&r);
+
+	ti = table_info(tab);
+	assert_int_equal(ti.rows, rows);
+	assert_int_equal(ti.dim, dim);
+	assert_int_equal(ti.dtype, ET_F32);
+	assert_int_equal(ti.blocks_written, ti.blocks);
+	assert_int_equal(ti.blocks,
+			 (rows + ti.rows_per_block - 1) / ti.rows_per_block);
+
+	run(&r, inspect_tool, "--export-raw", out, tab, NULL);
+	expect_ok(&r);
+	assert_int_equal(r.out_len, 0);
+	run_free(&r);
+	got = read_file(out, &len);
+	assert_int_equal(len, rows * dim * 4);
+	assert_memory_equal(got, v, len);
+	free(got);
+
+	/* A range, and refusal to overwrite without --force. */
+	run(&r, inspect_tool, "--export-raw", out, "--range", "10:20", tab,
+	    NULL);
+	expect_fail(&r, "embtier-inspect", "exists");
+	run_free(&r);
+	run(&r, inspect_tool, "-f", "--export-raw", out, "--range", "990:", tab,
+	    NULL);
+	expect_ok(&r);
+	run_free(&r);
+	got = read_file(out, &len);
+	assert_int_equal(len, 10 * dim * 4);
+	assert_memory_equal(got, v + 990 * dim, len);
+	free(got);
+
+	/* --dump prints %.9g: exact for f32; and agrees with the library. */
+	run(&r, inspect_tool, "--dump", "998:1000", tab, NULL);
+	expect_ok(&r);
+	assert_int_equal(count_lines(r.out), 2);
+	line = r.out;
+	assert_int_equal(et_tfile_open(tab, ET_TFILE_RDONLY, &tf), 0);
+	for (int i = 0; i < 2; i++) {
+		line = parse_dump_line(line, &row, vals, dim);
+		assert_int_equal(row, 998 + i);
+		assert_memory_equal(vals, v + row * dim, dim * 4);
+		id = row;
+		assert_int_equal(et_tfile_read_rows(tf, &id, 1, lib, NULL), 0);
+		assert_memory_equal(vals, lib, dim * 4);
+	}
+	et_tfile_close(tf);
+	run_free(&r);
+
+	/* Past the end is an error, not a short dump. */
+	run(&r, inspect_tool, "--dump", "999:1001", tab, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EROWRANGE));
+	run_free(&r);
+
+	/* More --rows than the input holds: the rest is lazy (zeros). */
+	run(&r, build_tool, "-q", "--from-raw", raw, "--dim", "64", "--rows",
+	    "5000", out2, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	ti = table_info(out2);
+	assert_int_equal(ti.rows, 5000);
+	assert_int_equal(ti.blocks_written,
+			 (rows + ti.rows_per_block - 1) / ti.rows_per_block);
+	run(&r, inspect_tool, "--dump", "4999", out2, NULL);
+	expect_ok(&r);
+	parse_dump_line(r.out, &row, vals, dim);
+	assert_int_equal(row, 4999);
+	for (uint32_t c = 0; c < dim; c++)
+		assert_true(vals[c] == 0.0f);
+	run_free(&r);
+
+	/* An existing output is refused without --force, replaced with it. */
+	run(&r, build_tool, "--rows", "10", "--dim", "8", tab, NULL);
+	expect_fail(&r, "embtier-build", "exists");
+	run_free(&r);
+	assert_int_equal(table_info(tab).dim, 64);
+	run(&r, build_tool, "-q", "-f", "--rows", "10", "--dim", "8", tab,
+	    NULL);
+	expect_ok(&r);
+	assert_int_equal(r.err_len, 0);
+	run_free(&r);
+	ti = table_info(tab);
+	assert_int_equal(ti.dim, 8);
+	assert_int_equal(ti.rows, 10);
+	expect_no_partials();
+
+	unlink(raw);
+	unlink(tab);
+	unlink(out);
+	unlink(out2);
+	free(v);
+}
+
+/* .npy f32, in every header version, round-trips exactly through export. */
+static void test_npy_f32(void **state)
+{
+	const uint64_t rows = 300;
+	const uint32_t dim = 24;
+	char in[PATH_MAX], tab[PATH_MAX], out[PATH_MAX];
+	char dict[] =
+	    "{'descr': '<f4', 'fortran_order': False, 'shape': (300, 24), }";
+	float *v = malloc(rows * dim * 4), *got;
+	struct run r;
+
+	for (uint64_t i = 0; i < rows * dim; i++)
+		v[i] = rand_f32();
+	tpath(in, "f32.npy");
+	tpath(tab, "f32.et");
+	tpath(out, "f32.out.npy");
+	for (int version = 1; version <= 3; version++) {
+		write_npy(in, version, dict, v, rows * dim * 4);
+		unlink(tab);
+		unlink(out);
+		run(&r, build_tool, "-q", "--from-npy", in, "-o", tab, NULL);
+		expect_ok(&r);
+		run_free(&r);
+		assert_int_equal(table_info(tab).dtype, ET_F32);
+		assert_int_equal(table_info(tab).dim, dim);
+
+		run(&r, inspect_tool, "--export", out, tab, NULL);
+		expect_ok(&r);
+		run_free(&r);
+		got = read_npy_f32(out, rows, dim);
+		assert_memory_equal(got, v, rows * dim * 4);
+		free(got);
+	}
+
+	/* A range of rows, with the Python 2 spelling of the shape. */
+	write_npy(in, 1,
+		  "{'descr':'<f4','fortran_order':False,'shape':(300L,24L)}", v,
+		  rows * dim * 4);
+	unlink(tab);
+	run(&r, build_tool, "-q", "--from-npy", in, tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	run(&r, inspect_tool, "-f", "--export", out, "--range", "7:107", tab,
+	    NULL);
+	expect_ok(&r);
+	run_free(&r);
+	got = read_npy_f32(out, 100, dim);
+	assert_memory_equal(got, v + 7 * dim, 100 * dim * 4);
+	free(got);
+
+	/* bf16 storage: what comes back is the value rounded to bf16. */
+	unlink(tab);
+	run(&r, build_tool, "-q", "--dtype", "bf16", "--from-npy", in, tab,
+	    NULL);
+	expect_ok(&r);
+	run_free(&r);
+	assert_int_equal(table_info(tab).dtype, ET_BF16);
+	run(&r, inspect_tool, "-f", "--export", out, tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	got = read_npy_f32(out, rows, dim);
+	for (uint64_t i = 0; i < rows * dim; i++) {
+		float want = et_bf16_to_f32(et_f32_to_bf16(v[i]));
+
+		assert_memory_equal(&got[i], &want, 4);
+	}
+	free(got);
+
+	unlink(in);
+	unlink(tab);
+	unlink(out);
+	free(v);
+}
+
+/* .npy f16, stored as f16: exported f32 values are exactly the inputs. */
+static void test_npy_f16(void **state)
+{
+	const uint64_t rows = 257;
+	const uint32_t dim = 40;
+	char in[PATH_MAX], tab[PATH_MAX], out[PATH_MAX], dict[128];
+	uint16_t *h = malloc(rows * dim * 2);
+	struct run r;
+	float *got;
+
+	for (uint64_t i = 0; i < rows * dim; i++) {
+		do
+			h[i] = (uint16_t)rng();
+		while ((h[i] & 0x7c00) == 0x7c00 && (h[i] & 0x3ff)); /* NaN */
+	}
+	snprintf(dict, sizeof(dict),
+		 "{'descr': '<f2', 'fortran_order': False, 'shape': (%" PRIu64
+		 ", %u), }",
+		 rows, dim);
+	tpath(in, "f16.npy");
+	tpath(tab, "f16.et");
+	tpath(out, "f16.out.npy");
+	write_npy(in, 1, dict, h, rows * dim * 2);
+
+	/* A '<f2' input is stored as f16 unless told otherwise. */
+	run(&r, build_tool, "-q", "--from-npy", in, tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	assert_int_equal(table_info(tab).dtype, ET_F16);
+	run(&r, inspect_tool, "--json", tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "\"dtype\": \"f16\""));
+	assert_non_null(strstr(r.out, "\"rows\": 257,"));
+	assert_non_null(strstr(r.out, "\"dim\": 40,"));
+	assert_int_equal(count_lines(r.out), 1);
+	run_free(&r);
+
+	run(&r, inspect_tool, "--export", out, tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	got = read_npy_f32(out, rows, dim);
+	for (uint64_t i = 0; i < rows * dim; i++) {
+		float want = et_f16_to_f32(h[i]);
+
+		assert_memory_equal(&got[i], &want, 4);
+		assert_int_equal(et_f32_to_f16(got[i]), h[i]);
+	}
+	free(got);
+
+	/* Stored as f32 instead: the same values. */
+	unlink(tab);
+	run(&r, build_tool, "-q", "--dtype", "f32", "--from-npy", in, tab,
+	    NULL);
+	expect_ok(&r);
+	run_free(&r);
+	assert_int_equal(table_info(tab).dtype, ET_F32);
+	run(&r, inspect_tool, "-f", "--export", out, tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	got = read_npy_f32(out, rows, dim);
+	for (uint64_t i = 0; i < rows * dim; i++) {
+		float want = et_f16_to_f32(h[i]);
+
+		assert_memory_equal(&got[i], &want, 4);
+	}
+	free(got);
+
+	unlink(in);
+	unlink(tab);
+	unlink(out);
+	free(h);
+}
+
+/* 2^33 rows x 128: 4 TiB logical, built at once, a few KiB on disk. */
+static void test_lazy_huge(void **state)
+{
+	const uint64_t rows = 1ULL << 33;
+	char tab[PATH_MAX], json[64];
+	float vals[128], lib[128];
+	struct et_table_info ti;
+	struct timespec t0, t1;
+	struct stat st;
+	uint64_t row, id;
+	struct run r;
+	et_tfile *tf;
+	double secs;
+
+	tpath(tab, "huge.et");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	run(&r, build_tool, "--rows", "2^33", "--dim", "128", "--init",
+	    "uniform", "--seed", "7", tab, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	expect_ok(&r);
+	assert_int_equal(r.out_len, 0);
+	run_free(&r);
+	secs = (double)(t1.tv_sec - t0.tv_sec) +
+	       (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	assert_true(secs < 5.0);
+
+	assert_int_equal(stat(tab, &st), 0);
+	assert_true((uint64_t)st.st_blocks * 512 <= 1 << 20);
+
+	run(&r, inspect_tool, "--json", tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "\"rows\": 8589934592,"));
+	assert_non_null(strstr(r.out, "\"dim\": 128,"));
+	assert_non_null(strstr(r.out, "\"init\": \"uniform\""));
+	assert_non_null(strstr(r.out, "\"seed\": 7,"));
+	assert_non_null(strstr(r.out, "\"blocks_written\": 0,"));
+	ti = table_info(tab);
+	assert_true(ti.logical_bytes >= rows * 128 * 4);
+	assert_true(ti.disk_bytes <= 1 << 20);
+	snprintf(json, sizeof(json), "\"disk_bytes\": %" PRIu64 ",",
+		 ti.disk_bytes);
+	assert_non_null(strstr(r.out, json));
+	run_free(&r);
+
+	/* The text form says the same. */
+	run(&r, inspect_tool, tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "rows            8589934592\n"));
+	assert_non_null(strstr(r.out, "blocks written  0\n"));
+	snprintf(json, sizeof(json), "logical size    %" PRIu64 " (",
+		 ti.logical_bytes);
+	assert_non_null(strstr(r.out, json));
+	run_free(&r);
+
+	/* The last row comes from the initializer, as the library says. */
+	run(&r, inspect_tool, "--dump", "8589934591", tab, NULL);
+	expect_ok(&r);
+	parse_dump_line(r.out, &row, vals, 128);
+	assert_int_equal(row, rows - 1);
+	run_free(&r);
+	assert_int_equal(et_tfile_open(tab, ET_TFILE_RDONLY, &tf), 0);
+	id = rows - 1;
+	assert_int_equal(et_tfile_read_rows(tf, &id, 1, lib, NULL), 0);
+	et_tfile_close(tf);
+	assert_memory_equal(vals, lib, sizeof(vals));
+	for (int c = 0; c < 128; c++)
+		assert_true(fabsf(vals[c]) <= 1.0f / sqrtf(128.0f) * 1.0001f);
+
+	run(&r, inspect_tool, "--dump", "2^33", tab, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EROWRANGE));
+	run_free(&r);
+
+	/* Verifying nothing written is quick and good. */
+	run(&r, inspect_tool, "--verify", tab, NULL);
+	expect_ok(&r);
+	assert_int_equal(count_lines(r.out), 1);
+	run_free(&r);
+	unlink(tab);
+}
+
+/* Row-wise Adagrad keeps one f32 of state per row: --state shows it (zero
+ * after a bulk load) in dumps and exports, as one more column. */
+static void test_state(void **state)
+{
+	const uint64_t rows = 50;
+	const uint32_t dim = 6;
+	char raw[PATH_MAX], tab[PATH_MAX], out[PATH_MAX];
+	float v[50 * 6], vals[7], *got;
+	uint64_t row;
+	struct run r;
+
+	for (uint64_t i = 0; i < rows * dim; i++)
+		v[i] = rand_f32();
+	tpath(raw, "state.raw");
+	tpath(tab, "state.et");
+	tpath(out, "state.npy");
+	write_file(raw, v, sizeof(v));
+	run(&r, build_tool, "-q", "--optim", "adagrad", "--from-raw", raw,
+	    "--dim", "6", tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	assert_int_equal(table_info(tab).state_floats, 1);
+	assert_int_equal(table_info(tab).optim, ET_OPT_ROWWISE_ADAGRAD);
+
+	run(&r, inspect_tool, "--dump", "49", "--state", tab, NULL);
+	expect_ok(&r);
+	parse_dump_line(r.out, &row, vals, dim + 1);
+	assert_int_equal(row, 49);
+	assert_memory_equal(vals, v + 49 * dim, dim * 4);
+	assert_true(vals[dim] == 0.0f);
+	run_free(&r);
+
+	run(&r, inspect_tool, "--export", out, "--state", tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	got = read_npy_f32(out, rows, dim + 1);
+	for (uint64_t i = 0; i < rows; i++) {
+		assert_memory_equal(got + i * (dim + 1), v + i * dim, dim * 4);
+		assert_true(got[i * (dim + 1) + dim] == 0.0f);
+	}
+	free(got);
+	unlink(raw);
+	unlink(tab);
+	unlink(out);
+}
+
+/* Shared by the corruption tests: a fresh copy of a small written table. */
+static char good_table[PATH_MAX];
+static float *good_rows;
+#define GOOD_ROWS 256
+#define GOOD_DIM  32
+
+static void corrupt_copy(char *path, const char *name)
+{
+	tpath(path, name);
+	copy_file(good_table, path);
+}
+
+/* Opening fails the same way for every action of inspect. */
+static void expect_open_fails(const char *path, const char *msg)
+{
+	struct run r;
+
+	run(&r, inspect_tool, path, NULL);
+	expect_fail(&r, "embtier-inspect", msg);
+	run_free(&r);
+	run(&r, inspect_tool, "--verify", path, NULL);
+	expect_fail(&r, "embtier-inspect", msg);
+	run_free(&r);
+	run(&r, inspect_tool, "--dump", "0:2", path, NULL);
+	expect_fail(&r, "embtier-inspect", msg);
+	run_free(&r);
+}
+
+/* Recomputes the header checksum after a deliberate change of a field. */
+static void reseal_header(const char *path)
+{
+	uint8_t hdr[256];
+	uint64_t sum;
+	int fd = open(path, O_RDWR);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	sum = XXH3_64bits(hdr, 248);
+	for (int i = 0; i < 8; i++)
+		hdr[248 + i] = (uint8_t)(sum >> (8 * i));
+	assert_int_equal(pwrite(fd, hdr + 248, 8, 248), 8);
+	close(fd);
+}
+
+static void test_corrupt_header(void **state)
+{
+	char p[PATH_MAX];
+	uint32_t version = 99;
+	uint64_t stored;
+	uint8_t sum[8];
+
+	/* The layout the test relies on, checked on the good file. */
+	assert_int_equal(peek(good_table, 0), 'E');
+	assert_int_equal(peek(good_table, 7), 'T');
+	stored = 0;
+	for (int i = 0; i < 8; i++)
+		stored |= (uint64_t)peek(good_table, 16 + i) << (8 * i);
+	assert_int_equal(stored, GOOD_ROWS);
+
+	corrupt_copy(p, "magic.et");
+	flip_byte(p, 0);
+	expect_open_fails(p, et_strerror(ET_EMAGIC));
+
+	corrupt_copy(p, "version.et");
+	patch(p, 8, &version, 4);
+	reseal_header(p);
+	expect_open_fails(p, et_strerror(ET_EVERSION));
+
+	/* A flipped byte in the rows field, then in the checksum itself. */
+	corrupt_copy(p, "hdrsum.et");
+	flip_byte(p, 16);
+	expect_open_fails(p, et_strerror(ET_EHDRSUM));
+	corrupt_copy(p, "hdrsum2.et");
+	for (int i = 0; i < 8; i++)
+		sum[i] = peek(p, 248 + i) ^ 1;
+	patch(p, 248, sum, 8);
+	expect_open_fails(p, et_strerror(ET_EHDRSUM));
+
+	/* A field out of range, under a valid checksum. */
+	corrupt_copy(p, "dim0.et");
+	patch(p, 24, &(uint32_t){0}, 4);
+	reseal_header(p);
+	expect_open_fails(p, et_strerror(ET_EHEADER));
+
+	corrupt_copy(p, "shorthdr.et");
+	cut(p, 100);
+	expect_open_fails(p, et_strerror(ET_ETRUNC));
+
+	corrupt_copy(p, "empty.et");
+	cut(p, 0);
+	expect_open_fails(p, NULL);
+
+	unlink(p);
+}
+
+static void test_truncated_file(void **state)
+{
+	struct et_table_info ti = table_info(good_table);
+	char p[PATH_MAX];
+
+	/* Header and three blocks left of more. */
+	assert_true(ti.blocks > 3);
+	corrupt_copy(p, "trunc.et");
+	cut(p, ti.block_size + 3ULL * ti.block_size);
+	expect_open_fails(p, et_strerror(ET_ETRUNC));
+
+	/* One byte short of the last block. */
+	corrupt_copy(p, "trunc2.et");
+	cut(p, ti.block_size + ti.blocks * ti.block_size - 1);
+	expect_open_fails(p, et_strerror(ET_ETRUNC));
+	unlink(p);
+}
+
+/* A flipped byte in block 2: verify names it; reads of it fail; the other
+ * blocks still read back exactly. */
+static void test_corrupt_block(void **state)
+{
+	struct et_table_info ti = table_info(good_table);
+	uint32_t rpb = ti.rows_per_block;
+	char p[PATH_MAX], out[PATH_MAX], range[64], want[64];
+	float vals[GOOD_DIM];
+	uint64_t row;
+	struct run r;
+
+	corrupt_copy(p, "block.et");
+	tpath(out, "block.out");
+	/* The first row's values of block 2 start the block. */
+	flip_byte(p, ti.block_size + 2ULL * ti.block_size + 5);
+
+	run(&r, inspect_tool, "--verify", p, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
+	snprintf(want, sizeof(want), "1 bad block of %" PRIu64 " written",
+		 ti.blocks_written);
+	assert_non_null(strstr(r.err, want));
+	assert_non_null(strstr(r.err, "the first is block 2\n"));
+	run_free(&r);
+
+	snprintf(range, sizeof(range), "%u:%u", 2 * rpb, 2 * rpb + 1);
+	run(&r, inspect_tool, "--dump", range, p, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
+	run_free(&r);
+	snprintf(range, sizeof(range), "%u", 3 * rpb - 1);
+	run(&r, inspect_tool, "--dump", range, p, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
+	run_free(&r);
+
+	run(&r, inspect_tool, "--export-raw", out, p, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
+	run_free(&r);
+	assert_false(exists(out));
+
+	/* Blocks 1 and 3 are fine. */
+	snprintf(range, sizeof(range), "%u", 2 * rpb - 1);
+	run(&r, inspect_tool, "--dump", range, p, NULL);
+	expect_ok(&r);
+	parse_dump_line(r.out, &row, vals, GOOD_DIM);
+	assert_int_equal(row, 2 * rpb - 1);
+	assert_memory_equal(vals, good_rows + row * GOOD_DIM, sizeof(vals));
+	run_free(&r);
+	snprintf(range, sizeof(range), "%u", 3 * rpb);
+	run(&r, inspect_tool, "--dump", range, p, NULL);
+	expect_ok(&r);
+	parse_dump_line(r.out, &row, vals, GOOD_DIM);
+	assert_memory_equal(vals, good_rows + row * GOOD_DIM, sizeof(vals));
+	run_free(&r);
+
+	/* And the untouched original verifies. */
+	run(&r, inspect_tool, "--verify", good_table, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	unlink(p);
+}
+
+static void test_bad_raw_input(void **state)
+{
+	char raw[PATH_MAX], tab[PATH_MAX];
+	char data[4 * 8 * 3 + 4] = {0};
+	struct run r;
+
+	tpath(raw, "bad.raw");
+	tpath(tab, "bad-raw.et");
+	write_file(raw, data, sizeof(data)); /* 3 rows of dim 8, plus 4 B */
+	run(&r, build_tool, "--from-raw", raw, "--dim", "8", tab, NULL);
+	expect_fail(&r, "embtier-build",
+		    "size 100 is not a multiple of the row size 32");
+	run_free(&r);
+	assert_false(exists(tab));
+
+	write_file(raw, data, 0);
+	run(&r, build_tool, "--from-raw", raw, "--dim", "8", tab, NULL);
+	expect_fail(&r, "embtier-build", "empty");
+	run_free(&r);
+	assert_false(exists(tab));
+
+	tpath(raw, "no-such.raw");
+	run(&r, build_tool, "--from-raw", raw, "--dim", "8", tab, NULL);
+	expect_fail(&r, "embtier-build", et_strerror(-ENOENT));
+	run_free(&r);
+	assert_false(exists(tab));
+	expect_no_partials();
+	tpath(raw, "bad.raw");
+	unlink(raw);
+}
+
+static void test_bad_npy(void **state)
+{
+	static const struct {
+		int version;
+		const char *dict;
+		size_t data; /* bytes of data after the header */
+		const char *msg;
+	} cases[] = {
+	    {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 4), }",
+	     96, "unsupported .npy dtype '<f8'"},
+	    {1, "{'descr': '>f4', 'fortran_order': False, 'shape': (3, 4), }",
+	     48, "unsupported .npy dtype '>f4'"},
+	    {1, "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }",
+	     48, "fortran_order"},
+	    {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (12,), }",
+	     48, "1-D"},
+	    {1,
+	     "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 2), }",
+	     48, "3-D"},
+	    {1, "{'descr': '<f4', 'fortran_order': False, }", 48,
+	     "missing key"},
+	    {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4)", 48,
+	     "malformed .npy header"},
+	    {2, "{'descr': '<f4', 'fortran_order': Flase, 'shape': (3, 4), }",
+	     48, "malformed .npy header"},
+	    {1, "['descr', '<f4']", 48, "malformed .npy header"},
+	    {1,
+	     "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), "
+	     "'extra': 1}",
+	     48, "malformed .npy header"},
+	    {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
+	     47, "truncated .npy data"},
+	    {4, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
+	     48, "version"},
+	};
+	char in[PATH_MAX], tab[PATH_MAX];
+	char data[128] = {0};
+	uint8_t raw[16];
+	struct run r;
+
+	tpath(in, "bad.npy");
+	tpath(tab, "bad-npy.et");
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		write_npy(in, cases[i].version, cases[i].dict, data,
+			  cases[i].data);
+		run(&r, build_tool, "--from-npy", in, tab, NULL);
+		expect_fail(&r, "embtier-build", cases[i].msg);
+		run_free(&r);
+		assert_false(exists(tab));
+	}
+
+	/* Not .npy at all; a header cut short; a length past the end. */
+	write_file(in, "just some text\n", 15);
+	run(&r, build_tool, "--from-npy", in, tab, NULL);
+	expect_fail(&r, "embtier-build", "not a .npy file");
+	run_free(&r);
+	memcpy(raw, "\x93NUMPY\x01\x00\x40", 9);
+	write_file(in, raw, 9);
+	run(&r, build_tool, "--from-npy", in, tab, NULL);
+	expect_fail(&r, "embtier-build", "truncated .npy header");
+	run_free(&r);
+	memcpy(raw, "\x93NUMPY\x01\x00\x40\x00{'descr'", 16);
+	write_file(in, raw, 16);
+	run(&r, build_tool, "--from-npy", in, tab, NULL);
+	expect_fail(&r, "embtier-build", "truncated .npy header");
+	run_free(&r);
+	assert_false(exists(tab));
+
+	/* A good header whose dim disagrees with --dim. */
+	write_npy(in, 1,
+		  "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }",
+		  data, 48);
+	run(&r, build_tool, "--from-npy", in, "--dim", "5", tab, NULL);
+	expect_fail(&r, "embtier-build", "--dim");
+	run_free(&r);
+	assert_false(exists(tab));
+	expect_no_partials();
+	unlink(in);
+}
+
+static int setup(void **state)
+{
+	const char *b = getenv("ET_BUILD");
+	const char *d = getenv("ET_TEST_DIR");
+
+	if (!b)
+		b = "build";
+	snprintf(build_tool, sizeof(build_tool), "%s/embtier-build", b);
+	snprintf(inspect_tool, sizeof(inspect_tool), "%s/embtier-inspect", b);
+	if (access(build_tool, X_OK) || access(inspect_tool, X_OK)) {
+		fprintf(stderr, "test_tools: %s or %s missing (make tools)\n",
+			build_tool, inspect_tool);
+		return -1;
+	}
+	if (d) {
+		snprintf(test_dir, sizeof(test_dir), "%s/tools.XXXXXX", d);
+	} else {
+		snprintf(test_dir, sizeof(test_dir),
+			 "/var/tmp/test_tools.XXXXXX");
+	}
+	if (!mkdtemp(test_dir)) {
+		perror(test_dir);
+		return -1;
+	}
+	tpath(good_table, "good.et");
+	good_rows = make_table(good_table, GOOD_ROWS, GOOD_DIM);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[PATH_MAX + 16];
+
+	free(good_rows);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", test_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_help_and_usage),
+	    cmocka_unit_test(test_raw_roundtrip),
+	    cmocka_unit_test(test_npy_f32),
+	    cmocka_unit_test(test_npy_f16),
+	    cmocka_unit_test(test_lazy_huge),
+	    cmocka_unit_test(test_state),
+	    cmocka_unit_test(test_corrupt_header),
+	    cmocka_unit_test(test_truncated_file),
+	    cmocka_unit_test(test_corrupt_block),
+	    cmocka_unit_test(test_bad_raw_input),
+	    cmocka_unit_test(test_bad_npy),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
