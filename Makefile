@@ -82,7 +82,7 @@ TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib tools bench tests test asan ubsan tsan install uninstall format \
+.PHONY: all lib tools bench demo tests test asan ubsan tsan install uninstall format \
 	format-check clean help
 
 all: lib tools ## Build the library and the tools (default)
@@ -95,6 +95,15 @@ tests: $(TESTS) $(TOOLS)
 
 test: tests ## Build and run the test suite
 	$(Q)BUILD=$(BUILD) tests/run.sh $(TESTS)
+
+demo: all ## The main job: a short training run over a huge lazy table
+ifneq ($(TRAIN_SRCS),)
+	$(BUILD)/embtier-train --preset default
+else
+	@d=$$(mktemp -d /var/tmp/embtier-demo.XXXXXX) && \
+	$(BUILD)/embtier-build --rows 2^33 --dim 128 --init uniform $$d/big.et && \
+	$(BUILD)/embtier-inspect $$d/big.et; rm -rf $$d
+endif
 
 asan: ## Build and run the tests with ASan+UBSan (in build-asan/)
 	$(Q)$(MAKE) --no-print-directory BUILD=build-asan SAN=address,undefined NO_JEMALLOC=1 test
