@@ -85,7 +85,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 .PHONY: all lib tools bench demo tests test asan ubsan tsan install uninstall format \
 	format-check clean help
 
-all: lib tools ## Build the library and the tools (default)
+all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
 
 lib: $(STATIC) $(SHARED) $(BUILD)/embtier.pc ## Build libembtier.a, .so and embtier.pc
 
@@ -201,6 +201,8 @@ clean: ## Remove every build directory
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t16
+
+.SECONDARY:
 
 -include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d) $(TRAIN_OBJS:.o=.d) \
 	$(BENCH_OBJS:.o=.d) $(BUILD)/tools/build.d \

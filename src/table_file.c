@@ -69,6 +69,9 @@ struct et_tfile {
 	char *stage;     /* stage_blocks aligned blocks for batch I/O */
 	struct io_req *reqs;
 	uint32_t stage_blocks;
+	char *wr_buf;    /* bulk-load ring (WR_SLOTS x WR_SLOT_BYTES), kept
+			  * from the first et_tfile_write_range to close */
+	size_t wr_bytes;
 	struct tf_stats st;
 };
 
@@ -305,6 +308,8 @@ static void tf_free(et_tfile *tf)
 		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
 			 tf->mem_align);
 	mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
+	if (tf->wr_buf)
+		mem_free(tf->wr_buf, tf->wr_bytes, tf->mem_align);
 	mem_free(tf, sizeof(*tf), 0);
 }
 
@@ -1130,10 +1135,13 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 	per_slot = WR_SLOT_BYTES / g->block_size;
 	if (per_slot == 0)
 		per_slot = 1;
-	buf = mem_alloc((size_t)WR_SLOTS * per_slot * g->block_size,
-			tf->mem_align);
-	if (!buf)
-		return -ENOMEM;
+	if (!tf->wr_buf) {
+		tf->wr_bytes = (size_t)WR_SLOTS * per_slot * g->block_size;
+		tf->wr_buf = mem_alloc(tf->wr_bytes, tf->mem_align);
+		if (!tf->wr_buf)
+			return -ENOMEM;
+	}
+	buf = tf->wr_buf;
 	memset(slots, 0, sizeof(slots));
 	for (unsigned k = 0; b < bend; k = (k + 1) % WR_SLOTS) {
 		struct wr_slot *s = &slots[k];
@@ -1161,12 +1169,19 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 			uint64_t r0 = (b + i) * g->rows_per_block;
 			uint32_t nr = block_rows(tf, b + i);
 
-			memset(blk, 0, g->block_size);
-			for (uint32_t r = 0; r < nr; r++)
+			for (uint32_t r = 0; r < nr; r++) {
+				unsigned char *row =
+					blk + (size_t)r * g->row_bytes;
+
 				dtype_encode(g->dtype,
 					     in + (r0 + r - first) * g->dim,
-					     blk + (size_t)r * g->row_bytes,
-					     g->dim);
+					     row, g->dim);
+				memset(row + g->value_bytes, 0,
+				       g->state_floats * 4);
+			}
+			/* only the padding: the rows were just written */
+			memset(blk + (size_t)nr * g->row_bytes, 0,
+			       g->block_size - (size_t)nr * g->row_bytes);
 			block_seal(tf, b + i, blk);
 		}
 		memset(&s->req, 0, sizeof(s->req));
@@ -1200,8 +1215,6 @@ out_drain:
 		if (slots[k].nb)
 			ret = wr_retire(tf, &slots[k], ret);
 	}
-	mem_free(buf, (size_t)WR_SLOTS * per_slot * g->block_size,
-		 tf->mem_align);
 	return ret;
 }
 
