@@ -188,7 +188,7 @@ static bool name_ok(const char *name)
 
 static int table_path(const et_store *s, const char *name, char **out)
 {
-	size_t n = strlen(s->dir) + strlen(name) + 8;
+	size_t n = strlen(s->dir) + strlen(name) + 5; /* "/", ".et", NUL */
 	char *p = mem_alloc(n, 0);
 
 	if (!p)
@@ -537,14 +537,15 @@ static void widx_insert(et_store *s, uint64_t key, size_t pos)
 
 static int wb_queue(et_store *s, uint64_t key, const void *raw)
 {
+	uint32_t rb;
 	int64_t at;
 	int ret;
 
 	key &= CACHE_KEY_MASK;
+	rb = s->tables[cache_key_table(key)].g->row_bytes;
 	at = wb_find(s, key);
 	if (at >= 0) {
-		memcpy((char *)s->wbuf.p + (size_t)at * s->slot_bytes, raw,
-		       s->slot_bytes);
+		memcpy((char *)s->wbuf.p + (size_t)at * s->slot_bytes, raw, rb);
 		return 0;
 	}
 	ret = sbuf_reserve(&s->wkeys, (s->nwb + 1) * sizeof(uint64_t));
@@ -564,7 +565,7 @@ static int wb_queue(et_store *s, uint64_t key, const void *raw)
 			widx_insert(s, ((uint64_t *)s->wkeys.p)[i], i);
 	}
 	((uint64_t *)s->wkeys.p)[s->nwb] = key;
-	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, s->slot_bytes);
+	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, rb);
 	widx_insert(s, key, s->nwb);
 	s->nwb++;
 	return 0;
@@ -576,50 +577,66 @@ static void wb_reset(et_store *s)
 	widx_clear(s);
 }
 
-static const uint64_t *wb_sort_keys;
+/* The write-back queue in key order: (key, position) pairs. */
+struct wb_ord {
+	uint64_t key;
+	size_t pos;
+};
 
 static int wb_cmp(const void *a, const void *b)
 {
-	uint64_t x = wb_sort_keys[*(const uint32_t *)a];
-	uint64_t y = wb_sort_keys[*(const uint32_t *)b];
+	uint64_t x = ((const struct wb_ord *)a)->key;
+	uint64_t y = ((const struct wb_ord *)b)->key;
 
 	return x < y ? -1 : x > y;
+}
+
+static int wb_sort(et_store *s, struct wb_ord **out)
+{
+	const uint64_t *keys = s->wkeys.p;
+	struct wb_ord *o;
+	int ret;
+
+	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(*o));
+	if (ret)
+		return ret;
+	o = s->wsort.p;
+	for (size_t i = 0; i < s->nwb; i++) {
+		o[i].key = keys[i];
+		o[i].pos = i;
+	}
+	qsort(o, s->nwb, sizeof(*o), wb_cmp);
+	*out = o;
+	return 0;
 }
 
 /* Writes every queued row home, grouped by table. On failure the queue is
  * kept whole (rewriting a row is harmless) and the store is marked failed. */
 static int wb_run(et_store *s)
 {
-	const uint64_t *keys = s->wkeys.p;
-	uint32_t *ord;
+	struct wb_ord *o;
 	size_t i = 0;
 	int ret;
 
 	if (!s->nwb)
 		return 0;
-	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(uint32_t));
+	ret = wb_sort(s, &o);
 	if (!ret)
 		ret = sbuf_reserve(&s->wrows, s->nwb * sizeof(uint64_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->wraw, s->nwb * s->slot_bytes);
 	if (ret)
 		goto fail;
-	ord = s->wsort.p;
-	for (i = 0; i < s->nwb; i++)
-		ord[i] = (uint32_t)i;
-	wb_sort_keys = keys;
-	qsort(ord, s->nwb, sizeof(*ord), wb_cmp);
 	for (i = 0; i < s->nwb;) {
-		uint32_t t = cache_key_table(keys[ord[i]]);
+		uint32_t t = cache_key_table(o[i].key);
 		struct table *tb = &s->tables[t];
 		uint64_t *rows = s->wrows.p;
 		size_t n = 0;
 
-		while (i < s->nwb && cache_key_table(keys[ord[i]]) == t) {
-			rows[n] = cache_key_row(keys[ord[i]]);
+		while (i < s->nwb && cache_key_table(o[i].key) == t) {
+			rows[n] = cache_key_row(o[i].key);
 			memcpy((char *)s->wraw.p + n * tb->g->row_bytes,
-			       (char *)s->wbuf.p +
-				       (size_t)ord[i] * s->slot_bytes,
+			       (char *)s->wbuf.p + o[i].pos * s->slot_bytes,
 			       tb->g->row_bytes);
 			n++;
 			i++;
@@ -697,6 +714,16 @@ static struct pinset pins_now(const et_store *s)
 	return ps;
 }
 
+/* Pins slot for this operation, unless a live batch pins it already (its
+ * pin must outlast the operation). */
+static void pin_op(et_store *s, struct cache *c, uint64_t slot)
+{
+	struct pinset ps = pins_now(s);
+
+	if (!cache_pinned(c, slot, &ps))
+		cache_pin(c, slot, s->epoch);
+}
+
 /* Places a row demoted from HBM (or a row with no better place) in DDR.
  * A dirty DDR victim is queued for write-back; if every way is pinned the
  * row itself goes home (dirty) or is dropped (clean). Returns the DDR slot
@@ -721,8 +748,8 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		d->st.evictions++;
 		d->st.bytes_out += s->slot_bytes;
 	}
-	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, s->slot_bytes,
-		   s->now);
+	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw,
+		   s->tables[cache_key_table(key)].g->row_bytes, s->now);
 	return 0;
 }
 
@@ -870,7 +897,7 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 				s->pf.hits++;
 			}
 			cache_touch(top, slot, s->now);
-			cache_pin(top, slot, s->epoch);
+			pin_op(s, top, slot);
 			ptrs[i] = cache_row(top, slot);
 			slots[i] = slot;
 			kind[i] = s->has_hbm ? K_HBM : K_DDR;
@@ -884,7 +911,7 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 			if (slot != CACHE_NONE) {
 				/* pinned so that no demotion of this batch
 				 * pushes it out before its promotion */
-				cache_pin(&s->ddr, slot, s->epoch);
+				pin_op(s, &s->ddr, slot);
 				s->ddr.st.hits++;
 				kind[i] = K_DDR;
 				slots[i] = slot;
@@ -1447,36 +1474,29 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
  * front of the reads that follow them. */
 static int wb_submit(et_store *s)
 {
-	const uint64_t *keys = s->wkeys.p;
-	uint32_t *ord;
+	struct wb_ord *o;
 	int ret;
 
 	if (!s->nwb)
 		return 0;
-	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(uint32_t));
+	ret = wb_sort(s, &o);
 	if (ret)
 		return ret;
-	ord = s->wsort.p;
-	for (size_t i = 0; i < s->nwb; i++)
-		ord[i] = (uint32_t)i;
-	wb_sort_keys = keys;
-	qsort(ord, s->nwb, sizeof(*ord), wb_cmp);
 	for (size_t i = 0; i < s->nwb;) {
-		uint32_t t = cache_key_table(keys[ord[i]]);
+		uint32_t t = cache_key_table(o[i].key);
 		struct table *tb = &s->tables[t];
 		size_t k = i;
 		struct pl_job *j;
 
-		while (k < s->nwb && cache_key_table(keys[ord[k]]) == t)
+		while (k < s->nwb && cache_key_table(o[k].key) == t)
 			k++;
 		j = pl_job_new(PL_WRITE, tb->tf, t, k - i, tb->g->row_bytes);
 		if (!j)
 			return -ENOMEM; /* the queue is intact: wb_run later */
 		for (size_t q = i; q < k; q++) {
-			j->rows[q - i] = cache_key_row(keys[ord[q]]);
+			j->rows[q - i] = cache_key_row(o[q].key);
 			memcpy((char *)j->raw + (q - i) * tb->g->row_bytes,
-			       (char *)s->wbuf.p +
-				       (size_t)ord[q] * s->slot_bytes,
+			       (char *)s->wbuf.p + o[q].pos * s->slot_bytes,
 			       tb->g->row_bytes);
 		}
 		/* If a later table's job cannot be made, the whole queue
@@ -1650,7 +1670,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch,
  * clears the dirty bits of what was written. */
 static int flush_cache(et_store *s, struct cache *c)
 {
-	const uint64_t chunk = 65536;
+	const uint64_t chunk = 1024; /* slots a write-back batch: bounds scratch */
 	uint64_t n = cache_slots(c);
 	int ret;
 
@@ -1760,7 +1780,7 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 			return ret;
 	}
 	memset(st, 0, sizeof(*st));
-	if (table >= 0) {
+	if (table != -1) {
 		struct table *t = table_get(s, table);
 
 		if (!t)
