@@ -282,6 +282,24 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
  * prefetch in flight first. */
 int et_flush(et_store *s);
 
+/* ----------------------------------------------------------- durability */
+
+/*
+ * Makes a checkpoint: waits for any prefetch, writes back every dirty row,
+ * syncs every table file, and saves len bytes of the caller's dense state
+ * (model weights, data position...; may be NULL/0) beside them, atomically.
+ * From the first checkpoint on, every table file keeps an undo log of the
+ * blocks overwritten since the last checkpoint; after a crash, the next
+ * et_store_open + et_table_open roll each file back to exactly the last
+ * checkpoint. Killing the process at any moment loses nothing checkpointed.
+ */
+int et_checkpoint(et_store *s, const void *dense, size_t len);
+
+/* The last checkpoint of the store: *id (0 if none) and, if dense is
+ * non-NULL, a malloc()ed copy of its dense state in *dense (free() it) of
+ * *len bytes. */
+int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len);
+
 /* ------------------------------------------------------------- prefetch */
 
 /* The ids of one table in the next batch. */
@@ -334,6 +352,8 @@ struct et_stats {
 	uint64_t nvme_rows_read;         /* rows read from table files */
 	uint64_t rows_lazy;              /* rows served from the initializer */
 	uint64_t writebacks;             /* dirty rows written back */
+	uint64_t undo_records;           /* block pre-images logged */
+	uint64_t blocks_restored;        /* blocks rolled back at open */
 	uint64_t blocks_read, blocks_written;
 	uint64_t bytes_read, bytes_written;
 	/* prefetch (store-wide) */

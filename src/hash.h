@@ -20,6 +20,19 @@ static inline uint64_t hash_bytes(const void *p, size_t n)
 	return XXH3_64bits(p, n);
 }
 
+/* Checksum of two byte ranges, as if concatenated (record headers and
+ * their payloads). */
+static inline uint64_t hash_bytes2(const void *a, size_t na, const void *b,
+				   size_t nb)
+{
+	XXH3_state_t st;
+
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, a, na);
+	XXH3_64bits_update(&st, b, nb);
+	return XXH3_64bits_digest(&st);
+}
+
 /* A 64-bit key hashed with a seed: (seed, row) -> stream base. */
 static inline uint64_t hash_u64(uint64_t key, uint64_t seed)
 {

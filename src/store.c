@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "checkpoint.h"
 #include "dtype.h"
 #include "hash.h"
 #include "io.h"
@@ -105,6 +106,7 @@ struct table {
 	const struct tf_geom *g;
 	char name[NAME_MAX_LEN + 1];
 	struct et_stats st; /* FBGEMM counters and NVMe counters */
+	uint64_t restored;  /* blocks rolled back when it was opened */
 };
 
 struct et_store {
@@ -121,6 +123,9 @@ struct et_store {
 	uint32_t bcur;  /* pin epoch of the last prefetched batch, or 0 */
 	uint32_t bprev; /* and of the one before it */
 	int failed;     /* first write-back error not yet recovered, or 0 */
+	uint64_t ckpt;  /* last committed checkpoint; 0: none, no undo logs */
+	bool undo_broken; /* a log could not be restarted: no write may go
+			   * out until it is */
 	struct pipeline *pl; /* the I/O thread */
 	bool pl_pending;     /* jobs handed to it and not drained */
 	struct {
@@ -164,6 +169,7 @@ enum {
 
 static void epoch_next(et_store *s);
 static int drain(et_store *s);
+static int undo_restart(et_store *s);
 static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 		      bool dirty, uint32_t epoch);
 
@@ -285,6 +291,15 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 	t->g = g;
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	tf_attach_io(tf, s->io);
+	if (s->ckpt) {
+		/* Back to the checkpoint first, if a crash left the file
+		 * past it; then a fresh log for the writes to come. */
+		ret = tf_undo_recover(tf, s->ckpt, &t->restored);
+		if (!ret)
+			ret = tf_undo_start(tf, s->ckpt);
+		if (ret)
+			return ret;
+	}
 	*id = (int)s->ntables++;
 	return 0;
 }
@@ -442,6 +457,9 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	if (ret)
 		goto err_free;
 	ret = pl_start(&s->pl);
+	if (ret)
+		goto err_free;
+	ret = ckpt_read(dir, &s->ckpt, NULL, NULL);
 	if (ret)
 		goto err_free;
 	if (c.slot_bytes) {
@@ -1705,6 +1723,11 @@ int et_flush(et_store *s)
 	ret = drain(s);
 	if (ret)
 		return ret;
+	if (s->undo_broken) {
+		ret = undo_restart(s);
+		if (ret)
+			return ret;
+	}
 	/* Rows left over from a failed write-back first. */
 	ret = wb_run(s);
 	if (ret)
@@ -1728,6 +1751,53 @@ int et_flush(et_store *s)
 		}
 	}
 	return 0;
+}
+
+/* ----------------------------------------------------------- checkpoint */
+
+/* Starts every table's undo log afresh for the current checkpoint. Until
+ * that succeeds, nothing may be written to a table file (it would be
+ * unlogged): the store refuses operations and flushes. */
+static int undo_restart(et_store *s)
+{
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		int ret = tf_undo_start(s->tables[i].tf, s->ckpt);
+
+		if (ret) {
+			s->undo_broken = true;
+			if (!s->failed)
+				s->failed = ret;
+			return ret;
+		}
+	}
+	s->undo_broken = false;
+	return 0;
+}
+
+int et_checkpoint(et_store *s, const void *dense, size_t len)
+{
+	uint64_t id;
+	int ret;
+
+	if (!s || (len && !dense))
+		return -EINVAL;
+	ret = et_flush(s); /* drains, writes back, syncs every file */
+	if (ret)
+		return ret;
+	id = s->ckpt + 1;
+	ret = ckpt_write(s->dir, id, dense, len);
+	if (ret)
+		return ret;
+	s->ckpt = id;
+	/* Committed. Each file now starts a log for the new checkpoint. */
+	return undo_restart(s);
+}
+
+int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
+{
+	if (!s || !id)
+		return -EINVAL;
+	return ckpt_read(s->dir, id, dense, len);
 }
 
 /* ---------------------------------------------------------------- stats */
@@ -1761,11 +1831,13 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->nvme_rows_read += t->st.nvme_rows_read;
 	st->rows_lazy += t->st.rows_lazy;
 	st->writebacks += t->st.writebacks;
+	st->blocks_restored += t->restored;
 	tf_get_stats(t->tf, &f);
 	st->blocks_read += f.blocks_read;
 	st->blocks_written += f.blocks_written;
 	st->bytes_read += f.bytes_read;
 	st->bytes_written += f.bytes_written;
+	st->undo_records += f.undo_records;
 }
 
 int et_get_stats(et_store *s, int table, struct et_stats *st)

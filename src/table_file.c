@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -72,8 +73,19 @@ struct et_tfile {
 	char *wr_buf;    /* bulk-load ring (WR_SLOTS x WR_SLOT_BYTES), kept
 			  * from the first et_tfile_write_range to close */
 	size_t wr_bytes;
+	uint8_t *stage_hole; /* per stage block: filled from the initializer
+			      * (a hole on disk), not read */
+	char *path;
+	size_t path_len;
+	int undo_fd;        /* the undo log, or -1 */
+	bool undo_on;       /* log pre-images before first writes */
+	uint64_t undo_id;   /* checkpoint the log belongs to */
+	uint64_t undo_off;  /* where the next record goes */
+	struct matmap logged; /* blocks logged since the checkpoint */
 	struct tf_stats st;
 };
+
+static int undo_log_chunk(et_tfile *tf, const uint64_t *blocks, uint32_t nb);
 
 /* ------------------------------------------------------- little-endian */
 
@@ -302,6 +314,11 @@ static void tf_free(et_tfile *tf)
 {
 	if (tf->fd >= 0)
 		close(tf->fd);
+	if (tf->undo_fd >= 0)
+		close(tf->undo_fd);
+	map_free(&tf->logged);
+	mem_free(tf->path, tf->path_len, 0);
+	mem_free(tf->stage_hole, tf->stage_blocks, 0);
 	io_close(tf->own_io);
 	map_free(&tf->map);
 	if (tf->stage)
@@ -313,12 +330,21 @@ static void tf_free(et_tfile *tf)
 	mem_free(tf, sizeof(*tf), 0);
 }
 
-static et_tfile *tf_new(void)
+static et_tfile *tf_new(const char *path)
 {
 	et_tfile *tf = mem_alloc(sizeof(*tf), 0);
 
-	if (tf)
-		tf->fd = -1;
+	if (!tf)
+		return NULL;
+	tf->fd = -1;
+	tf->undo_fd = -1;
+	tf->path_len = strlen(path) + 1;
+	tf->path = mem_alloc(tf->path_len, 0);
+	if (!tf->path) {
+		mem_free(tf, sizeof(*tf), 0);
+		return NULL;
+	}
+	memcpy(tf->path, path, tf->path_len);
 	return tf;
 }
 
@@ -350,7 +376,10 @@ static int tf_stage(et_tfile *tf)
 	tf->stage = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
 			      tf->mem_align);
 	tf->reqs = mem_alloc(tf->stage_blocks * sizeof(*tf->reqs), 0);
-	if (!tf->stage || !tf->reqs) {
+	tf->stage_hole = mem_alloc(tf->stage_blocks, 0);
+	if (!tf->stage || !tf->reqs || !tf->stage_hole) {
+		mem_free(tf->stage_hole, tf->stage_blocks, 0);
+		tf->stage_hole = NULL;
 		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
 			 tf->mem_align);
 		mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
@@ -376,7 +405,7 @@ int et_tfile_create(const char *path, const struct et_table_params *p,
 
 	if (!path || !p || !out)
 		return -EINVAL;
-	tf = tf_new();
+	tf = tf_new(path);
 	if (!tf)
 		return -ENOMEM;
 	tf->g.rows = p->rows;
@@ -465,7 +494,7 @@ int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
 
 	if (!path || !out || (flags & ~ET_TFILE_RDONLY))
 		return -EINVAL;
-	tf = tf_new();
+	tf = tf_new(path);
 	if (!tf)
 		return -ENOMEM;
 	tf->rdonly = flags & ET_TFILE_RDONLY;
@@ -725,6 +754,7 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 				if (r && (char *)r->buf + r->len == (char *)buf &&
 				    r->off + r->len == block_off(tf, b)) {
 					r->len += tf->g.block_size;
+					tf->stage_hole[nb] = 0;
 					blocks[nb++] = b;
 					j = k;
 					continue;
@@ -740,6 +770,7 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 			} else {
 				block_fill_init(tf, b, buf);
 			}
+			tf->stage_hole[nb] = !map_test(&tf->map, b);
 			blocks[nb++] = b;
 			j = k;
 		}
@@ -759,9 +790,11 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 					ret = block_check(tf, blocks[s], buf);
 					if (ret < 0)
 						return ret;
-					if (ret == 1)
+					if (ret == 1) {
 						block_fill_init(tf, blocks[s],
 								buf);
+						tf->stage_hole[s] = 1;
+					}
 				}
 				tf->st.blocks_read += cnt;
 				tf->st.bytes_read +=
@@ -859,6 +892,8 @@ static bool write_needs_read(et_tfile *tf, const struct ent *e, size_t n,
 		return false;
 	if (n < present)
 		return true;
+	if (tf->undo_on && !map_test(&tf->logged, b))
+		return true; /* its pre-image goes to the undo log */
 	if (present > 512)
 		return true; /* not worth counting */
 	for (size_t i = 0; i < n; i++) {
@@ -879,6 +914,11 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 	uint32_t s = 0;
 	int ret;
 
+	if (tf->undo_on) {
+		ret = undo_log_chunk(tf, blocks, nb);
+		if (ret)
+			return ret;
+	}
 	for (size_t i = 0; i < n; i++) {
 		while (blocks[s] != e[i].block)
 			s++;
@@ -1215,6 +1255,228 @@ out_drain:
 		if (slots[k].nb)
 			ret = wr_retire(tf, &slots[k], ret);
 	}
+	return ret;
+}
+
+/* -------------------------------------------------------------- undo log */
+
+/*
+ * The undo log of a table file (PATH.undo) makes a checkpoint a point the
+ * file can always return to. Between two checkpoints, the first write of
+ * each block is preceded by a record of what the block held before — its
+ * bytes, or the fact that it was a hole — and the log is synced before the
+ * block is written. Recovery puts every logged block back and the file is
+ * exactly as at the checkpoint.
+ *
+ *   header (64 bytes): "ETUNDO01", u64 checkpoint id, u32 block_size,
+ *                      u32 0, ..., u64 XXH3 of bytes [0, 56) at 56
+ *   record (32 bytes): u64 block, u32 kind (0 hole, 1 bytes), u32 length,
+ *                      u64 XXH3 of (these 16 bytes, then the bytes),
+ *                      u64 0; then length bytes
+ *
+ * Records go out in batches (one per write-back chunk) followed by one
+ * fdatasync, so a torn tail is a batch whose blocks were never written:
+ * recovery stops at the first record that fails its checksum. The log
+ * belongs to one checkpoint id: recovery rolls back only a log whose id is
+ * the committed checkpoint's (an older log means the crash came after the
+ * next checkpoint was committed, when the file was already right).
+ */
+#define UNDO_HDR 64
+#define UNDO_REC 32
+
+static int undo_path(const et_tfile *tf, char **out, size_t *n)
+{
+	*n = strlen(tf->path) + 6;
+	*out = mem_alloc(*n, 0);
+	if (!*out)
+		return -ENOMEM;
+	snprintf(*out, *n, "%s.undo", tf->path);
+	return 0;
+}
+
+/* Runs one buffered write or fsync of the log through the ring, so the
+ * fault seam reaches it like every other I/O. */
+static int undo_io(et_tfile *tf, int op, const void *buf, uint32_t len,
+		   uint64_t off)
+{
+	struct io_req r = { .op = op, .fd = tf->undo_fd, .buf = (void *)buf,
+			    .len = len, .off = off };
+	io_ctx *io;
+	int ret = tf_io(tf, &io);
+
+	return ret ? ret : io_run(io, &r, 1);
+}
+
+static int undo_write_header(et_tfile *tf, uint64_t id)
+{
+	unsigned char h[UNDO_HDR];
+	int ret;
+
+	memset(h, 0, sizeof(h));
+	memcpy(h, "ETUNDO01", 8);
+	put64(h + 8, id);
+	put32(h + 16, tf->g.block_size);
+	put64(h + 56, hash_bytes(h, 56));
+	if (ftruncate(tf->undo_fd, 0))
+		return -errno;
+	ret = undo_io(tf, IO_WRITE, h, sizeof(h), 0);
+	if (!ret)
+		ret = undo_io(tf, IO_FSYNC, NULL, 0, 0);
+	if (ret)
+		return ret;
+	tf->undo_off = UNDO_HDR;
+	tf->undo_id = id;
+	map_free(&tf->logged);
+	return map_init(&tf->logged, tf->g.blocks);
+}
+
+int tf_undo_start(et_tfile *tf, uint64_t id)
+{
+	char *p;
+	size_t n;
+	int ret;
+
+	if (tf->rdonly)
+		return -EBADF;
+	if (tf->undo_fd < 0) {
+		ret = undo_path(tf, &p, &n);
+		if (ret)
+			return ret;
+		tf->undo_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		ret = tf->undo_fd < 0 ? -errno : 0;
+		mem_free(p, n, 0);
+		if (ret)
+			return ret;
+	}
+	ret = undo_write_header(tf, id);
+	if (ret)
+		return ret;
+	tf->undo_on = true;
+	return 0;
+}
+
+/* Logs the blocks of a write-back chunk not yet logged since the
+ * checkpoint, with their contents as they are on disk now, and syncs. */
+static int undo_log_chunk(et_tfile *tf, const uint64_t *blocks, uint32_t nb)
+{
+	uint32_t bs = tf->g.block_size;
+	unsigned char *buf;
+	size_t len = 0, cap = 0;
+	int ret;
+
+	for (uint32_t s = 0; s < nb; s++)
+		if (!map_test(&tf->logged, blocks[s]))
+			cap += UNDO_REC + (tf->stage_hole[s] ? 0 : bs);
+	if (!cap)
+		return 0;
+	buf = mem_alloc(cap, 0);
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < nb; s++) {
+		unsigned char *r = buf + len;
+		uint32_t dl = tf->stage_hole[s] ? 0 : bs;
+
+		if (map_test(&tf->logged, blocks[s]))
+			continue;
+		memset(r, 0, UNDO_REC);
+		put64(r, blocks[s]);
+		put32(r + 8, dl ? 1 : 0);
+		put32(r + 12, dl);
+		if (dl)
+			memcpy(r + UNDO_REC, tf->stage + (size_t)s * bs, dl);
+		put64(r + 16, hash_bytes2(r, 16, r + UNDO_REC, dl));
+		len += UNDO_REC + dl;
+	}
+	ret = undo_io(tf, IO_WRITE, buf, (uint32_t)len, tf->undo_off);
+	if (!ret)
+		ret = undo_io(tf, IO_FSYNC, NULL, 0, 0);
+	mem_free(buf, cap, 0);
+	if (ret)
+		return ret; /* no block of the chunk is written */
+	tf->undo_off += len;
+	for (uint32_t s = 0; s < nb; s++) {
+		ret = map_set(&tf->logged, blocks[s]);
+		if (ret)
+			return ret;
+	}
+	tf->st.undo_records += nb;
+	return 0;
+}
+
+int tf_undo_recover(et_tfile *tf, uint64_t committed, uint64_t *restored)
+{
+	uint32_t bs = tf->g.block_size;
+	unsigned char h[UNDO_HDR], rh[UNDO_REC];
+	unsigned char *blk = NULL;
+	uint64_t off = UNDO_HDR, n = 0;
+	struct stat st;
+	char *p;
+	size_t pn;
+	int fd, ret = 0;
+
+	*restored = 0;
+	ret = undo_path(tf, &p, &pn);
+	if (ret)
+		return ret;
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	mem_free(p, pn, 0);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (fstat(fd, &st) || pread(fd, h, UNDO_HDR, 0) != UNDO_HDR ||
+	    memcmp(h, "ETUNDO01", 8) || get64(h + 56) != hash_bytes(h, 56) ||
+	    get32(h + 16) != bs || get64(h + 8) != committed)
+		goto out; /* empty, foreign or stale: nothing to undo */
+	blk = mem_alloc(bs, tf->mem_align);
+	if (!blk) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (off + UNDO_REC <= (uint64_t)st.st_size) {
+		uint64_t b;
+		uint32_t kind, dl;
+
+		if (pread(fd, rh, UNDO_REC, (off_t)off) != UNDO_REC)
+			break;
+		b = get64(rh);
+		kind = get32(rh + 8);
+		dl = get32(rh + 12);
+		if (b >= tf->g.blocks || kind > 1 || dl != (kind ? bs : 0) ||
+		    off + UNDO_REC + dl > (uint64_t)st.st_size)
+			break; /* torn tail */
+		if (dl && pread(fd, blk, dl, (off_t)(off + UNDO_REC)) != dl)
+			break;
+		if (hash_bytes2(rh, 16, blk, dl) != get64(rh + 16))
+			break;
+		if (kind) {
+			if (pwrite(tf->fd, blk, bs, (off_t)block_off(tf, b)) !=
+			    (ssize_t)bs) {
+				ret = errno ? -errno : ET_ESHORTIO;
+				goto out;
+			}
+		} else if (fallocate(tf->fd,
+				     FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				     (off_t)block_off(tf, b), bs)) {
+			ret = -errno;
+			goto out;
+		}
+		n++;
+		off += UNDO_REC + dl;
+	}
+	if (n) {
+		if (fdatasync(tf->fd)) {
+			ret = -errno;
+			goto out;
+		}
+		map_free(&tf->map);
+		ret = map_init(&tf->map, tf->g.blocks);
+		if (!ret)
+			ret = map_load(tf);
+	}
+	*restored = n;
+out:
+	if (blk)
+		mem_free(blk, bs, tf->mem_align);
+	close(fd);
 	return ret;
 }
 
