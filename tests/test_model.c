@@ -1,0 +1,1394 @@
+/*
+ * test_model.c - model check of the store: random batches of operations
+ * applied side by side to the store and to a plain reference model, with
+ * every result compared bit for bit.
+ *
+ * The model is obviously correct and knows nothing of tiers: per table, a
+ * hash map from row id to (f32 values, f32 optimizer state). A row it has
+ * not seen has the initializer's values (rowinit_fill) rounded to the
+ * storage type (dtype_encode, dtype_decode) and zero state; those modules
+ * are tested on their own (test_rowinit, test_dtype). The model performs the
+ * very f32 operations, in the same order, that the API promises:
+ *
+ *   gather         the stored value, decoded
+ *   gather_pooled  o = 0; o += row, in id order; mean: o /= (float)len
+ *   update         per distinct id, its gradients summed in index order
+ *                  (the first one assigned, the others added; for a pooled
+ *                  mean each is bag_grad / (float)len); then
+ *                  SGD:     w -= lr * g
+ *                  Adagrad: s = 0; s += g*g column by column; m += s / dim;
+ *                           mul = lr / (sqrtf(m) + eps); w -= mul * g
+ *                  and each w rounded to the storage type
+ *   write_rows     the last occurrence of an id wins; its state is kept
+ *
+ * Row ids mix a small hot set with ids uniform over tables of 10^5..10^6
+ * rows, so caches of 64 (HBM) and 256 (DDR) slots evict all the time,
+ * write back to the table files, and meet set conflicts (batches have more
+ * distinct ids than a set has ways). Each case runs one configuration
+ * (policies LRU, LFU, HBM LRU over DDR LFU; 1, 4, 16 ways; f32, f16, bf16;
+ * with and without an HBM tier; some with et_prefetch of each next batch,
+ * which the model ignores); operations include flushes and closing and
+ * reopening the whole store. The store's counters are checked against what
+ * was asked (calls, requested, unique) and against each other (every
+ * distinct id is a hit or a miss of the top tier, and so on). At the end
+ * every row touched is read back from the closed table files with
+ * et_tfile_read_rows, values and state.
+ *
+ * Transparency: one sequence of operations on four stores at once (all in
+ * DDR; tiny HBM and DDR; tiny DDR alone; tiny HBM and DDR with prefetch)
+ * gives identical gathers and, after close, identical table files.
+ *
+ * Bounded memory: et_get_stats().mem_bytes never exceeds hbm_bytes +
+ * ddr_bytes + the overhead README.md documents ("Memory") + a small slack
+ * for what its table leaves out, with tiny caches over many operations and
+ * with a flush of a DDR full of dirty rows; and every byte comes back at
+ * close.
+ *
+ * Size: ET_MODEL_OPS row-operations in all (ids passed to the store,
+ * summed over stores; default DEFAULT_OPS). Seeds are fixed; a failure
+ * prints the case, its seed, the budget and the operation number, and the
+ * same case with the same budget replays it exactly:
+ *     ET_TEST_FILTER=lfu_w16_f16 ET_MODEL_OPS=200000 build/tests/test_model
+ * A long run:
+ *     ET_MODEL_OPS=10000000 build/tests/test_model
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "dtype.h"
+#include "embtier.h"
+#include "mem_host.h"
+#include "rowinit.h"
+#include "util.h"
+
+#define DEFAULT_OPS 200000ULL
+#define NT	    2  /* tables per store */
+#define MAXST	    4  /* stores run side by side */
+#define MAXB	    64 /* ids per batch at most */
+#define MAXDIM	    32
+#define NHOT	    96	/* hot rows per table */
+#define IO_DEPTH    128 /* the default io_depth, which every case uses */
+#define HBM_SLOTS   64
+#define DDR_SLOTS   256
+
+/* ------------------------------------------------------------ the cases */
+
+struct tspec {
+	const char *name;
+	uint64_t rows;
+	uint32_t dim;
+	et_dtype dtype;
+	et_optim optim;
+	et_init init;
+	float scale; /* 0: the default, 1/sqrt(dim) */
+	uint64_t seed;
+};
+
+struct scfg {
+	const char *name;
+	uint64_t hbm_slots; /* 0: no HBM tier */
+	uint64_t ddr_slots;
+	et_policy hp, dp;
+	uint32_t ways;
+	uint32_t slot_bytes; /* passed in the config; 0: sized by the store */
+	bool pf;	     /* prefetch each next batch (et_prefetch) */
+};
+
+struct mcase {
+	const char *name;
+	uint64_t seed;
+	unsigned share; /* of the ET_MODEL_OPS budget, in parts */
+	int nst;
+	struct scfg st[MAXST];
+	struct tspec t[NT];
+};
+
+/* One case per paragraph: store configurations {name, HBM slots, DDR
+ * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch}, then tables
+ * {name, rows, dim, dtype, optimizer, init, scale, seed}. */
+#define LRU ET_POLICY_LRU
+#define LFU ET_POLICY_LFU
+#define SGD ET_OPT_SGD
+#define ADA ET_OPT_ROWWISE_ADAGRAD
+#define UNI ET_INIT_UNIFORM
+#define NRM ET_INIT_NORMAL
+#define ZRO ET_INIT_ZEROS
+
+/* clang-format off */
+static const struct mcase model_cases[] = {
+	{ "lru_w4_f32", 0x1001, 3, 1,
+	  { { "hbm64-lru/ddr256-lru/w4/prefetch", HBM_SLOTS, DDR_SLOTS,
+	      LRU, LRU, 4, 0, true } },
+	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
+	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 } } },
+	{ "lfu_w16_f16", 0x1002, 3, 1,
+	  { { "hbm64-lfu/ddr256-lfu/w16", HBM_SLOTS, DDR_SLOTS,
+	      LFU, LFU, 16, 0, false } },
+	  { { "a", 500000, 32, ET_F16, ADA, UNI, 0.1f, 21 },
+	    { "b", 100000, 4, ET_BF16, SGD, ZRO, 0, 22 } } },
+	{ "mixed_w1_bf16", 0x1003, 3, 1,
+	  { { "hbm64-lru/ddr256-lfu/w1", HBM_SLOTS, DDR_SLOTS,
+	      LRU, LFU, 1, 0, false } },
+	  { { "a", 300000, 12, ET_BF16, ADA, NRM, 0.25f, 31 },
+	    { "b", 100000, 5, ET_F32, SGD, UNI, 0, 32 } } },
+	{ "mixed_w4_f16_slot256", 0x1004, 2, 1,
+	  { { "hbm16-lru/ddr256-lfu/w4/slot256/prefetch", 16, DDR_SLOTS,
+	      LRU, LFU, 4, 256, true } },
+	  { { "a", 100000, 6, ET_F16, SGD, UNI, 1.0f, 41 },
+	    { "b", 1000000, 24, ET_BF16, ADA, UNI, 0.05f, 42 } } },
+	{ "nohbm_lru_w4_f16", 0x1005, 3, 1,
+	  { { "ddr256-lru/w4/prefetch", 0, DDR_SLOTS, 0, LRU, 4, 0, true } },
+	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
+	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 } } },
+	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
+	  { { "ddr256-lfu/w16", 0, DDR_SLOTS, 0, LFU, 16, 0, false } },
+	  { { "a", 1000000, 32, ET_BF16, SGD, UNI, 0.3f, 61 },
+	    { "b", 150000, 7, ET_F32, ADA, NRM, 0.1f, 62 } } },
+	{ "nohbm_lfu_w1_f32", 0x1007, 2, 1,
+	  { { "ddr256-lfu/w1", 0, DDR_SLOTS, 0, LFU, 1, 0, false } },
+	  { { "a", 120000, 9, ET_F32, ADA, UNI, 0.2f, 71 },
+	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 } } },
+	{ "lfu_w16_f32", 0x1008, 2, 1,
+	  { { "hbm64-lfu/ddr256-lru/w16", HBM_SLOTS, DDR_SLOTS,
+	      LFU, LRU, 16, 0, false } },
+	  { { "a", 250000, 10, ET_F32, ADA, NRM, 0.3f, 81 },
+	    { "b", 250000, 10, ET_BF16, SGD, NRM, 0.3f, 82 } } },
+};
+
+static const struct mcase transparency_case = {
+	"transparency", 0x2001, 8, 4,
+	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false },
+	  { "hbm64-lfu/ddr256-lru/w4", HBM_SLOTS, DDR_SLOTS,
+	    LFU, LRU, 4, 0, false },
+	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false },
+	  { "hbm64-lru/ddr256-lfu/w4/prefetch", HBM_SLOTS, DDR_SLOTS,
+	    LRU, LFU, 4, 0, true } },
+	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
+	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
+};
+
+static const struct mcase memory_case = {
+	"memory", 0x3001, 2, 1,
+	{ { "hbm64-lru/ddr256-lfu/w4", HBM_SLOTS, DDR_SLOTS,
+	    LRU, LFU, 4, 0, false } },
+	{ { "a", 1000000, 32, ET_F32, ADA, UNI, 0.5f, 101 },
+	  { "b", 500000, 16, ET_F16, SGD, UNI, 0.5f, 102 } },
+};
+/* clang-format on */
+
+/* Parts of the budget that the cases above add up to. */
+static unsigned total_shares(void)
+{
+	unsigned s = transparency_case.share + memory_case.share;
+
+	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
+	     i++)
+		s += model_cases[i].share;
+	return s;
+}
+
+static uint64_t budget_of(const struct mcase *mc)
+{
+	const char *env = getenv("ET_MODEL_OPS");
+	uint64_t total = DEFAULT_OPS;
+
+	if (env && *env) {
+		char *end;
+		unsigned long long v = strtoull(env, &end, 0);
+
+		if (*end == 0 && v > 0)
+			total = v;
+	}
+	return total * mc->share / total_shares();
+}
+
+/* ------------------------------------------------------------ the model */
+
+/* One table of the model: open addressing from row + 1 to an entry. */
+struct mtable {
+	const struct tspec *sp;
+	float scale;	/* the initializer's scale in effect */
+	uint64_t *keys; /* row + 1, 0 empty */
+	uint32_t *slot; /* entry of each key */
+	size_t cap;
+	uint64_t *rows; /* entry -> row */
+	float *vals;	/* entry -> dim values (as decoded from storage) */
+	float *state;	/* entry -> optimizer state */
+	size_t n, ecap;
+	uint64_t hot[NHOT];
+};
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/* v as stored: rounded to the storage type and back. */
+static void round_storage(const struct mtable *t, float *v)
+{
+	uint8_t raw[MAXDIM * 4];
+
+	dtype_encode(t->sp->dtype, v, raw, t->sp->dim);
+	dtype_decode(t->sp->dtype, raw, v, t->sp->dim);
+}
+
+static void model_init(struct mtable *t, const struct tspec *sp,
+		       struct tu_rng *rng)
+{
+	memset(t, 0, sizeof(*t));
+	t->sp = sp;
+	t->scale = sp->scale;
+	if (sp->init != ET_INIT_ZEROS && t->scale == 0)
+		t->scale = 1.0f / sqrtf((float)sp->dim);
+	t->cap = 1024;
+	t->keys = tu_calloc(t->cap, sizeof(*t->keys));
+	t->slot = tu_calloc(t->cap, sizeof(*t->slot));
+	t->hot[0] = 0;
+	t->hot[1] = sp->rows - 1;
+	for (int i = 2; i < NHOT; i++)
+		t->hot[i] = tu_rng_below(rng, sp->rows);
+}
+
+static void model_free(struct mtable *t)
+{
+	free(t->keys);
+	free(t->slot);
+	free(t->rows);
+	free(t->vals);
+	free(t->state);
+	memset(t, 0, sizeof(*t));
+}
+
+static void model_grow(struct mtable *t)
+{
+	size_t ncap = t->cap * 2;
+	uint64_t *nk = tu_calloc(ncap, sizeof(*nk));
+	uint32_t *ns = tu_calloc(ncap, sizeof(*ns));
+
+	for (size_t i = 0; i < t->cap; i++) {
+		size_t h;
+
+		if (!t->keys[i])
+			continue;
+		h = mix64(t->keys[i]) & (ncap - 1);
+		while (nk[h])
+			h = (h + 1) & (ncap - 1);
+		nk[h] = t->keys[i];
+		ns[h] = t->slot[i];
+	}
+	free(t->keys);
+	free(t->slot);
+	t->keys = nk;
+	t->slot = ns;
+	t->cap = ncap;
+}
+
+/* The entry of row, created with the initial value if new. */
+static size_t model_entry(struct mtable *t, uint64_t row)
+{
+	uint32_t dim = t->sp->dim;
+	size_t h = mix64(row + 1) & (t->cap - 1);
+	size_t e;
+
+	while (t->keys[h] && t->keys[h] != row + 1)
+		h = (h + 1) & (t->cap - 1);
+	if (t->keys[h])
+		return t->slot[h];
+	if (t->n == t->ecap) {
+		t->ecap = t->ecap ? 2 * t->ecap : 1024;
+		t->rows = realloc(t->rows, t->ecap * sizeof(*t->rows));
+		t->vals = realloc(t->vals, t->ecap * dim * sizeof(*t->vals));
+		t->state = realloc(t->state, t->ecap * sizeof(*t->state));
+		assert_non_null(t->rows);
+		assert_non_null(t->vals);
+		assert_non_null(t->state);
+	}
+	e = t->n++;
+	t->keys[h] = row + 1;
+	t->slot[h] = (uint32_t)e;
+	t->rows[e] = row;
+	rowinit_fill(t->sp->init, t->scale, t->sp->seed, row, dim,
+		     t->vals + e * dim);
+	round_storage(t, t->vals + e * dim);
+	t->state[e] = 0;
+	if (2 * t->n > t->cap)
+		model_grow(t);
+	return e;
+}
+
+static float *model_vals(struct mtable *t, uint64_t row)
+{
+	size_t e = model_entry(t, row); /* may move t->vals */
+
+	return t->vals + e * t->sp->dim;
+}
+
+/* ---------------------------------------------------------- the harness */
+
+struct mstore {
+	const struct scfg *cfg;
+	struct et_store_config ec;
+	char *dir;
+	et_store *s;
+	int id[NT];
+	/* counters since the store was (re)opened, per table */
+	uint64_t calls[NT], requested[NT], unique[NT];
+	uint64_t max_mem;
+	uint64_t blocks_io; /* blocks read and written, earlier sessions */
+};
+
+/* The ids of one batch of one table. */
+struct batch {
+	int k;
+	size_t n;
+	uint64_t ids[MAXB];
+};
+
+struct harness {
+	const struct mcase *mc;
+	struct tu_rng rng;
+	struct batch next; /* the next operation's ids, if next_valid */
+	bool next_valid;
+	bool any_pf;	    /* some store prefetches */
+	uint64_t op;	    /* operations issued */
+	uint64_t budget;    /* ET_MODEL_OPS's share for this case */
+	const char *opname; /* the one in progress */
+	struct mtable t[NT];
+	struct mstore st[MAXST];
+	int nst;
+	uint64_t mem_bound; /* bound on mem_bytes, 0: not checked */
+	float *exp, *out;   /* MAXB * MAXDIM */
+};
+
+static struct harness *cur; /* for the teardown after a failure */
+
+/* Fails the test with the case, its seed and the operation in progress,
+ * which is what it takes to replay a failure. */
+static void h_fail_at(const struct harness *h, const char *file, int line,
+		      const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void h_fail_at(const struct harness *h, const char *file, int line,
+		      const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	print_error("case %s seed 0x%llx budget %llu op %llu (%s): %s\n",
+		    h->mc->name, (unsigned long long)h->mc->seed,
+		    (unsigned long long)h->budget, (unsigned long long)h->op,
+		    h->opname, msg);
+	_fail(file, line);
+}
+
+#define h_fail(h, ...) h_fail_at(h, __FILE__, __LINE__, __VA_ARGS__)
+
+#define h_rc(h, ms, expr)                                                      \
+	do {                                                                   \
+		int rc_ = (expr);                                              \
+		if (rc_ != 0)                                                  \
+			h_fail(h, "store %s: %s = %d (%s)", (ms)->cfg->name,   \
+			       #expr, rc_, et_strerror(rc_));                  \
+	} while (0)
+
+static uint32_t row_bytes_of(const struct tspec *sp)
+{
+	return sp->dim * (uint32_t)dtype_size(sp->dtype) +
+	       (sp->optim == ET_OPT_ROWWISE_ADAGRAD ? 4 : 0);
+}
+
+/* Capacity in bytes of n slots of the largest row of the case (rounded to
+ * 4 bytes, as a slot is) plus their metadata. */
+static uint64_t slots_bytes(const struct harness *h, const struct scfg *c,
+			    uint64_t n)
+{
+	uint32_t slot = c->slot_bytes;
+
+	if (!slot)
+		for (int k = 0; k < NT; k++)
+			if (row_bytes_of(&h->mc->t[k]) > slot)
+				slot = row_bytes_of(&h->mc->t[k]);
+	slot = (slot + 3) & ~3u;
+	return n * (slot + ET_SLOT_META_BYTES);
+}
+
+static void table_params(const struct tspec *sp, struct et_table_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->rows = sp->rows;
+	p->dim = sp->dim;
+	p->dtype = sp->dtype;
+	p->optim = sp->optim;
+	p->init = sp->init;
+	p->init_scale = sp->scale;
+	p->seed = sp->seed;
+}
+
+static void store_open(struct harness *h, struct mstore *ms, bool create)
+{
+	struct et_table_params p;
+
+	h->opname = create ? "create" : "reopen";
+	h_rc(h, ms, et_store_open(ms->dir, &ms->ec, &ms->s));
+	/* The largest row first, so that slot_bytes 0 sizes slots for both. */
+	for (int k = 0; k < NT; k++) {
+		int o = row_bytes_of(&h->mc->t[0]) >= row_bytes_of(&h->mc->t[1])
+			    ? k
+			    : NT - 1 - k;
+
+		table_params(&h->mc->t[o], &p);
+		if (create)
+			h_rc(h, ms,
+			     et_table_create(ms->s, h->mc->t[o].name, &p,
+					     &ms->id[o]));
+		else
+			h_rc(h, ms,
+			     et_table_open(ms->s, h->mc->t[o].name, &p,
+					   &ms->id[o]));
+	}
+	memset(ms->calls, 0, sizeof(ms->calls));
+	memset(ms->requested, 0, sizeof(ms->requested));
+	memset(ms->unique, 0, sizeof(ms->unique));
+}
+
+static void harness_init(struct harness *h, const struct mcase *mc)
+{
+	memset(h, 0, sizeof(*h));
+	cur = h;
+	h->mc = mc;
+	h->budget = budget_of(mc);
+	h->nst = mc->nst;
+	h->opname = "setup";
+	tu_rng_seed(&h->rng, mc->seed);
+	for (int k = 0; k < NT; k++)
+		model_init(&h->t[k], &mc->t[k], &h->rng);
+	h->exp = tu_calloc(MAXB * MAXDIM, sizeof(float));
+	h->out = tu_calloc(MAXB * MAXDIM, sizeof(float));
+	for (int i = 0; i < h->nst; i++) {
+		struct mstore *ms = &h->st[i];
+
+		ms->cfg = &mc->st[i];
+		ms->dir = strdup(tu_path("store"));
+		assert_non_null(ms->dir);
+		ms->ec.hbm_bytes = slots_bytes(h, ms->cfg, ms->cfg->hbm_slots);
+		ms->ec.ddr_bytes = slots_bytes(h, ms->cfg, ms->cfg->ddr_slots);
+		ms->ec.hbm_policy = ms->cfg->hp;
+		ms->ec.ddr_policy = ms->cfg->dp;
+		ms->ec.ways = ms->cfg->ways;
+		ms->ec.slot_bytes = ms->cfg->slot_bytes;
+		h->any_pf |= ms->cfg->pf;
+		store_open(h, ms, true);
+	}
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static void harness_free(struct harness *h)
+{
+	for (int i = 0; i < h->nst; i++) {
+		et_store_close(h->st[i].s);
+		h->st[i].s = NULL;
+		if (h->st[i].dir)
+			nftw(h->st[i].dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		free(h->st[i].dir);
+		h->st[i].dir = NULL;
+	}
+	for (int k = 0; k < NT; k++)
+		model_free(&h->t[k]);
+	free(h->exp);
+	free(h->out);
+	h->exp = h->out = NULL;
+	cur = NULL;
+}
+
+/* After a failure (cmocka jumped out of the test): close and remove. */
+static int teardown(void **state)
+{
+	struct harness *h = cur;
+
+	if (h) {
+		harness_free(h);
+		free(h);
+	}
+	return 0;
+}
+
+/* Compares n x dim floats bit for bit; on a mismatch names the row. */
+static void h_compare(struct harness *h, const struct mstore *ms, int k,
+		      const uint64_t *rows, size_t n, const float *got,
+		      const float *want, const char *what)
+{
+	uint32_t dim = h->t[k].sp->dim;
+
+	if (!memcmp(got, want, n * dim * sizeof(float)))
+		return;
+	for (size_t i = 0; i < n * dim; i++) {
+		uint32_t a, b;
+
+		memcpy(&a, &got[i], 4);
+		memcpy(&b, &want[i], 4);
+		if (a != b)
+			h_fail(h,
+			       "store %s table %s: %s [%zu] (row %llu) col %u: "
+			       "store %a (0x%08x), model %a (0x%08x)",
+			       ms->cfg->name, h->t[k].sp->name, what, i / dim,
+			       rows ? (unsigned long long)rows[i / dim] : 0ULL,
+			       (unsigned)(i % dim), got[i], a, want[i], b);
+	}
+}
+
+/* The store's FBGEMM counters and tier identities against the harness's
+ * own count of what it asked since the store opened. Called once at the
+ * end of each session (before a close). */
+static void h_check_stats(struct harness *h, struct mstore *ms)
+{
+	struct et_stats st, tst;
+	const struct et_tier_stats *top;
+	uint64_t calls = 0, req = 0, uniq = 0;
+
+	h_rc(h, ms, et_get_stats(ms->s, -1, &st));
+	ms->blocks_io += st.blocks_read + st.blocks_written;
+	for (int k = 0; k < NT; k++) {
+		h_rc(h, ms, et_get_stats(ms->s, ms->id[k], &tst));
+		if (tst.calls != ms->calls[k] ||
+		    tst.requested != ms->requested[k] ||
+		    tst.unique != ms->unique[k])
+			h_fail(h,
+			       "store %s table %s: calls/requested/unique "
+			       "%llu/%llu/%llu, expected %llu/%llu/%llu",
+			       ms->cfg->name, h->t[k].sp->name,
+			       (unsigned long long)tst.calls,
+			       (unsigned long long)tst.requested,
+			       (unsigned long long)tst.unique,
+			       (unsigned long long)ms->calls[k],
+			       (unsigned long long)ms->requested[k],
+			       (unsigned long long)ms->unique[k]);
+		calls += ms->calls[k];
+		req += ms->requested[k];
+		uniq += ms->unique[k];
+	}
+	if (st.calls != calls || st.requested != req || st.unique != uniq)
+		h_fail(h, "store %s: store-wide calls/requested/unique wrong",
+		       ms->cfg->name);
+	top = ms->cfg->hbm_slots ? &st.hbm : &st.ddr;
+	/* Each distinct id of a call is looked up once in the top tier. */
+	if (top->hits + top->misses != uniq || st.unique_misses != top->misses)
+		h_fail(h,
+		       "store %s: top tier hits %llu + misses %llu != unique "
+		       "%llu, or unique_misses %llu != misses",
+		       ms->cfg->name, (unsigned long long)top->hits,
+		       (unsigned long long)top->misses,
+		       (unsigned long long)uniq,
+		       (unsigned long long)st.unique_misses);
+	/* A top-tier miss goes to DDR (if there is an HBM), then to the
+	 * files: read, or served by the initializer. (A prefetch reads
+	 * rows too, ahead of the lookups, and counts them.) */
+	if (ms->cfg->hbm_slots && st.ddr.hits + st.ddr.misses != st.hbm.misses)
+		h_fail(h, "store %s: ddr hits + misses != hbm misses",
+		       ms->cfg->name);
+	if (!ms->cfg->pf && st.nvme_rows_read + st.rows_lazy != st.ddr.misses)
+		h_fail(h,
+		       "store %s: nvme_rows_read %llu + rows_lazy %llu != "
+		       "misses of the last tier %llu",
+		       ms->cfg->name, (unsigned long long)st.nvme_rows_read,
+		       (unsigned long long)st.rows_lazy,
+		       (unsigned long long)st.ddr.misses);
+	if (st.conflict_unique_misses > st.unique_misses ||
+	    st.conflict_misses < st.conflict_unique_misses ||
+	    st.conflict_misses > req)
+		h_fail(h,
+		       "store %s: conflict_unique_misses %llu, "
+		       "conflict_misses %llu, unique_misses %llu",
+		       ms->cfg->name,
+		       (unsigned long long)st.conflict_unique_misses,
+		       (unsigned long long)st.conflict_misses,
+		       (unsigned long long)st.unique_misses);
+	if (st.hbm.resident_rows > st.hbm.capacity_rows ||
+	    st.ddr.resident_rows > st.ddr.capacity_rows ||
+	    st.hbm.dirty_rows > st.hbm.resident_rows ||
+	    st.ddr.dirty_rows > st.ddr.resident_rows)
+		h_fail(h, "store %s: residency exceeds capacity",
+		       ms->cfg->name);
+	/* Capacities count a slot's row bytes and metadata, in whole sets. */
+	for (int tier = 0; tier < 2; tier++) {
+		const struct et_tier_stats *ts = tier ? &st.ddr : &st.hbm;
+		uint64_t bytes = tier ? ms->ec.ddr_bytes : ms->ec.hbm_bytes;
+		uint32_t rb = 0, ways = ms->ec.ways;
+
+		for (int k = 0; k < NT; k++)
+			if (row_bytes_of(h->t[k].sp) > rb)
+				rb = row_bytes_of(h->t[k].sp);
+		if (ts->capacity_rows * (rb + ET_SLOT_META_BYTES) > bytes ||
+		    ts->capacity_rows % ways ||
+		    (bytes && ts->capacity_rows < ways))
+			h_fail(h,
+			       "store %s: %s capacity_rows %llu for %llu "
+			       "bytes, rows of %u bytes, %u ways",
+			       ms->cfg->name, tier ? "ddr" : "hbm",
+			       (unsigned long long)ts->capacity_rows,
+			       (unsigned long long)bytes, rb, ways);
+	}
+}
+
+static void h_check_mem(struct harness *h, struct mstore *ms)
+{
+	struct et_stats st;
+
+	if (!h->mem_bound)
+		return;
+	h_rc(h, ms, et_get_stats(ms->s, -1, &st));
+	if (st.mem_bytes > ms->max_mem)
+		ms->max_mem = st.mem_bytes;
+	if (st.mem_bytes > h->mem_bound)
+		h_fail(h, "store %s: mem_bytes %llu > bound %llu",
+		       ms->cfg->name, (unsigned long long)st.mem_bytes,
+		       (unsigned long long)h->mem_bound);
+}
+
+/* Counts a batch call the way the store's counters should. */
+static void h_count(struct mstore *ms, int k, const uint64_t *ids, size_t n)
+{
+	size_t u = 0;
+
+	if (!n)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		size_t j;
+
+		for (j = 0; j < i; j++)
+			if (ids[j] == ids[i])
+				break;
+		u += j == i;
+	}
+	ms->calls[k]++;
+	ms->requested[k] += n;
+	ms->unique[k] += u;
+}
+
+/* -------------------------------------------------------- the operations */
+
+static void op_gather(struct harness *h, int k, const uint64_t *ids, size_t n)
+{
+	struct mtable *t = &h->t[k];
+	uint32_t dim = t->sp->dim;
+
+	h->opname = "gather";
+	for (size_t i = 0; i < n; i++)
+		memcpy(h->exp + i * dim, model_vals(t, ids[i]),
+		       dim * sizeof(float));
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		memset(h->out, 0xa5, MAXB * MAXDIM * sizeof(float));
+		h_rc(h, ms, et_gather(ms->s, ms->id[k], ids, n, h->out));
+		h_count(ms, k, ids, n);
+		h_compare(h, ms, k, ids, n, h->out, h->exp, "gather");
+	}
+}
+
+static void op_gather_pooled(struct harness *h, int k, const uint64_t *ids,
+			     const uint64_t *off, size_t nbags, et_pool mode)
+{
+	struct mtable *t = &h->t[k];
+	uint32_t dim = t->sp->dim;
+
+	h->opname =
+	    mode == ET_POOL_MEAN ? "gather_pooled mean" : "gather_pooled sum";
+	for (size_t b = 0; b < nbags; b++) {
+		float *o = h->exp + b * dim;
+		uint64_t len = off[b + 1] - off[b];
+
+		for (uint32_t c = 0; c < dim; c++)
+			o[c] = 0.0f;
+		for (uint64_t i = off[b]; i < off[b + 1]; i++) {
+			const float *r = model_vals(t, ids[i]);
+
+			for (uint32_t c = 0; c < dim; c++)
+				o[c] += r[c];
+		}
+		if (mode == ET_POOL_MEAN && len)
+			for (uint32_t c = 0; c < dim; c++)
+				o[c] /= (float)len;
+	}
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		memset(h->out, 0xa5, MAXB * MAXDIM * sizeof(float));
+		h_rc(h, ms,
+		     et_gather_pooled(ms->s, ms->id[k], ids, off, nbags, mode,
+				      h->out));
+		h_count(ms, k, ids, off[nbags]);
+		h_compare(h, ms, k, NULL, nbags, h->out, h->exp, "pooled bag");
+	}
+}
+
+/* The model's update: gin holds one gradient row per input id (for a
+ * pooled mean already divided by the bag size, as the store divides each
+ * one). */
+static void model_update(struct harness *h, int k, const uint64_t *ids,
+			 size_t n, const float *gin,
+			 const struct et_update_params *up)
+{
+	struct mtable *t = &h->t[k];
+	uint32_t dim = t->sp->dim;
+	float acc[MAXDIM];
+	float eps = up->eps ? up->eps : 1e-8f;
+	bool done[MAXB] = {false};
+
+	for (size_t i = 0; i < n; i++) {
+		size_t e;
+		float *w, mul = up->lr;
+
+		if (done[i])
+			continue;
+		/* Gradients of this id, summed in index order. */
+		for (uint32_t c = 0; c < dim; c++)
+			acc[c] = gin[i * dim + c];
+		for (size_t j = i + 1; j < n; j++) {
+			if (ids[j] != ids[i])
+				continue;
+			done[j] = true;
+			for (uint32_t c = 0; c < dim; c++)
+				acc[c] += gin[j * dim + c];
+		}
+		e = model_entry(t, ids[i]);
+		w = t->vals + e * dim;
+		if (t->sp->optim == ET_OPT_ROWWISE_ADAGRAD) {
+			float sum = 0;
+
+			for (uint32_t c = 0; c < dim; c++)
+				sum += acc[c] * acc[c];
+			t->state[e] += sum / (float)dim;
+			mul = up->lr / (sqrtf(t->state[e]) + eps);
+		}
+		for (uint32_t c = 0; c < dim; c++)
+			w[c] -= mul * acc[c];
+		round_storage(t, w);
+	}
+}
+
+static void random_params(struct harness *h, struct et_update_params *up)
+{
+	static const float lrs[] = {0.5f, 0.05f, 0.01f, 0.125f};
+	static const float epss[] = {0.0f, 1e-4f, 0.5f};
+
+	up->lr = lrs[tu_rng_below(&h->rng, 4)];
+	up->eps = epss[tu_rng_below(&h->rng, 3)];
+}
+
+/* A gradient or value in [-scale, scale], never zero (so no -0 vs +0). */
+static float random_value(struct harness *h, float scale)
+{
+	float v = (float)tu_rng_double(&h->rng, -scale, scale);
+
+	return v != 0 ? v : scale / 2;
+}
+
+static void op_update(struct harness *h, int k, const uint64_t *ids, size_t n)
+{
+	uint32_t dim = h->t[k].sp->dim;
+	float grads[MAXB * MAXDIM];
+	struct et_update_params up;
+
+	h->opname = "update";
+	random_params(h, &up);
+	for (size_t i = 0; i < n * dim; i++)
+		grads[i] = random_value(h, 1.0f);
+	model_update(h, k, ids, n, grads, &up);
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		h_rc(h, ms, et_update(ms->s, ms->id[k], ids, n, grads, &up));
+		h_count(ms, k, ids, n);
+	}
+}
+
+static void op_update_pooled(struct harness *h, int k, const uint64_t *ids,
+			     const uint64_t *off, size_t nbags, et_pool mode)
+{
+	uint32_t dim = h->t[k].sp->dim;
+	float bg[MAXB * MAXDIM], gin[MAXB * MAXDIM];
+	struct et_update_params up;
+
+	h->opname =
+	    mode == ET_POOL_MEAN ? "update_pooled mean" : "update_pooled sum";
+	random_params(h, &up);
+	for (size_t i = 0; i < nbags * dim; i++)
+		bg[i] = random_value(h, 1.0f);
+	for (size_t b = 0; b < nbags; b++) {
+		float len = (float)(off[b + 1] - off[b]);
+
+		for (uint64_t i = off[b]; i < off[b + 1]; i++)
+			for (uint32_t c = 0; c < dim; c++)
+				gin[i * dim + c] = mode == ET_POOL_MEAN
+						       ? bg[b * dim + c] / len
+						       : bg[b * dim + c];
+	}
+	model_update(h, k, ids, off[nbags], gin, &up);
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		h_rc(h, ms,
+		     et_update_pooled(ms->s, ms->id[k], ids, off, nbags, mode,
+				      bg, &up));
+		h_count(ms, k, ids, off[nbags]);
+	}
+}
+
+static void op_write(struct harness *h, int k, const uint64_t *ids, size_t n)
+{
+	struct mtable *t = &h->t[k];
+	uint32_t dim = t->sp->dim;
+	float vals[MAXB * MAXDIM];
+
+	h->opname = "write_rows";
+	for (size_t i = 0; i < n * dim; i++)
+		vals[i] = random_value(h, 2.0f);
+	/* In index order, so the last occurrence wins. */
+	for (size_t i = 0; i < n; i++) {
+		float *w = model_vals(t, ids[i]);
+
+		memcpy(w, vals + i * dim, dim * sizeof(float));
+		round_storage(t, w);
+	}
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		h_rc(h, ms, et_write_rows(ms->s, ms->id[k], ids, n, vals));
+		h_count(ms, k, ids, n);
+	}
+}
+
+static void op_flush(struct harness *h)
+{
+	h->opname = "flush";
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+		struct et_stats st;
+
+		h_rc(h, ms, et_flush(ms->s));
+		h_rc(h, ms, et_get_stats(ms->s, -1, &st));
+		if (st.hbm.dirty_rows || st.ddr.dirty_rows)
+			h_fail(h, "store %s: %llu + %llu dirty after flush",
+			       ms->cfg->name,
+			       (unsigned long long)st.hbm.dirty_rows,
+			       (unsigned long long)st.ddr.dirty_rows);
+	}
+}
+
+/* Gathers up to max rows the model knows (all of them if fewer), in
+ * batches, and compares. */
+static void sweep(struct harness *h, size_t max)
+{
+	uint64_t ids[MAXB];
+
+	for (int k = 0; k < NT; k++) {
+		struct mtable *t = &h->t[k];
+		size_t n = t->n, step = n > max ? n / max : 1;
+
+		for (size_t e = 0; e < n;) {
+			size_t m = 0;
+
+			while (m < MAXB && e < n) {
+				ids[m++] = t->rows[e];
+				e += step;
+			}
+			op_gather(h, k, ids, m);
+		}
+	}
+}
+
+static void op_reopen(struct harness *h)
+{
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		h_check_stats(h, ms);
+		h->opname = "close";
+		h_rc(h, ms, et_store_close(ms->s));
+		ms->s = NULL;
+		store_open(h, ms, false);
+	}
+	sweep(h, 4096);
+}
+
+/* Bags over the ids: nbags + 1 offsets, some bags empty. */
+static size_t random_bags(struct harness *h, size_t n, uint64_t *off)
+{
+	size_t nbags = 1 + tu_rng_below(&h->rng, 8);
+
+	off[0] = 0;
+	for (size_t b = 1; b < nbags; b++)
+		off[b] = tu_rng_below(&h->rng, n + 1);
+	off[nbags] = n;
+	/* sort the inner cut points */
+	for (size_t i = 1; i < nbags; i++)
+		for (size_t j = i + 1; j < nbags; j++)
+			if (off[j] < off[i]) {
+				uint64_t x = off[i];
+
+				off[i] = off[j];
+				off[j] = x;
+			}
+	return nbags;
+}
+
+static size_t random_ids(struct harness *h, int k, uint64_t *ids)
+{
+	struct mtable *t = &h->t[k];
+	uint64_t r = tu_rng_next(&h->rng);
+	size_t n;
+
+	/* Batches of 1..MAXB ids, a quarter of them at most 8: big ones have
+	 * more distinct ids than a set has ways (conflicts), and the disk's
+	 * latency per operation, not per row, is what a run costs. */
+	n = (r & 3) ? 1 + tu_rng_below(&h->rng, MAXB)
+		    : 1 + tu_rng_below(&h->rng, 8);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t x = tu_rng_next(&h->rng);
+
+		if (i && (x & 7) == 0)
+			ids[i] = ids[tu_rng_below(&h->rng, i)];
+		else if ((x >> 8) % 10 < 6)
+			ids[i] = t->hot[(x >> 16) % NHOT];
+		else
+			ids[i] = tu_rng_below(&h->rng, t->sp->rows);
+	}
+	return n;
+}
+
+static void random_batch(struct harness *h, struct batch *b)
+{
+	b->k = (int)tu_rng_below(&h->rng, NT);
+	b->n = random_ids(h, b->k, b->ids);
+}
+
+/*
+ * As a trainer does, the stores that prefetch are told the next batch's
+ * ids before this operation runs (most of the time; sometimes with a batch
+ * of the other table as well, sometimes not at all). The model ignores
+ * prefetches: they must not change any result.
+ */
+static void maybe_prefetch(struct harness *h)
+{
+	struct batch other;
+	struct et_batch_ids b[2];
+	unsigned r;
+
+	random_batch(h, &h->next);
+	h->next_valid = true;
+	r = (unsigned)tu_rng_below(&h->rng, 8);
+	random_batch(h, &other);
+	if (r == 0)
+		return;
+	h->opname = "prefetch";
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		if (!ms->cfg->pf)
+			continue;
+		b[0] = (struct et_batch_ids){ms->id[h->next.k], h->next.ids,
+					     h->next.n};
+		b[1] =
+		    (struct et_batch_ids){ms->id[other.k], other.ids, other.n};
+		h_rc(h, ms, et_prefetch(ms->s, b, r == 1 ? 2 : 1));
+	}
+}
+
+/* One random operation; returns the ids it passed to each store. */
+static uint64_t random_op(struct harness *h)
+{
+	uint64_t off[MAXB + 1];
+	struct batch b;
+	const uint64_t *ids = b.ids;
+	int k;
+	unsigned what = (unsigned)tu_rng_below(&h->rng, 1000);
+	size_t n, nbags;
+	et_pool mode = tu_rng_below(&h->rng, 2) ? ET_POOL_MEAN : ET_POOL_SUM;
+
+	if (h->next_valid)
+		b = h->next;
+	else
+		random_batch(h, &b);
+	h->next_valid = false;
+	k = b.k;
+	n = b.n;
+	if (h->any_pf)
+		maybe_prefetch(h);
+	h->op++;
+	if (what < 300) {
+		op_gather(h, k, ids, n);
+	} else if (what < 430) {
+		nbags = random_bags(h, n, off);
+		op_gather_pooled(h, k, ids, off, nbags, mode);
+	} else if (what < 700) {
+		op_update(h, k, ids, n);
+	} else if (what < 830) {
+		nbags = random_bags(h, n, off);
+		op_update_pooled(h, k, ids, off, nbags, mode);
+	} else if (what < 995) {
+		op_write(h, k, ids, n);
+	} else {
+		op_flush(h);
+		return 1;
+	}
+	return n;
+}
+
+/* The closed stores' table files against the model: every row touched,
+ * values and optimizer state. */
+static void check_files(struct harness *h)
+{
+	uint64_t ids[MAXB];
+	float st[MAXB], exps[MAXB];
+
+	h->opname = "table files";
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		for (int k = 0; k < NT; k++) {
+			struct mtable *t = &h->t[k];
+			uint32_t dim = t->sp->dim;
+			char path[PATH_MAX];
+			et_tfile *tf;
+			bool has_state = t->sp->optim == ET_OPT_ROWWISE_ADAGRAD;
+
+			snprintf(path, sizeof(path), "%s/%s.et", ms->dir,
+				 t->sp->name);
+			h_rc(h, ms, et_tfile_open(path, ET_TFILE_RDONLY, &tf));
+			for (size_t e = 0; e < t->n;) {
+				size_t m = 0;
+
+				while (m < MAXB && e < t->n) {
+					ids[m] = t->rows[e];
+					memcpy(h->exp + m * dim,
+					       t->vals + e * dim,
+					       dim * sizeof(float));
+					exps[m] = t->state[e];
+					m++;
+					e++;
+				}
+				h_rc(h, ms,
+				     et_tfile_read_rows(tf, ids, m, h->out,
+							has_state ? st : NULL));
+				h_compare(h, ms, k, ids, m, h->out, h->exp,
+					  "file row");
+				if (has_state &&
+				    memcmp(st, exps, m * sizeof(float))) {
+					for (size_t i = 0; i < m; i++)
+						if (memcmp(&st[i], &exps[i], 4))
+							h_fail(
+							    h,
+							    "store %s: file "
+							    "state of row %llu:"
+							    " %a, model %a",
+							    ms->cfg->name,
+							    (unsigned long long)
+								ids[i],
+							    st[i], exps[i]);
+				}
+			}
+			et_tfile_close(tf);
+		}
+	}
+}
+
+/* Runs a case: its share of the budget in random operations, a flush and
+ * two close/reopen cycles along the way, then a sweep, close, and the
+ * table files checked. */
+static void run_case(const struct mcase *mc)
+{
+	struct harness *h = tu_calloc(1, sizeof(*h));
+	uint64_t budget = budget_of(mc), done = 0;
+	int reopened = 0;
+
+	harness_init(h, mc);
+	while (done < budget) {
+		done += random_op(h) * h->nst;
+		if (reopened < 2 && done >= budget * (reopened + 1) / 3) {
+			op_reopen(h);
+			reopened++;
+		}
+	}
+	for (int s = 0; s < h->nst; s++)
+		h_check_stats(h, &h->st[s]);
+	sweep(h, 8192);
+	h->opname = "final close";
+	for (int s = 0; s < h->nst; s++) {
+		h_rc(h, &h->st[s], et_store_close(h->st[s].s));
+		h->st[s].s = NULL;
+	}
+	check_files(h);
+	print_message("%s: %llu ops, %zu + %zu rows touched, %llu blocks "
+		      "read or written\n",
+		      mc->name, (unsigned long long)h->op, h->t[0].n, h->t[1].n,
+		      (unsigned long long)h->st[0].blocks_io);
+	harness_free(h);
+	free(h);
+}
+
+/* ----------------------------------------------------------------- tests */
+
+static void test_model(void **state)
+{
+	const struct mcase *mc = *state;
+
+	tu_require_uring();
+	tu_require_direct();
+	run_case(mc);
+}
+
+/* Three stores, one sequence: every gather already matched the model in
+ * each store (so they match each other); here the table files are also
+ * compared with one another byte for byte through et_tfile_read_rows, and
+ * the small stores must really have evicted and written back. */
+static void test_transparency(void **state)
+{
+	const struct mcase *mc = &transparency_case;
+	struct harness *h = tu_calloc(1, sizeof(*h));
+	uint64_t budget = budget_of(mc), done = 0;
+	struct et_stats st[MAXST];
+
+	tu_require_uring();
+	tu_require_direct();
+	harness_init(h, mc);
+	while (done < budget) {
+		done += random_op(h) * h->nst;
+		if (h->op == 3000)
+			op_reopen(h);
+	}
+	sweep(h, 1u << 20);
+	for (int s = 0; s < h->nst; s++) {
+		h_check_stats(h, &h->st[s]);
+		h_rc(h, &h->st[s], et_get_stats(h->st[s].s, -1, &st[s]));
+	}
+	/* The big store never evicted; the small ones did, a lot. */
+	assert_int_equal(st[0].ddr.evictions, 0);
+	assert_true(st[1].hbm.evictions > 0);
+	assert_true(st[1].ddr.evictions > 0);
+	assert_true(st[1].writebacks > 0);
+	assert_true(st[2].ddr.evictions > 0);
+	assert_true(st[2].writebacks > 0);
+	h->opname = "final close";
+	for (int s = 0; s < h->nst; s++) {
+		h_rc(h, &h->st[s], et_store_close(h->st[s].s));
+		h->st[s].s = NULL;
+	}
+	check_files(h);
+
+	/* Store against store, raw: all rows touched, values and state. */
+	for (int k = 0; k < NT; k++) {
+		struct mtable *t = &h->t[k];
+		size_t n = t->n, dim = t->sp->dim;
+		float *v[MAXST], *sv[MAXST];
+
+		for (int s = 0; s < h->nst; s++) {
+			char path[PATH_MAX];
+			et_tfile *tf;
+
+			v[s] = tu_calloc(n * dim, sizeof(float));
+			sv[s] = tu_calloc(n, sizeof(float));
+			snprintf(path, sizeof(path), "%s/%s.et", h->st[s].dir,
+				 t->sp->name);
+			assert_int_equal(
+			    et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+			assert_int_equal(
+			    et_tfile_read_rows(tf, t->rows, n, v[s],
+					       t->sp->optim ? sv[s] : NULL),
+			    0);
+			et_tfile_close(tf);
+		}
+		for (int s = 1; s < h->nst; s++) {
+			assert_memory_equal(v[0], v[s],
+					    n * dim * sizeof(float));
+			assert_memory_equal(sv[0], sv[s], n * sizeof(float));
+		}
+		for (int s = 0; s < h->nst; s++) {
+			free(v[s]);
+			free(sv[s]);
+		}
+	}
+	print_message("transparency: %llu ops, %zu + %zu rows touched\n",
+		      (unsigned long long)h->op, h->t[0].n, h->t[1].n);
+	harness_free(h);
+	free(h);
+}
+
+/*
+ * The store's memory beyond its capacities, as README.md ("Memory")
+ * documents it:
+ *   per table file: staging for batch I/O, io_depth x block size;
+ *   per table file: the materialization map, 4 KiB for every 32768 blocks
+ *                   that hold any written block, + 8 bytes per 32768 blocks;
+ *   per store: scratch for batches, at most 2 x (160 + 4 x row bytes) per
+ *              id of the largest batch;
+ *   per store: write-back batches (eviction, flush), at most
+ *              1024 x (64 + 2 x row bytes);
+ *   per prefetch in flight: not used here.
+ * The table leaves out small fixed items (the store and table structures,
+ * the I/O request arrays): MEM_SLACK covers those.
+ */
+#define MEM_SLACK (256u << 10)
+
+static uint64_t documented_overhead(struct harness *h, struct mstore *ms,
+				    size_t max_ids)
+{
+	uint64_t sum = 0;
+	uint32_t max_rb = 0;
+
+	for (int k = 0; k < NT; k++) {
+		struct et_table_info info;
+		uint64_t groups;
+
+		h_rc(h, ms, et_table_info(ms->s, ms->id[k], &info));
+		groups = (info.blocks + 32767) / 32768;
+		sum += (uint64_t)IO_DEPTH * info.block_size;
+		sum += groups * (4096 + 8);
+		if (info.row_bytes > max_rb)
+			max_rb = info.row_bytes;
+	}
+	return sum + 2 * (160 + 4 * (uint64_t)max_rb) * max_ids +
+	       1024 * (64 + 2 * (uint64_t)max_rb);
+}
+
+/* Tiny caches, the random operations with a flush every 2000: mem_bytes
+ * after every operation stays within the capacities plus the documented
+ * overhead, and every byte comes back at close. */
+static void test_bounded_memory(void **state)
+{
+	const struct mcase *mc = &memory_case;
+	struct harness *h = tu_calloc(1, sizeof(*h));
+	uint64_t budget = budget_of(mc), done = 0, base, capacity, over;
+	struct et_stats st;
+
+	tu_require_uring();
+	tu_require_direct();
+	base = mem_in_use();
+	harness_init(h, mc);
+	capacity = h->st[0].ec.hbm_bytes + h->st[0].ec.ddr_bytes;
+	over = documented_overhead(h, &h->st[0], MAXB);
+	h->mem_bound = base + capacity + over + MEM_SLACK;
+	while (done < budget) {
+		done += random_op(h);
+		h_check_mem(h, &h->st[0]);
+		if (h->op % 2000 == 0) {
+			op_flush(h);
+			h_check_mem(h, &h->st[0]);
+		}
+	}
+	op_flush(h);
+	h_check_mem(h, &h->st[0]);
+	h_rc(h, &h->st[0], et_get_stats(h->st[0].s, -1, &st));
+	assert_true(st.writebacks > 0);
+	assert_true(st.ddr.evictions > 0);
+	/* mem_peak_bytes is process-wide and monotone; it covers now. */
+	assert_true(st.mem_peak_bytes >= st.mem_bytes);
+	print_message("memory: capacities %llu B, documented overhead %llu B,"
+		      " measured overhead at most %llu B\n",
+		      (unsigned long long)capacity, (unsigned long long)over,
+		      (unsigned long long)(h->st[0].max_mem - base - capacity));
+	h->opname = "final close";
+	h_rc(h, &h->st[0], et_store_close(h->st[0].s));
+	h->st[0].s = NULL;
+	check_files(h);
+	/* Everything the store held is given back. */
+	assert_int_equal(mem_in_use(), base);
+	harness_free(h);
+	free(h);
+}
+
+/* A DDR of 8192 slots, every one dirty, then a flush: the flush must stay
+ * within the same documented bound as every other operation. */
+static void test_bounded_memory_flush(void **state)
+{
+	const struct mcase *mc = &memory_case;
+	struct harness *h = tu_calloc(1, sizeof(*h));
+	struct mstore *ms = &h->st[0];
+	uint64_t ids[MAXB], base, capacity, over;
+	float vals[MAXB * MAXDIM];
+	struct et_stats st;
+
+	tu_require_uring();
+	tu_require_direct();
+	base = mem_in_use();
+	harness_init(h, mc);
+	/* Reopen the same directory with a bigger DDR and no HBM. */
+	h_rc(h, ms, et_store_close(ms->s));
+	ms->s = NULL;
+	ms->ec.hbm_bytes = 0;
+	ms->ec.ddr_bytes = slots_bytes(h, ms->cfg, 8192);
+	store_open(h, ms, false);
+	capacity = ms->ec.ddr_bytes;
+	over = documented_overhead(h, ms, MAXB);
+	h->mem_bound = base + capacity + over + MEM_SLACK;
+	for (size_t i = 0; i < MAXB * MAXDIM; i++)
+		vals[i] = (float)i;
+	h->opname = "write_rows";
+	for (uint64_t r = 0; r < 8192; r += MAXB) {
+		for (int i = 0; i < MAXB; i++)
+			ids[i] = r + (uint64_t)i;
+		h_rc(h, ms, et_write_rows(ms->s, ms->id[0], ids, MAXB, vals));
+		h_check_mem(h, ms);
+	}
+	h_rc(h, ms, et_get_stats(ms->s, -1, &st));
+	assert_true(st.ddr.dirty_rows > 4096);
+	h->opname = "flush";
+	h_rc(h, ms, et_flush(ms->s));
+	print_message("memory overhead before a flush of %llu dirty rows %llu "
+		      "B, after it %llu B; documented %llu B + slack %u B\n",
+		      (unsigned long long)st.ddr.dirty_rows,
+		      (unsigned long long)(st.mem_bytes - base - capacity),
+		      (unsigned long long)(mem_in_use() - base - capacity),
+		      (unsigned long long)over, MEM_SLACK);
+	h_check_mem(h, ms);
+	harness_free(h);
+	free(h);
+}
+
+int main(void)
+{
+	struct CMUnitTest
+	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 3];
+	const char *only = getenv("ET_TEST_FILTER"); /* e.g. "lfu_w16_f32" */
+	size_t n = 0;
+
+	if (only && *only)
+		cmocka_set_test_filter(only);
+	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
+	     i++) {
+		tests[n] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
+		    test_model, NULL, teardown);
+		tests[n].name = model_cases[i].name;
+		tests[n].initial_state = (void *)&model_cases[i];
+		n++;
+	}
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
+	    test_transparency, teardown);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
+	    test_bounded_memory, teardown);
+	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
+	    test_bounded_memory_flush, teardown);
+	return _cmocka_run_group_tests("test_model", tests, n, NULL, NULL);
+}

@@ -1,0 +1,1260 @@
+/*
+ * test_store.c - the store's public API (include/embtier.h, "store"):
+ * configurations refused with ET_ECONFIG and no directory left behind;
+ * table create, open, info and the expect check (ET_EMISMATCH); row ids out
+ * of range (ET_EROWRANGE) and unknown tables (ET_ENOTABLE) refused with
+ * nothing changed; updates kept across close and reopen; the optimizer
+ * formulas on numbers worked by hand; and the statistics, where a known
+ * sequence determines them exactly (FBGEMM's counters, per-tier hits,
+ * misses, inserts, evictions, lazy rows, write-backs). Two tests pin down
+ * corners of the tiered hierarchy with one-set caches: a row found in DDR
+ * whose DDR slot is taken by a demotion earlier in the same batch, and
+ * rows served from the bypass buffer (or placed in DDR) when every way of
+ * the top tier is pinned. The library's own byte count (mem_host.h) must
+ * return to where it was once a store is closed.
+ *
+ * The random, long-running comparison with a reference model is in
+ * test_model.c; this file asserts on small, hand-checked cases.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "embtier.h"
+#include "mem_host.h"
+#include "util.h"
+
+#define META ET_SLOT_META_BYTES
+
+/* Store directories made by a test, removed by the teardown. */
+struct fx {
+	char *dirs[4];
+	et_store *s[4];
+	int ndirs;
+};
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static int setup(void **state)
+{
+	*state = tu_calloc(1, sizeof(struct fx));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+
+	for (int i = 0; i < f->ndirs; i++) {
+		et_store_close(f->s[i]);
+		nftw(f->dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		free(f->dirs[i]);
+	}
+	free(f);
+	return 0;
+}
+
+/* A fresh store directory path (not created). */
+static const char *fx_dir(struct fx *f)
+{
+	assert_true(f->ndirs < 4);
+	f->dirs[f->ndirs] = strdup(tu_path("store"));
+	assert_non_null(f->dirs[f->ndirs]);
+	return f->dirs[f->ndirs++];
+}
+
+/* Opens a store in a fresh directory; the teardown closes it unless the
+ * test did (and set the handle to NULL). */
+static et_store **fx_open(struct fx *f, const struct et_store_config *c)
+{
+	const char *dir = fx_dir(f);
+	et_store **s = &f->s[f->ndirs - 1];
+
+	tu_require_uring();
+	tu_require_direct();
+	assert_int_equal(et_store_open(dir, c, s), 0);
+	assert_non_null(*s);
+	return s;
+}
+
+static bool exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+static void table_file_path(const char *dir, const char *name, char *out)
+{
+	snprintf(out, PATH_MAX, "%s/%s.et", dir, name);
+}
+
+static struct et_table_params small_params(uint32_t dim, et_optim optim)
+{
+	struct et_table_params p = {
+	    .rows = 1000,
+	    .dim = dim,
+	    .dtype = ET_F32,
+	    .optim = optim,
+	    .init = ET_INIT_UNIFORM,
+	    .init_scale = 0.5f,
+	    .seed = 7,
+	};
+
+	return p;
+}
+
+static struct et_stats stats_of(et_store *s, int table)
+{
+	struct et_stats st;
+
+	assert_int_equal(et_get_stats(s, table, &st), 0);
+	return st;
+}
+
+/* ----------------------------------------------------------- configuration */
+
+/* Each nonsensical configuration is refused with ET_ECONFIG before the
+ * directory is made. */
+static void test_open_bad_config(void **state)
+{
+	struct fx *f = *state;
+	const struct et_store_config bad[] = {
+	    {.ways = 65},
+	    {.ways = 1000},
+	    {.ways = UINT32_MAX},
+	    {.hbm_policy = (et_policy)3},
+	    {.ddr_policy = (et_policy)99},
+	    {.ddr_policy = (et_policy)-1},
+	    {.hbm_backend = (et_hbm_backend)7},
+	    /* A DDR too small for one set of 16 slots of 64 bytes. */
+	    {.ddr_bytes = 16 * (64 + META) - 1, .slot_bytes = 64},
+	    /* An HBM too small for one set of 4 slots. */
+	    {.hbm_bytes = 4 * (64 + META) - 1, .ways = 4, .slot_bytes = 64},
+	    /* Too small for one set of anything at all. */
+	    {.hbm_bytes = 1},
+	    {.ddr_bytes = 15, .ways = 1},
+	    /* A slot bigger than any row can be. */
+	    {.slot_bytes = UINT32_MAX},
+	};
+	const char *dir = fx_dir(f);
+
+	tu_require_uring();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		et_store *s = NULL;
+		int rc = et_store_open(dir, &bad[i], &s);
+
+		if (rc != ET_ECONFIG)
+			print_error("config #%zu: %d (%s)\n", i, rc,
+				    et_strerror(rc));
+		assert_int_equal(rc, ET_ECONFIG);
+		assert_false(exists(dir));
+		if (rc == 0)
+			et_store_close(s);
+	}
+}
+
+/* The edges of what is valid: ways 0 (default 16), 1 and 64; a DDR of
+ * exactly one set; an HBM of exactly one set. */
+static void test_open_good_config(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD); /* 16 B */
+	struct et_stats st;
+	et_store **s;
+	int id;
+
+	/* Default ways: 16. One set of 16 slots of 16 bytes. */
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 16 * 32});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.capacity_rows, 16);
+	assert_int_equal(st.hbm.capacity_rows, 0);
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+
+	/* 64 ways, HBM and DDR one set each. */
+	s = fx_open(f, &(struct et_store_config){.ways = 64,
+						 .hbm_bytes = 64 * 32,
+						 .ddr_bytes = 64 * 32 + 31});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.hbm.capacity_rows, 64);
+	assert_int_equal(st.ddr.capacity_rows, 64);
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+
+	/* One way: capacity is bytes / (slot + meta), any count of sets. */
+	s = fx_open(f, &(struct et_store_config){.ways = 1,
+						 .ddr_bytes = 1000 * 32 + 5});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.capacity_rows, 1000);
+	/* Nothing resident, nothing counted yet. */
+	assert_int_equal(st.ddr.resident_rows, 0);
+	assert_int_equal(st.calls, 0);
+}
+
+/* slot_bytes 0: slots are sized by the first table; a larger table later
+ * is refused and leaves no file behind; the first still works. A DDR that
+ * cannot hold one set of the first table's rows is refused the same way. */
+static void test_slot_sizing(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params small = small_params(4, ET_OPT_SGD);
+	struct et_table_params big = small_params(64, ET_OPT_SGD);
+	char path[PATH_MAX];
+	float v[4];
+	uint64_t id0 = 3;
+	et_store **s;
+	int a, b = -1, rc;
+
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20});
+	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
+	rc = et_table_create(*s, "big", &big, &b);
+	assert_true(rc < 0);
+	table_file_path(f->dirs[0], "big", path);
+	assert_false(exists(path));
+	assert_int_equal(et_gather(*s, a, &id0, 1, v), 0);
+
+	/* With slot_bytes given, both fit. */
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20,
+						 .slot_bytes = 256});
+	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
+	assert_int_equal(et_table_create(*s, "big", &big, &b), 0);
+	assert_int_not_equal(a, b);
+
+	/* ways 1, 100 bytes of DDR: fine for 20-byte slots, but the first
+	 * table has 256-byte rows. */
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 100, .ways = 1});
+	rc = et_table_create(*s, "big", &big, &b);
+	assert_int_equal(rc, ET_ECONFIG);
+	table_file_path(f->dirs[2], "big", path);
+	assert_false(exists(path));
+}
+
+/* An existing plain file is not a store directory. */
+static void test_open_not_dir(void **state)
+{
+	const char *p = tu_path("notdir");
+	FILE *fp = fopen(p, "w");
+	et_store *s = NULL;
+
+	tu_require_uring();
+	assert_non_null(fp);
+	fclose(fp);
+	assert_true(et_store_open(p, NULL, &s) < 0);
+	assert_true(et_store_open("", NULL, &s) < 0);
+	/* close(NULL) is harmless. */
+	assert_int_equal(et_store_close(NULL), 0);
+	tu_unlink(p);
+}
+
+/* ------------------------------------------------------------------ tables */
+
+static void test_table_create_open(void **state)
+{
+	struct fx *f = *state;
+	struct et_store_config c = {.ddr_bytes = 1 << 20};
+	struct et_table_params p = {
+	    .rows = 123457,
+	    .dim = 12,
+	    .dtype = ET_BF16,
+	    .optim = ET_OPT_ROWWISE_ADAGRAD,
+	    .init = ET_INIT_NORMAL,
+	    .init_scale = 0.125f,
+	    .seed = 0xfeedULL,
+	};
+	struct et_table_params q = small_params(4, ET_OPT_SGD);
+	struct et_table_info info;
+	char name64[65];
+	et_store **s;
+	int id, id2, id3;
+	const char *dir;
+
+	s = fx_open(f, &c);
+	dir = f->dirs[0];
+	assert_int_equal(et_table_create(*s, "emb.0_x-Y", &p, &id), 0);
+	assert_int_equal(et_table_info(*s, id, &info), 0);
+	assert_int_equal(info.rows, 123457);
+	assert_int_equal(info.dim, 12);
+	assert_int_equal(info.dtype, ET_BF16);
+	assert_int_equal(info.optim, ET_OPT_ROWWISE_ADAGRAD);
+	assert_int_equal(info.init, ET_INIT_NORMAL);
+	assert_true(info.init_scale == 0.125f);
+	assert_int_equal(info.seed, 0xfeed);
+	assert_int_equal(info.state_floats, 1);
+	assert_int_equal(info.row_bytes, 12 * 2 + 4);
+	assert_int_equal(info.blocks_written, 0);
+
+	/* A second table gets another id; a name taken is refused. */
+	assert_int_equal(et_table_create(*s, "second", &q, &id2), 0);
+	assert_int_not_equal(id, id2);
+	assert_true(et_table_create(*s, "second", &q, &id3) < 0);
+	assert_true(et_table_create(*s, "emb.0_x-Y", &p, &id3) < 0);
+	/* Opening a table already open is refused too. */
+	assert_true(et_table_open(*s, "second", NULL, &id3) < 0);
+
+	/* Names: 1..64 of [A-Za-z0-9_.-]. */
+	memset(name64, 'n', 64);
+	name64[64] = 0;
+	assert_int_equal(et_table_create(*s, name64, &q, &id3), 0);
+	{
+		char name65[66];
+
+		memset(name65, 'm', 65);
+		name65[65] = 0;
+		assert_true(et_table_create(*s, name65, &q, &id3) < 0);
+	}
+	assert_true(et_table_create(*s, "", &q, &id3) < 0);
+	assert_true(et_table_create(*s, "a/b", &q, &id3) < 0);
+	assert_true(et_table_create(*s, "../escape", &q, &id3) < 0);
+	assert_true(et_table_create(*s, "sp ace", &q, &id3) < 0);
+	assert_true(et_table_create(*s, "uni\xc3\xa9", &q, &id3) < 0);
+	{
+		char path[PATH_MAX];
+
+		snprintf(path, sizeof(path), "%s/../escape.et", dir);
+		assert_false(exists(path));
+	}
+	/* Bad parameters: no table, no file. */
+	{
+		struct et_table_params z = q;
+		char path[PATH_MAX];
+
+		z.rows = 0;
+		assert_true(et_table_create(*s, "zero", &z, &id3) < 0);
+		z = q;
+		z.dim = 0;
+		assert_true(et_table_create(*s, "zero", &z, &id3) < 0);
+		z = q;
+		z.rows = ET_MAX_ROWS + 1;
+		assert_true(et_table_create(*s, "zero", &z, &id3) < 0);
+		table_file_path(dir, "zero", path);
+		assert_false(exists(path));
+	}
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+
+	/* Reopen: the tables are there, with their parameters. */
+	assert_int_equal(et_store_open(dir, &c, s), 0);
+	assert_true(et_table_open(*s, "missing", NULL, &id) < 0);
+	assert_int_equal(et_table_open(*s, "emb.0_x-Y", &p, &id), 0);
+	assert_int_equal(et_table_info(*s, id, &info), 0);
+	assert_int_equal(info.rows, 123457);
+	assert_int_equal(info.dtype, ET_BF16);
+	assert_int_equal(et_table_open(*s, "second", NULL, &id2), 0);
+	assert_int_not_equal(id, id2);
+	assert_int_equal(
+	    et_table_open(*s, name64, &(struct et_table_params){0}, &id3), 0);
+}
+
+/* et_table_open with expect: each non-zero field that differs from the
+ * file is ET_EMISMATCH; zero fields are not compared. */
+static void test_table_open_expect(void **state)
+{
+	struct fx *f = *state;
+	struct et_store_config c = {.ddr_bytes = 1 << 20, .slot_bytes = 512};
+	struct et_table_params p = {
+	    .rows = 5000,
+	    .dim = 8,
+	    .dtype = ET_F16,
+	    .optim = ET_OPT_ROWWISE_ADAGRAD,
+	    .init = ET_INIT_UNIFORM,
+	    .init_scale = 0.25f,
+	    .seed = 99,
+	};
+	struct et_table_params e;
+	struct et_table_info info;
+	et_store **s;
+	int id;
+
+	s = fx_open(f, &c);
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	assert_int_equal(et_table_info(*s, id, &info), 0);
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	assert_int_equal(et_store_open(f->dirs[0], &c, s), 0);
+
+#define MISMATCH(field, value)                                                 \
+	do {                                                                   \
+		int id_ = -1;                                                  \
+		e = p;                                                         \
+		e.field = value;                                               \
+		assert_int_equal(et_table_open(*s, "t", &e, &id_),             \
+				 ET_EMISMATCH);                                \
+		memset(&e, 0, sizeof(e));                                      \
+		e.field = value;                                               \
+		assert_int_equal(et_table_open(*s, "t", &e, &id_),             \
+				 ET_EMISMATCH);                                \
+	} while (0)
+
+	MISMATCH(rows, 5001);
+	MISMATCH(dim, 16);
+	MISMATCH(dtype, ET_BF16);
+	MISMATCH(dtype, ET_F32);
+	MISMATCH(optim, (et_optim)2);
+	MISMATCH(init, ET_INIT_NORMAL);
+	MISMATCH(init_scale, 0.5f);
+	MISMATCH(seed, 100);
+	MISMATCH(block_size, info.block_size * 2);
+#undef MISMATCH
+	/* Only-zero and exact expectations open it. */
+	e = p;
+	e.block_size = info.block_size;
+	assert_int_equal(et_table_open(*s, "t", &e, &id), 0);
+	{
+		float v[8];
+		uint64_t r = 4999;
+
+		assert_int_equal(et_gather(*s, id, &r, 1, v), 0);
+	}
+}
+
+/* --------------------------------------------------------- bad arguments */
+
+static void fill_sentinel(float *v, size_t n)
+{
+	memset(v, 0x7b, n * sizeof(*v));
+}
+
+static bool is_sentinel(const float *v, size_t n)
+{
+	const uint8_t *b = (const uint8_t *)v;
+
+	for (size_t i = 0; i < n * sizeof(*v); i++)
+		if (b[i] != 0x7b)
+			return false;
+	return true;
+}
+
+/* A row id >= rows anywhere in a batch: ET_EROWRANGE, and nothing
+ * changed -- not the output, not the valid rows of the batch, not the
+ * counters. */
+static void test_row_range(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_ROWWISE_ADAGRAD);
+	struct et_update_params up = {.lr = 0.5f};
+	const uint64_t bads[] = {1000, 1001, UINT64_MAX, ET_MAX_ROWS};
+	float before[2 * 4], after[2 * 4], out[3 * 4], g[3 * 4];
+	uint64_t good[2] = {5, 999};
+	uint64_t off[3] = {0, 1, 3};
+	struct et_stats st0, st1;
+	et_store **s;
+	int id;
+
+	s = fx_open(f, &(struct et_store_config){.hbm_bytes = 64 * 64,
+						 .ddr_bytes = 256 * 64,
+						 .ways = 4});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	for (int i = 0; i < 12; i++)
+		g[i] = (float)(i + 1);
+	assert_int_equal(et_write_rows(*s, id, good, 2, g), 0);
+	assert_int_equal(et_gather(*s, id, good, 2, before), 0);
+	st0 = stats_of(*s, id);
+	for (size_t b = 0; b < sizeof(bads) / sizeof(bads[0]); b++) {
+		uint64_t ids[3] = {5, bads[b], 999};
+
+		fill_sentinel(out, 12);
+		assert_int_equal(et_gather(*s, id, ids, 3, out), ET_EROWRANGE);
+		assert_true(is_sentinel(out, 12));
+		fill_sentinel(out, 12);
+		assert_int_equal(
+		    et_gather_pooled(*s, id, ids, off, 2, ET_POOL_SUM, out),
+		    ET_EROWRANGE);
+		assert_true(is_sentinel(out, 12));
+		assert_int_equal(et_update(*s, id, ids, 3, g, &up),
+				 ET_EROWRANGE);
+		assert_int_equal(
+		    et_update_pooled(*s, id, ids, off, 2, ET_POOL_MEAN, g, &up),
+		    ET_EROWRANGE);
+		assert_int_equal(et_write_rows(*s, id, ids, 3, g),
+				 ET_EROWRANGE);
+	}
+	st1 = stats_of(*s, id);
+	assert_int_equal(st1.calls, st0.calls);
+	assert_int_equal(st1.requested, st0.requested);
+	assert_int_equal(st1.unique, st0.unique);
+	assert_int_equal(st1.hbm.dirty_rows, st0.hbm.dirty_rows);
+	assert_int_equal(et_gather(*s, id, good, 2, after), 0);
+	assert_memory_equal(before, after, sizeof(before));
+	/* The optimizer state did not move either: the same update now
+	 * gives the same result as on a fresh store with the same writes. */
+	assert_int_equal(et_update(*s, id, good, 2, g, &up), 0);
+	assert_int_equal(et_gather(*s, id, good, 2, after), 0);
+	{
+		et_store **s2 =
+		    fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20});
+		float ref[8];
+		int id2;
+
+		assert_int_equal(et_table_create(*s2, "t", &p, &id2), 0);
+		assert_int_equal(et_write_rows(*s2, id2, good, 2, g), 0);
+		assert_int_equal(et_update(*s2, id2, good, 2, g, &up), 0);
+		assert_int_equal(et_gather(*s2, id2, good, 2, ref), 0);
+		assert_memory_equal(ref, after, sizeof(ref));
+	}
+}
+
+/* Unknown table ids: ET_ENOTABLE everywhere, and nothing written. */
+static void test_unknown_table(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_update_params up = {.lr = 0.5f};
+	struct et_table_info info;
+	struct et_stats st;
+	uint64_t ids[2] = {1, 2}, off[2] = {0, 2};
+	float out[8], g[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	const int bad[] = {1, 2, 1000, INT32_MAX, -1, -3, INT32_MIN};
+	et_store **s;
+	int id;
+
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	assert_int_equal(id, 0); /* so that 1, 2, ... are unknown */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int t = bad[i];
+
+		assert_int_equal(et_gather(*s, t, ids, 2, out), ET_ENOTABLE);
+		assert_int_equal(
+		    et_gather_pooled(*s, t, ids, off, 1, ET_POOL_SUM, out),
+		    ET_ENOTABLE);
+		assert_int_equal(et_update(*s, t, ids, 2, g, &up), ET_ENOTABLE);
+		assert_int_equal(
+		    et_update_pooled(*s, t, ids, off, 1, ET_POOL_SUM, g, &up),
+		    ET_ENOTABLE);
+		assert_int_equal(et_write_rows(*s, t, ids, 2, g), ET_ENOTABLE);
+		assert_int_equal(et_table_info(*s, t, &info), ET_ENOTABLE);
+		if (t >= 0)
+			assert_int_equal(et_get_stats(*s, t, &st), ET_ENOTABLE);
+	}
+	st = stats_of(*s, -1);
+	assert_int_equal(st.calls, 0);
+	assert_int_equal(st.ddr.resident_rows, 0);
+	/* -1 means every table; any other negative id names none. */
+	assert_int_equal(et_get_stats(*s, -3, &st), ET_ENOTABLE);
+	assert_int_equal(et_get_stats(*s, INT32_MIN, &st), ET_ENOTABLE);
+}
+
+/* Bad offsets, pool modes and hyper-parameters: refused, nothing changed. */
+static void test_bad_arguments(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_update_params up = {.lr = 0.5f};
+	uint64_t ids[3] = {1, 2, 3};
+	uint64_t off_start[3] = {1, 2, 3}, off_dec[3] = {0, 2, 1};
+	float out[12], g[12], before[12], after[12];
+	et_store **s;
+	int id;
+
+	for (int i = 0; i < 12; i++)
+		g[i] = 1.0f + (float)i;
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	assert_int_equal(et_gather(*s, id, ids, 3, before), 0);
+	fill_sentinel(out, 12);
+	assert_true(
+	    et_gather_pooled(*s, id, ids, off_start, 2, ET_POOL_SUM, out) < 0);
+	assert_true(
+	    et_gather_pooled(*s, id, ids, off_dec, 2, ET_POOL_SUM, out) < 0);
+	assert_true(et_gather_pooled(*s, id, ids, (uint64_t[]){0, 3}, 1,
+				     (et_pool)2, out) < 0);
+	assert_true(is_sentinel(out, 12));
+	assert_true(
+	    et_update_pooled(*s, id, ids, off_dec, 2, ET_POOL_SUM, g, &up) < 0);
+	assert_true(et_update_pooled(*s, id, ids, (uint64_t[]){0, 3}, 1,
+				     (et_pool)5, g, &up) < 0);
+	assert_true(et_update(*s, id, ids, 3, g, NULL) < 0);
+	assert_true(et_update(*s, id, ids, 3, g,
+			      &(struct et_update_params){.lr = NAN}) < 0);
+	assert_true(et_update(*s, id, ids, 3, g,
+			      &(struct et_update_params){.lr = INFINITY}) < 0);
+	assert_true(et_update(*s, id, ids, 3, g,
+			      &(struct et_update_params){.lr = 1, .eps = -1}) <
+		    0);
+	assert_true(et_gather(*s, id, ids, 3, NULL) < 0);
+	assert_true(et_write_rows(*s, id, ids, 3, NULL) < 0);
+	assert_true(et_update(*s, id, ids, 3, NULL, &up) < 0);
+	assert_int_equal(et_gather(*s, id, ids, 3, after), 0);
+	assert_memory_equal(before, after, sizeof(before));
+	/* Empty batches are fine and change nothing. */
+	assert_int_equal(et_gather(*s, id, NULL, 0, NULL), 0);
+	assert_int_equal(et_update(*s, id, NULL, 0, NULL, &up), 0);
+	assert_int_equal(et_write_rows(*s, id, NULL, 0, NULL), 0);
+	fill_sentinel(out, 12);
+	assert_int_equal(et_gather_pooled(*s, id, NULL, (uint64_t[]){0, 0, 0},
+					  2, ET_POOL_MEAN, out),
+			 0);
+	for (int i = 0; i < 8; i++)
+		assert_true(out[i] == 0.0f);
+	assert_true(is_sentinel(out + 8, 4));
+	assert_int_equal(et_gather(*s, id, ids, 3, after), 0);
+	assert_memory_equal(before, after, sizeof(before));
+}
+
+/* ------------------------------------------------------------- semantics */
+
+/* Gather of rows never written: the initializer's values, rounded to the
+ * storage type, with duplicates; a pooled sum and mean over them. */
+static void test_gather_and_pool(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	uint64_t ids[5] = {10, 11, 10, 12, 10};
+	uint64_t off[4] = {0, 2, 2, 5}; /* bags: {10,11} {} {10,12,10} */
+	float v[5 * 4], pooled[3 * 4], w[4 * 4];
+	et_store **s;
+	int id;
+
+	s = fx_open(f,
+		    &(struct et_store_config){.ddr_bytes = 1 << 20, .ways = 1});
+	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
+	/* Known values, exact in f32 sums. */
+	for (int i = 0; i < 16; i++)
+		w[i] = (float)(i + 1) * 0.25f;
+	assert_int_equal(
+	    et_write_rows(*s, id, (uint64_t[]){10, 11, 12, 13}, 4, w), 0);
+	assert_int_equal(et_gather(*s, id, ids, 5, v), 0);
+	assert_memory_equal(v + 0, w + 0, 16);
+	assert_memory_equal(v + 4, w + 4, 16);
+	assert_memory_equal(v + 8, w + 0, 16);
+	assert_memory_equal(v + 12, w + 8, 16);
+	assert_memory_equal(v + 16, w + 0, 16);
+	assert_int_equal(
+	    et_gather_pooled(*s, id, ids, off, 3, ET_POOL_SUM, pooled), 0);
+	for (int c = 0; c < 4; c++) {
+		assert_true(pooled[c] == w[c] + w[4 + c]);
+		assert_true(pooled[4 + c] == 0.0f);
+		assert_true(pooled[8 + c] == (w[c] + w[8 + c]) + w[c]);
+	}
+	assert_int_equal(
+	    et_gather_pooled(*s, id, ids, off, 3, ET_POOL_MEAN, pooled), 0);
+	for (int c = 0; c < 4; c++) {
+		assert_true(pooled[c] == (w[c] + w[4 + c]) / 2.0f);
+		assert_true(pooled[4 + c] == 0.0f);
+		assert_true(pooled[8 + c] == ((w[c] + w[8 + c]) + w[c]) / 3.0f);
+	}
+	/* Write with a repeated id: the last wins. */
+	assert_int_equal(et_write_rows(*s, id, (uint64_t[]){20, 20, 20}, 3, w),
+			 0);
+	assert_int_equal(et_gather(*s, id, (uint64_t[]){20}, 1, v), 0);
+	assert_memory_equal(v, w + 8, 16);
+}
+
+/* SGD and row-wise Adagrad on numbers worked out by hand, with repeated ids
+ * (gradients summed first) and f16 storage rounding. */
+static void test_optimizers(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params sgd = small_params(4, ET_OPT_SGD);
+	struct et_table_params ada = small_params(4, ET_OPT_ROWWISE_ADAGRAD);
+	struct et_update_params up = {.lr = 0.5f};
+	float g[3 * 4] = {1, 2, 3, 4, 0.5f, 0.5f, 0.5f, 0.5f, -1, -1, -1, -1};
+	float zero[4] = {0}, v[4], want[4];
+	uint64_t three[3] = {7, 8, 7};
+	et_store **s;
+	int ts, ta, th;
+
+	sgd.init = ET_INIT_ZEROS;
+	ada.init = ET_INIT_ZEROS;
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20,
+						 .slot_bytes = 64});
+	assert_int_equal(et_table_create(*s, "sgd", &sgd, &ts), 0);
+	assert_int_equal(et_table_create(*s, "ada", &ada, &ta), 0);
+
+	/* SGD: row 7 gets g0 + g2 = (0, 1, 2, 3); w = -0.5 * that. */
+	assert_int_equal(et_update(*s, ts, three, 3, g, &up), 0);
+	assert_int_equal(et_gather(*s, ts, (uint64_t[]){7}, 1, v), 0);
+	assert_true(v[0] == 0.0f && v[1] == -0.5f && v[2] == -1.0f &&
+		    v[3] == -1.5f);
+	assert_int_equal(et_gather(*s, ts, (uint64_t[]){8}, 1, v), 0);
+	for (int c = 0; c < 4; c++)
+		assert_true(v[c] == -0.25f);
+
+	/* Adagrad: row 8 gets (0.5 x4): m = 0.25, mul = 0.5 / (0.5 + 1e-8)
+	 * = 1 in f32, w = -0.5. Row 7: g = (0, 1, 2, 3), m = 14 / 4 = 3.5,
+	 * mul = 0.5 / (sqrtf(3.5) + 1e-8f). A second update of row 8 with
+	 * (0.5 x4): m = 0.5, mul = 0.5 / sqrtf(0.5). */
+	assert_int_equal(et_update(*s, ta, three, 3, g, &up), 0);
+	assert_int_equal(et_gather(*s, ta, (uint64_t[]){8}, 1, v), 0);
+	for (int c = 0; c < 4; c++)
+		assert_true(v[c] == -0.5f);
+	assert_int_equal(et_gather(*s, ta, (uint64_t[]){7}, 1, v), 0);
+	{
+		float mul = 0.5f / (sqrtf(3.5f) + 1e-8f);
+
+		for (int c = 0; c < 4; c++) {
+			want[c] = 0.0f;
+			want[c] -= mul * (float)c;
+		}
+		assert_memory_equal(v, want, sizeof(v));
+	}
+	assert_int_equal(et_update(*s, ta, (uint64_t[]){8}, 1, g + 4, &up), 0);
+	assert_int_equal(et_gather(*s, ta, (uint64_t[]){8}, 1, v), 0);
+	{
+		float mul = 0.5f / (sqrtf(0.5f) + 1e-8f);
+
+		for (int c = 0; c < 4; c++) {
+			want[c] = -0.5f;
+			want[c] -= mul * 0.5f;
+		}
+		assert_memory_equal(v, want, sizeof(v));
+	}
+	/* write_rows keeps the state: row 8 is reset to 0, then the same
+	 * gradient again: m = 0.75. */
+	assert_int_equal(et_write_rows(*s, ta, (uint64_t[]){8}, 1, zero), 0);
+	assert_int_equal(et_update(*s, ta, (uint64_t[]){8}, 1, g + 4, &up), 0);
+	assert_int_equal(et_gather(*s, ta, (uint64_t[]){8}, 1, v), 0);
+	{
+		float mul = 0.5f / (sqrtf(0.75f) + 1e-8f);
+
+		for (int c = 0; c < 4; c++) {
+			want[c] = 0.0f;
+			want[c] -= mul * 0.5f;
+		}
+		assert_memory_equal(v, want, sizeof(v));
+	}
+
+	/* f16 storage: 1/3 is stored as the nearest f16. */
+	{
+		struct et_table_params h = sgd;
+		float third[4] = {1.0f / 3, 1.0f / 3, 1.0f / 3, 1.0f / 3};
+
+		h.dtype = ET_F16;
+		assert_int_equal(et_table_create(*s, "half", &h, &th), 0);
+		assert_int_equal(
+		    et_write_rows(*s, th, (uint64_t[]){1}, 1, third), 0);
+		assert_int_equal(et_gather(*s, th, (uint64_t[]){1}, 1, v), 0);
+		assert_true(v[0] == et_f16_to_f32(et_f32_to_f16(1.0f / 3)));
+		assert_true(v[0] != 1.0f / 3);
+	}
+	/* The state is on disk after close. */
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	{
+		char path[PATH_MAX];
+		et_tfile *tf;
+		float st[2], v2[2 * 4];
+
+		table_file_path(f->dirs[0], "ada", path);
+		assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+		assert_int_equal(
+		    et_tfile_read_rows(tf, (uint64_t[]){7, 8}, 2, v2, st), 0);
+		assert_memory_equal(v2 + 4, want, sizeof(want));
+		et_tfile_close(tf);
+		assert_true(st[0] == 3.5f);
+		assert_true(st[1] == 0.75f);
+	}
+}
+
+/* Everything written or updated survives close and reopen, through tiny
+ * caches that wrote most of it back long before. Two stores run the same
+ * updates, one closed and reopened half-way: the same bytes at the end
+ * (which covers the optimizer state). */
+static void test_reopen_keeps_updates(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(8, ET_OPT_ROWWISE_ADAGRAD);
+	struct et_store_config tiny = {.hbm_bytes = 16 * (36 + META),
+				       .ddr_bytes = 32 * (36 + META),
+				       .ways = 4};
+	struct et_update_params up = {.lr = 0.1f};
+	enum { N = 600, ROUNDS = 4 };
+	uint64_t ids[N];
+	float *g = tu_calloc(N * 8, sizeof(float));
+	float *a = tu_calloc(N * 8, sizeof(float));
+	float *b = tu_calloc(N * 8, sizeof(float));
+	struct tu_rng r;
+	et_store **s1, **s2;
+	int t1, t2;
+
+	p.rows = 100000;
+	tu_rng_seed(&r, 5);
+	s1 = fx_open(f, &tiny);
+	s2 = fx_open(f, &tiny);
+	assert_int_equal(et_table_create(*s1, "t", &p, &t1), 0);
+	assert_int_equal(et_table_create(*s2, "t", &p, &t2), 0);
+	for (int round = 0; round < ROUNDS; round++) {
+		for (int i = 0; i < N; i++) {
+			ids[i] = tu_rng_below(&r, p.rows);
+			for (int c = 0; c < 8; c++)
+				g[i * 8 + c] =
+				    (float)tu_rng_double(&r, -1.0, 1.0);
+		}
+		for (int i = 0; i < N; i += 20) {
+			assert_int_equal(
+			    et_update(*s1, t1, ids + i, 20, g + i * 8, &up), 0);
+			assert_int_equal(
+			    et_update(*s2, t2, ids + i, 20, g + i * 8, &up), 0);
+		}
+		if (round == 1) {
+			assert_int_equal(et_write_rows(*s1, t1, ids, 50, g), 0);
+			assert_int_equal(et_write_rows(*s2, t2, ids, 50, g), 0);
+		}
+		if (round == 2) {
+			/* Snapshot, close, reopen, compare. */
+			assert_int_equal(et_gather(*s1, t1, ids, N, a), 0);
+			assert_int_equal(et_store_close(*s1), 0);
+			*s1 = NULL;
+			assert_int_equal(et_store_open(f->dirs[0], &tiny, s1),
+					 0);
+			assert_int_equal(et_table_open(*s1, "t", &p, &t1), 0);
+			assert_int_equal(et_gather(*s1, t1, ids, N, b), 0);
+			assert_memory_equal(a, b, N * 8 * sizeof(float));
+		}
+	}
+	assert_true(stats_of(*s2, -1).writebacks > 0);
+	assert_int_equal(et_gather(*s1, t1, ids, N, a), 0);
+	assert_int_equal(et_gather(*s2, t2, ids, N, b), 0);
+	assert_memory_equal(a, b, N * 8 * sizeof(float));
+	free(g);
+	free(a);
+	free(b);
+}
+
+/* ------------------------------------------------------------------- stats */
+
+/* Big caches and an HBM: a known sequence determines the counters. */
+static void test_stats_exact(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_update_params up = {.lr = 1.0f};
+	struct et_store_config c = {.hbm_bytes = 1 << 16, .ddr_bytes = 1 << 18};
+	float out[4 * 4], g[2 * 4] = {1, 1, 1, 1, 1, 1, 1, 1};
+	struct et_stats st, t1;
+	et_store **s;
+	int t0, tb;
+
+	s = fx_open(f, &c);
+	assert_int_equal(et_table_create(*s, "a", &p, &t0), 0);
+	assert_int_equal(et_table_create(*s, "b", &p, &tb), 0);
+
+	assert_int_equal(et_gather(*s, t0, (uint64_t[]){1, 2, 2, 3}, 4, out),
+			 0);
+	st = stats_of(*s, t0);
+	assert_int_equal(st.calls, 1);
+	assert_int_equal(st.requested, 4);
+	assert_int_equal(st.unique, 3);
+	assert_int_equal(st.unique_misses, 3);
+	assert_int_equal(st.conflict_unique_misses, 0);
+	assert_int_equal(st.conflict_misses, 0);
+	assert_int_equal(st.hbm.hits, 0);
+	assert_int_equal(st.hbm.misses, 3);
+	assert_int_equal(st.ddr.hits, 0);
+	assert_int_equal(st.ddr.misses, 3);
+	assert_int_equal(st.rows_lazy, 3);
+	assert_int_equal(st.nvme_rows_read, 0);
+	assert_int_equal(st.blocks_read, 0);
+	assert_int_equal(st.hbm.inserts, 3);
+	assert_int_equal(st.hbm.resident_rows, 3);
+	assert_int_equal(st.ddr.resident_rows, 0); /* exclusive tiers */
+	assert_int_equal(st.ddr.inserts, 0);
+	assert_int_equal(st.hbm.dirty_rows, 0);
+	assert_int_equal(st.writebacks, 0);
+
+	assert_int_equal(et_gather(*s, t0, (uint64_t[]){3, 1, 4}, 3, out), 0);
+	assert_int_equal(et_update(*s, t0, (uint64_t[]){1, 1}, 2, g, &up), 0);
+	st = stats_of(*s, t0);
+	assert_int_equal(st.calls, 3);
+	assert_int_equal(st.requested, 9);
+	assert_int_equal(st.unique, 7);
+	assert_int_equal(st.unique_misses, 4);
+	assert_int_equal(st.hbm.hits, 3);
+	assert_int_equal(st.hbm.misses, 4);
+	assert_int_equal(st.rows_lazy, 4);
+	assert_int_equal(st.hbm.resident_rows, 4);
+	assert_int_equal(st.hbm.dirty_rows, 1);
+	assert_int_equal(st.hbm.evictions, 0);
+	/* Table b saw nothing; the tiers are store-wide either way. */
+	t1 = stats_of(*s, tb);
+	assert_int_equal(t1.calls, 0);
+	assert_int_equal(t1.requested, 0);
+	assert_int_equal(t1.rows_lazy, 0);
+	assert_int_equal(t1.hbm.resident_rows, 4);
+
+	assert_int_equal(et_flush(*s), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.hbm.dirty_rows, 0);
+	assert_int_equal(st.hbm.resident_rows, 4); /* flush keeps rows */
+	assert_int_equal(st.writebacks, 1);
+	assert_int_equal(st.blocks_written, 1);
+	assert_int_equal(st.calls, 3);
+
+	/* After reopen row 1 is on disk (read), row 2 is not (lazy). */
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	assert_int_equal(et_store_open(f->dirs[0], &c, s), 0);
+	assert_int_equal(et_table_open(*s, "a", NULL, &t0), 0);
+	assert_int_equal(et_gather(*s, t0, (uint64_t[]){1}, 1, out), 0);
+	/* uniform(+-0.5) - 1 * (1 + 1) */
+	for (int i = 0; i < 4; i++)
+		assert_true(out[i] >= -2.5f && out[i] <= -1.5f);
+	assert_int_equal(et_gather(*s, t0, (uint64_t[]){1, 2}, 2, out), 0);
+	st = stats_of(*s, t0);
+	assert_int_equal(st.calls, 2);
+	assert_int_equal(st.nvme_rows_read, 2); /* rows 1 and 2 share a block */
+	assert_int_equal(st.rows_lazy, 0);
+	assert_int_equal(st.hbm.hits, 1);
+	assert_int_equal(st.hbm.misses, 2);
+	assert_int_equal(st.writebacks, 0);
+}
+
+/* A one-set HBM of 2 ways over a DDR: LRU order decides every move. */
+static void test_stats_demotion(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD); /* 16 B */
+	struct et_store_config c = {
+	    .hbm_bytes = 2 * 32, .ddr_bytes = 64 * 32, .ways = 2};
+	float out[4];
+	struct et_stats st;
+	et_store **s;
+	int t;
+
+	s = fx_open(f, &c);
+	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
+	for (uint64_t r = 1; r <= 3; r++)
+		assert_int_equal(et_gather(*s, t, &r, 1, out), 0);
+	/* Row 3 pushed row 1 (least recent) down to DDR. */
+	st = stats_of(*s, t);
+	assert_int_equal(st.hbm.capacity_rows, 2);
+	assert_int_equal(st.hbm.inserts, 3);
+	assert_int_equal(st.hbm.evictions, 1);
+	assert_int_equal(st.ddr.inserts, 1);
+	assert_int_equal(st.ddr.resident_rows, 1);
+	assert_int_equal(st.hbm.resident_rows, 2);
+	assert_int_equal(st.ddr.misses, 3);
+	/* Row 1 again: a DDR hit, promoted; row 2 goes down. */
+	assert_int_equal(et_gather(*s, t, (uint64_t[]){1}, 1, out), 0);
+	st = stats_of(*s, t);
+	assert_int_equal(st.hbm.hits, 0);
+	assert_int_equal(st.hbm.misses, 4);
+	assert_int_equal(st.ddr.hits, 1);
+	assert_int_equal(st.ddr.misses, 3);
+	assert_int_equal(st.hbm.evictions, 2);
+	assert_int_equal(st.ddr.inserts, 2);
+	assert_int_equal(st.ddr.resident_rows, 1); /* row 1 left, row 2 came */
+	assert_int_equal(st.hbm.resident_rows, 2);
+	assert_int_equal(st.rows_lazy, 3);
+	assert_int_equal(st.unique_misses, 4);
+	/* Rows 3 and 1 are in HBM: hits. */
+	assert_int_equal(et_gather(*s, t, (uint64_t[]){3}, 1, out), 0);
+	assert_int_equal(et_gather(*s, t, (uint64_t[]){1}, 1, out), 0);
+	st = stats_of(*s, t);
+	assert_int_equal(st.hbm.hits, 2);
+	assert_int_equal(st.hbm.evictions, 2);
+}
+
+/* Tiny DDR, no HBM: every update of a new row past capacity evicts a
+ * dirty row, which is written back. */
+static void test_stats_writeback(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_update_params up = {.lr = 1.0f};
+	float g[4] = {1, 2, 3, 4};
+	struct et_stats st;
+	et_store **s;
+	int t;
+
+	p.rows = 100000;
+	p.init = ET_INIT_ZEROS;
+	s = fx_open(f,
+		    &(struct et_store_config){.ddr_bytes = 16 * 32, .ways = 4});
+	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
+	for (uint64_t r = 0; r < 100; r++) {
+		uint64_t id = r * 997;
+
+		assert_int_equal(et_update(*s, t, &id, 1, g, &up), 0);
+	}
+	st = stats_of(*s, t);
+	assert_int_equal(st.ddr.capacity_rows, 16);
+	assert_int_equal(st.calls, 100);
+	assert_int_equal(st.unique_misses, 100);
+	assert_int_equal(st.rows_lazy, 100);
+	assert_int_equal(st.ddr.inserts, 100);
+	assert_int_equal(st.ddr.dirty_rows, st.ddr.resident_rows);
+	assert_int_equal(st.ddr.evictions, 100 - st.ddr.resident_rows);
+	assert_true(st.ddr.resident_rows >= 4 && st.ddr.resident_rows <= 16);
+	assert_int_equal(st.writebacks, st.ddr.evictions);
+	assert_true(st.writebacks >= 84);
+	assert_true(st.blocks_written > 0);
+	assert_int_equal(et_flush(*s), 0);
+	st = stats_of(*s, t);
+	assert_int_equal(st.writebacks, 100);
+	assert_int_equal(st.ddr.dirty_rows, 0);
+	/* Every row reads back as updated (zeros - 1 * g), most from disk. */
+	for (uint64_t r = 0; r < 100; r++) {
+		uint64_t id = r * 997;
+		float v[4];
+
+		assert_int_equal(et_gather(*s, t, &id, 1, v), 0);
+		for (int c = 0; c < 4; c++)
+			assert_true(v[c] == -g[c]);
+	}
+	st = stats_of(*s, t);
+	assert_true(st.nvme_rows_read >= 84);
+}
+
+/* One-way HBM of one slot over a big DDR: the second distinct row of a
+ * batch finds its only way pinned (a conflict) and goes to DDR. The
+ * conflict counters count it once per distinct id and once per id. */
+static void test_stats_conflicts(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	float out[4 * 4];
+	struct et_stats st;
+	et_store **s;
+	int t;
+
+	s = fx_open(f, &(struct et_store_config){
+			   .hbm_bytes = 32, .ddr_bytes = 1 << 16, .ways = 1});
+	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
+	assert_int_equal(et_gather(*s, t, (uint64_t[]){5, 6, 6, 5}, 4, out), 0);
+	assert_memory_equal(out, out + 12, 16);
+	assert_memory_equal(out + 4, out + 8, 16);
+	st = stats_of(*s, t);
+	assert_int_equal(st.hbm.capacity_rows, 1);
+	assert_int_equal(st.unique, 2);
+	assert_int_equal(st.unique_misses, 2);
+	assert_int_equal(st.conflict_unique_misses, 1);
+	assert_int_equal(st.conflict_misses, 2);
+}
+
+/* ----------------------------------------------------- tier corner cases */
+
+/*
+ * One slot of HBM over one slot of DDR (ways 1: one set each).
+ *   write A        HBM {A*}
+ *   write B        HBM {B*}   DDR {A*}      (A demoted)
+ *   gather C, A    C misses, A is found in DDR; placing C demotes B,
+ *                  which takes DDR's only slot -- A's. A must still be
+ *                  served its written value.
+ */
+static void test_ddr_hit_displaced_by_demotion(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, out[2 * 4];
+	et_store **s;
+	int t;
+
+	s = fx_open(f, &(struct et_store_config){
+			   .hbm_bytes = 32, .ddr_bytes = 32, .ways = 1});
+	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
+	assert_int_equal(et_write_rows(*s, t, (uint64_t[]){100}, 1, a), 0);
+	assert_int_equal(et_write_rows(*s, t, (uint64_t[]){200}, 1, b), 0);
+	assert_int_equal(et_gather(*s, t, (uint64_t[]){300, 100}, 2, out), 0);
+	assert_memory_equal(out + 4, a, sizeof(a));
+	assert_int_equal(et_gather(*s, t, (uint64_t[]){100, 200}, 2, out), 0);
+	assert_memory_equal(out, a, sizeof(a));
+	assert_memory_equal(out + 4, b, sizeof(b));
+}
+
+/*
+ * One slot of DDR, no HBM, slots of 64 bytes for rows of 16: a batch of
+ * 256 distinct new rows places the first and serves the other 255 from
+ * the bypass, reading them in one batch (256 x 16 bytes) and writing the
+ * updated ones straight back. Values and counters must be exact.
+ */
+static void test_bypass(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_update_params up = {.lr = 0.5f};
+	enum { N = 256 };
+	uint64_t ids[N];
+	float *g = tu_calloc(N * 4, sizeof(float));
+	float *v = tu_calloc(N * 4, sizeof(float));
+	struct et_stats st;
+	et_store **s;
+	int t;
+
+	p.init = ET_INIT_ZEROS;
+	p.rows = 10 * N;
+	for (int i = 0; i < N; i++) {
+		ids[i] = (uint64_t)i * 7;
+		for (int c = 0; c < 4; c++)
+			g[i * 4 + c] = (float)(i * 4 + c);
+	}
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 64 + META,
+						 .slot_bytes = 64,
+						 .ways = 1});
+	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
+	assert_int_equal(et_update(*s, t, ids, N, g, &up), 0);
+	st = stats_of(*s, t);
+	assert_int_equal(st.ddr.capacity_rows, 1);
+	assert_int_equal(st.unique, N);
+	assert_int_equal(st.conflict_unique_misses, N - 1);
+	assert_int_equal(st.conflict_misses, N - 1);
+	assert_int_equal(st.ddr.resident_rows, 1);
+	assert_int_equal(st.writebacks, N - 1);
+	assert_int_equal(et_gather(*s, t, ids, N, v), 0);
+	for (int i = 0; i < N * 4; i++)
+		assert_true(v[i] == -0.5f * g[i]);
+	/* The same through a close: the files hold every row. */
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	{
+		char path[PATH_MAX];
+		et_tfile *tf;
+
+		table_file_path(f->dirs[0], "t", path);
+		assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+		memset(v, 0, N * 4 * sizeof(float));
+		assert_int_equal(et_tfile_read_rows(tf, ids, N, v, NULL), 0);
+		et_tfile_close(tf);
+		for (int i = 0; i < N * 4; i++)
+			assert_true(v[i] == -0.5f * g[i]);
+	}
+	free(g);
+	free(v);
+}
+
+/*
+ * One slot of HBM (ways 1) over a big DDR, slots of 64 bytes for rows of
+ * 16: a batch of 256 distinct new rows places the first in HBM; the others
+ * find the only HBM way pinned and are placed in DDR from the batch's read
+ * buffer (256 x 16 bytes). Values and counters must be exact.
+ */
+static void test_conflict_to_ddr(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_update_params up = {.lr = 0.25f};
+	enum { N = 256 };
+	uint64_t ids[N];
+	float *g = tu_calloc(N * 4, sizeof(float));
+	float *v = tu_calloc(N * 4, sizeof(float));
+	struct et_stats st;
+	et_store **s;
+	int t;
+
+	p.init = ET_INIT_ZEROS;
+	p.rows = 10 * N;
+	for (int i = 0; i < N; i++) {
+		ids[i] = (uint64_t)i * 5 + 1;
+		for (int c = 0; c < 4; c++)
+			g[i * 4 + c] = (float)(i * 4 + c) + 1.0f;
+	}
+	s = fx_open(f,
+		    &(struct et_store_config){.hbm_bytes = 64 + META,
+					      .ddr_bytes = 4096 * (64 + META),
+					      .slot_bytes = 64,
+					      .ways = 1});
+	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
+	assert_int_equal(et_update(*s, t, ids, N, g, &up), 0);
+	st = stats_of(*s, t);
+	assert_int_equal(st.hbm.capacity_rows, 1);
+	assert_int_equal(st.hbm.resident_rows, 1);
+	assert_int_equal(st.conflict_unique_misses, N - 1);
+	assert_int_equal(st.conflict_misses, N - 1);
+	/* Those that found a free DDR way are there, dirty; the others
+	 * (their DDR set full with rows of this batch) went home. */
+	assert_int_equal(st.ddr.resident_rows + st.writebacks, N - 1);
+	assert_int_equal(st.ddr.dirty_rows, st.ddr.resident_rows);
+	assert_int_equal(et_gather(*s, t, ids, N, v), 0);
+	for (int i = 0; i < N * 4; i++)
+		assert_true(v[i] == -0.25f * g[i]);
+	free(g);
+	free(v);
+}
+
+/* The library counts every byte it allocates (mem_in_use); once a store
+ * is closed the count is back where it was, however many tables were
+ * created and opened, in a directory whose name is short or long. */
+static void test_close_frees_memory(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_ROWWISE_ADAGRAD);
+	struct et_store_config c = {
+	    .hbm_bytes = 64 * 64, .ddr_bytes = 256 * 64, .ways = 4};
+	struct et_update_params up = {.lr = 0.1f};
+	float g[8 * 4] = {1, 2, 3, 4};
+	const char *names[] = {"t", "table_with_a_longer_name", "x.y-z"};
+	size_t before = mem_in_use();
+	const char *dir;
+	et_store **s;
+	int id;
+
+	s = fx_open(f, &c);
+	dir = f->dirs[0];
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(et_table_create(*s, names[k], &p, &id), 0);
+		assert_int_equal(
+		    et_update(*s, id, (uint64_t[]){1, 2, 900}, 3, g, &up), 0);
+	}
+	assert_true(mem_in_use() > before);
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	assert_int_equal(mem_in_use(), before);
+	for (int round = 0; round < 3; round++) {
+		assert_int_equal(et_store_open(dir, &c, s), 0);
+		for (int k = 0; k < 3; k++)
+			assert_int_equal(et_table_open(*s, names[k], NULL, &id),
+					 0);
+		assert_true(et_table_open(*s, "absent", NULL, &id) < 0);
+		assert_int_equal(et_store_close(*s), 0);
+		*s = NULL;
+		assert_int_equal(mem_in_use(), before);
+	}
+	/* A failed open or create gives everything back too. */
+	assert_true(
+	    et_store_open(dir, &(struct et_store_config){.ways = 65}, s) < 0);
+	assert_int_equal(mem_in_use(), before);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+	    T(test_open_bad_config),
+	    T(test_open_good_config),
+	    T(test_slot_sizing),
+	    T(test_open_not_dir),
+	    T(test_table_create_open),
+	    T(test_table_open_expect),
+	    T(test_row_range),
+	    T(test_unknown_table),
+	    T(test_bad_arguments),
+	    T(test_gather_and_pool),
+	    T(test_optimizers),
+	    T(test_reopen_keeps_updates),
+	    T(test_stats_exact),
+	    T(test_stats_demotion),
+	    T(test_stats_writeback),
+	    T(test_stats_conflicts),
+	    T(test_ddr_hit_displaced_by_demotion),
+	    T(test_bypass),
+	    T(test_conflict_to_ddr),
+	    T(test_close_frees_memory),
+#undef T
+	};
+
+	const char *only = getenv("ET_TEST_FILTER"); /* e.g. "test_bypass" */
+
+	if (only && *only)
+		cmocka_set_test_filter(only);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
