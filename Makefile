@@ -93,8 +93,11 @@ tools: $(TOOLS) ## Build embtier-build and embtier-inspect
 
 tests: $(TESTS) $(TOOLS)
 
-test: tests ## Build and run the test suite
-	$(Q)BUILD=$(BUILD) tests/run.sh $(TESTS)
+# T="test_a test_b" runs only those programs.
+RUN_TESTS := $(if $(T),$(addprefix $(BUILD)/tests/,$(T)),$(TESTS))
+
+test: $(RUN_TESTS) $(TOOLS) ## Build and run the test suite (T="test_x ..." for some)
+	$(Q)BUILD=$(BUILD) tests/run.sh $(RUN_TESTS)
 
 demo: all ## The main job: a short training run over a huge lazy table
 ifneq ($(TRAIN_SRCS),)
@@ -111,7 +114,7 @@ asan: ## Build and run the tests with ASan+UBSan (in build-asan/)
 ubsan: ## Build and run the tests with UBSan alone (in build-ubsan/)
 	$(Q)$(MAKE) --no-print-directory BUILD=build-ubsan SAN=undefined NO_JEMALLOC=1 test
 
-tsan: ## Build and run the tests with TSan (in build-tsan/)
+tsan: ## Build and run the tests with TSan (in build-tsan/; T= as for test)
 	$(Q)$(MAKE) --no-print-directory BUILD=build-tsan SAN=thread NO_JEMALLOC=1 test
 
 $(BUILD)/%.o: %.c
