@@ -51,6 +51,16 @@ endif
 
 LIB_SRCS := $(wildcard src/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+
+# CUDA=1: the HBM tier in real device memory (src/mem_hbm_cuda.cu).
+CUDA ?=
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+ifneq ($(CUDA),)
+LIB_OBJS += $(BUILD)/src/mem_hbm_cuda.o
+ET_CFLAGS += -DET_HAVE_CUDA
+ET_LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+endif
 STATIC := $(BUILD)/libembtier.a
 SHARED := $(BUILD)/libembtier.so.$(VERSION)
 
@@ -82,7 +92,7 @@ TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib tools bench demo tests test asan ubsan tsan install uninstall format \
+.PHONY: all lib tools bench demo cuda tests test asan ubsan tsan install uninstall format \
 	format-check clean help
 
 all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
@@ -121,6 +131,15 @@ $(BUILD)/%.o: %.c
 	$(call msg,CC,$<)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/src/%.o: src/%.cu
+	$(call msg,NVCC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(NVCC) -O2 -Xcompiler -fPIC -Iinclude -Isrc \
+		$(shell $(PKG_CONFIG) --cflags libxxhash) -DET_HAVE_CUDA -c -o $@ $<
+
+cuda: ## Build with the CUDA HBM tier (in build-cuda/; needs nvcc)
+	$(Q)$(MAKE) --no-print-directory BUILD=build-cuda CUDA=1 all
 
 $(STATIC): $(LIB_OBJS)
 	$(call msg,AR,$@)
@@ -200,7 +219,7 @@ format-check: ## Fail if any C source is not formatted
 	clang-format --dry-run -Werror include/*.h src/*.[ch] tools/*.[ch] tests/*.[ch]
 
 clean: ## Remove every build directory
-	rm -rf build build-asan build-ubsan build-tsan build-fuzz
+	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t16
