@@ -3,6 +3,8 @@
 # Everything is built under $(BUILD) (default build/); sanitizer builds use
 # their own directories and libc malloc instead of jemalloc.
 
+SHELL := /bin/bash
+
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
 INCDIR ?= $(PREFIX)/include
@@ -92,7 +94,7 @@ TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib tools bench demo cuda tests test asan ubsan tsan install uninstall format \
+.PHONY: all lib tools bench demo cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
 	format-check clean help
 
 all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
@@ -137,6 +139,39 @@ $(BUILD)/src/%.o: src/%.cu
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(NVCC) -O2 -Xcompiler -fPIC -Iinclude -Isrc \
 		$(shell $(PKG_CONFIG) --cflags libxxhash) -DET_HAVE_CUDA -c -o $@ $<
+
+# libFuzzer targets: fuzz/fuzz_NAME.c -> build-fuzz/fuzz/fuzz_NAME, seeds in
+# fuzz/corpus/NAME/. FUZZ_LINK_NAME lists extra objects a target needs.
+FUZZ_SRCS := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BINS := $(FUZZ_SRCS:fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZ ?=
+ifneq ($(FUZZ),)
+ET_CFLAGS += -fsanitize=fuzzer-no-link
+endif
+FUZZ_TIME ?= 20
+
+fuzz: ## Build the libFuzzer targets with clang (in build-fuzz/)
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
+		SAN=address,undefined NO_JEMALLOC=1 FUZZ=1 fuzz-bins
+
+fuzz-run: fuzz ## Run each fuzz target for FUZZ_TIME seconds from its seeds
+	$(Q)for f in $(FUZZ_SRCS:fuzz/%.c=%); do \
+		n=$${f#fuzz_}; mkdir -p build-fuzz/corpus/$$n; \
+		echo "fuzzing $$n for $(FUZZ_TIME) s"; \
+		build-fuzz/fuzz/$$f -max_total_time=$(FUZZ_TIME) -max_len=65536 \
+			-print_final_stats=1 build-fuzz/corpus/$$n fuzz/corpus/$$n \
+			2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|crash-" \
+			|| exit 1; \
+		test "$${PIPESTATUS[0]}" = 0 || exit 1; \
+	done
+
+fuzz-bins: $(FUZZ_BINS)
+
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(STATIC)
+	$(call msg,FUZZ,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< \
+		$(FUZZ_LINK_$*) $(STATIC) $(ET_LDFLAGS) $(ET_LDLIBS)
 
 cuda: ## Build with the CUDA HBM tier (in build-cuda/; needs nvcc)
 	$(Q)$(MAKE) --no-print-directory BUILD=build-cuda CUDA=1 all

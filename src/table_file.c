@@ -49,7 +49,8 @@
 #define TF_HDR_BYTES 256  /* bytes of the header block that mean something */
 #define TF_HDR_SUM_OFF 248
 #define TF_TRAILER 16     /* u64 block number, u64 checksum */
-#define TF_MAX_BLOCK (64u << 20)
+#define TF_MAX_BLOCK (1u << 20) /* fits the largest row: 65536 f32 + state */
+#define TF_STAGE_BYTES (4u << 20) /* batch staging per file, at most */
 #define MAP_LEAF_BITS 32768u /* one 4 KiB leaf */
 
 /* The materialization map: a bit per block, two levels, leaves lazily. */
@@ -372,7 +373,12 @@ static int tf_stage(et_tfile *tf)
 	ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
-	tf->stage_blocks = io_depth(io);
+	/* As many blocks as the ring is deep, within TF_STAGE_BYTES. */
+	tf->stage_blocks = TF_STAGE_BYTES / tf->g.block_size;
+	if (tf->stage_blocks > io_depth(io))
+		tf->stage_blocks = io_depth(io);
+	if (tf->stage_blocks == 0)
+		tf->stage_blocks = 1;
 	tf->stage = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
 			      tf->mem_align);
 	tf->reqs = mem_alloc(tf->stage_blocks * sizeof(*tf->reqs), 0);
