@@ -103,12 +103,12 @@ lib: $(STATIC) $(SHARED) $(BUILD)/embtier.pc ## Build libembtier.a, .so and embt
 
 tools: $(TOOLS) ## Build embtier-build and embtier-inspect
 
-tests: $(TESTS) $(TOOLS)
+tests: $(TESTS) $(TOOLS) $(BENCH)
 
 # T="test_a test_b" runs only those programs.
 RUN_TESTS := $(if $(T),$(addprefix $(BUILD)/tests/,$(T)),$(TESTS))
 
-test: $(RUN_TESTS) $(TOOLS) ## Build and run the test suite (T="test_x ..." for some)
+test: $(RUN_TESTS) $(TOOLS) $(BENCH) ## Build and run the test suite (T="test_x ..." for some)
 	$(Q)BUILD=$(BUILD) tests/run.sh $(RUN_TESTS)
 
 demo: all ## The main job: a short training run over a huge lazy table

@@ -1,0 +1,260 @@
+/*
+ * bench.h - what the parts of embtier-bench share: its options, the table
+ * set a run works on, the result of one system's run, the machine's own
+ * limits, the peers, and the report.
+ *
+ *   main.c      command line, subcommands convert and gen
+ *   run.c       table setup, the store's run, and the default subcommand
+ *               that puts the store beside its limits and peers
+ *   limits.c    raw random gather over memory; raw io_uring block reads
+ *   peers.c     pread from threads; RocksDB (with ET_HAVE_ROCKSDB)
+ *   mrc.c       miss-ratio curves: LRU and LFU in the store, Belady
+ *   pipeline.c  a training loop with and without et_prefetch
+ *   report.c    tables for people, JSON and CSV for scripts
+ *   workload.c  generators and traces; belady.c the offline optimum
+ *   util.c      clocks, sizes, row values, device counters
+ *
+ * Everything runs on the calling thread except the peers' worker threads.
+ */
+#ifndef ET_BENCH_BENCH_H
+#define ET_BENCH_BENCH_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "embtier.h"
+#include "workload.h"
+
+enum { FMT_TABLE = 0, FMT_JSON = 1, FMT_CSV = 2 };
+enum { OP_POOLED = 0, OP_GATHER = 1 };
+enum { MAT_ALL = 0, MAT_TOUCHED = 1, MAT_NONE = 2 };
+enum { COMPUTE_BUSY = 0, COMPUTE_SLEEP = 1 };
+
+struct bench_opts {
+	/* workload */
+	struct wl_params wl;
+	uint32_t dim;
+	et_dtype dtype;
+	bool pooling_set; /* --pooling given (else a trace's hint) */
+	/* store */
+	uint64_t hbm_bytes;
+	uint64_t ddr_bytes;
+	et_policy policy; /* both tiers */
+	uint32_t ways;
+	uint32_t io_depth; /* 0: the store's default */
+	const char *dir;   /* NULL: a temporary directory */
+	int materialize;   /* MAT_* */
+	/* run length */
+	double seconds;	  /* measured phase, if batches == 0 */
+	uint64_t batches; /* measured batches; 0: by time */
+	int64_t warmup;	  /* batches; -1: until DDR is full */
+	double warmup_max_s;
+	int op;	     /* OP_* */
+	bool update; /* apply gradients after each gather */
+	/* what else runs */
+	bool limits, pread, rocksdb;
+	double limit_seconds;
+	uint32_t limit_qd[4]; /* extra raw io_uring depths */
+	uint32_t n_limit_qd;
+	uint32_t peer_threads;
+	bool pread_cache;
+	double rocksdb_extra; /* fraction of untouched rows also loaded */
+	double peer_max_s;    /* cap on each peer's replay */
+	/* mrc */
+	uint32_t points;
+	const char *sizes; /* comma list of DDR sizes, overrides points */
+	bool mrc_lru, mrc_lfu, belady;
+	const char *plot;
+	/* pipeline */
+	uint64_t compute_us;
+	int compute; /* COMPUTE_* */
+	float lr;
+	/* output */
+	int format;
+	bool quiet;
+	bool force;
+	const char *record; /* also write the batches run to this trace */
+};
+
+/* Set by SIGINT/SIGTERM: loops stop early and clean up. */
+extern volatile sig_atomic_t bench_stop;
+
+/* ---------------------------------------------------------------- helpers */
+
+double now_s(void);
+double thread_cpu_s(void);
+/* p in [0, 100] of v[0..n) (sorts v). */
+double percentile(double *v, size_t n, double p);
+/* "256M", "1.5G", "4096", "2^30" into bytes; 0 or -EINVAL. */
+int parse_size(const char *s, uint64_t *out);
+/* Pooled sum of one bag, in id order, as et_gather_pooled does it. */
+void add_row(float *acc, const void *raw, et_dtype t, uint32_t dim);
+size_t dtype_bytes(et_dtype t);
+/* Decodes one row of the storage type to f32. */
+void decode_row(float *dst, const void *raw, et_dtype t, uint32_t dim);
+/* The value every system stores for column c of row r of table t (before
+ * rounding to the storage type). */
+float fill_value(uint32_t t, uint64_t r, uint32_t c);
+/* Hash of an output buffer, to show that systems returned the same. */
+uint64_t out_hash(const float *v, size_t n);
+/* Removes dir and everything under it (errors ignored). */
+void rm_tree(const char *dir);
+
+/* Device counters (/sys/dev/block/M:m/stat) of the disk holding a
+ * directory. */
+struct disk {
+	char path[96];
+	bool ok;
+};
+struct disk_sample {
+	uint64_t reads, read_ms, writes, write_ms, io_ms, queue_ms;
+	uint64_t sectors_read, sectors_written;
+	double t;
+};
+void disk_open(struct disk *d, const char *dir);
+void disk_sample(const struct disk *d, struct disk_sample *s);
+
+/* What the device did between two samples. */
+struct disk_delta {
+	bool ok;
+	double seconds;
+	uint64_t reads, writes, bytes_read, bytes_written;
+	double read_iops, read_lat_ms, read_qd, qd;
+	double write_iops;
+	double util; /* share of the time the device had I/O in flight */
+};
+void disk_diff(const struct disk *d, const struct disk_sample *a,
+	       const struct disk_sample *b, struct disk_delta *out);
+/* What the disk does over secs while this process does nothing: other
+ * processes' I/O, which would blur every device figure. Warns on stderr
+ * if the disk was busy more than 5% of the time. */
+void disk_background(const struct disk *d, double secs, struct disk_delta *out);
+
+/* ------------------------------------------------------------- the tables */
+
+/* The tables of a run, as files in the run's directory. */
+struct tables {
+	char *dir;
+	bool temp;		   /* made here, removed at the end */
+	uint32_t n;		   /* table slots (the workload's tables) */
+	uint64_t *rows;		   /* per slot; 0: never used, no file */
+	char **path;		   /* per slot: dir/tN.et */
+	int *sid;		   /* store ids while a store is open */
+	struct et_table_info info; /* of the first table: geometry */
+	uint32_t row_bytes;	   /* as stored, values only (no state) */
+	uint64_t total_rows;
+	uint64_t blocks_written;
+	double setup_s;	   /* time spent creating and materializing */
+	bool materialized; /* every row a run reads is on disk */
+};
+
+/* Creates (or reuses) and materializes the tables of the workload. */
+int tables_setup(struct tables *tb, const struct bench_opts *o,
+		 struct wl_gen *g, uint64_t touch_batches);
+/* Opens a store over the tables (tables registered in tb->sid). */
+int tables_store(struct tables *tb, const struct et_store_config *cfg,
+		 et_store **out);
+/* Removes a temporary directory. */
+void tables_free(struct tables *tb);
+/* Sorted distinct rows of every table touched by the first nb batches
+ * (every batch of a trace if nb == 0); ids and count have ntables
+ * entries, ids[t] malloc()ed. The generator is left rewound. */
+int touched_rows(struct wl_gen *g, uint32_t ntables, uint64_t nb,
+		 uint64_t **ids, uint64_t *count);
+void store_config(const struct bench_opts *o, struct et_store_config *cfg);
+
+/* ----------------------------------------------------------- one system */
+
+struct sys_result {
+	const char *name;
+	bool ran;
+	char note[200];
+	uint64_t batches, ids, unique;
+	uint64_t planned; /* batches it was asked to replay */
+	double seconds;	  /* summed batch times */
+	double mean_ms, p50_ms, p99_ms;
+	/* where distinct lookups were served (embtier) */
+	uint64_t hbm_hits, ddr_hits, nvme_rows, lazy_rows, conflicts;
+	/* peers' caches */
+	uint64_t cache_hits, cache_misses;
+	bool has_tiers, has_cache;
+	uint64_t reads; /* blocks (embtier) or preads issued */
+	bool has_reads;
+	uint64_t bytes_read, bytes_written, writebacks;
+	double io_wait_s; /* off-CPU thread-seconds in the calls */
+	struct disk_delta disk;
+	int outputs; /* 0: not compared, 1: same, -1: differ */
+	uint64_t mem_peak;
+};
+
+/* Per-batch output hashes of the store's run, for the peers to match. */
+struct out_ref {
+	uint64_t *h;
+	uint64_t n;
+};
+
+struct gather_limit {
+	bool ran;
+	uint64_t rows, buf_bytes;
+	double seconds, rows_s, gbs;	      /* plain loop */
+	double seconds_pf, rows_s_pf, gbs_pf; /* with software prefetch */
+};
+
+struct uring_limit {
+	bool ran;
+	char note[160];
+	unsigned qd;
+	uint64_t reads, blocks; /* reads done; blocks to pick from */
+	uint32_t block_size;
+	double seconds, iops, mbs, lat_mean_us, lat_p50_us, lat_p99_us;
+	double qd_little; /* IOPS x mean latency */
+	struct disk_delta disk;
+};
+
+/* Run context shared by the store's run, the limits and the peers. */
+struct run_ctx {
+	const struct bench_opts *o;
+	struct wl_gen *g;
+	struct tables *tb;
+	struct disk disk;
+	uint64_t warmup, measured; /* batches the store ran */
+	double store_seconds;	   /* wall time of its measured phase */
+	struct out_ref ref;
+};
+
+void limit_gather(struct run_ctx *rc, struct gather_limit *out);
+void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
+		 struct uring_limit *out);
+
+void peer_pread(struct run_ctx *rc, struct sys_result *out);
+void peer_rocksdb(struct run_ctx *rc, struct sys_result *out);
+
+/* ----------------------------------------------------------------- report */
+
+struct run_report {
+	const struct bench_opts *o;
+	const struct tables *tb;
+	const struct wl_gen *g;
+	uint64_t warmup;
+	struct sys_result sys[3]; /* embtier, pread, rocksdb */
+	struct gather_limit gl;
+	struct uring_limit ul_pre;    /* at the store's depth, before it */
+	struct uring_limit ul;	      /* at the store's depth, after it */
+	struct uring_limit ul_qd[4];  /* at the --limit-qd depths */
+	struct disk_delta background; /* the disk before the run */
+};
+
+void report_run(const struct run_report *r);
+/* Describes the workload in one line ("zipf s=1.15 ..."), into buf. */
+const char *workload_desc(const struct bench_opts *o, const struct wl_gen *g,
+			  char *buf, size_t len);
+void json_str(const char *s);
+
+/* -------------------------------------------------------------- commands */
+
+int cmd_run(const struct bench_opts *o);
+int cmd_mrc(const struct bench_opts *o);
+int cmd_pipeline(const struct bench_opts *o);
+
+#endif

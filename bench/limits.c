@@ -1,0 +1,413 @@
+/*
+ * limits.c - what this machine can do at best, measured in the same run
+ * as the store, so that each of the store's figures can be put beside its
+ * ceiling.
+ *
+ * Gather: the batches the store measured, replayed as plain loads from a
+ * buffer as large as the DDR budget: each (table, row) is hashed to a row
+ * position of the buffer (so hot rows stay hot, as in the store's hashed
+ * sets), and the op is done with nothing else: a memcpy of the row for
+ * --op gather, a sum into the bag for --op pooled. One thread, like the
+ * store's calls. Positions are computed before the clock starts. Each
+ * table's ids run twice: as a plain loop (the limit the ratio uses), and
+ * with software prefetch of rows a few ids ahead (what a tuned kernel
+ * gets: several DRAM misses in flight instead of one row's at a time).
+ *
+ * io_uring: 4 KiB-class random reads of written blocks of the same table
+ * files (found with SEEK_DATA/SEEK_HOLE), O_DIRECT, through the library's
+ * own io.c, qd requests always in flight (each completion re-queues its
+ * request at a new random block): what fio's randread with
+ * ioengine=io_uring, direct=1, iodepth=qd would report. Latency is from
+ * queueing to completion.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "cli.h"
+#include "io.h"
+#include "progress.h"
+
+/* ------------------------------------------------------------------ gather */
+
+static volatile uint64_t sink;
+
+#define PF_DIST 8 /* rows ahead that the prefetching loop asks for */
+
+/*
+ * One table's ids, the op alone: rows copied out (gather) or summed into
+ * their bags (pooled). With prefetch, the cache lines of the row PF_DIST
+ * ids ahead are requested first, so that several DRAM misses are in
+ * flight at once: what a tuned gather kernel does.
+ */
+static void gather_once(const struct bench_opts *o,
+			const struct wl_table_ids *t, const unsigned char *buf,
+			const uint64_t *pos, uint32_t rb, float *ob,
+			bool prefetch)
+{
+	uint32_t dim = o->dim;
+
+	if (o->op == OP_GATHER) {
+		for (uint32_t j = 0; j < t->n; j++) {
+			if (prefetch && j + PF_DIST < t->n)
+				for (uint32_t l = 0; l < rb; l += 64)
+					__builtin_prefetch(
+					    buf + pos[j + PF_DIST] + l);
+			memcpy(ob + (size_t)j * dim, buf + pos[j], rb);
+		}
+		return;
+	}
+	for (uint32_t bg = 0; bg < t->nbags; bg++) {
+		float *acc = ob + (size_t)bg * dim;
+
+		memset(acc, 0, dim * sizeof(*acc));
+		for (uint64_t j = t->offsets[bg]; j < t->offsets[bg + 1]; j++) {
+			if (prefetch && j + PF_DIST < t->n)
+				for (uint32_t l = 0; l < rb; l += 64)
+					__builtin_prefetch(
+					    buf + pos[j + PF_DIST] + l);
+			add_row(acc, buf + pos[j], o->dtype, dim);
+		}
+	}
+}
+
+void limit_gather(struct run_ctx *rc, struct gather_limit *out)
+{
+	const struct bench_opts *o = rc->o;
+	uint32_t rb = rc->tb->row_bytes, dim = o->dim;
+	uint64_t nrows = o->ddr_bytes / rb;
+	struct wl_batch b;
+	struct progress pg;
+	unsigned char *buf = NULL;
+	uint64_t *pos = NULL;
+	float *ob = NULL;
+	size_t pos_cap = 0, ob_cap = 0;
+	double t_all = now_s();
+
+	memset(out, 0, sizeof(*out));
+	wl_batch_init(&b);
+	if (nrows == 0)
+		return;
+	buf = malloc(nrows * rb);
+	if (!buf)
+		goto out;
+	/* Real values, so that nothing is folded away and pages exist. */
+	for (uint64_t i = 0; i < nrows * rb / 4; i++) {
+		float f = fill_value(0, i / dim, (uint32_t)(i % dim));
+
+		if (o->dtype == ET_F32) {
+			memcpy(buf + i * 4, &f, 4);
+		} else {
+			uint16_t h = o->dtype == ET_F16 ? et_f32_to_f16(f)
+							: et_f32_to_bf16(f);
+
+			memcpy(buf + i * 4, &h, 2);
+			memcpy(buf + i * 4 + 2, &h, 2);
+		}
+	}
+	out->buf_bytes = nrows * rb;
+	if (wl_rewind(rc->g))
+		goto out;
+	for (uint64_t i = 0; i < rc->warmup; i++)
+		if (wl_next(rc->g, &b) <= 0)
+			goto out;
+	progress_start(&pg, "gather limit", "batches", rc->measured, o->quiet);
+	for (uint64_t i = 0; i < rc->measured && !bench_stop; i++) {
+		double t0;
+
+		if (wl_next(rc->g, &b) <= 0)
+			break;
+		for (uint32_t k = 0; k < b.count; k++) {
+			const struct wl_table_ids *t = &b.t[k];
+			size_t need =
+			    (size_t)(o->op == OP_POOLED ? t->nbags : t->n) *
+			    dim;
+
+			if (t->n > pos_cap) {
+				free(pos);
+				pos = malloc((size_t)t->n * sizeof(*pos));
+				pos_cap = pos ? t->n : 0;
+			}
+			if (need > ob_cap) {
+				free(ob);
+				ob = malloc(need * sizeof(*ob));
+				ob_cap = ob ? need : 0;
+			}
+			if (!pos || !ob)
+				goto out;
+			for (uint32_t j = 0; j < t->n; j++)
+				pos[j] =
+				    (wl_mix(((uint64_t)(t->table + 1) << 40) ^
+					    t->ids[j]) %
+				     nrows) *
+				    rb;
+			t0 = now_s();
+			gather_once(o, t, buf, pos, rb, ob, false);
+			out->seconds += now_s() - t0;
+			sink ^= out_hash(ob, need);
+			t0 = now_s();
+			gather_once(o, t, buf, pos, rb, ob, true);
+			out->seconds_pf += now_s() - t0;
+			/* Read the result back, untimed, so that no store
+			 * into ob can be optimized away. */
+			sink ^= out_hash(ob, need);
+			out->rows += t->n;
+		}
+		progress_update(&pg, i + 1);
+		if (now_s() - t_all > o->limit_seconds * 4)
+			break;
+	}
+	progress_end(&pg);
+	if (out->seconds > 0 && out->seconds_pf > 0) {
+		out->ran = true;
+		out->rows_s = (double)out->rows / out->seconds;
+		out->gbs = out->rows_s * dim * 4 / 1e9;
+		out->rows_s_pf = (double)out->rows / out->seconds_pf;
+		out->gbs_pf = out->rows_s_pf * dim * 4 / 1e9;
+	}
+out:
+	free(buf);
+	free(pos);
+	free(ob);
+	wl_batch_free(&b);
+}
+
+/* ---------------------------------------------------------------- io_uring */
+
+struct extent {
+	int fd;
+	uint64_t first; /* block */
+	uint64_t cum;	/* blocks in all earlier extents */
+	uint64_t n;
+};
+
+struct ureq {
+	struct io_req req;
+	double t;
+	struct uring_run *run;
+};
+
+struct uring_run {
+	io_ctx *io;
+	struct extent *ext;
+	size_t next;
+	uint64_t blocks;
+	uint32_t bs;
+	struct wl_rng rng;
+	double deadline, last;
+	float *lat; /* microseconds */
+	size_t nlat, cap;
+	uint64_t errors;
+	struct progress *pg;
+	double t0;
+};
+
+static uint64_t pick_offset(struct uring_run *u, int *fd)
+{
+	uint64_t x = wl_rng_below(&u->rng, u->blocks);
+	size_t lo = 0, hi = u->next;
+
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+
+		if (u->ext[mid].cum <= x)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	*fd = u->ext[lo].fd;
+	/* The data region starts one block in (FORMAT.md: data_offset). */
+	return (u->ext[lo].first + (x - u->ext[lo].cum) + 1) * u->bs;
+}
+
+static void ureq_done(struct io_req *r)
+{
+	struct ureq *q = r->arg;
+	struct uring_run *u = q->run;
+	double now = now_s();
+
+	if (r->res != (int)r->len)
+		u->errors++;
+	if (u->nlat == u->cap) {
+		size_t c = u->cap ? u->cap * 2 : 65536;
+		float *l = realloc(u->lat, c * sizeof(*l));
+
+		if (l) {
+			u->lat = l;
+			u->cap = c;
+		}
+	}
+	if (u->nlat < u->cap)
+		u->lat[u->nlat++] = (float)((now - q->t) * 1e6);
+	u->last = now;
+	if (u->nlat % 1024 == 0)
+		progress_update(u->pg, (uint64_t)((now - u->t0) * 1000));
+	if (now < u->deadline && !bench_stop) {
+		r->off = pick_offset(u, &r->fd);
+		q->t = now;
+		io_queue(u->io, r);
+	}
+}
+
+static int fcmp(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
+		 struct uring_limit *out)
+{
+	const struct tables *tb = rc->tb;
+	struct uring_run u;
+	struct ureq *q = NULL;
+	struct disk_sample da, db;
+	struct progress pg;
+	size_t ext_cap = 0;
+	int *fds = NULL, ret, why = 0;
+	uint32_t ma = 4096, oa;
+	double sum = 0;
+
+	memset(out, 0, sizeof(*out));
+	memset(&u, 0, sizeof(u));
+	out->qd = qd;
+	u.bs = tb->info.block_size;
+	u.pg = &pg;
+	wl_rng_seed(&u.rng, rc->o->wl.seed ^ 0x10ULL);
+	fds = malloc(tb->n * sizeof(*fds));
+	if (!fds)
+		goto out;
+	for (uint32_t t = 0; t < tb->n; t++) {
+		off_t off = u.bs, d, h;
+
+		fds[t] = -1;
+		if (!tb->rows[t])
+			continue;
+		ret = io_open_file(tb->path[t], O_RDONLY, 0, &fds[t]);
+		if (ret) {
+			snprintf(out->note, sizeof(out->note), "%s: %s",
+				 tb->path[t], strerror(-ret));
+			goto out;
+		}
+		io_file_align(fds[t], &ma, &oa);
+		while ((d = lseek(fds[t], off, SEEK_DATA)) >= 0) {
+			uint64_t b0, b1;
+
+			h = lseek(fds[t], d, SEEK_HOLE);
+			if (h < 0)
+				break;
+			b0 = ((uint64_t)d - u.bs) / u.bs;
+			b1 = ((uint64_t)h - u.bs + u.bs - 1) / u.bs;
+			if (b1 > tb->info.blocks)
+				b1 = tb->info.blocks;
+			if (b1 > b0) {
+				if (u.next == ext_cap) {
+					size_t c = ext_cap ? 2 * ext_cap : 256;
+					struct extent *e =
+					    realloc(u.ext, c * sizeof(*e));
+
+					if (!e)
+						goto out;
+					u.ext = e;
+					ext_cap = c;
+				}
+				u.ext[u.next++] =
+				    (struct extent){.fd = fds[t],
+						    .first = b0,
+						    .cum = u.blocks,
+						    .n = b1 - b0};
+				u.blocks += b1 - b0;
+			}
+			off = h;
+		}
+	}
+	out->blocks = u.blocks;
+	out->block_size = u.bs;
+	if (!u.blocks) {
+		snprintf(out->note, sizeof(out->note),
+			 "no written blocks to read (tables not materialized)");
+		goto out;
+	}
+	ret = io_open(qd, &u.io, &why);
+	if (ret) {
+		snprintf(out->note, sizeof(out->note), "io_uring: %s",
+			 strerror(why ? -why : EINVAL));
+		goto out;
+	}
+	q = calloc(qd, sizeof(*q));
+	if (!q)
+		goto out;
+	for (unsigned i = 0; i < qd; i++) {
+		if (posix_memalign(&q[i].req.buf, ma > 4096 ? ma : 4096, u.bs))
+			goto out;
+		q[i].run = &u;
+		q[i].req.op = IO_READ;
+		q[i].req.len = u.bs;
+		q[i].req.done = ureq_done;
+		q[i].req.arg = &q[i];
+	}
+	progress_start(&pg, "io_uring limit", "ms", (uint64_t)(seconds * 1000),
+		       rc->o->quiet);
+	disk_sample(&rc->disk, &da);
+	u.t0 = now_s();
+	u.deadline = u.t0 + seconds;
+	for (unsigned i = 0; i < qd; i++) {
+		q[i].req.off = pick_offset(&u, &q[i].req.fd);
+		q[i].t = now_s();
+		io_queue(u.io, &q[i].req);
+	}
+	ret = io_wait(u.io, UINT_MAX);
+	disk_sample(&rc->disk, &db);
+	progress_end(&pg);
+	if (ret < 0) {
+		snprintf(out->note, sizeof(out->note), "io_wait: %s",
+			 strerror(-ret));
+		goto out;
+	}
+	out->reads = u.nlat;
+	out->seconds = u.last - u.t0;
+	if (u.errors)
+		snprintf(out->note, sizeof(out->note),
+			 "%llu reads failed or were short",
+			 (unsigned long long)u.errors);
+	if (!out->reads || out->seconds <= 0)
+		goto out;
+	for (size_t i = 0; i < u.nlat; i++)
+		sum += u.lat[i];
+	qsort(u.lat, u.nlat, sizeof(*u.lat), fcmp);
+	out->iops = (double)out->reads / out->seconds;
+	out->mbs = out->iops * u.bs / 1e6;
+	out->lat_mean_us = sum / (double)u.nlat;
+	out->lat_p50_us = u.lat[(u.nlat - 1) / 2];
+	out->lat_p99_us = u.lat[(size_t)((double)(u.nlat - 1) * 0.99)];
+	out->qd_little = out->iops * out->lat_mean_us * 1e-6;
+	disk_diff(&rc->disk, &da, &db, &out->disk);
+	/* Every read here is one device read: more means other I/O. */
+	if (out->disk.ok && !out->note[0] &&
+	    (double)out->disk.reads > 1.05 * (double)out->reads)
+		snprintf(
+		    out->note, sizeof(out->note),
+		    "the device did %.0f%% more reads than this loop: "
+		    "other processes' I/O lowers this limit",
+		    100.0 * ((double)out->disk.reads / (double)out->reads - 1));
+	out->ran = true;
+out:
+	io_close(u.io);
+	if (q)
+		for (unsigned i = 0; i < qd; i++)
+			free(q[i].req.buf);
+	free(q);
+	if (fds)
+		for (uint32_t t = 0; t < tb->n; t++)
+			if (fds[t] >= 0)
+				close(fds[t]);
+	free(fds);
+	free(u.ext);
+	free(u.lat);
+}

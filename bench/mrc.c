@@ -1,0 +1,492 @@
+/*
+ * mrc.c - `embtier-bench mrc`: miss-ratio curves of one trace.
+ *
+ * The batches (--batches of a generator, default 20, or a whole trace)
+ * are held in memory and run through the store itself, once per DDR size
+ * and policy, with no HBM tier and tables left unwritten (a miss then
+ * costs the initializer, not the disk: these runs measure ratios, not
+ * speed). The miss ratio of a point is the DDR tier's misses over its
+ * lookups (distinct ids per call) from et_get_stats, cold start included.
+ *
+ * Belady's MIN runs on the same lookups in the same order (each call's
+ * distinct ids, first appearance first, tables in batch order) with the
+ * capacity the store actually got (its slots, after rounding to whole
+ * sets). It is fully associative and ignores the pinning of a call's
+ * rows, so it is a lower bound, not a policy the store could run. The
+ * compulsory floor (distinct keys / lookups) bounds every curve.
+ *
+ * Sizes: --sizes A,B,... (DDR bytes), or --points N (default 8) capacities
+ * spaced by powers of two down from the trace's distinct rows.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "belady.h"
+#include "bench.h"
+#include "cli.h"
+#include "progress.h"
+
+struct point {
+	uint64_t ddr_bytes, cap_rows;
+	double lru, lfu, opt; /* miss ratios; < 0: not run */
+	double lru_s, lfu_s;  /* seconds the store took */
+};
+
+static int keycmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Each call's distinct ids in first-appearance order, as keys. */
+static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
+		   size_t *n)
+{
+	size_t total = 0, k = 0, hcap = 16;
+	uint64_t *keys, *h;
+
+	for (uint64_t i = 0; i < nb; i++)
+		total += wl_batch_ids(&bs[i]);
+	keys = malloc((total ? total : 1) * sizeof(*keys));
+	for (uint64_t i = 0; i < nb; i++)
+		for (uint32_t j = 0; j < bs[i].count; j++)
+			while (hcap < 2 * (size_t)bs[i].t[j].n)
+				hcap *= 2;
+	h = malloc(hcap * sizeof(*h));
+	if (!keys || !h) {
+		free(keys);
+		free(h);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < nb; i++) {
+		for (uint32_t j = 0; j < bs[i].count; j++) {
+			const struct wl_table_ids *t = &bs[i].t[j];
+			size_t cap = 16;
+
+			while (cap < 2 * (size_t)t->n)
+				cap *= 2;
+			memset(h, 0, cap * sizeof(*h));
+			for (uint32_t q = 0; q < t->n; q++) {
+				uint64_t key =
+				    ((uint64_t)(t->table + 1) << 40) |
+				    t->ids[q];
+				size_t s = wl_mix(key) & (cap - 1);
+
+				while (h[s] && h[s] != key)
+					s = (s + 1) & (cap - 1);
+				if (!h[s]) {
+					h[s] = key;
+					keys[k++] = key;
+				}
+			}
+		}
+	}
+	free(h);
+	*out = keys;
+	*n = k;
+	return 0;
+}
+
+/* Runs every batch through a fresh store; the DDR miss ratio. */
+static int store_point(const struct bench_opts *o, struct tables *tb,
+		       const struct wl_batch *bs, uint64_t nb, uint64_t ddr,
+		       et_policy pol, double *ratio, uint64_t *cap,
+		       double *secs, struct progress *pg, uint64_t *done)
+{
+	struct et_store_config cfg;
+	struct et_stats st;
+	et_store *s;
+	float *out = NULL;
+	size_t out_cap = 0;
+	double t0;
+	int ret;
+
+	store_config(o, &cfg);
+	cfg.hbm_bytes = 0;
+	cfg.ddr_bytes = ddr;
+	cfg.ddr_policy = pol;
+	ret = tables_store(tb, &cfg, &s);
+	if (ret)
+		return ret;
+	t0 = now_s();
+	for (uint64_t i = 0; i < nb && !ret && !bench_stop; i++) {
+		for (uint32_t j = 0; j < bs[i].count && !ret; j++) {
+			const struct wl_table_ids *t = &bs[i].t[j];
+			size_t need = (size_t)t->nbags * o->dim;
+
+			if (need > out_cap) {
+				free(out);
+				out = malloc(need * sizeof(*out));
+				out_cap = out ? need : 0;
+				if (!out) {
+					ret = -ENOMEM;
+					break;
+				}
+			}
+			ret = et_gather_pooled(s, tb->sid[t->table], t->ids,
+					       t->offsets, t->nbags,
+					       ET_POOL_SUM, out);
+		}
+		progress_update(pg, ++*done);
+	}
+	*secs = now_s() - t0;
+	if (!ret)
+		ret = et_get_stats(s, -1, &st);
+	if (!ret) {
+		*ratio = st.ddr.hits + st.ddr.misses
+			     ? (double)st.ddr.misses /
+				   (double)(st.ddr.hits + st.ddr.misses)
+			     : 0;
+		*cap = st.ddr.capacity_rows;
+	}
+	{
+		int r2 = et_store_close(s);
+
+		if (!ret)
+			ret = r2;
+	}
+	free(out);
+	if (ret)
+		cli_error_code("mrc store run", ret);
+	return bench_stop ? -EINTR : ret;
+}
+
+static bool find_gnuplot(void)
+{
+	const char *path = getenv("PATH");
+	char buf[4096];
+
+	if (!path)
+		path = "/usr/bin:/bin";
+	while (*path) {
+		size_t n = strcspn(path, ":");
+
+		snprintf(buf, sizeof(buf), "%.*s/gnuplot", (int)n, path);
+		if (n && access(buf, X_OK) == 0)
+			return true;
+		path += n;
+		if (*path == ':')
+			path++;
+	}
+	return false;
+}
+
+static void plot(const struct bench_opts *o, const struct point *p, size_t np,
+		 double floor_ratio, const char *title)
+{
+	char data[] = "/var/tmp/embtier-mrc.XXXXXX";
+	FILE *f, *gp;
+	int fd, st;
+
+	if (!find_gnuplot()) {
+		cli_note("--plot: gnuplot not found in PATH, no plot drawn "
+			 "(install gnuplot-nox)");
+		return;
+	}
+	fd = mkstemp(data);
+	if (fd < 0 || !(f = fdopen(fd, "w"))) {
+		cli_error("%s: %s", data, strerror(errno));
+		return;
+	}
+	for (size_t i = 0; i < np; i++)
+		fprintf(f, "%" PRIu64 " %.6f %.6f %.6f\n", p[i].cap_rows,
+			p[i].lru, p[i].lfu, p[i].opt);
+	fclose(f);
+	gp = popen("gnuplot", "w");
+	if (!gp) {
+		cli_error("gnuplot: %s", strerror(errno));
+		unlink(data);
+		return;
+	}
+	fprintf(gp,
+		"set terminal pngcairo size 960,600 noenhanced\n"
+		"set output '%s'\n"
+		"set title '%s' noenhanced\n"
+		"set xlabel 'cache capacity (rows)'\n"
+		"set ylabel 'miss ratio (distinct ids per call)'\n"
+		"set logscale x 2\n"
+		"set format x '%%.0s%%c'\n"
+		"set yrange [0:1.05]\n"
+		"set key bottom left\n"
+		"set grid\n",
+		o->plot, title);
+	fprintf(gp, "plot ");
+	if (o->mrc_lru)
+		fprintf(gp,
+			"'%s' using 1:($2 < 0 ? NaN : $2) with "
+			"linespoints title 'LRU (embtier)', ",
+			data);
+	if (o->mrc_lfu)
+		fprintf(gp,
+			"'%s' using 1:($3 < 0 ? NaN : $3) with "
+			"linespoints title 'LFU (embtier)', ",
+			data);
+	if (o->belady)
+		fprintf(gp,
+			"'%s' using 1:($4 < 0 ? NaN : $4) with "
+			"linespoints title 'Belady MIN (fully assoc.)', ",
+			data);
+	fprintf(gp, "%.6f with lines dashtype 2 title 'compulsory'\n",
+		floor_ratio);
+	st = pclose(gp);
+	unlink(data);
+	if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		cli_error("gnuplot failed (status %d); no plot in %s", st,
+			  o->plot);
+	else if (!o->quiet)
+		cli_note("plot written to %s", o->plot);
+}
+
+static int parse_sizes(const char *s, uint64_t **out, size_t *n)
+{
+	char *copy = strdup(s), *save = NULL, *tok;
+	uint64_t *v = NULL;
+	size_t k = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		uint64_t *nv = realloc(v, (k + 1) * sizeof(*nv));
+
+		if (!nv || parse_size(tok, &nv[k])) {
+			free(nv ? nv : v);
+			free(copy);
+			return -EINVAL;
+		}
+		v = nv;
+		k++;
+	}
+	free(copy);
+	*out = v;
+	*n = k;
+	return k ? 0 : -EINVAL;
+}
+
+static void print_points(const struct bench_opts *o, const struct point *p,
+			 size_t np, uint64_t distinct, uint64_t lookups_n,
+			 uint64_t nb, const char *desc)
+{
+	double floor_ratio = (double)distinct / (double)lookups_n;
+	char b1[32], b2[32];
+
+	if (o->format == FMT_JSON) {
+		printf("{\"workload\":");
+		json_str(desc);
+		printf(",\"batches\":%" PRIu64 ",\"lookups\":%" PRIu64
+		       ",\"distinct\":%" PRIu64 ",\"compulsory\":%.6f,"
+		       "\"belady\":\"fully associative, demand fill\","
+		       "\"points\":[",
+		       nb, lookups_n, distinct, floor_ratio);
+		for (size_t i = 0; i < np; i++)
+			printf("%s{\"ddr_bytes\":%" PRIu64
+			       ",\"capacity_rows\":%" PRIu64
+			       ",\"lru\":%.6f,\"lfu\":%.6f,\"belady\":"
+			       "%.6f}",
+			       i ? "," : "", p[i].ddr_bytes, p[i].cap_rows,
+			       p[i].lru, p[i].lfu, p[i].opt);
+		printf("]}\n");
+		return;
+	}
+	if (o->format == FMT_CSV) {
+		printf("ddr_bytes,capacity_rows,capacity_frac,lru,lfu,belady,"
+		       "compulsory\n");
+		for (size_t i = 0; i < np; i++)
+			printf("%" PRIu64 ",%" PRIu64 ",%.6f,%.6f,%.6f,%.6f,"
+			       "%.6f\n",
+			       p[i].ddr_bytes, p[i].cap_rows,
+			       (double)p[i].cap_rows / (double)distinct,
+			       p[i].lru, p[i].lfu, p[i].opt, floor_ratio);
+		return;
+	}
+	printf("workload: %s\n", desc);
+	printf("trace:    %" PRIu64 " batches, %s lookups (distinct ids per "
+	       "call), %s distinct rows; compulsory miss ratio %.4f\n",
+	       nb, cli_human_count((double)lookups_n, b1, sizeof(b1)),
+	       cli_human_count((double)distinct, b2, sizeof(b2)), floor_ratio);
+	printf("store:    no HBM, DDR of each size below, %u ways; cold "
+	       "start; Belady = MIN, fully associative, same capacity\n\n",
+	       o->ways ? o->ways : 16);
+	printf("  %12s %12s %8s %8s %8s %8s\n", "DDR", "rows", "of all", "LRU",
+	       "LFU", "Belady");
+	for (size_t i = 0; i < np; i++) {
+		char r[3][16];
+		const double v[3] = {p[i].lru, p[i].lfu, p[i].opt};
+
+		for (int k = 0; k < 3; k++)
+			if (v[k] < 0)
+				snprintf(r[k], sizeof(r[k]), "-");
+			else
+				snprintf(r[k], sizeof(r[k]), "%.4f", v[k]);
+		printf("  %12s %12" PRIu64 " %7.1f%% %8s %8s %8s\n",
+		       cli_human_bytes((double)p[i].ddr_bytes, b1, sizeof(b1)),
+		       p[i].cap_rows,
+		       100.0 * (double)p[i].cap_rows / (double)distinct, r[0],
+		       r[1], r[2]);
+	}
+}
+
+int cmd_mrc(const struct bench_opts *o)
+{
+	struct bench_opts oo = *o;
+	struct wl_batch *bs = NULL;
+	struct point *pts = NULL;
+	struct progress pg;
+	struct tables tb;
+	struct wl_gen g;
+	uint64_t nb = 0, want, *keys = NULL, *sorted = NULL, *sizes = NULL;
+	uint64_t distinct = 0, done = 0;
+	size_t nkeys = 0, np = 0, cap_b = 0;
+	uint32_t slot;
+	char desc[256];
+	int ret, rc = CLI_EXIT_FAIL;
+
+	memset(&tb, 0, sizeof(tb));
+	oo.materialize = MAT_NONE;
+	oo.hbm_bytes = 0;
+	if (wl_open(&g, &o->wl)) {
+		cli_error("workload: %s", g.err);
+		return CLI_EXIT_FAIL;
+	}
+	want = o->wl.kind == WL_TRACE ? UINT64_MAX
+	       : o->batches	      ? o->batches
+				      : 20;
+	for (;;) {
+		if (nb == want || bench_stop)
+			break;
+		if (nb == cap_b) {
+			size_t c = cap_b ? 2 * cap_b : 64;
+			struct wl_batch *n = realloc(bs, c * sizeof(*n));
+
+			if (!n)
+				goto oom;
+			bs = n;
+			cap_b = c;
+		}
+		wl_batch_init(&bs[nb]);
+		ret = wl_next(&g, &bs[nb]);
+		if (ret <= 0) {
+			wl_batch_free(&bs[nb]);
+			if (ret == 0)
+				break;
+			cli_error("workload: %s", g.err);
+			goto out;
+		}
+		nb++;
+	}
+	if (lookups(bs, nb, &keys, &nkeys))
+		goto oom;
+	if (!nkeys) {
+		cli_error("the trace has no ids");
+		goto out;
+	}
+	sorted = malloc(nkeys * sizeof(*sorted));
+	if (!sorted)
+		goto oom;
+	memcpy(sorted, keys, nkeys * sizeof(*sorted));
+	qsort(sorted, nkeys, sizeof(*sorted), keycmp);
+	for (size_t i = 0; i < nkeys; i++)
+		distinct += !i || sorted[i] != sorted[i - 1];
+	free(sorted);
+	sorted = NULL;
+
+	slot = (uint32_t)((o->dim * dtype_bytes(o->dtype) + 3) & ~3u);
+	if (o->sizes) {
+		if (parse_sizes(o->sizes, &sizes, &np)) {
+			cli_usage_error("--sizes: expected sizes like 64M,1G");
+			rc = CLI_EXIT_USAGE;
+			goto out;
+		}
+	} else {
+		np = o->points ? o->points : 8;
+		sizes = malloc(np * sizeof(*sizes));
+		if (!sizes)
+			goto oom;
+		for (size_t i = 0; i < np; i++) {
+			uint64_t rows = distinct >> (np - 1 - i);
+			uint64_t min = (uint64_t)(o->ways ? o->ways : 16);
+
+			sizes[i] = (rows > min ? rows : min) *
+				   (slot + ET_SLOT_META_BYTES);
+		}
+	}
+	pts = calloc(np, sizeof(*pts));
+	if (!pts)
+		goto oom;
+	ret = tables_setup(&tb, &oo, &g, 0);
+	if (ret)
+		goto out;
+	progress_start(&pg, "mrc", "batches",
+		       nb * np * ((o->mrc_lru ? 1 : 0) + (o->mrc_lfu ? 1 : 0)),
+		       o->quiet);
+	for (size_t i = 0; i < np && !bench_stop; i++) {
+		uint64_t cap = 0;
+
+		pts[i].ddr_bytes = sizes[i];
+		pts[i].lru = pts[i].lfu = pts[i].opt = -1;
+		if (o->mrc_lru) {
+			ret = store_point(&oo, &tb, bs, nb, sizes[i],
+					  ET_POLICY_LRU, &pts[i].lru, &cap,
+					  &pts[i].lru_s, &pg, &done);
+			if (ret)
+				break;
+		}
+		if (o->mrc_lfu) {
+			ret = store_point(&oo, &tb, bs, nb, sizes[i],
+					  ET_POLICY_LFU, &pts[i].lfu, &cap,
+					  &pts[i].lfu_s, &pg, &done);
+			if (ret)
+				break;
+		}
+		if (!cap) {
+			/* Belady alone: ask a store what the size holds. */
+			double r, s;
+			uint64_t d2 = 0;
+
+			ret =
+			    store_point(&oo, &tb, bs, 0, sizes[i],
+					ET_POLICY_LRU, &r, &cap, &s, &pg, &d2);
+			if (ret)
+				break;
+		}
+		pts[i].cap_rows = cap;
+		if (o->belady) {
+			uint64_t m;
+
+			ret = belady_misses(keys, nkeys, cap, &m);
+			if (ret) {
+				cli_error("belady: %s", strerror(-ret));
+				break;
+			}
+			pts[i].opt = (double)m / (double)nkeys;
+		}
+	}
+	progress_end(&pg);
+	if (ret || bench_stop)
+		goto out;
+	workload_desc(o, &g, desc, sizeof(desc));
+	print_points(o, pts, np, distinct, nkeys, nb, desc);
+	if (o->plot)
+		plot(o, pts, np, (double)distinct / (double)nkeys, desc);
+	rc = CLI_EXIT_OK;
+	goto out;
+oom:
+	cli_error("out of memory");
+out:
+	tables_free(&tb);
+	for (uint64_t i = 0; i < nb; i++)
+		wl_batch_free(&bs[i]);
+	free(bs);
+	free(keys);
+	free(sizes);
+	free(pts);
+	wl_close(&g);
+	return rc;
+}

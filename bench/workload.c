@@ -1,0 +1,970 @@
+/*
+ * workload.c - generators, trace files and the trace converter of
+ * embtier-bench (see workload.h for what each promises, and TRACE.md for
+ * the bytes of a trace).
+ *
+ * Every integer of a trace is little-endian and is encoded and decoded a
+ * byte at a time here, so the format does not depend on the host.
+ */
+#include "workload.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------- randomness */
+
+uint64_t wl_mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+void wl_rng_seed(struct wl_rng *r, uint64_t seed)
+{
+	r->s = seed;
+}
+
+uint64_t wl_rng_next(struct wl_rng *r)
+{
+	r->s += 0x9e3779b97f4a7c15ULL;
+	return wl_mix(r->s);
+}
+
+uint64_t wl_rng_below(struct wl_rng *r, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)wl_rng_next(r) * n) >> 64);
+}
+
+double wl_rng_double(struct wl_rng *r)
+{
+	return (double)(wl_rng_next(r) >> 11) * 0x1.0p-53;
+}
+
+/*
+ * Rejection-inversion. With h(x) = x^-s and H its integral (shifted so
+ * that the formulas stay exact as s -> 1), a uniform u between H(1.5) - 1
+ * and H(n + 0.5) is mapped to x = H^-1(u) and rounded to the rank k; k is
+ * accepted when it lies close enough to x (the quick test against `cut`)
+ * or when u falls under the histogram bar of k. Every rank is accepted
+ * with probability proportional to k^-s, and the expected number of tries
+ * is below 1.1 for every s and n.
+ */
+static double helper1(double x) /* log1p(x) / x */
+{
+	return fabs(x) > 1e-8 ? log1p(x) / x
+			      : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+}
+
+static double helper2(double x) /* expm1(x) / x */
+{
+	return fabs(x) > 1e-8
+		   ? expm1(x) / x
+		   : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
+}
+
+static double zh(const struct wl_zipf *z, double x)
+{
+	return exp(-z->s * log(x));
+}
+
+static double zH(const struct wl_zipf *z, double x)
+{
+	double lx = log(x);
+
+	return helper2((1 - z->s) * lx) * lx;
+}
+
+static double zHinv(const struct wl_zipf *z, double x)
+{
+	double t = x * (1 - z->s);
+
+	if (t < -1)
+		t = -1;
+	return exp(helper1(t) * x);
+}
+
+void wl_zipf_init(struct wl_zipf *z, uint64_t n, double s)
+{
+	z->n = n ? n : 1;
+	z->s = s;
+	z->h_x1 = zH(z, 1.5) - 1;
+	z->h_n = zH(z, (double)z->n + 0.5);
+	z->cut = 2 - zHinv(z, zH(z, 2.5) - zh(z, 2));
+}
+
+uint64_t wl_zipf_sample(const struct wl_zipf *z, struct wl_rng *r)
+{
+	for (;;) {
+		double u = z->h_n + wl_rng_double(r) * (z->h_x1 - z->h_n);
+		double x = zHinv(z, u);
+		double kd = x + 0.5;
+		uint64_t k;
+
+		if (!(kd >= 1)) /* also NaN */
+			k = 1;
+		else if (kd >= (double)z->n)
+			k = z->n;
+		else
+			k = (uint64_t)kd;
+		if ((double)k - x <= z->cut ||
+		    u >= zH(z, (double)k + 0.5) - zh(z, (double)k))
+			return k;
+	}
+}
+
+void wl_perm_init(struct wl_perm *p, uint64_t n, uint64_t seed)
+{
+	unsigned bits = 1;
+
+	p->n = n;
+	while (bits < 64 && (1ULL << bits) < n)
+		bits++;
+	p->half = (bits + 1) / 2;
+	p->mask = (1ULL << p->half) - 1;
+	for (int i = 0; i < 4; i++)
+		p->key[i] =
+		    wl_mix(seed + 0x5851f42d4c957f2dULL * (uint64_t)(i + 1));
+}
+
+static uint64_t feistel(const struct wl_perm *p, uint64_t x)
+{
+	uint64_t l = x >> p->half, r = x & p->mask;
+
+	for (int i = 0; i < 4; i++) {
+		uint64_t nl = r;
+
+		r = (l ^ wl_mix(r ^ p->key[i])) & p->mask;
+		l = nl;
+	}
+	return (l << p->half) | r;
+}
+
+uint64_t wl_perm_apply(const struct wl_perm *p, uint64_t x)
+{
+	if (p->n <= 1)
+		return 0;
+	do
+		x = feistel(p, x);
+	while (x >= p->n);
+	return x;
+}
+
+/* ----------------------------------------------------------------- batches */
+
+void wl_batch_init(struct wl_batch *b)
+{
+	memset(b, 0, sizeof(*b));
+}
+
+void wl_batch_free(struct wl_batch *b)
+{
+	for (uint32_t i = 0; i < b->cap; i++) {
+		free(b->t[i].ids);
+		free(b->t[i].offsets);
+	}
+	free(b->t);
+	memset(b, 0, sizeof(*b));
+}
+
+int wl_batch_reset(struct wl_batch *b, uint32_t count)
+{
+	if (count > b->cap) {
+		struct wl_table_ids *t = realloc(b->t, count * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		memset(t + b->cap, 0, (count - b->cap) * sizeof(*t));
+		b->t = t;
+		b->cap = count;
+	}
+	b->count = count;
+	return 0;
+}
+
+int wl_batch_table(struct wl_batch *b, uint32_t i, uint32_t table, uint32_t n,
+		   uint32_t pooling)
+{
+	struct wl_table_ids *t = &b->t[i];
+	uint32_t nbags;
+
+	if (pooling == 0 || pooling > n)
+		nbags = n ? 1 : 0;
+	else
+		nbags = (n + pooling - 1) / pooling;
+	if (n > t->cap_ids) {
+		uint64_t *p = realloc(t->ids, (size_t)n * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		t->ids = p;
+		t->cap_ids = n;
+	}
+	if (nbags + 1 > t->cap_bags || !t->offsets) {
+		uint64_t *p =
+		    realloc(t->offsets, ((size_t)nbags + 1) * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		t->offsets = p;
+		t->cap_bags = nbags + 1;
+	}
+	t->table = table;
+	t->n = n;
+	t->nbags = nbags;
+	for (uint32_t k = 0; k < nbags; k++)
+		t->offsets[k] =
+		    pooling && pooling < n ? (uint64_t)k * pooling : 0;
+	t->offsets[nbags] = n;
+	return 0;
+}
+
+uint64_t wl_batch_ids(const struct wl_batch *b)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < b->count; i++)
+		n += b->t[i].n;
+	return n;
+}
+
+/* ---------------------------------------------------- little-endian bytes */
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+#define HDR_BYTES 32 /* then ntables x u64 rows */
+
+/* ------------------------------------------------------------ trace reader */
+
+static int rd_fail(struct wl_trace_reader *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int rd_fail(struct wl_trace_reader *r, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(r->err, sizeof(r->err), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* Reads exactly n bytes; -EBADMSG (truncated) or -errno. */
+static int rd_exact(struct wl_trace_reader *r, void *buf, size_t n,
+		    const char *what)
+{
+	if (fread(buf, 1, n, r->f) == n)
+		return 0;
+	if (ferror(r->f))
+		return rd_fail(r, -EIO, "read error in %s", what);
+	return rd_fail(r, -EBADMSG, "truncated in %s", what);
+}
+
+int wl_trace_open(struct wl_trace_reader *r, const char *path)
+{
+	unsigned char h[HDR_BYTES];
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->f = fopen(path, "rb");
+	if (!r->f)
+		return rd_fail(r, -errno, "%s", strerror(errno));
+	ret = rd_exact(r, h, sizeof(h), "the header");
+	if (ret)
+		goto err;
+	if (memcmp(h, WL_TRACE_MAGIC, 8)) {
+		ret = rd_fail(r, -EBADMSG, "not an embtier trace (bad magic)");
+		goto err;
+	}
+	if (get32(h + 8) != WL_TRACE_VERSION) {
+		ret = rd_fail(r, -EBADMSG, "trace version %u not supported",
+			      get32(h + 8));
+		goto err;
+	}
+	r->ntables = get32(h + 12);
+	r->pooling = get32(h + 16);
+	r->nbatches = get64(h + 24);
+	if (r->ntables == 0 || r->ntables > WL_TRACE_MAX_TABLES ||
+	    get32(h + 20) != 0) {
+		ret = rd_fail(r, -EBADMSG, "bad header (tables %u, flags %u)",
+			      r->ntables, get32(h + 20));
+		goto err;
+	}
+	r->rows = calloc(r->ntables, sizeof(*r->rows));
+	if (!r->rows) {
+		ret = rd_fail(r, -ENOMEM, "out of memory");
+		goto err;
+	}
+	for (uint32_t t = 0; t < r->ntables; t++) {
+		unsigned char b[8];
+
+		ret = rd_exact(r, b, 8, "the table rows");
+		if (ret)
+			goto err;
+		r->rows[t] = get64(b);
+		if (r->rows[t] > WL_MAX_ROWS) {
+			ret = rd_fail(r, -EBADMSG, "table %u: %llu rows > 2^40",
+				      t, (unsigned long long)r->rows[t]);
+			goto err;
+		}
+	}
+	r->data_off = ftell(r->f);
+	return 0;
+err:
+	fclose(r->f);
+	free(r->rows);
+	r->f = NULL;
+	r->rows = NULL;
+	return ret;
+}
+
+int wl_trace_read(struct wl_trace_reader *r, struct wl_batch *b,
+		  uint32_t pooling)
+{
+	unsigned char h[8];
+	uint32_t k, prev = 0;
+	size_t got;
+	int ret;
+
+	if (r->nbatches && r->batches == r->nbatches)
+		return 0;
+	got = fread(h, 1, sizeof(h), r->f);
+	if (got == 0 && feof(r->f)) {
+		if (r->nbatches)
+			return rd_fail(r, -EBADMSG,
+				       "truncated: %llu of %llu batches",
+				       (unsigned long long)r->batches,
+				       (unsigned long long)r->nbatches);
+		return 0;
+	}
+	if (got != sizeof(h))
+		return rd_fail(r, ferror(r->f) ? -EIO : -EBADMSG,
+			       "batch %llu: truncated header",
+			       (unsigned long long)r->batches);
+	if (get32(h) != WL_TRACE_BATCH)
+		return rd_fail(r, -EBADMSG, "batch %llu: bad batch marker",
+			       (unsigned long long)r->batches);
+	k = get32(h + 4);
+	if (k > r->ntables)
+		return rd_fail(r, -EBADMSG, "batch %llu: %u tables > %u",
+			       (unsigned long long)r->batches, k, r->ntables);
+	if (!pooling)
+		pooling = r->pooling;
+	ret = wl_batch_reset(b, k);
+	if (ret)
+		return rd_fail(r, ret, "out of memory");
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t table, n;
+		struct wl_table_ids *t;
+		unsigned char *raw;
+
+		ret = rd_exact(r, h, 8, "a table record");
+		if (ret)
+			return ret;
+		table = get32(h);
+		n = get32(h + 4);
+		if (table >= r->ntables || (i && table <= prev) ||
+		    !r->rows[table] || n > WL_TRACE_MAX_N)
+			return rd_fail(r, -EBADMSG,
+				       "batch %llu: bad table record (table "
+				       "%u, %u ids)",
+				       (unsigned long long)r->batches, table,
+				       n);
+		prev = table;
+		ret = wl_batch_table(b, i, table, n, pooling);
+		if (ret)
+			return rd_fail(r, ret, "out of memory");
+		t = &b->t[i];
+		/* Decode in place: the ids arrive as bytes in the id array. */
+		raw = (unsigned char *)t->ids;
+		ret = rd_exact(r, raw, (size_t)n * 8, "row ids");
+		if (ret)
+			return ret;
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t id = get64(raw + (size_t)j * 8);
+
+			if (id >= r->rows[table])
+				return rd_fail(
+				    r, -EBADMSG,
+				    "batch %llu: table %u: row "
+				    "%llu >= %llu rows",
+				    (unsigned long long)r->batches, table,
+				    (unsigned long long)id,
+				    (unsigned long long)r->rows[table]);
+			t->ids[j] = id;
+		}
+	}
+	r->batches++;
+	return 1;
+}
+
+int wl_trace_rewind(struct wl_trace_reader *r)
+{
+	if (fseek(r->f, r->data_off, SEEK_SET))
+		return rd_fail(r, -errno, "seek: %s", strerror(errno));
+	r->batches = 0;
+	return 0;
+}
+
+void wl_trace_close(struct wl_trace_reader *r)
+{
+	if (r->f)
+		fclose(r->f);
+	free(r->rows);
+	r->f = NULL;
+	r->rows = NULL;
+}
+
+/* ------------------------------------------------------------ trace writer */
+
+int wl_trace_create(struct wl_trace_writer *w, const char *path,
+		    uint32_t ntables, const uint64_t *rows, uint32_t pooling,
+		    bool force)
+{
+	unsigned char h[HDR_BYTES];
+	struct stat st;
+
+	memset(w, 0, sizeof(*w));
+	if (ntables == 0 || ntables > WL_TRACE_MAX_TABLES)
+		return -EINVAL;
+	for (uint32_t t = 0; t < ntables; t++)
+		if (rows[t] > WL_MAX_ROWS)
+			return -ERANGE;
+	if (!force && stat(path, &st) == 0)
+		return -EEXIST;
+	w->path = strdup(path);
+	if (!w->path)
+		return -ENOMEM;
+	w->f = fopen(path, "wb");
+	if (!w->f) {
+		int ret = -errno;
+
+		free(w->path);
+		w->path = NULL;
+		return ret;
+	}
+	w->ntables = ntables;
+	w->rows = rows;
+	memset(h, 0, sizeof(h));
+	memcpy(h, WL_TRACE_MAGIC, 8);
+	put32(h + 8, WL_TRACE_VERSION);
+	put32(h + 12, ntables);
+	put32(h + 16, pooling);
+	put32(h + 20, 0);
+	put64(h + 24, 0); /* the batch count, written at the end */
+	if (fwrite(h, 1, sizeof(h), w->f) != sizeof(h))
+		w->err = -EIO;
+	for (uint32_t t = 0; t < ntables && !w->err; t++) {
+		unsigned char b[8];
+
+		put64(b, rows[t]);
+		if (fwrite(b, 1, 8, w->f) != 8)
+			w->err = -EIO;
+	}
+	return w->err;
+}
+
+int wl_trace_write(struct wl_trace_writer *w, const struct wl_batch *b)
+{
+	unsigned char h[8], buf[4096];
+	uint32_t prev = 0;
+
+	if (w->err)
+		return w->err;
+	for (uint32_t i = 0; i < b->count; i++) {
+		const struct wl_table_ids *t = &b->t[i];
+
+		if (t->table >= w->ntables || (i && t->table <= prev) ||
+		    t->n > WL_TRACE_MAX_N)
+			return w->err = -EINVAL;
+		for (uint32_t j = 0; j < t->n; j++)
+			if (t->ids[j] >= w->rows[t->table])
+				return w->err = -ERANGE;
+		prev = t->table;
+	}
+	put32(h, WL_TRACE_BATCH);
+	put32(h + 4, b->count);
+	if (fwrite(h, 1, 8, w->f) != 8)
+		return w->err = -EIO;
+	for (uint32_t i = 0; i < b->count; i++) {
+		const struct wl_table_ids *t = &b->t[i];
+
+		put32(h, t->table);
+		put32(h + 4, t->n);
+		if (fwrite(h, 1, 8, w->f) != 8)
+			return w->err = -EIO;
+		for (uint32_t j = 0; j < t->n;) {
+			size_t k = 0;
+
+			for (; j < t->n && k + 8 <= sizeof(buf); j++, k += 8)
+				put64(buf + k, t->ids[j]);
+			if (fwrite(buf, 1, k, w->f) != k)
+				return w->err = -EIO;
+		}
+	}
+	w->nbatches++;
+	return 0;
+}
+
+int wl_trace_finish(struct wl_trace_writer *w)
+{
+	unsigned char b[8];
+	int ret = w->err;
+
+	if (!ret) {
+		put64(b, w->nbatches);
+		if (fseek(w->f, 24, SEEK_SET) || fwrite(b, 1, 8, w->f) != 8)
+			ret = -EIO;
+	}
+	if (fclose(w->f) && !ret)
+		ret = -errno;
+	w->f = NULL;
+	if (ret)
+		unlink(w->path);
+	free(w->path);
+	w->path = NULL;
+	return ret;
+}
+
+void wl_trace_abort(struct wl_trace_writer *w)
+{
+	if (w->f)
+		fclose(w->f);
+	if (w->path)
+		unlink(w->path);
+	free(w->path);
+	memset(w, 0, sizeof(*w));
+}
+
+/* --------------------------------------------------------------- converter */
+
+struct cv_line {
+	uint64_t batch, table, row;
+};
+
+/* Parses one line; returns 1 with a record, 0 for a blank or comment line,
+ * -1 if malformed. */
+static int cv_parse(const char *s, struct cv_line *l)
+{
+	uint64_t v[3];
+	int k = 0;
+
+	for (;;) {
+		while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n' ||
+		       *s == ',')
+			s++;
+		if (!*s || *s == '#')
+			break;
+		if (k == 3 || *s < '0' || *s > '9')
+			return -1;
+		v[k] = 0;
+		while (*s >= '0' && *s <= '9') {
+			unsigned d = (unsigned)(*s++ - '0');
+
+			if (v[k] > (UINT64_MAX - d) / 10)
+				return -1;
+			v[k] = v[k] * 10 + d;
+		}
+		if (*s && *s != ' ' && *s != '\t' && *s != '\r' && *s != '\n' &&
+		    *s != ',' && *s != '#')
+			return -1;
+		k++;
+	}
+	if (k == 0)
+		return 0;
+	if (k != 3)
+		return -1;
+	l->batch = v[0];
+	l->table = v[1];
+	l->row = v[2];
+	return 1;
+}
+
+struct cv_vec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int cv_push(struct cv_vec *x, uint64_t v)
+{
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 256;
+		uint64_t *p = realloc(x->v, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		x->v = p;
+		x->cap = cap;
+	}
+	x->v[x->n++] = v;
+	return 0;
+}
+
+static int cv_flush(struct wl_trace_writer *w, struct cv_vec *per,
+		    uint32_t ntables, struct wl_batch *b, uint32_t pooling)
+{
+	uint32_t count = 0, i = 0;
+	int ret;
+
+	for (uint32_t t = 0; t < ntables; t++)
+		count += per[t].n > 0;
+	ret = wl_batch_reset(b, count);
+	for (uint32_t t = 0; t < ntables && !ret; t++) {
+		if (!per[t].n)
+			continue;
+		ret = wl_batch_table(b, i, t, (uint32_t)per[t].n, pooling);
+		if (!ret)
+			memcpy(b->t[i].ids, per[t].v,
+			       per[t].n * sizeof(uint64_t));
+		per[t].n = 0;
+		i++;
+	}
+	return ret ? ret : wl_trace_write(w, b);
+}
+
+int wl_trace_convert(const char *in, const char *out, uint32_t pooling,
+		     bool force, char *err, size_t errlen, uint64_t *lines_out,
+		     uint64_t *batches_out)
+{
+	struct wl_trace_writer w = {0};
+	struct cv_vec *per = NULL;
+	struct wl_batch b;
+	struct cv_line l;
+	struct stat st;
+	uint64_t *rows = NULL, lineno = 0, records = 0, batches = 0;
+	uint64_t cur = 0, per_batch = 0;
+	uint32_t ntables = 0;
+	char *line = NULL;
+	size_t linecap = 0;
+	FILE *f;
+	int ret = 0;
+
+	wl_batch_init(&b);
+	err[0] = '\0';
+	f = fopen(in, "r");
+	if (!f) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", in, strerror(errno));
+		return ret;
+	}
+	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file", in);
+		fclose(f);
+		return -EINVAL;
+	}
+
+	/* Pass 1: check every line, find the tables and their rows. */
+	while (getline(&line, &linecap, f) >= 0) {
+		int k;
+
+		lineno++;
+		k = cv_parse(line, &l);
+		if (k == 0)
+			continue;
+		if (k < 0) {
+			snprintf(err, errlen,
+				 "%s:%llu: expected 'batch table row' (three "
+				 "unsigned integers)",
+				 in, (unsigned long long)lineno);
+			ret = -EINVAL;
+			goto out;
+		}
+		if (records && l.batch < cur) {
+			snprintf(err, errlen,
+				 "%s:%llu: batch %llu after batch %llu "
+				 "(batch labels must not decrease)",
+				 in, (unsigned long long)lineno,
+				 (unsigned long long)l.batch,
+				 (unsigned long long)cur);
+			ret = -EINVAL;
+			goto out;
+		}
+		if (l.table >= WL_TRACE_MAX_TABLES || l.row >= WL_MAX_ROWS) {
+			snprintf(err, errlen, "%s:%llu: %s out of range", in,
+				 (unsigned long long)lineno,
+				 l.table >= WL_TRACE_MAX_TABLES ? "table"
+								: "row");
+			ret = -ERANGE;
+			goto out;
+		}
+		if (!records || l.batch != cur) {
+			batches++;
+			per_batch = 0;
+		}
+		if (++per_batch > WL_TRACE_MAX_N) {
+			snprintf(err, errlen, "%s:%llu: batch too large", in,
+				 (unsigned long long)lineno);
+			ret = -E2BIG;
+			goto out;
+		}
+		cur = l.batch;
+		records++;
+		if (l.table >= ntables) {
+			uint64_t *r = realloc(rows, (l.table + 1) * sizeof(*r));
+
+			if (!r) {
+				ret = -ENOMEM;
+				goto oom;
+			}
+			memset(r + ntables, 0,
+			       (l.table + 1 - ntables) * sizeof(*r));
+			rows = r;
+			ntables = (uint32_t)l.table + 1;
+		}
+		if (l.row + 1 > rows[l.table])
+			rows[l.table] = l.row + 1;
+	}
+	if (ferror(f)) {
+		snprintf(err, errlen, "%s: read error", in);
+		ret = -EIO;
+		goto out;
+	}
+	if (!records) {
+		snprintf(err, errlen, "%s: no 'batch table row' lines", in);
+		ret = -EINVAL;
+		goto out;
+	}
+
+	/* Pass 2: group each batch's ids by table and write it. */
+	per = calloc(ntables, sizeof(*per));
+	if (!per) {
+		ret = -ENOMEM;
+		goto oom;
+	}
+	ret = wl_trace_create(&w, out, ntables, rows, pooling, force);
+	if (ret) {
+		snprintf(err, errlen, "%s: %s", out,
+			 ret == -EEXIST ? "exists (use --force to replace)"
+					: strerror(-ret));
+		if (ret != -EEXIST)
+			wl_trace_abort(&w);
+		goto out;
+	}
+	rewind(f);
+	records = 0;
+	while (getline(&line, &linecap, f) >= 0) {
+		if (cv_parse(line, &l) != 1)
+			continue;
+		if (records && l.batch != cur) {
+			ret = cv_flush(&w, per, ntables, &b, pooling);
+			if (ret)
+				break;
+		}
+		cur = l.batch;
+		records++;
+		ret = cv_push(&per[l.table], l.row);
+		if (ret)
+			break;
+	}
+	if (!ret)
+		ret = cv_flush(&w, per, ntables, &b, pooling);
+	if (!ret && ferror(f))
+		ret = -EIO;
+	if (ret) {
+		wl_trace_abort(&w);
+		snprintf(err, errlen, "%s: %s", out, strerror(-ret));
+		goto out;
+	}
+	ret = wl_trace_finish(&w);
+	if (ret) {
+		snprintf(err, errlen, "%s: %s", out, strerror(-ret));
+		goto out;
+	}
+	if (lines_out)
+		*lines_out = records;
+	if (batches_out)
+		*batches_out = batches;
+	goto out;
+oom:
+	snprintf(err, errlen, "out of memory");
+out:
+	if (per)
+		for (uint32_t t = 0; t < ntables; t++)
+			free(per[t].v);
+	free(per);
+	free(rows);
+	free(line);
+	wl_batch_free(&b);
+	fclose(f);
+	return ret;
+}
+
+/* -------------------------------------------------------------- generators */
+
+static const char *const kind_names[] = {"uniform", "zipf", "shift", "trace"};
+
+const char *wl_kind_name(enum wl_kind k)
+{
+	return (unsigned)k < 4 ? kind_names[k] : "?";
+}
+
+int wl_kind_parse(const char *s)
+{
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(s, kind_names[i]))
+			return i;
+	return -1;
+}
+
+int wl_open(struct wl_gen *g, const struct wl_params *p)
+{
+	int ret;
+
+	memset(g, 0, sizeof(*g));
+	g->p = *p;
+	if (p->kind == WL_TRACE) {
+		ret = wl_trace_open(&g->tr, p->trace);
+		if (ret)
+			snprintf(g->err, sizeof(g->err), "%.250s: %s", p->trace,
+				 g->tr.err);
+		return ret;
+	}
+	if (p->tables == 0 || p->tables > WL_TRACE_MAX_TABLES || p->rows == 0 ||
+	    p->rows > WL_MAX_ROWS || p->batch == 0 || p->pooling == 0 ||
+	    (uint64_t)p->batch * p->pooling > WL_TRACE_MAX_N ||
+	    (p->kind != WL_UNIFORM && !(p->zipf_s > 0 && p->zipf_s < 100)) ||
+	    (p->kind == WL_SHIFT && p->shift_every == 0) ||
+	    (unsigned)p->kind > WL_SHIFT) {
+		snprintf(g->err, sizeof(g->err), "bad workload parameters");
+		return -EINVAL;
+	}
+	if (g->p.kind == WL_SHIFT && g->p.shift_by == 0)
+		g->p.shift_by = p->rows / 4 ? p->rows / 4 : 1;
+	wl_zipf_init(&g->zipf, p->rows, p->zipf_s);
+	g->perm = calloc(p->tables, sizeof(*g->perm));
+	if (!g->perm) {
+		snprintf(g->err, sizeof(g->err), "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t t = 0; t < p->tables; t++)
+		wl_perm_init(&g->perm[t], p->rows,
+			     wl_mix(p->seed ^ wl_mix(0x7ab1e000ULL + t)));
+	return 0;
+}
+
+uint64_t wl_rank_to_row(const struct wl_gen *g, uint32_t table, uint64_t rank,
+			uint64_t batch_index)
+{
+	uint64_t r = rank - 1, n = g->p.rows;
+
+	if (g->p.kind == WL_SHIFT) {
+		uint64_t epoch = batch_index / g->p.shift_every;
+
+		r = (uint64_t)((r + (unsigned __int128)(epoch % n) *
+					(g->p.shift_by % n)) %
+			       n);
+	}
+	return wl_perm_apply(&g->perm[table], r);
+}
+
+int wl_next(struct wl_gen *g, struct wl_batch *b)
+{
+	uint32_t n = g->p.batch * g->p.pooling;
+	int ret;
+
+	if (g->p.kind == WL_TRACE) {
+		ret = wl_trace_read(&g->tr, b, g->p.pooling);
+		if (ret < 0)
+			snprintf(g->err, sizeof(g->err), "%.250s: %s",
+				 g->p.trace, g->tr.err);
+		if (ret > 0)
+			g->index++;
+		return ret;
+	}
+	ret = wl_batch_reset(b, g->p.tables);
+	if (ret)
+		return ret;
+	for (uint32_t t = 0; t < g->p.tables; t++) {
+		struct wl_table_ids *ti = &b->t[t];
+		struct wl_rng r;
+
+		ret = wl_batch_table(b, t, t, n, g->p.pooling);
+		if (ret)
+			return ret;
+		wl_rng_seed(&r, wl_mix(g->p.seed ^ wl_mix(g->index)) ^
+				    wl_mix(0xb1a5ULL + t));
+		for (uint32_t i = 0; i < n; i++) {
+			if (g->p.kind == WL_UNIFORM)
+				ti->ids[i] = wl_rng_below(&r, g->p.rows);
+			else
+				ti->ids[i] = wl_rank_to_row(
+				    g, t, wl_zipf_sample(&g->zipf, &r),
+				    g->index);
+		}
+	}
+	g->index++;
+	return 1;
+}
+
+int wl_rewind(struct wl_gen *g)
+{
+	g->index = 0;
+	if (g->p.kind == WL_TRACE) {
+		int ret = wl_trace_rewind(&g->tr);
+
+		if (ret)
+			snprintf(g->err, sizeof(g->err), "%.250s: %s",
+				 g->p.trace, g->tr.err);
+		return ret;
+	}
+	return 0;
+}
+
+void wl_close(struct wl_gen *g)
+{
+	if (g->p.kind == WL_TRACE)
+		wl_trace_close(&g->tr);
+	free(g->perm);
+	g->perm = NULL;
+}
+
+uint32_t wl_tables(const struct wl_gen *g)
+{
+	return g->p.kind == WL_TRACE ? g->tr.ntables : g->p.tables;
+}
+
+uint64_t wl_rows(const struct wl_gen *g, uint32_t table)
+{
+	if (g->p.kind == WL_TRACE)
+		return table < g->tr.ntables ? g->tr.rows[table] : 0;
+	return table < g->p.tables ? g->p.rows : 0;
+}
+
+uint64_t wl_batches(const struct wl_gen *g)
+{
+	return g->p.kind == WL_TRACE ? g->tr.nbatches : 0;
+}

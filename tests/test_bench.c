@@ -1,0 +1,874 @@
+/*
+ * test_bench.c - the parts of embtier-bench with exact answers.
+ *
+ * bench/workload.c and bench/belady.c depend on libc alone and are compiled
+ * into this program directly: trace files round-trip bit for bit (header
+ * bytes included), malformed traces and text are refused with the line or
+ * batch named and no output left behind, the Zipf sampler stays in range
+ * and matches k^-s / H(n, s), the id bijection is one, the shifting hot set
+ * moves only at its period, generators are deterministic, and Belady's MIN
+ * gives the textbook miss count and the exhaustive-search optimum on random
+ * small traces. The built tool ($ET_BUILD/embtier-bench) is run for --help,
+ * a usage error, convert and gen; those tests skip, saying so, if it has not
+ * been built (`make bench`).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "util.h"
+
+#include "../bench/belady.c"
+#include "../bench/workload.c"
+
+extern char **environ;
+
+/* ------------------------------------------------------------ helpers */
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	if (len)
+		*len = (size_t)n;
+	return buf;
+}
+
+static void spit(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	assert_int_equal(fputs(text, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+}
+
+static bool exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* A batch of tables (ids given per table, -1 terminated lists). */
+static void make_batch(struct wl_batch *b, uint32_t count,
+		       const uint32_t *tables, const uint32_t *ns,
+		       uint64_t seed, const uint64_t *rows)
+{
+	struct wl_rng r;
+
+	wl_rng_seed(&r, seed);
+	assert_int_equal(wl_batch_reset(b, count), 0);
+	for (uint32_t i = 0; i < count; i++) {
+		assert_int_equal(wl_batch_table(b, i, tables[i], ns[i], 0), 0);
+		for (uint32_t j = 0; j < ns[i]; j++)
+			b->t[i].ids[j] = wl_rng_below(&r, rows[tables[i]]);
+	}
+}
+
+static void assert_same_ids(const struct wl_batch *a, const struct wl_batch *b)
+{
+	assert_int_equal(a->count, b->count);
+	for (uint32_t i = 0; i < a->count; i++) {
+		assert_int_equal(a->t[i].table, b->t[i].table);
+		assert_int_equal(a->t[i].n, b->t[i].n);
+		assert_memory_equal(a->t[i].ids, b->t[i].ids,
+				    (size_t)a->t[i].n * 8);
+	}
+}
+
+/* The tool, or NULL (and the test skipped) if it is not built. */
+static const char *tool(void)
+{
+	static char path[PATH_MAX];
+	const char *b = getenv("ET_BUILD");
+
+	snprintf(path, sizeof(path), "%s/embtier-bench", b && *b ? b : "build");
+	if (access(path, X_OK)) {
+		fprintf(stderr, "skipped: %s not built (make bench)\n", path);
+		skip();
+	}
+	return path;
+}
+
+struct run {
+	int status;
+	char *out, *err;
+};
+
+/* Runs argv with stdout and stderr captured through scratch files. */
+static void run_tool(struct run *r, const char *const *args)
+{
+	const char *po = tu_path("out"), *pe = tu_path("err");
+	posix_spawn_file_actions_t fa;
+	char *argv[32];
+	int n = 0, status;
+	pid_t pid;
+
+	argv[n++] = (char *)tool();
+	for (; *args; args++) {
+		assert_true(n < 31);
+		argv[n++] = (char *)*args;
+	}
+	argv[n] = NULL;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, po, O_WRONLY | O_CREAT, 0600);
+	posix_spawn_file_actions_addopen(&fa, 2, pe, O_WRONLY | O_CREAT, 0600);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ),
+			 0);
+	posix_spawn_file_actions_destroy(&fa);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	r->status =
+	    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	r->out = slurp(po, NULL);
+	r->err = slurp(pe, NULL);
+}
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+static unsigned lines(const char *s)
+{
+	unsigned n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* ------------------------------------------------------------ traces */
+
+static void test_trace_roundtrip(void **state)
+{
+	const char *path = tu_path("rt.trace");
+	const uint64_t rows[4] = {1000, 0, 1ULL << 40, 7};
+	const uint32_t t0[] = {0, 2, 3}, n0[] = {45, 3, 0};
+	const uint32_t t1[] = {2}, n1[] = {1};
+	struct wl_trace_writer w;
+	struct wl_trace_reader r;
+	struct wl_batch in[3], out;
+	unsigned char *raw;
+	size_t len;
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		wl_batch_init(&in[i]);
+	wl_batch_init(&out);
+	make_batch(&in[0], 3, t0, n0, 1, rows);
+	make_batch(&in[1], 1, t1, n1, 2, rows);
+	in[1].t[0].ids[0] = (1ULL << 40) - 1;		/* the largest id */
+	assert_int_equal(wl_batch_reset(&in[2], 0), 0); /* an empty batch */
+
+	assert_int_equal(wl_trace_create(&w, path, 4, rows, 20, false), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(wl_trace_write(&w, &in[i]), 0);
+	assert_int_equal(wl_trace_finish(&w), 0);
+
+	/* The bytes: header fields little-endian where TRACE.md says. */
+	raw = (unsigned char *)slurp(path, &len);
+	assert_memory_equal(raw, "EMBTRACE", 8);
+	assert_int_equal(get32(raw + 8), 1);
+	assert_int_equal(get32(raw + 12), 4);
+	assert_int_equal(get32(raw + 16), 20);
+	assert_int_equal(get32(raw + 20), 0);
+	assert_int_equal(get64(raw + 24), 3);
+	assert_int_equal(get64(raw + 32 + 16), 1ULL << 40);
+	assert_int_equal(get32(raw + 64), WL_TRACE_BATCH);
+	assert_memory_equal(raw + 64, "BTCH", 4);
+	assert_int_equal(get32(raw + 68), 3);
+	assert_int_equal(get32(raw + 72), 0);  /* table 0 */
+	assert_int_equal(get32(raw + 76), 45); /* n */
+	assert_int_equal(get64(raw + 80), in[0].t[0].ids[0]);
+	/* header + 3 batch heads + 4 table heads + 49 ids */
+	assert_int_equal(len, 64 + 3 * 8 + 4 * 8 + 49 * 8);
+	free(raw);
+
+	assert_int_equal(wl_trace_open(&r, path), 0);
+	assert_int_equal(r.ntables, 4);
+	assert_int_equal(r.pooling, 20);
+	assert_int_equal(r.nbatches, 3);
+	assert_memory_equal(r.rows, rows, sizeof(rows));
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(wl_trace_read(&r, &out, 0), 1);
+			assert_same_ids(&in[i], &out);
+		}
+		assert_int_equal(wl_trace_read(&r, &out, 0), 0);
+		assert_int_equal(wl_trace_rewind(&r), 0);
+	}
+	/* Bags of the hint (20): 45 ids -> 0, 20, 40, 45. */
+	assert_int_equal(wl_trace_read(&r, &out, 0), 1);
+	assert_int_equal(out.t[0].nbags, 3);
+	assert_int_equal(out.t[0].offsets[1], 20);
+	assert_int_equal(out.t[0].offsets[2], 40);
+	assert_int_equal(out.t[0].offsets[3], 45);
+	assert_int_equal(out.t[1].nbags, 1); /* 3 ids, one short bag */
+	assert_int_equal(out.t[2].nbags, 0); /* no ids, no bag */
+	assert_int_equal(out.t[2].offsets[0], 0);
+	/* An explicit pooling wins over the hint. */
+	assert_int_equal(wl_trace_rewind(&r), 0);
+	assert_int_equal(wl_trace_read(&r, &out, 7), 1);
+	assert_int_equal(out.t[0].nbags, 7);
+	assert_int_equal(out.t[0].offsets[6], 42);
+	wl_trace_close(&r);
+
+	for (int i = 0; i < 3; i++)
+		wl_batch_free(&in[i]);
+	wl_batch_free(&out);
+}
+
+static void expect_bad(const char *path, const char *msg)
+{
+	struct wl_trace_reader r;
+	struct wl_batch b;
+	int ret;
+
+	wl_batch_init(&b);
+	ret = wl_trace_open(&r, path);
+	if (ret == 0) {
+		while ((ret = wl_trace_read(&r, &b, 0)) == 1)
+			;
+		wl_trace_close(&r);
+	}
+	if (ret != -EBADMSG || !strstr(r.err, msg))
+		fprintf(stderr, "got %d '%s', expected '%s'\n", ret, r.err,
+			msg);
+	assert_int_equal(ret, -EBADMSG);
+	assert_non_null(strstr(r.err, msg));
+	wl_batch_free(&b);
+}
+
+static void test_trace_rejects(void **state)
+{
+	const char *path = tu_path("bad.trace");
+	const uint64_t rows[2] = {10, 10};
+	const uint32_t tt[] = {0, 1}, nn[] = {2, 2};
+	struct wl_trace_writer w;
+	struct wl_batch b;
+	unsigned char one;
+
+	(void)state;
+	wl_batch_init(&b);
+	make_batch(&b, 2, tt, nn, 3, rows);
+	assert_int_equal(wl_trace_create(&w, path, 2, rows, 0, false), 0);
+	assert_int_equal(wl_trace_write(&w, &b), 0);
+	assert_int_equal(wl_trace_write(&w, &b), 0);
+	assert_int_equal(wl_trace_finish(&w), 0);
+	/* Not replaced without force. */
+	assert_int_equal(wl_trace_create(&w, path, 2, rows, 0, false), -EEXIST);
+
+	/* Layout: header 48 bytes; batch 0 at 48 (marker, k, then table
+	 * records at 56 and 80, ids at 64 and 88); batch 1 at 104. */
+	/* An id out of range, written over the first id of batch 1. */
+	one = 10;
+	assert_int_equal(tu_pwrite(path, 104 + 16, &one, 1), 0);
+	expect_bad(path, "batch 1: table 0: row 10 >= 10 rows");
+	one = 0;
+	assert_int_equal(tu_pwrite(path, 104 + 16, &one, 1), 0);
+	/* Tables out of order in batch 0. */
+	one = 1;
+	assert_int_equal(tu_pwrite(path, 48 + 8, &one, 1), 0);
+	expect_bad(path, "batch 0: bad table record");
+	one = 0;
+	assert_int_equal(tu_pwrite(path, 48 + 8, &one, 1), 0);
+	/* A bad marker in batch 1. */
+	one = 'X';
+	assert_int_equal(tu_pwrite(path, 104, &one, 1), 0);
+	expect_bad(path, "batch 1: bad batch marker");
+	one = 'B';
+	assert_int_equal(tu_pwrite(path, 104, &one, 1), 0);
+	/* Cut inside batch 1: the count says 2. */
+	assert_int_equal(tu_truncate(path, 104 + 20), 0);
+	expect_bad(path, "truncated");
+	assert_int_equal(tu_truncate(path, 104), 0);
+	expect_bad(path, "truncated: 1 of 2 batches");
+	/* Bad magic and version. */
+	one = 'X';
+	assert_int_equal(tu_pwrite(path, 0, &one, 1), 0);
+	expect_bad(path, "bad magic");
+	one = 'E';
+	assert_int_equal(tu_pwrite(path, 0, &one, 1), 0);
+	one = 2;
+	assert_int_equal(tu_pwrite(path, 8, &one, 1), 0);
+	expect_bad(path, "version 2");
+
+	/* The writer checks what it is given, and leaves nothing. */
+	assert_int_equal(wl_trace_create(&w, path, 2, rows, 0, true), 0);
+	b.t[0].ids[0] = 10;
+	assert_int_equal(wl_trace_write(&w, &b), -ERANGE);
+	assert_int_equal(wl_trace_finish(&w), -ERANGE);
+	assert_false(exists(path));
+	assert_int_equal(wl_trace_create(&w, path, 2, rows, 0, true), 0);
+	b.t[0].ids[0] = 1;
+	b.t[1].table = 0;
+	assert_int_equal(wl_trace_write(&w, &b), -EINVAL);
+	wl_trace_abort(&w);
+	assert_false(exists(path));
+	wl_batch_free(&b);
+}
+
+static void test_convert(void **state)
+{
+	const char *in = tu_path("in.txt"), *out = tu_path("out.trace");
+	struct wl_trace_reader r;
+	struct wl_batch b;
+	uint64_t nl = 0, nb = 0;
+	char err[256];
+
+	(void)state;
+	spit(in, "# batch table row\n"
+		 "5 2 9\n"
+		 "\n"
+		 "5 0 3   # comment\n"
+		 "5 2 1\n"
+		 "5,0,3\n"
+		 "8\t1\t4\r\n"
+		 "8 0 0\n");
+	assert_int_equal(
+	    wl_trace_convert(in, out, 4, false, err, sizeof(err), &nl, &nb), 0);
+	assert_int_equal(nl, 6);
+	assert_int_equal(nb, 2);
+	wl_batch_init(&b);
+	assert_int_equal(wl_trace_open(&r, out), 0);
+	assert_int_equal(r.ntables, 3);
+	assert_int_equal(r.pooling, 4);
+	assert_int_equal(r.nbatches, 2);
+	assert_int_equal(r.rows[0], 4);
+	assert_int_equal(r.rows[1], 5);
+	assert_int_equal(r.rows[2], 10);
+	/* batch "5": table 0 {3, 3}, table 2 {9, 1}, in line order */
+	assert_int_equal(wl_trace_read(&r, &b, 0), 1);
+	assert_int_equal(b.count, 2);
+	assert_int_equal(b.t[0].table, 0);
+	assert_int_equal(b.t[0].n, 2);
+	assert_int_equal(b.t[0].ids[0], 3);
+	assert_int_equal(b.t[0].ids[1], 3);
+	assert_int_equal(b.t[1].table, 2);
+	assert_int_equal(b.t[1].ids[0], 9);
+	assert_int_equal(b.t[1].ids[1], 1);
+	/* batch "8": table 0 {0}, table 1 {4} */
+	assert_int_equal(wl_trace_read(&r, &b, 0), 1);
+	assert_int_equal(b.count, 2);
+	assert_int_equal(b.t[0].table, 0);
+	assert_int_equal(b.t[0].ids[0], 0);
+	assert_int_equal(b.t[1].table, 1);
+	assert_int_equal(b.t[1].ids[0], 4);
+	assert_int_equal(wl_trace_read(&r, &b, 0), 0);
+	wl_trace_close(&r);
+	wl_batch_free(&b);
+
+	/* Existing output is kept without force. */
+	assert_int_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    -EEXIST);
+	assert_true(exists(out));
+	tu_unlink(out);
+
+	/* Malformed lines name their line; nothing is left behind. */
+	spit(in, "0 0 1\n0 0\n");
+	assert_int_not_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    0);
+	assert_non_null(strstr(err, ":2: expected"));
+	assert_false(exists(out));
+	spit(in, "3 0 1\n2 0 1\n");
+	assert_int_not_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    0);
+	assert_non_null(strstr(err, ":2: batch 2 after batch 3"));
+	assert_false(exists(out));
+	spit(in, "0 0 1 7\n");
+	assert_int_not_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    0);
+	assert_non_null(strstr(err, ":1:"));
+	spit(in, "0 0 -1\n");
+	assert_int_not_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    0);
+	spit(in, "0 70000 1\n");
+	assert_int_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    -ERANGE);
+	spit(in, "# nothing\n\n");
+	assert_int_equal(
+	    wl_trace_convert(in, out, 0, false, err, sizeof(err), NULL, NULL),
+	    -EINVAL);
+	assert_false(exists(out));
+}
+
+/* ------------------------------------------------------------ generators */
+
+static double harmonic(uint64_t n, double s)
+{
+	double h = 0;
+
+	for (uint64_t k = n; k >= 1; k--)
+		h += pow((double)k, -s);
+	return h;
+}
+
+static void test_zipf_range_and_skew(void **state)
+{
+	const uint64_t n = 1000, draws = 400000;
+	const double ss[] = {1.15, 0.6, 1.0, 2.5};
+	uint64_t *count = calloc(n + 1, sizeof(*count));
+	struct wl_rng r;
+
+	(void)state;
+	assert_non_null(count);
+	for (size_t si = 0; si < sizeof(ss) / sizeof(ss[0]); si++) {
+		struct wl_zipf z;
+		double h = harmonic(n, ss[si]);
+
+		memset(count, 0, (n + 1) * sizeof(*count));
+		wl_zipf_init(&z, n, ss[si]);
+		wl_rng_seed(&r, 42 + si);
+		for (uint64_t i = 0; i < draws; i++) {
+			uint64_t k = wl_zipf_sample(&z, &r);
+
+			assert_true(k >= 1 && k <= n);
+			count[k]++;
+		}
+		/* Ranks 1, 2, 10 and 100 at k^-s / H within 5 sigma. */
+		const uint64_t ks[] = {1, 2, 10, 100};
+		for (int i = 0; i < 4; i++) {
+			double p = pow((double)ks[i], -ss[si]) / h;
+			double mean = p * (double)draws;
+			double sd = sqrt((double)draws * p * (1 - p));
+
+			if (fabs((double)count[ks[i]] - mean) > 5 * sd + 1)
+				fprintf(stderr,
+					"s=%g rank %lu: %lu, expected "
+					"%.0f +- %.0f\n",
+					ss[si], (unsigned long)ks[i],
+					(unsigned long)count[ks[i]], mean, sd);
+			assert_true(fabs((double)count[ks[i]] - mean) <=
+				    5 * sd + 1);
+		}
+		/* Skewed: rank 1 beats rank 2 beats rank 100. */
+		assert_true(count[1] > count[2]);
+		assert_true(count[2] > count[100]);
+	}
+	/* The top 1% of 1000 ranks carries far more than 1% at s=1.15. */
+	{
+		struct wl_zipf z;
+		uint64_t top = 0;
+
+		wl_zipf_init(&z, n, 1.15);
+		for (uint64_t i = 0; i < 100000; i++)
+			top += wl_zipf_sample(&z, &r) <= 10;
+		assert_true(top > 50000);
+	}
+	/* Huge n: still in range. */
+	{
+		struct wl_zipf z;
+
+		wl_zipf_init(&z, 1ULL << 40, 1.15);
+		for (int i = 0; i < 100000; i++) {
+			uint64_t k = wl_zipf_sample(&z, &r);
+
+			assert_true(k >= 1 && k <= 1ULL << 40);
+		}
+		wl_zipf_init(&z, 1, 1.15);
+		assert_int_equal(wl_zipf_sample(&z, &r), 1);
+	}
+	free(count);
+}
+
+static void test_perm_bijective(void **state)
+{
+	const uint64_t ns[] = {1, 2, 3, 7, 1000, 4096, 5001, 65536};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		uint8_t *seen = calloc(ns[i], 1);
+		struct wl_perm p;
+		uint64_t fixed = 0;
+
+		assert_non_null(seen);
+		wl_perm_init(&p, ns[i], 99 + i);
+		for (uint64_t x = 0; x < ns[i]; x++) {
+			uint64_t y = wl_perm_apply(&p, x);
+
+			assert_true(y < ns[i]);
+			assert_int_equal(seen[y], 0);
+			seen[y] = 1;
+			fixed += y == x;
+		}
+		/* scattered, not the identity */
+		if (ns[i] >= 1000)
+			assert_true(fixed < ns[i] / 100);
+		free(seen);
+	}
+}
+
+static void test_generators(void **state)
+{
+	struct wl_params p = {
+	    .kind = WL_ZIPF,
+	    .tables = 3,
+	    .rows = 5000,
+	    .batch = 50,
+	    .pooling = 8,
+	    .zipf_s = 1.15,
+	    .seed = 7,
+	};
+	struct wl_gen g1, g2;
+	struct wl_batch a, b;
+	uint64_t *count;
+
+	(void)state;
+	wl_batch_init(&a);
+	wl_batch_init(&b);
+	count = calloc(p.rows, sizeof(*count));
+	assert_non_null(count);
+
+	/* Deterministic, rewindable, in range, bags of the pooling. */
+	assert_int_equal(wl_open(&g1, &p), 0);
+	assert_int_equal(wl_open(&g2, &p), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(wl_next(&g1, &a), 1);
+		assert_int_equal(wl_next(&g2, &b), 1);
+		assert_same_ids(&a, &b);
+		assert_int_equal(a.count, 3);
+		for (uint32_t t = 0; t < 3; t++) {
+			assert_int_equal(a.t[t].table, t);
+			assert_int_equal(a.t[t].n, 400);
+			assert_int_equal(a.t[t].nbags, 50);
+			assert_int_equal(a.t[t].offsets[1], 8);
+			assert_int_equal(a.t[t].offsets[50], 400);
+			for (uint32_t j = 0; j < a.t[t].n; j++) {
+				assert_true(a.t[t].ids[j] < p.rows);
+				if (t == 0)
+					count[a.t[t].ids[j]]++;
+			}
+		}
+	}
+	assert_int_equal(wl_rewind(&g1), 0);
+	assert_int_equal(wl_next(&g1, &a), 1);
+	assert_int_equal(wl_rewind(&g2), 0);
+	assert_int_equal(wl_next(&g2, &b), 1);
+	assert_same_ids(&a, &b);
+	/* Skewed: the hottest id is rank 1's, with about 1/H of the ids. */
+	{
+		uint64_t best = 0, arg = 0;
+		double h = harmonic(p.rows, 1.15);
+
+		for (uint64_t i = 0; i < p.rows; i++)
+			if (count[i] > best) {
+				best = count[i];
+				arg = i;
+			}
+		assert_int_equal(arg, wl_rank_to_row(&g1, 0, 1, 0));
+		assert_true(fabs((double)best / 1600.0 - 1 / h) < 0.05);
+		/* and tables have different hot rows */
+		assert_int_not_equal(wl_rank_to_row(&g1, 0, 1, 0),
+				     wl_rank_to_row(&g1, 1, 1, 0));
+	}
+	wl_close(&g1);
+	wl_close(&g2);
+
+	/* Shift: the order moves every 2 batches by shift_by ranks. */
+	p.kind = WL_SHIFT;
+	p.shift_every = 2;
+	p.shift_by = 100;
+	assert_int_equal(wl_open(&g1, &p), 0);
+	assert_int_equal(wl_rank_to_row(&g1, 0, 1, 0),
+			 wl_rank_to_row(&g1, 0, 1, 1));
+	assert_int_not_equal(wl_rank_to_row(&g1, 0, 1, 1),
+			     wl_rank_to_row(&g1, 0, 1, 2));
+	assert_int_equal(wl_rank_to_row(&g1, 0, 1, 2),
+			 wl_rank_to_row(&g1, 0, 101, 0));
+	wl_close(&g1);
+
+	/* Uniform stays in range and is flat. */
+	p.kind = WL_UNIFORM;
+	memset(count, 0, p.rows * sizeof(*count));
+	assert_int_equal(wl_open(&g1, &p), 0);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(wl_next(&g1, &a), 1);
+		for (uint32_t j = 0; j < a.t[0].n; j++) {
+			assert_true(a.t[0].ids[j] < p.rows);
+			count[a.t[0].ids[j]]++;
+		}
+	}
+	for (uint64_t i = 0; i < p.rows; i++)
+		assert_true(count[i] < 12); /* mean 1.6 */
+	wl_close(&g1);
+
+	/* Nonsense parameters are refused. */
+	p.rows = 0;
+	assert_int_equal(wl_open(&g1, &p), -EINVAL);
+	wl_close(&g1);
+	free(count);
+	wl_batch_free(&a);
+	wl_batch_free(&b);
+}
+
+/* ------------------------------------------------------------ Belady */
+
+static void test_belady_textbook(void **state)
+{
+	/* Silberschatz's reference string: OPT with 3 frames faults 9 times. */
+	const uint64_t s[] = {7, 0, 1, 2, 0, 3, 0, 4, 2, 3,
+			      0, 3, 2, 1, 2, 0, 1, 7, 0, 1};
+	const size_t n = sizeof(s) / sizeof(s[0]);
+	uint64_t m;
+
+	(void)state;
+	assert_int_equal(belady_misses(s, n, 3, &m), 0);
+	assert_int_equal(m, 9);
+	assert_int_equal(belady_misses(s, n, 4, &m), 0);
+	assert_int_equal(m, 8);
+	assert_int_equal(belady_misses(s, n, 1, &m), 0);
+	assert_int_equal(m, 20); /* no key repeats at once */
+	assert_int_equal(belady_misses(s, n, 6, &m), 0);
+	assert_int_equal(m, 6); /* compulsory only: 6 distinct */
+	assert_int_equal(belady_misses(s, n, 100, &m), 0);
+	assert_int_equal(m, 6);
+	assert_int_equal(belady_misses(s, 0, 3, &m), 0);
+	assert_int_equal(m, 0);
+	assert_int_equal(belady_misses(s, n, 0, &m), -EINVAL);
+	/* keys 0 and UINT64_MAX are keys like any other */
+	{
+		const uint64_t e[] = {0, UINT64_MAX, 0, UINT64_MAX, 5, 0};
+
+		assert_int_equal(belady_misses(e, 6, 2, &m), 0);
+		assert_int_equal(m, 3);
+	}
+}
+
+/* The optimum by exhaustive search over every eviction choice. */
+static int best[16][64];
+
+static int brute(const uint64_t *s, size_t n, size_t i, unsigned set,
+		 unsigned cap)
+{
+	unsigned k;
+	int m = INT_MAX;
+
+	if (i == n)
+		return 0;
+	k = 1u << s[i];
+	if (best[i][set] >= 0)
+		return best[i][set];
+	if (set & k) {
+		m = brute(s, n, i + 1, set, cap);
+	} else if ((unsigned)__builtin_popcount(set) < cap) {
+		m = 1 + brute(s, n, i + 1, set | k, cap);
+	} else {
+		for (unsigned v = 0; v < 6; v++) {
+			int x;
+
+			if (!(set & (1u << v)))
+				continue;
+			x = 1 + brute(s, n, i + 1, (set & ~(1u << v)) | k, cap);
+			if (x < m)
+				m = x;
+		}
+	}
+	return best[i][set] = m;
+}
+
+static void test_belady_optimal(void **state)
+{
+	struct wl_rng r;
+
+	(void)state;
+	wl_rng_seed(&r, 5);
+	for (int trial = 0; trial < 400; trial++) {
+		uint64_t s[15], m;
+		size_t n = 1 + wl_rng_below(&r, 15);
+		unsigned keys = 2 + (unsigned)wl_rng_below(&r, 5);
+		unsigned cap = 1 + (unsigned)wl_rng_below(&r, 4);
+
+		for (size_t i = 0; i < n; i++)
+			s[i] = wl_rng_below(&r, keys);
+		memset(best, 0xff, sizeof(best));
+		assert_int_equal(belady_misses(s, n, cap, &m), 0);
+		assert_int_equal(m, brute(s, n, 0, 0, cap));
+	}
+}
+
+/* A long trace with a small cache forces the heap's compaction. */
+static void test_belady_long(void **state)
+{
+	const size_t n = 200000;
+	uint64_t *s = malloc(n * sizeof(*s)), m1, m2, m3;
+	struct wl_rng r;
+
+	(void)state;
+	assert_non_null(s);
+	wl_rng_seed(&r, 8);
+	for (size_t i = 0; i < n; i++)
+		s[i] = wl_rng_below(&r, 3000);
+	assert_int_equal(belady_misses(s, n, 10, &m1), 0);
+	assert_int_equal(belady_misses(s, n, 1000, &m2), 0);
+	assert_int_equal(belady_misses(s, n, 3000, &m3), 0);
+	/* more room, fewer misses; all of it, compulsory only */
+	assert_true(m1 > m2);
+	assert_true(m2 > m3);
+	assert_int_equal(m3, 3000);
+	/* MIN never does worse than a cache of the same size that keeps
+	 * the lowest keys pinned: a crude but valid upper bound */
+	{
+		uint64_t pinned = 0;
+
+		for (size_t i = 0; i < n; i++)
+			pinned += s[i] >= 999;
+		assert_true(m2 <= pinned + 999);
+	}
+	free(s);
+}
+
+/* ------------------------------------------------------------ the tool */
+
+static void test_help(void **state)
+{
+	const char *args[] = {"--help", NULL};
+	struct run r;
+
+	(void)state;
+	run_tool(&r, args);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "usage: embtier-bench"));
+	assert_non_null(strstr(r.out, "EMBTRACE"));
+	assert_non_null(strstr(r.out, "--compute-us"));
+	assert_int_equal(r.err[0], '\0');
+	run_free(&r);
+}
+
+static void test_usage_error(void **state)
+{
+	const char *a1[] = {"--no-such-option", NULL};
+	const char *a2[] = {"frobnicate", NULL};
+	const char *a3[] = {"--ddr", "lots", NULL};
+	const char *const *all[] = {a1, a2, a3};
+	struct run r;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		run_tool(&r, all[i]);
+		assert_int_equal(r.status, 2);
+		assert_int_equal(r.out[0], '\0');
+		assert_true(lines(r.err) >= 1);
+		run_free(&r);
+	}
+}
+
+static void test_tool_convert_and_gen(void **state)
+{
+	const char *in = tu_path("cli.txt"), *out = tu_path("cli.trace");
+	const char *gen = tu_path("gen.trace");
+	const char *c1[] = {"convert", "-q", in, out, NULL};
+	const char *g1[] = {"gen",	 "-q",	"--tables",  "3",
+			    "--rows",	 "100", "--batch",   "4",
+			    "--pooling", "5",	"--batches", "3",
+			    "--seed",	 "11",	gen,	     NULL};
+	struct wl_params p = {
+	    .kind = WL_ZIPF,
+	    .tables = 3,
+	    .rows = 100,
+	    .batch = 4,
+	    .pooling = 5,
+	    .zipf_s = 1.15,
+	    .seed = 11,
+	};
+	struct wl_trace_reader tr;
+	struct wl_batch a, b;
+	struct wl_gen g;
+	struct run r;
+
+	(void)state;
+	tool();
+	spit(in, "0 1 5\n0 1 6\n1 0 2\n");
+	run_tool(&r, c1);
+	assert_int_equal(r.status, 0);
+	run_free(&r);
+	wl_batch_init(&a);
+	wl_batch_init(&b);
+	assert_int_equal(wl_trace_open(&tr, out), 0);
+	assert_int_equal(tr.nbatches, 2);
+	assert_int_equal(wl_trace_read(&tr, &a, 0), 1);
+	assert_int_equal(a.t[0].table, 1);
+	assert_int_equal(a.t[0].ids[1], 6);
+	wl_trace_close(&tr);
+
+	/* again: refused without -f, one line on stderr, file kept */
+	run_tool(&r, c1);
+	assert_int_equal(r.status, 1);
+	assert_int_equal(lines(r.err), 1);
+	assert_non_null(strstr(r.err, "exists"));
+	run_free(&r);
+	assert_true(exists(out));
+
+	/* gen writes exactly what the generator gives */
+	run_tool(&r, g1);
+	assert_int_equal(r.status, 0);
+	run_free(&r);
+	assert_int_equal(wl_trace_open(&tr, gen), 0);
+	assert_int_equal(tr.nbatches, 3);
+	assert_int_equal(tr.pooling, 5);
+	assert_int_equal(wl_open(&g, &p), 0);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(wl_trace_read(&tr, &a, 0), 1);
+		assert_int_equal(wl_next(&g, &b), 1);
+		assert_same_ids(&a, &b);
+		assert_int_equal(a.t[0].nbags, 4);
+	}
+	assert_int_equal(wl_trace_read(&tr, &a, 0), 0);
+	wl_trace_close(&tr);
+	wl_close(&g);
+	wl_batch_free(&a);
+	wl_batch_free(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_trace_roundtrip),
+	    cmocka_unit_test(test_trace_rejects),
+	    cmocka_unit_test(test_convert),
+	    cmocka_unit_test(test_zipf_range_and_skew),
+	    cmocka_unit_test(test_perm_bijective),
+	    cmocka_unit_test(test_generators),
+	    cmocka_unit_test(test_belady_textbook),
+	    cmocka_unit_test(test_belady_optimal),
+	    cmocka_unit_test(test_belady_long),
+	    cmocka_unit_test(test_help),
+	    cmocka_unit_test(test_usage_error),
+	    cmocka_unit_test(test_tool_convert_and_gen),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
