@@ -1025,8 +1025,23 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 	return 0;
 }
 
-/* Ends an operation: bypassed rows it changed go home with the dirty
- * victims, and the operation's pins are released. */
+/*
+ * Whether the write-back queue may wait for the next prefetch. When the
+ * caller prefetches, the queue goes to the I/O thread with the next batch's
+ * reads and is written while the caller computes, instead of now, in the
+ * caller's time. The queue is looked up like a tier meanwhile, so nothing
+ * is read stale; it is bounded by WB_DEFER_BYTES of rows.
+ */
+#define WB_DEFER_BYTES (8u << 20)
+
+static bool wb_deferrable(const et_store *s)
+{
+	return s->pf.calls && s->nwb * (size_t)s->slot_bytes <= WB_DEFER_BYTES;
+}
+
+/* Ends an operation: bypassed rows it changed join the dirty victims in the
+ * write-back queue, which is written now or (see wb_deferrable) with the
+ * next prefetch; the operation's pins are released. */
 static int op_end(et_store *s, uint32_t t, bool changed)
 {
 	const void *const *ptrs = s->ptrs.p;
@@ -1039,9 +1054,9 @@ static int op_end(et_store *s, uint32_t t, bool changed)
 			ret = wb_queue(s, cache_key(t, uniq[by[i]]),
 				       ptrs[by[i]]);
 	s->nbypass = 0;
-	if (!ret)
+	if (!ret && !wb_deferrable(s))
 		ret = wb_run(s);
-	else if (!s->failed)
+	else if (ret && !s->failed)
 		s->failed = ret;
 	epoch_next(s);
 	return ret;

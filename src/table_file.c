@@ -76,6 +76,7 @@ struct et_tfile {
 	size_t wr_bytes;
 	uint8_t *stage_hole; /* per stage block: filled from the initializer
 			      * (a hole on disk), not read */
+	uint64_t *stage_blk; /* per stage block: which block it holds */
 	char *path;
 	size_t path_len;
 	int undo_fd;        /* the undo log, or -1 */
@@ -320,6 +321,7 @@ static void tf_free(et_tfile *tf)
 	map_free(&tf->logged);
 	mem_free(tf->path, tf->path_len, 0);
 	mem_free(tf->stage_hole, tf->stage_blocks, 0);
+	mem_free(tf->stage_blk, tf->stage_blocks * sizeof(uint64_t), 0);
 	io_close(tf->own_io);
 	map_free(&tf->map);
 	if (tf->stage)
@@ -373,19 +375,24 @@ static int tf_stage(et_tfile *tf)
 	ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
-	/* As many blocks as the ring is deep, within TF_STAGE_BYTES. */
+	/* Four times as many blocks as the ring is deep, within
+	 * TF_STAGE_BYTES: the ring stays full while a chunk is read, and
+	 * drains only at the chunk's end. */
 	tf->stage_blocks = TF_STAGE_BYTES / tf->g.block_size;
-	if (tf->stage_blocks > io_depth(io))
-		tf->stage_blocks = io_depth(io);
+	if (tf->stage_blocks > 4 * io_depth(io))
+		tf->stage_blocks = 4 * io_depth(io);
 	if (tf->stage_blocks == 0)
 		tf->stage_blocks = 1;
 	tf->stage = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
 			      tf->mem_align);
 	tf->reqs = mem_alloc(tf->stage_blocks * sizeof(*tf->reqs), 0);
 	tf->stage_hole = mem_alloc(tf->stage_blocks, 0);
-	if (!tf->stage || !tf->reqs || !tf->stage_hole) {
+	tf->stage_blk = mem_alloc(tf->stage_blocks * sizeof(uint64_t), 0);
+	if (!tf->stage || !tf->reqs || !tf->stage_hole || !tf->stage_blk) {
 		mem_free(tf->stage_hole, tf->stage_blocks, 0);
+		mem_free(tf->stage_blk, tf->stage_blocks * sizeof(uint64_t), 0);
 		tf->stage_hole = NULL;
+		tf->stage_blk = NULL;
 		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
 			 tf->mem_align);
 		mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
@@ -729,7 +736,7 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 					    size_t, uint64_t),
 			  chunk_fn fn, void *arg)
 {
-	uint64_t blocks[512];
+	uint64_t *blocks;
 	size_t i = 0;
 	io_ctx *io;
 	int ret;
@@ -739,8 +746,9 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 		ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
+	blocks = tf->stage_blk;
 	while (i < n) {
-		uint32_t cap = tf->stage_blocks < 512 ? tf->stage_blocks : 512;
+		uint32_t cap = tf->stage_blocks;
 		uint32_t nb = 0, nr = 0;
 		size_t j = i;
 
@@ -1506,8 +1514,8 @@ int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 		return ret;
 	for (;;) {
 		uint32_t nr = 0;
-		uint64_t blocks[512];
-		uint32_t cap = tf->stage_blocks < 512 ? tf->stage_blocks : 512;
+		uint64_t *blocks = tf->stage_blk;
+		uint32_t cap = tf->stage_blocks;
 
 		while (nr < cap) {
 			b = map_next(&tf->map, b, tf->g.blocks);

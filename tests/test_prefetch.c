@@ -986,7 +986,10 @@ static void hazard_pressure(struct fx *f, bool hbm)
 			assert_int_equal(s0.unique_misses - s1.unique_misses,
 					 0);
 		}
-		/* the pressure reached the files */
+		/* the pressure reached the files (write-backs wait for the
+		 * next prefetch or a flush) */
+		assert_int_equal(et_flush(h.s), 0);
+		s0 = stats_of(h.s, h.t);
 		assert_true(s0.writebacks > 0);
 		/* fresh rows for the next phase */
 		for (int j = 0; j < 64; j++)
