@@ -47,6 +47,9 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	c->pol = pol;
 	c->mem = mem;
 	n = cache_slots(c);
+	c->clock_div = 1;
+	if (pol->scaled_clock && n / POLICY_SCALE > 1) /* else unscaled */
+		c->clock_div = (uint32_t)(n / POLICY_SCALE);
 	c->keys = mem_alloc(n * sizeof(*c->keys), 64);
 	c->pstate = mem_alloc(n * sizeof(*c->pstate), 64);
 	c->pin = mem_alloc(n * sizeof(*c->pin), 64);
@@ -87,7 +90,7 @@ uint64_t cache_lookup(const struct cache *c, uint64_t key)
 	return CACHE_NONE;
 }
 
-uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
+uint64_t cache_pick(const struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps)
 {
 	uint64_t base = set_of(c, key) * c->ways;
@@ -101,7 +104,8 @@ uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
 	}
 	if (!eligible)
 		return CACHE_NONE;
-	return base + c->pol->victim(c->pstate + base, c->ways, eligible, now);
+	return base + c->pol->victim(c->pstate + base, c->ways, eligible,
+				     cache_clock(c, now));
 }
 
 void cache_set_dirty(struct cache *c, uint64_t slot)
@@ -113,7 +117,7 @@ void cache_set_dirty(struct cache *c, uint64_t slot)
 }
 
 void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
-		const void *src, uint32_t row_bytes, uint32_t now)
+		const void *src, uint32_t row_bytes, uint64_t now)
 {
 	if (c->keys[slot])
 		cache_remove(c, slot);
@@ -121,7 +125,7 @@ void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
 	c->used++;
 	if (dirty)
 		c->dirty++;
-	c->pol->on_insert(&c->pstate[slot], now);
+	c->pol->on_insert(&c->pstate[slot], cache_clock(c, now));
 	memcpy(cache_row(c, slot), src, row_bytes);
 	c->st.inserts++;
 	c->st.bytes_in += row_bytes;

@@ -74,6 +74,7 @@ struct cache {
 	uint32_t *pstate;
 	uint32_t *pin;
 	char *data;
+	uint32_t clock_div; /* the policy's clock: accesses / clock_div */
 	uint64_t used;  /* valid slots */
 	uint64_t dirty; /* dirty slots */
 	struct cache_stats st;
@@ -122,9 +123,15 @@ static inline bool cache_pinned(const struct cache *c, uint64_t slot,
 	return p && (p == ps->e[0] || p == ps->e[1] || p == ps->e[2]);
 }
 
-static inline void cache_touch(struct cache *c, uint64_t slot, uint32_t now)
+/* The policy's clock at access count now. */
+static inline uint32_t cache_clock(const struct cache *c, uint64_t now)
 {
-	c->pol->on_hit(&c->pstate[slot], now);
+	return (uint32_t)(now / c->clock_div);
+}
+
+static inline void cache_touch(struct cache *c, uint64_t slot, uint64_t now)
+{
+	c->pol->on_hit(&c->pstate[slot], cache_clock(c, now));
 }
 
 static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
@@ -138,13 +145,13 @@ void cache_set_dirty(struct cache *c, uint64_t slot);
  * among slots not pinned by ps. CACHE_NONE if every way is pinned. Changes
  * nothing: the caller moves the victim out (if valid) and then calls
  * cache_fill(). */
-uint64_t cache_pick(const struct cache *c, uint64_t key, uint32_t now,
+uint64_t cache_pick(const struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps);
 
 /* Places key in slot (whose previous row, if any, the caller has moved
  * out) and copies row_bytes of src into it. */
 void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
-		const void *src, uint32_t row_bytes, uint32_t now);
+		const void *src, uint32_t row_bytes, uint64_t now);
 
 /* Empties slot. */
 void cache_remove(struct cache *c, uint64_t slot);

@@ -19,6 +19,11 @@
 
 struct policy_ops {
 	const char *name;
+	/* Whether the policy wants its clock scaled to the cache: advancing
+	 * once per (slots / POLICY_SCALE) accesses rather than once per
+	 * access, so that its notion of time (LFU's aging) is the same
+	 * fraction of a cache turnover in a cache of any size. */
+	bool scaled_clock;
 	/* The slot whose state is *st was accessed (hit) at now. */
 	void (*on_hit)(uint32_t *st, uint32_t now);
 	/* A row was placed in the slot at now. */
@@ -28,6 +33,8 @@ struct policy_ops {
 	unsigned (*victim)(const uint32_t *st, unsigned ways, uint64_t eligible,
 			   uint32_t now);
 };
+
+#define POLICY_SCALE 1024
 
 extern const struct policy_ops policy_lru;
 extern const struct policy_ops policy_lfu;

@@ -18,8 +18,12 @@
  * generator, so runs are repeatable.
  *
  * Aging: a counter loses one for every LFU_DECAY_PERIOD units (of 256
- * accesses) since the slot's last access, so rows that were hot long ago
- * cannot hold the cache forever. The victim is the eligible way with the
+ * ticks) since the slot's last access, so rows that were hot long ago
+ * cannot hold the cache forever. The cache scales the clock it gives LFU
+ * (scaled_clock) so that a tick is slots / POLICY_SCALE accesses: a row
+ * not hit for a whole turnover of the cache (as many accesses as it has
+ * slots) loses one count, whatever the cache's size. Unscaled, a big cache's hot rows would decay below a fresh
+ * insert long before their next hit, and LFU would act as LRU. The victim is the eligible way with the
  * lowest decayed counter; ties go to the least recently used, then the
  * lowest way.
  */
@@ -90,6 +94,7 @@ static unsigned lfu_victim(const uint32_t *st, unsigned ways,
 
 const struct policy_ops policy_lfu = {
 	.name = "lfu",
+	.scaled_clock = true,
 	.on_hit = lfu_hit,
 	.on_insert = lfu_insert,
 	.victim = lfu_victim,

@@ -118,7 +118,7 @@ struct et_store {
 	bool has_hbm, caches_ready;
 	struct cache hbm, ddr;
 	uint32_t slot_bytes;
-	uint32_t now;   /* access clock for the policies */
+	uint64_t now;   /* access count: the policies' clock */
 	uint32_t epoch; /* pin epoch of the operation in progress */
 	uint32_t bcur;  /* pin epoch of the last prefetched batch, or 0 */
 	uint32_t bprev; /* and of the one before it */
