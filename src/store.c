@@ -1212,6 +1212,10 @@ static int op_prepare(et_store *s, struct table *t, const uint64_t *ids,
 
 /* ------------------------------------------------------------ operations */
 
+/* Rows are touched in id order after their addresses are known: asking the
+ * memory system for a row this many ids ahead hides most of its latency. */
+#define PREFETCH_AHEAD 8
+
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
 	      float *out)
 {
@@ -1232,9 +1236,12 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
 		const uint32_t *inv = s->inv.p;
 		uint32_t dim = t->g->dim;
 
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
+			if (i + PREFETCH_AHEAD < n)
+				__builtin_prefetch(ptrs[inv[i + PREFETCH_AHEAD]]);
 			dtype_decode(t->g->dtype, ptrs[inv[i]], out + i * dim,
 				     dim);
+		}
 	}
 	return op_end(s, (uint32_t)table, false);
 }
@@ -1290,10 +1297,18 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 
 			memset(o, 0, dim * sizeof(*o));
 			for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
-				dtype_decode(t->g->dtype, ptrs[inv[i]], row,
-					     dim);
+				const float *r = row;
+
+				if (i + PREFETCH_AHEAD < n)
+					__builtin_prefetch(
+						ptrs[inv[i + PREFETCH_AHEAD]]);
+				if (t->g->dtype == ET_F32)
+					r = ptrs[inv[i]]; /* no copy needed */
+				else
+					dtype_decode(t->g->dtype, ptrs[inv[i]],
+						     row, dim);
 				for (uint32_t c = 0; c < dim; c++)
-					o[c] += row[c];
+					o[c] += r[c];
 			}
 			if (mode == ET_POOL_MEAN && len)
 				for (uint32_t c = 0; c < dim; c++)

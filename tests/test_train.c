@@ -1,0 +1,733 @@
+/*
+ * test_train.c - embtier-train, run as a subprocess on tiny configurations.
+ *
+ * The trainer's weights checksum (every MLP weight and every embedding row
+ * training updated, read back through the store) is the test's probe:
+ *
+ *  - transparency: the same flags give the same checksum with everything in
+ *    DDR, with tiny HBM and DDR tiers and prefetch (rows evicted, written
+ *    back and read again every step), and with tiny tiers and no prefetch;
+ *  - resume: a run checkpointed along the way, stopped, and resumed to 2N
+ *    steps ends with the checksum of a run of 2N steps never stopped, and
+ *    so does a run killed (SIGKILL) at an arbitrary moment after its first
+ *    checkpoint: the store rolls its tables back to the checkpoint;
+ *  - learning: on synthetic clicks that depend on the sparse ids alone, the
+ *    held-out AUC passes 0.6, and still does with the MLPs frozen (so the
+ *    embeddings themselves learn through et_update_pooled);
+ *  - Criteo input: malformed lines are counted, not fatal; a file with no
+ *    valid line is one clear error.
+ *
+ * $ET_BUILD names the build directory holding embtier-train; scratch
+ * stores live under $ET_TEST_DIR. BLAS runs on one thread, so checksums
+ * compare bit for bit.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "util.h"
+
+extern char **environ;
+
+static char train_tool[PATH_MAX];
+
+/* ------------------------------------------------------------ helpers */
+
+struct run {
+	int status; /* exit status, or 128 + signal */
+	char *out, *err;
+	size_t out_len, err_len;
+};
+
+static void buf_append(char **buf, size_t *len, const char *src, size_t n)
+{
+	*buf = realloc(*buf, *len + n + 1);
+	assert_non_null(*buf);
+	memcpy(*buf + *len, src, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+}
+
+static pid_t spawn(char *const argv[], int *out_fd, int *err_fd)
+{
+	posix_spawn_file_actions_t fa;
+	int po[2], pe[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(po), 0);
+	assert_int_equal(pipe(pe), 0);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+	posix_spawn_file_actions_addclose(&fa, po[0]);
+	posix_spawn_file_actions_addclose(&fa, pe[0]);
+	posix_spawn_file_actions_addclose(&fa, po[1]);
+	posix_spawn_file_actions_addclose(&fa, pe[1]);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ),
+			 0);
+	posix_spawn_file_actions_destroy(&fa);
+	close(po[1]);
+	close(pe[1]);
+	*out_fd = po[0];
+	*err_fd = pe[0];
+	return pid;
+}
+
+/* Reads both pipes to their ends, then reaps pid. */
+static void collect(struct run *r, pid_t pid, int out_fd, int err_fd)
+{
+	struct pollfd pfd[2] = {
+	    {.fd = out_fd, .events = POLLIN},
+	    {.fd = err_fd, .events = POLLIN},
+	};
+	char buf[65536];
+	int open_fds = 2, status;
+
+	while (open_fds) {
+		if (poll(pfd, 2, -1) < 0) {
+			assert_int_equal(errno, EINTR);
+			continue;
+		}
+		for (int i = 0; i < 2; i++) {
+			ssize_t n;
+
+			if (pfd[i].fd < 0 || !pfd[i].revents)
+				continue;
+			n = read(pfd[i].fd, buf, sizeof(buf));
+			if (n <= 0) {
+				close(pfd[i].fd);
+				pfd[i].fd = -1;
+				open_fds--;
+				continue;
+			}
+			if (i == 0)
+				buf_append(&r->out, &r->out_len, buf,
+					   (size_t)n);
+			else
+				buf_append(&r->err, &r->err_len, buf,
+					   (size_t)n);
+		}
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	r->status =
+	    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void run_init(struct run *r)
+{
+	memset(r, 0, sizeof(*r));
+	buf_append(&r->out, &r->out_len, "", 0);
+	buf_append(&r->err, &r->err_len, "", 0);
+}
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+	memset(r, 0, sizeof(*r));
+}
+
+/* Splits a space-separated argument string (no quoting needed here). */
+static int split_args(char *s, char **argv, int max)
+{
+	int n = 0;
+
+	for (char *tok = strtok(s, " "); tok; tok = strtok(NULL, " ")) {
+		assert_true(n < max);
+		argv[n++] = tok;
+	}
+	return n;
+}
+
+/*
+ * train(r, fmt, ...): runs embtier-train with the tiny base configuration
+ * followed by the arguments formatted from fmt (space-separated).
+ */
+static const char base_args[] =
+    "--tables 4 --rows 20000 --dim 4 --batch 16 --bag 2 --hot 1000 "
+    "--eval-samples 64 --bot-mlp 8 --top-mlp 8 --threads 1 -q "
+    "--log-every 0 --eval-every 0 --seed 11";
+
+static void train_argv(struct run *r, const char *base, const char *fmt,
+		       va_list ap)
+{
+	char extra[1024], all[2048];
+	char *argv[96];
+	int argc = 0;
+
+	vsnprintf(extra, sizeof(extra), fmt, ap);
+	snprintf(all, sizeof(all), "%s %s", base, extra);
+	argv[argc++] = train_tool;
+	argc += split_args(all, argv + argc, 94);
+	argv[argc] = NULL;
+	run_init(r);
+	{
+		int out_fd, err_fd;
+		pid_t pid = spawn(argv, &out_fd, &err_fd);
+
+		collect(r, pid, out_fd, err_fd);
+	}
+}
+
+static void train(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void train(struct run *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	train_argv(r, base_args, fmt, ap);
+	va_end(ap);
+}
+
+/* The same without the base configuration. */
+static void train_raw(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void train_raw(struct run *r, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	train_argv(r, "", fmt, ap);
+	va_end(ap);
+}
+
+static void expect_ok(const struct run *r)
+{
+	if (r->status != 0)
+		fprintf(stderr, "embtier-train failed (%d): %s", r->status,
+			r->err);
+	assert_int_equal(r->status, 0);
+}
+
+static unsigned count_lines(const char *s)
+{
+	unsigned n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+/* Exit status 1 and exactly one line on stderr, naming msg. */
+static void expect_fail(const struct run *r, const char *msg)
+{
+	if (r->status != 1 || count_lines(r->err) != 1 || !strstr(r->err, msg))
+		fprintf(stderr, "status %d, stderr: [%s], expected [%s]\n",
+			r->status, r->err, msg);
+	assert_int_equal(r->status, 1);
+	assert_int_equal(count_lines(r->err), 1);
+	assert_int_equal(strncmp(r->err, "embtier-train: ", 15), 0);
+	assert_non_null(strstr(r->err, msg));
+}
+
+/* The text after "key" at the start of a line of out. */
+static const char *field(const struct run *r, const char *key)
+{
+	size_t k = strlen(key);
+
+	for (const char *p = r->out; *p;) {
+		if (!strncmp(p, key, k))
+			return p + k;
+		p = strchr(p, '\n');
+		if (!p)
+			break;
+		p++;
+	}
+	fprintf(stderr, "no '%s' in output:\n%s", key, r->out);
+	fail();
+	return NULL;
+}
+
+static uint64_t checksum(const struct run *r)
+{
+	const char *s = field(r, "weights-checksum: 0x");
+
+	return strtoull(s, NULL, 16);
+}
+
+static double number(const struct run *r, const char *key)
+{
+	return strtod(field(r, key), NULL);
+}
+
+/* A fresh store directory under the scratch directory (made by the
+ * trainer; removed by rm_store). */
+static const char *store_dir(const char *tag)
+{
+	return tu_path(tag);
+}
+
+static void rm_store(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	closedir(d);
+	rmdir(dir);
+}
+
+static bool exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* ------------------------------------------------------- transparency */
+
+static uint64_t one_config(const char *tiers, bool expect_spill)
+{
+	const char *dir = store_dir("tiers");
+	struct run r;
+	uint64_t sum;
+
+	train(&r, "--steps 24 --dir %s %s", dir, tiers);
+	expect_ok(&r);
+	sum = checksum(&r);
+	if (expect_spill) {
+		/* the tiny tiers really did evict and write back */
+		uint64_t hbm_ev, ddr_ev, wb;
+
+		assert_int_equal(sscanf(field(&r, "evictions: "),
+					"hbm %" SCNu64 " ddr %" SCNu64, &hbm_ev,
+					&ddr_ev),
+				 2);
+		wb = strtoull(field(&r, "writebacks: "), NULL, 10);
+		assert_true(ddr_ev > 0);
+		assert_true(wb > 0);
+	}
+	run_free(&r);
+	rm_store(dir);
+	return sum;
+}
+
+static void test_checksum_transparent(void **state)
+{
+	uint64_t all_ddr, tiny_pf, tiny_nopf, tiny_lfu;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	all_ddr = one_config("--hbm-mb 0 --ddr-mb 64", false);
+	tiny_pf = one_config("--hbm-mb 0.004 --ddr-mb 0.008", true);
+	tiny_nopf =
+	    one_config("--hbm-mb 0.004 --ddr-mb 0.008 --no-prefetch", true);
+	tiny_lfu =
+	    one_config("--hbm-mb 0.006 --ddr-mb 0.006 --policy lfu", true);
+	assert_true(all_ddr != 0);
+	assert_true(all_ddr == tiny_pf);
+	assert_true(all_ddr == tiny_nopf);
+	assert_true(all_ddr == tiny_lfu);
+}
+
+/* Half-precision storage: a different checksum, equally transparent. */
+static void test_checksum_transparent_f16(void **state)
+{
+	uint64_t f32, all_ddr, tiny;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	f32 = one_config("--hbm-mb 0 --ddr-mb 64", false);
+	all_ddr = one_config("--dtype f16 --hbm-mb 0 --ddr-mb 64", false);
+	tiny = one_config("--dtype f16 --hbm-mb 0.004 --ddr-mb 0.008", true);
+	assert_true(all_ddr == tiny);
+	assert_true(all_ddr != f32);
+}
+
+/* The same flags twice: the same bits (nothing depends on time). */
+static void test_checksum_repeatable(void **state)
+{
+	uint64_t a, b, c;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	a = one_config("--hbm-mb 0.004 --ddr-mb 0.008", false);
+	b = one_config("--hbm-mb 0.004 --ddr-mb 0.008", false);
+	c = one_config("--hbm-mb 0.004 --ddr-mb 0.008 --seed 12", false);
+	assert_true(a == b);
+	assert_true(a != c);
+}
+
+/* -------------------------------------------------------------- resume */
+
+#define TIERS "--hbm-mb 0.004 --ddr-mb 0.008"
+
+static void test_resume_matches(void **state)
+{
+	const char *d0 = store_dir("full"), *d1 = store_dir("ckpt");
+	uint64_t full, half, resumed;
+	char path[PATH_MAX];
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train(&r, "--steps 40 --dir %s " TIERS, d0);
+	expect_ok(&r);
+	full = checksum(&r);
+	run_free(&r);
+
+	/* checkpoints at 7, 14 and the end (20) */
+	train(&r, "--steps 20 --checkpoint-every 7 --dir %s " TIERS, d1);
+	expect_ok(&r);
+	half = checksum(&r);
+	run_free(&r);
+	snprintf(path, sizeof(path), "%s/CHECKPOINT", d1);
+	assert_true(exists(path));
+
+	train(&r, "--steps 40 --checkpoint-every 7 --resume --dir %s " TIERS,
+	      d1);
+	expect_ok(&r);
+	resumed = checksum(&r);
+	assert_true(strstr(field(&r, "steps: "), "40 (20 in this run)") !=
+		    NULL);
+	run_free(&r);
+	assert_true(half != full);
+	assert_true(resumed == full);
+
+	/* resuming a finished run changes nothing */
+	train(&r, "--steps 40 --checkpoint-every 7 --resume --dir %s " TIERS,
+	      d1);
+	expect_ok(&r);
+	assert_true(checksum(&r) == full);
+	run_free(&r);
+
+	/* other shapes are refused */
+	train(&r, "--steps 40 --resume --dir %s --dim 8 " TIERS, d1);
+	expect_fail(&r, "t00");
+	run_free(&r);
+	train(&r, "--steps 40 --resume --dir %s --batch 8 " TIERS, d1);
+	expect_fail(&r, "other shapes");
+	run_free(&r);
+
+	/* a fresh run does not overwrite an existing store */
+	train(&r, "--steps 4 --dir %s " TIERS, d1);
+	expect_fail(&r, "--resume");
+	run_free(&r);
+	rm_store(d0);
+	rm_store(d1);
+}
+
+/*
+ * Kill -9 some time after the first checkpoint, with rows written back
+ * since (tiny tiers): the table files have moved on from the checkpoint,
+ * the store rolls them back at open, and the resumed run ends with the
+ * uninterrupted run's bits.
+ */
+static void test_resume_after_kill(void **state)
+{
+	const char *d0 = store_dir("full"), *d1 = store_dir("killed");
+	char ckpt[PATH_MAX], extra[512], all[2048];
+	char *argv[96];
+	struct run r;
+	uint64_t full;
+	int argc = 0, out_fd, err_fd;
+	pid_t pid;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train(&r, "--steps 400 --dir %s " TIERS, d0);
+	expect_ok(&r);
+	full = checksum(&r);
+	run_free(&r);
+
+	snprintf(extra, sizeof(extra),
+		 "--steps 400 --checkpoint-every 3 --dir %s " TIERS, d1);
+	snprintf(all, sizeof(all), "%s %s", base_args, extra);
+	argv[argc++] = train_tool;
+	argc += split_args(all, argv + argc, 94);
+	argv[argc] = NULL;
+	run_init(&r);
+	pid = spawn(argv, &out_fd, &err_fd);
+	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", d1);
+	for (int i = 0; i < 20000 && !exists(ckpt); i++)
+		usleep(500);
+	usleep(20000 + (useconds_t)(time(NULL) % 7) * 5000);
+	kill(pid, SIGKILL);
+	collect(&r, pid, out_fd, err_fd);
+	run_free(&r);
+	if (!exists(ckpt)) {
+		/* the machine is too slow to catch a checkpoint */
+		rm_store(d0);
+		rm_store(d1);
+		skip();
+	}
+
+	train(&r, "--steps 400 --checkpoint-every 3 --resume --dir %s " TIERS,
+	      d1);
+	expect_ok(&r);
+	{
+		uint64_t total, this_run;
+
+		assert_int_equal(sscanf(field(&r, "steps: "),
+					"%" SCNu64 " (%" SCNu64, &total,
+					&this_run),
+				 2);
+		fprintf(stderr, "killed, resumed from step %" PRIu64 "\n",
+			total - this_run);
+		assert_true(this_run < total);
+	}
+	assert_true(checksum(&r) == full);
+	run_free(&r);
+	rm_store(d0);
+	rm_store(d1);
+}
+
+/* ------------------------------------------------------------ learning */
+
+/* Clicks that depend on the ids alone (no dense signal). */
+#define LEARN                                                                  \
+	"--tables 4 --rows 100000 --dim 8 --batch 128 --steps 300 --hot 500 "  \
+	"--teacher-dense 0 --eval-samples 4096 --bot-mlp 16 --top-mlp 16 "     \
+	"--threads 1 -q --log-every 0 --eval-every 0 --emb-lr 0.2 "            \
+	"--hbm-mb 0.1 --ddr-mb 1 --seed 4"
+
+static void test_learns(void **state)
+{
+	const char *dir = store_dir("learn");
+	double auc, teacher;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train_raw(&r, LEARN " --dir %s", dir);
+	expect_ok(&r);
+	auc = number(&r, "eval-auc: ");
+	assert_int_equal(
+	    sscanf(field(&r, "teacher: "), "logloss %*f auc %lf", &teacher), 1);
+	run_free(&r);
+	rm_store(dir);
+	fprintf(stderr, "eval AUC %.4f (teacher %.4f)\n", auc, teacher);
+	assert_true(auc > 0.6);
+	assert_true(auc <= teacher + 0.02);
+}
+
+/* With the MLPs frozen (--lr 0) only the embeddings can learn: the AUC
+ * still passes 0.6 (frozen everything scores about 0.45 here). */
+static void test_embeddings_learn(void **state)
+{
+	const char *dir = store_dir("learn");
+	double auc, frozen;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train_raw(&r, LEARN " --lr 0 --dir %s", dir);
+	expect_ok(&r);
+	auc = number(&r, "eval-auc: ");
+	run_free(&r);
+	rm_store(dir);
+	train_raw(&r, LEARN " --lr 0 --emb-lr 0 --dir %s", dir);
+	expect_ok(&r);
+	frozen = number(&r, "eval-auc: ");
+	run_free(&r);
+	rm_store(dir);
+	fprintf(stderr, "eval AUC %.4f with the MLPs frozen, %.4f all frozen\n",
+		auc, frozen);
+	assert_true(auc > 0.6);
+	assert_true(auc > frozen + 0.1);
+}
+
+/* -------------------------------------------------------------- Criteo */
+
+static void write_criteo(const char *path, int good, const char *const *bad,
+			 int nbad, int every)
+{
+	FILE *f = fopen(path, "w");
+	struct tu_rng rng;
+	int b = 0;
+
+	assert_non_null(f);
+	tu_rng_seed(&rng, 3);
+	for (int i = 0; i < good; i++) {
+		fprintf(f, "%d", (int)tu_rng_below(&rng, 2));
+		for (int j = 0; j < 13; j++) {
+			if (tu_rng_below(&rng, 8) == 0)
+				fputs("\t", f); /* empty */
+			else
+				fprintf(f, "\t%d",
+					(int)tu_rng_below(&rng, 100) - 2);
+		}
+		for (int t = 0; t < 26; t++) {
+			if (tu_rng_below(&rng, 10) == 0)
+				fputs("\t", f);
+			else
+				fprintf(f, "\t%08" PRIx64,
+					tu_rng_below(&rng, 1ULL << 32));
+		}
+		fputs(i % 2 ? "\n" : "\r\n", f);
+		if (i % every == every - 1 && b < nbad)
+			fprintf(f, "%s\n", bad[b++]);
+	}
+	assert_int_equal(fclose(f), 0);
+}
+
+static void test_criteo(void **state)
+{
+	static const char *const bad[] = {
+	    "garbage",
+	    "1\t2\t3",
+	    "2\t\t\t\t\t\t\t\t\t\t\t\t\t\ta\tb\tc\td\te\tf\t0\t1\t2\t3\t4"
+	    "\t5\t6\t7\t8\t9\ta\tb\tc\td\te\tf\t0\t1\t2\t3", /* label 2 */
+	    "0\tx1\t\t\t\t\t\t\t\t\t\t\t\t\ta\tb\tc\td\te\tf\t0\t1\t2\t3\t4"
+	    "\t5\t6\t7\t8\t9\ta\tb\tc\td\te\tf\t0\t1\t2\t3", /* int */
+	    "0\t1\t\t\t\t\t\t\t\t\t\t\t\t\tzz\tb\tc\td\te\tf\t0\t1\t2\t3\t4"
+	    "\t5\t6\t7\t8\t9\ta\tb\tc\td\te\tf\t0\t1\t2\t3", /* hex */
+	    "",
+	};
+	const char *data = tu_path("criteo.tsv"), *dir = store_dir("criteo");
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	/* 60 good lines, a bad one after every 8th of the first 48: the
+	 * held-out 10 and 4 steps of 10 read 50 good lines and all 6 bad */
+	write_criteo(data, 60, bad, 6, 8);
+	train_raw(&r,
+		  "--data %s --tables 26 --rows 1000 --dim 4 --batch 10 "
+		  "--steps 4 --eval-samples 10 --bot-mlp 8 --top-mlp 8 "
+		  "--threads 1 -q --log-every 0 --eval-every 0 --ddr-mb 1 "
+		  "--dir %s",
+		  data, dir);
+	expect_ok(&r);
+	assert_int_equal(strtoull(field(&r, "malformed-lines: "), NULL, 10), 6);
+	checksum(&r);
+	run_free(&r);
+	rm_store(dir);
+
+	/* the same file through tiny tiers: the same bits */
+	{
+		uint64_t a, b;
+
+		train_raw(
+		    &r,
+		    "--data %s --tables 26 --rows 1000 --dim 4 --batch 10 "
+		    "--steps 12 --eval-samples 10 --threads 1 -q "
+		    "--log-every 0 --ddr-mb 1 --dir %s",
+		    data, dir);
+		expect_ok(&r);
+		a = checksum(&r);
+		run_free(&r);
+		rm_store(dir);
+		train_raw(
+		    &r,
+		    "--data %s --tables 26 --rows 1000 --dim 4 --batch 10 "
+		    "--steps 12 --eval-samples 10 --threads 1 -q "
+		    "--log-every 0 --ddr-mb 0.004 --hbm-mb 0.004 --dir %s",
+		    data, dir);
+		expect_ok(&r);
+		b = checksum(&r);
+		run_free(&r);
+		rm_store(dir);
+		assert_true(a == b);
+	}
+
+	/* nothing valid at all: one clear error */
+	{
+		FILE *f = fopen(data, "w");
+
+		assert_non_null(f);
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+			fprintf(f, "%s\n", bad[i]);
+		assert_int_equal(fclose(f), 0);
+	}
+	train_raw(&r, "--data %s --steps 2 --eval-samples 1 -q --dir %s", data,
+		  dir);
+	expect_fail(&r, "no valid Criteo line");
+	run_free(&r);
+	rm_store(dir);
+}
+
+/* ----------------------------------------------------- command line */
+
+static void test_usage(void **state)
+{
+	struct run r;
+
+	(void)state;
+	train_raw(&r, "--help");
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "--preset"));
+	run_free(&r);
+	train_raw(&r, "--preset nosuch");
+	assert_int_equal(r.status, 2);
+	assert_int_equal(count_lines(r.err), 1);
+	run_free(&r);
+	train_raw(&r, "--resume");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--dir"));
+	run_free(&r);
+	train_raw(&r, "--dim x");
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+}
+
+/* -------------------------------------------------------------- main */
+
+static int setup(void **state)
+{
+	const char *build = getenv("ET_BUILD");
+	struct stat st;
+
+	(void)state;
+	snprintf(train_tool, sizeof(train_tool), "%s/embtier-train",
+		 build && *build ? build : "build");
+	if (stat(train_tool, &st)) {
+		fprintf(stderr, "%s: not built (make %s)\n", train_tool,
+			train_tool);
+		return -1;
+	}
+	/* one BLAS thread: checksums compare bit for bit */
+	setenv("OPENBLAS_NUM_THREADS", "1", 1);
+	tu_dir();
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_usage),
+	    cmocka_unit_test(test_checksum_transparent),
+	    cmocka_unit_test(test_checksum_transparent_f16),
+	    cmocka_unit_test(test_checksum_repeatable),
+	    cmocka_unit_test(test_resume_matches),
+	    cmocka_unit_test(test_resume_after_kill),
+	    cmocka_unit_test(test_learns),
+	    cmocka_unit_test(test_embeddings_learn),
+	    cmocka_unit_test(test_criteo),
+	};
+
+	return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,1736 @@
+/*
+ * train.c - embtier-train: a complete DLRM training loop over an embtier
+ * store, the store's reference user.
+ *
+ * Each step i of the loop is
+ *
+ *   gather(i)      et_gather_pooled, every table: the batch's bags, summed
+ *   prefetch(i+1)  et_prefetch of the next batch's ids, every table
+ *   forward(i)     bottom MLP, interaction, top MLP, loss (model.c)
+ *   backward(i)
+ *   update(i)      et_update_pooled, every table (row-wise Adagrad)
+ *   MLP step       SGD or Adagrad on the dense weights
+ *
+ * so the store reads batch i+1's rows while batch i computes. Time spent
+ * inside gather, prefetch and update is the "stall": what a step loses to
+ * the store. Every --eval-every steps, and at the end, the model is scored
+ * on a held-out set (log loss, exact AUC).
+ *
+ * Checkpoints. Every --checkpoint-every steps (and at the end of a run that
+ * checkpoints at all) et_checkpoint flushes the store and saves the dense
+ * state beside the table files, atomically: MLP weights and optimizer
+ * state, the step, the data position, and the ids each table has had
+ * updated (what the weights checksum reads back). --resume opens the
+ * tables - which rolls them back to the last checkpoint if a run was
+ * killed after it - reads the state back, and continues: it ends with the
+ * same bits as a run never stopped, however the earlier one ended.
+ *
+ * Determinism. Synthetic samples are pure functions of (seed, index),
+ * Criteo ones of a byte offset; the model's sums are taken in a fixed order,
+ * and the store's results do not depend on its tiers or on prefetch; with the
+ * same BLAS thread count, the same flags give the same weights checksum, bit
+ * for bit.
+ *
+ * Output: log lines and a summary on stdout (or one JSON object with
+ * --json, the log lines then going to stderr); a progress bar and errors
+ * on stderr.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "cli.h"
+#include "data.h"
+#include "embtier.h"
+#include "idset.h"
+#include "model.h"
+#include "progress.h"
+
+#define CKPT_MAGIC   "ETTRAIN1"
+#define CKPT_VERSION 1
+#define MAX_TABLES   1024
+
+/* ------------------------------------------------------------- options */
+
+struct opts {
+	const char *preset;
+	int ntables;
+	uint64_t rows;		   /* every table; 0: the preset's spread */
+	uint64_t rows_lo, rows_hi; /* the spread, log-spaced over tables */
+	int dim;
+	int batch;
+	uint64_t steps;
+	float lr;	  /* MLP learning rate */
+	float emb_lr;	  /* embeddings; 0: lr */
+	float init_scale; /* embedding init, uniform; 0: 1/sqrt(dim) */
+	double hbm_mb, ddr_mb;
+	et_policy policy;
+	et_dtype dtype;
+	const char *dir;
+	bool keep;
+	uint64_t seed;
+	int threads; /* BLAS threads; 0: nproc - 1 */
+	bool prefetch;
+	const char *data;      /* Criteo TSV; NULL: synthetic */
+	const char *eval_data; /* Criteo held-out file; NULL: head of data */
+	uint64_t eval_every, eval_samples;
+	uint64_t log_every;
+	uint64_t ckpt_every;
+	bool resume;
+	bool json;
+	bool quiet;
+	enum model_optim mlp_optim;
+	int bot[MODEL_MAX_LAYERS - 1], nbot;
+	int top[MODEL_MAX_LAYERS - 1], ntop;
+	int bag;
+	uint64_t hot;
+	double zipf;
+	double dense_weight;
+};
+
+static void preset_common(struct opts *o)
+{
+	o->ntables = 26;
+	o->batch = 256;
+	o->policy = ET_POLICY_LRU;
+	o->dtype = ET_F32;
+	o->seed = 1;
+	o->prefetch = true;
+	o->mlp_optim = MODEL_ADAGRAD;
+	o->bag = 1;
+	o->zipf = 1.1;
+	o->dense_weight = 1.0;
+	o->lr = 0.05f;
+	o->nbot = 1;
+	o->ntop = 1;
+}
+
+static int apply_preset(struct opts *o, const char *name)
+{
+	memset(o, 0, sizeof(*o));
+	preset_common(o);
+	o->preset = name;
+	if (!strcmp(name, "default")) {
+		/* about a minute on two cores */
+		o->rows_lo = 1000000;
+		o->rows_hi = 10000000;
+		o->dim = 16;
+		o->steps = 5000;
+		o->lr = 0.02f;
+		o->emb_lr = 0.05f;
+		o->hbm_mb = 4;
+		o->ddr_mb = 32;
+		o->hot = 3000;
+		o->bot[0] = 64;
+		o->top[0] = 64;
+		o->eval_every = 1000;
+		o->eval_samples = 16384;
+		o->log_every = 500;
+		return 0;
+	}
+	if (!strcmp(name, "trillion")) {
+		/* 26 x 601,000,000 x 64 = 1.00006e12 parameters */
+		o->rows = 601000000;
+		o->dim = 64;
+		o->steps = 200;
+		o->hbm_mb = 256;
+		o->ddr_mb = 2048;
+		o->hot = 1000000;
+		o->bot[0] = 128;
+		o->top[0] = 128;
+		o->eval_every = 0;
+		o->eval_samples = 4096;
+		o->log_every = 50;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: embtier-train [options]\n"
+	    "Trains a DLRM whose embedding tables live in an embtier store.\n"
+	    "\n"
+	    "  --preset NAME        default (small, about a minute) or "
+	    "trillion\n"
+	    "                       (26 tables, 10^12 parameters, a short "
+	    "run)\n"
+	    "model and data:\n"
+	    "  --tables N           embedding tables (sparse features)\n"
+	    "  --rows N             logical rows of every table (N or B^E)\n"
+	    "  --dim N              embedding dimension = bottom MLP output\n"
+	    "  --bot-mlp A-B-..     bottom MLP hidden sizes (0: none)\n"
+	    "  --top-mlp A-B-..     top MLP hidden sizes (0: none)\n"
+	    "  --batch N            samples per step\n"
+	    "  --steps N            total steps (a resumed run continues to "
+	    "N)\n"
+	    "  --lr F               MLP learning rate\n"
+	    "  --emb-lr F           embedding learning rate (default: --lr)\n"
+	    "  --mlp-optim NAME     sgd or adagrad\n"
+	    "  --init-scale F       embedding init uniform(+-F); 0: "
+	    "1/sqrt(dim)\n"
+	    "  --seed N             seed of data, weights and initializers\n"
+	    "  --data FILE          Criteo TSV instead of synthetic data\n"
+	    "  --eval-data FILE     Criteo held-out file (default: the first\n"
+	    "                       --eval-samples lines of --data)\n"
+	    "  --bag N              synthetic: ids per bag\n"
+	    "  --hot N              synthetic: distinct ids drawn per table\n"
+	    "  --zipf F             synthetic: skew of the id draws\n"
+	    "  --teacher-dense F    synthetic: weight of dense features in "
+	    "the\n"
+	    "                       hidden truth (0: clicks depend on ids "
+	    "only)\n"
+	    "store:\n"
+	    "  --hbm-mb F           HBM tier capacity in MiB (0: none)\n"
+	    "  --ddr-mb F           DDR tier capacity in MiB\n"
+	    "  --policy NAME        lru or lfu\n"
+	    "  --dtype NAME         f32, f16 or bf16 storage\n"
+	    "  --dir DIR            store directory (default: a fresh one "
+	    "under\n"
+	    "                       /var/tmp, removed at the end unless "
+	    "--keep)\n"
+	    "  --keep               keep the default store directory\n"
+	    "  --no-prefetch        do not prefetch the next batch\n"
+	    "run:\n"
+	    "  --threads N          BLAS threads (default: CPUs - 1, at least "
+	    "1)\n"
+	    "  --eval-every N       held-out evaluation every N steps (0: "
+	    "end)\n"
+	    "  --eval-samples N     size of the held-out set\n"
+	    "  --log-every N        a log line every N steps (0: none)\n"
+	    "  --checkpoint-every N checkpoint every N steps (0: never)\n"
+	    "  --resume             continue from DIR's last checkpoint\n"
+	    "  --json               final metrics as one JSON object on "
+	    "stdout\n"
+	    "  -q, --quiet          no progress bar\n"
+	    "  -h, --help           this text\n");
+}
+
+enum {
+	OPT_PRESET = 256,
+	OPT_TABLES,
+	OPT_ROWS,
+	OPT_DIM,
+	OPT_BATCH,
+	OPT_STEPS,
+	OPT_LR,
+	OPT_EMB_LR,
+	OPT_HBM,
+	OPT_DDR,
+	OPT_POLICY,
+	OPT_DTYPE,
+	OPT_DIR,
+	OPT_KEEP,
+	OPT_SEED,
+	OPT_THREADS,
+	OPT_NO_PREFETCH,
+	OPT_DATA,
+	OPT_EVAL_DATA,
+	OPT_EVAL_EVERY,
+	OPT_EVAL_SAMPLES,
+	OPT_LOG_EVERY,
+	OPT_CKPT_EVERY,
+	OPT_RESUME,
+	OPT_JSON,
+	OPT_MLP_OPTIM,
+	OPT_BOT,
+	OPT_TOP,
+	OPT_BAG,
+	OPT_HOT,
+	OPT_ZIPF,
+	OPT_TEACHER_DENSE,
+	OPT_INIT_SCALE,
+};
+
+static const struct option long_opts[] = {
+    {"preset", required_argument, NULL, OPT_PRESET},
+    {"tables", required_argument, NULL, OPT_TABLES},
+    {"rows", required_argument, NULL, OPT_ROWS},
+    {"dim", required_argument, NULL, OPT_DIM},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"emb-lr", required_argument, NULL, OPT_EMB_LR},
+    {"hbm-mb", required_argument, NULL, OPT_HBM},
+    {"ddr-mb", required_argument, NULL, OPT_DDR},
+    {"policy", required_argument, NULL, OPT_POLICY},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"dir", required_argument, NULL, OPT_DIR},
+    {"keep", no_argument, NULL, OPT_KEEP},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"eval-data", required_argument, NULL, OPT_EVAL_DATA},
+    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
+    {"eval-samples", required_argument, NULL, OPT_EVAL_SAMPLES},
+    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
+    {"resume", no_argument, NULL, OPT_RESUME},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"mlp-optim", required_argument, NULL, OPT_MLP_OPTIM},
+    {"bot-mlp", required_argument, NULL, OPT_BOT},
+    {"top-mlp", required_argument, NULL, OPT_TOP},
+    {"bag", required_argument, NULL, OPT_BAG},
+    {"hot", required_argument, NULL, OPT_HOT},
+    {"zipf", required_argument, NULL, OPT_ZIPF},
+    {"teacher-dense", required_argument, NULL, OPT_TEACHER_DENSE},
+    {"init-scale", required_argument, NULL, OPT_INIT_SCALE},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* A count in [lo, hi]. */
+static int parse_count(const char *name, const char *s, uint64_t lo,
+		       uint64_t hi, uint64_t *out)
+{
+	int ret = cli_parse_u64(s, out);
+
+	if (ret || *out < lo || *out > hi) {
+		cli_usage_error("--%s: '%s' is not a count in [%" PRIu64
+				", %" PRIu64 "]",
+				name, s, lo, hi);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int parse_int_opt(const char *name, const char *s, int lo, int hi,
+			 int *out)
+{
+	uint64_t v;
+	int ret = parse_count(name, s, (uint64_t)lo, (uint64_t)hi, &v);
+
+	if (!ret)
+		*out = (int)v;
+	return ret;
+}
+
+static int parse_real(const char *name, const char *s, double lo, double hi,
+		      double *out)
+{
+	float v;
+
+	if (cli_parse_float(s, &v) || v < lo || v > hi) {
+		cli_usage_error("--%s: '%s' is not a number in [%g, %g]", name,
+				s, lo, hi);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+/* "64-32", "64,32", or "0" for none. */
+static int parse_sizes(const char *name, const char *s, int *sizes, int *n)
+{
+	const char *p = s;
+
+	*n = 0;
+	if (!strcmp(s, "0") || !*s)
+		return 0;
+	while (*p) {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strtol(p, &end, 10);
+		if (end == p || errno || v < 1 || v > 65536 ||
+		    *n == MODEL_MAX_LAYERS - 1 ||
+		    (*end && *end != '-' && *end != ','))
+			goto bad;
+		sizes[(*n)++] = (int)v;
+		p = *end ? end + 1 : end;
+		if (*end && !*p)
+			goto bad;
+	}
+	return 0;
+bad:
+	cli_usage_error("--%s: '%s' is not a list of up to %d sizes like "
+			"64-32",
+			name, s, MODEL_MAX_LAYERS - 1);
+	return -EINVAL;
+}
+
+static int bad_value(const char *name, const char *s)
+{
+	cli_usage_error("--%s: unknown value '%s'", name, s);
+	return -EINVAL;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	const char *preset = "default";
+	double d;
+	int c, v;
+
+	/* the preset first, whatever its place: flags override it */
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--preset") && i + 1 < argc)
+			preset = argv[i + 1];
+		else if (!strncmp(argv[i], "--preset=", 9))
+			preset = argv[i] + 9;
+	}
+	if (apply_preset(o, preset)) {
+		cli_usage_error("--preset: unknown preset '%s' (default, "
+				"trillion)",
+				preset);
+		return -EINVAL;
+	}
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":qh", long_opts, NULL)) != -1) {
+		uint64_t u;
+		int ret = 0;
+
+		switch (c) {
+		case OPT_PRESET:
+			break;
+		case OPT_TABLES:
+			ret = parse_int_opt("tables", optarg, 1, MAX_TABLES,
+					    &o->ntables);
+			break;
+		case OPT_ROWS:
+			ret = parse_count("rows", optarg, 1, ET_MAX_ROWS,
+					  &o->rows);
+			break;
+		case OPT_DIM:
+			ret = parse_int_opt("dim", optarg, 1, 4096, &o->dim);
+			break;
+		case OPT_BATCH:
+			ret = parse_int_opt("batch", optarg, 1, 1 << 20,
+					    &o->batch);
+			break;
+		case OPT_STEPS:
+			ret = parse_count("steps", optarg, 0, UINT64_MAX / 2,
+					  &o->steps);
+			break;
+		case OPT_LR:
+			ret = parse_real("lr", optarg, 0, 1e6, &d);
+			o->lr = (float)d;
+			break;
+		case OPT_EMB_LR:
+			ret = parse_real("emb-lr", optarg, 0, 1e6, &d);
+			o->emb_lr = (float)d;
+			break;
+		case OPT_INIT_SCALE:
+			ret = parse_real("init-scale", optarg, 0, 1e6, &d);
+			o->init_scale = (float)d;
+			break;
+		case OPT_HBM:
+			ret = parse_real("hbm-mb", optarg, 0, 1 << 24,
+					 &o->hbm_mb);
+			break;
+		case OPT_DDR:
+			ret = parse_real("ddr-mb", optarg, 0, 1 << 24,
+					 &o->ddr_mb);
+			break;
+		case OPT_POLICY:
+			if (!strcmp(optarg, "lru"))
+				o->policy = ET_POLICY_LRU;
+			else if (!strcmp(optarg, "lfu"))
+				o->policy = ET_POLICY_LFU;
+			else
+				return bad_value("policy", optarg);
+			break;
+		case OPT_DTYPE:
+			v = cli_dtype_parse(optarg);
+			if (v < 0)
+				return bad_value("dtype", optarg);
+			o->dtype = (et_dtype)v;
+			break;
+		case OPT_DIR:
+			o->dir = optarg;
+			break;
+		case OPT_KEEP:
+			o->keep = true;
+			break;
+		case OPT_SEED:
+			ret = parse_count("seed", optarg, 0, UINT64_MAX,
+					  &o->seed);
+			break;
+		case OPT_THREADS:
+			ret = parse_int_opt("threads", optarg, 1, 1024,
+					    &o->threads);
+			break;
+		case OPT_NO_PREFETCH:
+			o->prefetch = false;
+			break;
+		case OPT_DATA:
+			o->data = optarg;
+			break;
+		case OPT_EVAL_DATA:
+			o->eval_data = optarg;
+			break;
+		case OPT_EVAL_EVERY:
+			ret = parse_count("eval-every", optarg, 0, UINT64_MAX,
+					  &o->eval_every);
+			break;
+		case OPT_EVAL_SAMPLES:
+			ret = parse_count("eval-samples", optarg, 1, 1ULL << 26,
+					  &o->eval_samples);
+			break;
+		case OPT_LOG_EVERY:
+			ret = parse_count("log-every", optarg, 0, UINT64_MAX,
+					  &o->log_every);
+			break;
+		case OPT_CKPT_EVERY:
+			ret = parse_count("checkpoint-every", optarg, 0,
+					  UINT64_MAX, &o->ckpt_every);
+			break;
+		case OPT_RESUME:
+			o->resume = true;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case OPT_MLP_OPTIM:
+			if (!strcmp(optarg, "sgd"))
+				o->mlp_optim = MODEL_SGD;
+			else if (!strcmp(optarg, "adagrad"))
+				o->mlp_optim = MODEL_ADAGRAD;
+			else
+				return bad_value("mlp-optim", optarg);
+			break;
+		case OPT_BOT:
+			ret = parse_sizes("bot-mlp", optarg, o->bot, &o->nbot);
+			break;
+		case OPT_TOP:
+			ret = parse_sizes("top-mlp", optarg, o->top, &o->ntop);
+			break;
+		case OPT_BAG:
+			ret = parse_int_opt("bag", optarg, 1, 1024, &o->bag);
+			break;
+		case OPT_HOT:
+			ret = parse_count("hot", optarg, 1, ET_MAX_ROWS, &u);
+			o->hot = u;
+			break;
+		case OPT_ZIPF:
+			ret = parse_real("zipf", optarg, 0.01, 10, &o->zipf);
+			break;
+		case OPT_TEACHER_DENSE:
+			ret = parse_real("teacher-dense", optarg, -100, 100,
+					 &o->dense_weight);
+			break;
+		case 'q':
+			o->quiet = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(CLI_EXIT_OK);
+		case ':':
+			cli_usage_error("%s needs a value", argv[optind - 1]);
+			return -EINVAL;
+		default:
+			cli_usage_error("unknown option '%s'",
+					argv[optind - 1]);
+			return -EINVAL;
+		}
+		if (ret)
+			return ret;
+	}
+	if (optind < argc) {
+		cli_usage_error("unexpected argument '%s'", argv[optind]);
+		return -EINVAL;
+	}
+	if (o->resume && !o->dir) {
+		cli_usage_error("--resume needs --dir");
+		return -EINVAL;
+	}
+	if (o->data && o->ntables > CRITEO_NCAT) {
+		cli_usage_error("--tables: Criteo data has %d categorical "
+				"features",
+				CRITEO_NCAT);
+		return -EINVAL;
+	}
+	if (o->eval_data && !o->data) {
+		cli_usage_error("--eval-data needs --data");
+		return -EINVAL;
+	}
+	if (!o->emb_lr)
+		o->emb_lr = o->lr;
+	if (!o->threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		o->threads = n > 1 ? (int)n - 1 : 1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ the run */
+
+struct interval {
+	double t0;	/* start (monotonic s) */
+	double step_s;	/* time inside steps */
+	double stall_s; /* of which in gather, prefetch, update */
+	double loss;	/* summed batch losses */
+	uint64_t steps, samples;
+	struct et_stats st; /* store counters at the start */
+};
+
+struct trainer {
+	struct opts o;
+	uint64_t *rows; /* per table */
+	int *tid;	/* store table ids */
+	et_store *store;
+	struct model m;
+	struct data_src train;
+	struct batch bat[2];
+	struct batch *eval; /* the held-out set, in batches */
+	int neval;
+	uint64_t eval_n;
+	uint64_t eval_malformed;
+	struct idset *touched;	 /* per table: rows updated */
+	float *emb, *grad;	 /* ntables x batch x dim */
+	struct et_batch_ids *pf; /* ntables */
+	char dir[PATH_MAX];
+	bool dir_made; /* ours: removed at the end unless --keep */
+	uint64_t fingerprint;
+	uint64_t step, step0; /* steps done; where this run began */
+	uint64_t next_pos;    /* data position of the first sample not
+			       * yet trained on */
+	uint64_t ckpt_step;   /* step of the last checkpoint written */
+	bool ckpt_any;
+	double open_s; /* store and tables opened in */
+	double run_s, step_s, stall_s, flush_s, ckpt_s;
+	double loss_sum; /* over this run's steps */
+	double loss_avg; /* moving average, for the progress bar */
+	struct interval iv;
+	struct progress prog;
+	char prog_label[64];
+	FILE *log; /* stdout, or stderr under --json */
+	double eval_logloss, eval_auc;
+	double teacher_logloss, teacher_auc; /* synthetic: the planted truth */
+	float *scores, *labels;		     /* eval_n */
+};
+
+static int fail(const char *what, int err)
+{
+	cli_error_code(what, err);
+	return err ? err : -EINVAL;
+}
+
+/* A data source's error: the file and, for a file without one good
+ * line, what was wrong with it. */
+static int data_fail(const char *path, const struct data_src *d, int err)
+{
+	if (err == -ENODATA) {
+		cli_error("%s: no valid Criteo line in a whole pass (%" PRIu64
+			  " malformed)",
+			  path, d->c.malformed);
+		return err;
+	}
+	return fail(path, err);
+}
+
+/* 64-bit FNV-1a. */
+#define FNV_BASIS 0xcbf29ce484222325ULL
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= c[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+	return fnv(h, &v, sizeof(v));
+}
+
+/* What a checkpoint must agree on to be resumed: shapes and data. */
+static uint64_t config_fingerprint(const struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	uint64_t h = FNV_BASIS;
+
+	h = fnv_u64(h, (uint64_t)o->ntables);
+	for (int t = 0; t < o->ntables; t++)
+		h = fnv_u64(h, tr->rows[t]);
+	h = fnv_u64(h, (uint64_t)o->dim);
+	h = fnv_u64(h, (uint64_t)o->dtype);
+	h = fnv_u64(h, (uint64_t)o->batch);
+	h = fnv_u64(h, o->seed);
+	h = fnv_u64(h, (uint64_t)o->mlp_optim);
+	h = fnv_u64(h, (uint64_t)o->nbot);
+	for (int i = 0; i < o->nbot; i++)
+		h = fnv_u64(h, (uint64_t)o->bot[i]);
+	h = fnv_u64(h, (uint64_t)o->ntop);
+	for (int i = 0; i < o->ntop; i++)
+		h = fnv_u64(h, (uint64_t)o->top[i]);
+	h = fnv_u64(h, o->data ? 1 : 0);
+	if (o->data) {
+		/* the held-out head decides where training passes start */
+		h = fnv(h, o->data, strlen(o->data));
+		h = fnv_u64(h, o->eval_data ? 0 : o->eval_samples);
+	} else {
+		h = fnv_u64(h, (uint64_t)o->bag);
+		h = fnv_u64(h, o->hot);
+		h = fnv(h, &o->zipf, sizeof(o->zipf));
+		h = fnv(h, &o->dense_weight, sizeof(o->dense_weight));
+	}
+	return h;
+}
+
+/* Rows of table t: --rows, or log-spaced between the preset's bounds. */
+static uint64_t table_rows(const struct opts *o, int t)
+{
+	double a, b, f;
+
+	if (o->rows)
+		return o->rows;
+	if (o->ntables == 1)
+		return o->rows_lo;
+	a = log((double)o->rows_lo);
+	b = log((double)o->rows_hi);
+	f = (double)t / (o->ntables - 1);
+	return (uint64_t)llround(exp(a + f * (b - a)));
+}
+
+/* --------------------------------------------------------- checkpoint */
+
+/*
+ * The dense state saved with each store checkpoint (et_checkpoint writes
+ * it beside the table files, atomically, and the store's undo logs roll
+ * the tables back to the same point after a crash). Native byte order:
+ *
+ *   struct ckpt_header
+ *   f32 x nfloats        model_state_array(0..), in order
+ *   per table: u64 n, then n u64 row ids (sorted): the rows updated
+ */
+struct ckpt_header {
+	char magic[8];
+	uint32_t version;
+	uint32_t ntables;
+	uint64_t fingerprint; /* config_fingerprint() of the run */
+	uint64_t step;	      /* steps done */
+	uint64_t data_pos;    /* where the next batch starts */
+	uint64_t nfloats;
+};
+
+static int checkpoint_write(struct trainer *tr)
+{
+	struct ckpt_header h = {0};
+	int nst = model_state_count(&tr->m, 0);
+	size_t len = sizeof(h), off = 0;
+	double t0 = cli_now();
+	unsigned char *buf;
+	int ret = 0;
+
+	memcpy(h.magic, CKPT_MAGIC, 8);
+	h.version = CKPT_VERSION;
+	h.ntables = (uint32_t)tr->o.ntables;
+	h.fingerprint = tr->fingerprint;
+	h.step = tr->step;
+	h.data_pos = tr->next_pos;
+	for (int i = 0; i < nst; i++) {
+		size_t n;
+
+		model_state_array(&tr->m, i, &n);
+		h.nfloats += n;
+	}
+	len += h.nfloats * sizeof(float);
+	for (int t = 0; t < tr->o.ntables; t++)
+		len += sizeof(uint64_t) * (1 + tr->touched[t].n);
+	buf = malloc(len);
+	if (!buf)
+		return fail("checkpoint", -ENOMEM);
+	memcpy(buf, &h, sizeof(h));
+	off = sizeof(h);
+	for (int i = 0; i < nst; i++) {
+		size_t n;
+		const float *a = model_state_array(&tr->m, i, &n);
+
+		memcpy(buf + off, a, n * sizeof(*a));
+		off += n * sizeof(*a);
+	}
+	for (int t = 0; t < tr->o.ntables && !ret; t++) {
+		uint64_t n = tr->touched[t].n, *ids;
+
+		memcpy(buf + off, &n, sizeof(n));
+		off += sizeof(n);
+		ret = idset_sorted(&tr->touched[t], &ids);
+		if (ret) {
+			fail("checkpoint", ret);
+			break;
+		}
+		if (n)
+			memcpy(buf + off, ids, n * sizeof(*ids));
+		off += n * sizeof(*ids);
+		free(ids);
+	}
+	if (!ret) {
+		ret = et_checkpoint(tr->store, buf, len);
+		if (ret)
+			fail("checkpoint", ret);
+	}
+	free(buf);
+	if (ret)
+		return ret;
+	tr->ckpt_step = tr->step;
+	tr->ckpt_any = true;
+	tr->ckpt_s += cli_now() - t0;
+	return 0;
+}
+
+/* Takes n bytes from the saved state, if it has them. */
+static bool take(const unsigned char *buf, size_t len, size_t *off, void *p,
+		 size_t n)
+{
+	if (len - *off < n)
+		return false;
+	memcpy(p, buf + *off, n);
+	*off += n;
+	return true;
+}
+
+static int checkpoint_load(struct trainer *tr)
+{
+	struct ckpt_header h;
+	int nst = model_state_count(&tr->m, 0);
+	uint64_t id, total = 0;
+	unsigned char *buf = NULL;
+	size_t len = 0, off = 0;
+	void *dense = NULL;
+	int ret;
+
+	/* et_table_open has rolled every table back to the checkpoint */
+	ret = et_checkpoint_read(tr->store, &id, &dense, &len);
+	if (ret)
+		return fail("read checkpoint", ret);
+	buf = dense;
+	if (!id) {
+		cli_error("%s: no checkpoint to resume from", tr->dir);
+		free(dense);
+		return -ENOENT;
+	}
+	if (!take(buf, len, &off, &h, sizeof(h)) ||
+	    memcmp(h.magic, CKPT_MAGIC, 8) || h.version != CKPT_VERSION) {
+		cli_error("%s: the checkpoint holds no embtier-train state",
+			  tr->dir);
+		free(dense);
+		return -EINVAL;
+	}
+	if (h.fingerprint != tr->fingerprint ||
+	    h.ntables != (uint32_t)tr->o.ntables) {
+		cli_error("%s: the checkpoint was made with other shapes, seed "
+			  "or data than this command line's",
+			  tr->dir);
+		free(dense);
+		return -EINVAL;
+	}
+	for (int i = 0; i < nst; i++) {
+		size_t n;
+
+		model_state_array(&tr->m, i, &n);
+		total += n;
+	}
+	ret = h.nfloats == total ? 0 : ET_EMISMATCH;
+	for (int i = 0; i < nst && !ret; i++) {
+		size_t n;
+		float *a = model_state_array(&tr->m, i, &n);
+
+		if (!take(buf, len, &off, a, n * sizeof(*a)))
+			ret = ET_ETRUNC;
+	}
+	for (int t = 0; t < tr->o.ntables && !ret; t++) {
+		uint64_t n;
+
+		if (!take(buf, len, &off, &n, sizeof(n)) ||
+		    n > (len - off) / sizeof(uint64_t)) {
+			ret = ET_ETRUNC;
+			break;
+		}
+		for (uint64_t i = 0; i < n && !ret; i++) {
+			uint64_t v;
+
+			take(buf, len, &off, &v, sizeof(v));
+			if (v >= tr->rows[t])
+				ret = ET_EROWRANGE;
+			else
+				ret = idset_add(&tr->touched[t], &v, 1);
+		}
+	}
+	if (!ret && off != len)
+		ret = ET_EHEADER;
+	free(dense);
+	if (ret)
+		return fail("checkpoint state", ret);
+	tr->step = tr->step0 = tr->ckpt_step = h.step;
+	tr->ckpt_any = true;
+	ret = data_seek(&tr->train, h.data_pos);
+	if (ret)
+		return fail("seek in data", ret);
+	tr->next_pos = h.data_pos;
+	return 0;
+}
+
+/* --------------------------------------------------------------- setup */
+
+static int make_dir(struct trainer *tr)
+{
+	if (tr->o.dir) {
+		if (strlen(tr->o.dir) >= sizeof(tr->dir) - 32)
+			return fail(tr->o.dir, -ENAMETOOLONG);
+		snprintf(tr->dir, sizeof(tr->dir), "%s", tr->o.dir);
+		return 0;
+	}
+	snprintf(tr->dir, sizeof(tr->dir), "/var/tmp/embtier-train.XXXXXX");
+	if (!mkdtemp(tr->dir))
+		return fail("/var/tmp", -errno);
+	tr->dir_made = true;
+	return 0;
+}
+
+/* Removes the directory we made and the files in it. */
+static void remove_dir(struct trainer *tr)
+{
+	DIR *d = opendir(tr->dir);
+	struct dirent *e;
+
+	if (!d) {
+		cli_error("%s: cannot remove: %s", tr->dir, strerror(errno));
+		return;
+	}
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0))
+			cli_error("%s/%s: cannot remove: %s", tr->dir,
+				  e->d_name, strerror(errno));
+	}
+	closedir(d);
+	if (rmdir(tr->dir))
+		cli_error("%s: cannot remove: %s", tr->dir, strerror(errno));
+}
+
+static int open_store(struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	struct et_store_config cfg = {
+	    .hbm_bytes = (uint64_t)(o->hbm_mb * 1048576.0),
+	    .ddr_bytes = (uint64_t)(o->ddr_mb * 1048576.0),
+	    .hbm_policy = o->policy,
+	    .ddr_policy = o->policy,
+	};
+	double t0 = cli_now();
+	char what[96];
+	int ret;
+
+	if (!cfg.ddr_bytes) {
+		cli_usage_error("--ddr-mb: the DDR tier cannot be empty");
+		return -EINVAL;
+	}
+	ret = et_store_open(tr->dir, &cfg, &tr->store);
+	if (ret)
+		return fail(tr->dir, ret);
+	for (int t = 0; t < o->ntables; t++) {
+		struct et_table_params p = {
+		    .rows = tr->rows[t],
+		    .dim = (uint32_t)o->dim,
+		    .dtype = o->dtype,
+		    .optim = ET_OPT_ROWWISE_ADAGRAD,
+		    .init = ET_INIT_UNIFORM,
+		    .init_scale = o->init_scale,
+		    .seed = data_mix64(o->seed ^ (0x7461626cULL << 32)) +
+			    (uint64_t)t,
+		};
+		char name[32];
+
+		snprintf(name, sizeof(name), "t%02d", t);
+		if (o->resume) {
+			ret = et_table_open(tr->store, name, &p, &tr->tid[t]);
+		} else {
+			ret = et_table_create(tr->store, name, &p, &tr->tid[t]);
+			if (ret == -EEXIST) {
+				cli_error("%s: table %s exists (use --resume, "
+					  "or a fresh --dir)",
+					  tr->dir, name);
+				return ret;
+			}
+		}
+		if (ret) {
+			snprintf(what, sizeof(what), "%s table %s",
+				 o->resume ? "open" : "create", name);
+			return fail(what, ret);
+		}
+	}
+	tr->open_s = cli_now() - t0;
+	return 0;
+}
+
+static double auc_exact(const float *score, const float *label, size_t n);
+
+/* How well the hidden teacher itself scores the held-out set: the
+ * ceiling a model of these samples can reach. */
+static void teacher_score(struct trainer *tr)
+{
+	double loss = 0;
+	size_t k = 0;
+
+	for (int i = 0; i < tr->neval; i++) {
+		const struct batch *b = &tr->eval[i];
+
+		for (int j = 0; j < b->n; j++, k++) {
+			tr->scores[k] = b->truth[j];
+			tr->labels[k] = b->label[j];
+			loss += model_logloss(b->truth[j], b->label[j]);
+		}
+	}
+	tr->teacher_logloss = loss / (double)k;
+	tr->teacher_auc = auc_exact(tr->scores, tr->labels, k);
+}
+
+static int open_data(struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	struct data_src ev;
+	uint64_t left = o->eval_samples;
+	int ret;
+
+	tr->neval = (int)((o->eval_samples + o->batch - 1) / o->batch);
+	tr->eval = calloc(tr->neval, sizeof(*tr->eval));
+	tr->scores = calloc(o->eval_samples, sizeof(float));
+	tr->labels = calloc(o->eval_samples, sizeof(float));
+	if (!tr->eval || !tr->scores || !tr->labels)
+		return fail("eval set", -ENOMEM);
+	for (int i = 0; i < tr->neval; i++) {
+		int cap = left < (uint64_t)o->batch ? (int)left : o->batch;
+
+		ret = batch_alloc(&tr->eval[i], cap, o->ntables,
+				  o->data ? 1 : o->bag);
+		if (ret)
+			return fail("eval set", ret);
+		left -= (uint64_t)cap;
+	}
+	for (int i = 0; i < 2; i++) {
+		ret = batch_alloc(&tr->bat[i], o->batch, o->ntables,
+				  o->data ? 1 : o->bag);
+		if (ret)
+			return fail("batch", ret);
+	}
+
+	if (!o->data) {
+		struct synth_params sp = {
+		    .seed = o->seed,
+		    .ntables = o->ntables,
+		    .rows = tr->rows,
+		    .hot = o->hot,
+		    .zipf = o->zipf,
+		    .bag = o->bag,
+		    .dense_weight = o->dense_weight,
+		};
+
+		for (int t = 0; t < o->ntables; t++)
+			if (sp.hot > tr->rows[t])
+				sp.hot = tr->rows[t];
+		ret = data_synth_init(&ev, &sp, 1);
+		if (ret)
+			return fail("synthetic data", ret);
+		for (int i = 0; i < tr->neval; i++)
+			data_next(&ev, &tr->eval[i]);
+		data_close(&ev);
+		teacher_score(tr);
+		ret = data_synth_init(&tr->train, &sp, 0);
+		if (ret)
+			return fail("synthetic data", ret);
+		return 0;
+	}
+
+	/* Criteo: the held-out set is the head of --eval-data or --data */
+	{
+		const char *ef = o->eval_data ? o->eval_data : o->data;
+		uint64_t salt = data_mix64(o->seed ^ 0x637269ULL);
+
+		ret = data_criteo_open(&ev, ef, o->ntables, tr->rows, salt);
+		if (ret)
+			return fail(ef, ret);
+		for (int i = 0; i < tr->neval && !ret; i++) {
+			ret = data_next(&ev, &tr->eval[i]);
+			if (!ret && ev.c.wraps) {
+				cli_error("%s: fewer than %" PRIu64
+					  " valid lines for the held-out set",
+					  ef, o->eval_samples);
+				data_close(&ev);
+				return -ENODATA;
+			}
+		}
+		if (ret) {
+			data_fail(ef, &ev, ret);
+			data_close(&ev);
+			return ret;
+		}
+		tr->eval_malformed = ev.c.malformed;
+		ret = data_criteo_open(&tr->train, o->data, o->ntables,
+				       tr->rows, salt);
+		if (ret) {
+			data_close(&ev);
+			return fail(o->data, ret);
+		}
+		if (!o->eval_data) {
+			/* training passes start after the held-out lines */
+			ret = data_seek(&tr->train, data_tell(&ev));
+			data_set_start(&tr->train);
+		}
+		data_close(&ev);
+		if (ret)
+			return fail(o->data, ret);
+	}
+	return 0;
+}
+
+static int setup(struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	struct model_config mc = {
+	    .ndense = DATA_NDENSE,
+	    .ntables = o->ntables,
+	    .dim = o->dim,
+	    .nbot = o->nbot,
+	    .ntop = o->ntop,
+	    .max_batch = o->batch,
+	    .optim = o->mlp_optim,
+	    .lr = o->lr,
+	    .eps = 1e-8f,
+	    .seed = o->seed,
+	};
+	size_t nemb = (size_t)o->ntables * o->batch * o->dim;
+	int ret;
+
+	memcpy(mc.bot, o->bot, sizeof(mc.bot));
+	memcpy(mc.top, o->top, sizeof(mc.top));
+	tr->rows = calloc(o->ntables, sizeof(*tr->rows));
+	tr->tid = calloc(o->ntables, sizeof(*tr->tid));
+	tr->touched = calloc(o->ntables, sizeof(*tr->touched));
+	tr->pf = calloc(o->ntables, sizeof(*tr->pf));
+	tr->emb = calloc(nemb, sizeof(float));
+	tr->grad = calloc(nemb, sizeof(float));
+	if (!tr->rows || !tr->tid || !tr->touched || !tr->pf || !tr->emb ||
+	    !tr->grad)
+		return fail("setup", -ENOMEM);
+	for (int t = 0; t < o->ntables; t++)
+		tr->rows[t] = table_rows(o, t);
+	tr->fingerprint = config_fingerprint(tr);
+	ret = model_init(&tr->m, &mc);
+	if (ret)
+		return fail("model", ret);
+	ret = open_data(tr);
+	if (ret)
+		return ret;
+	ret = make_dir(tr);
+	if (ret)
+		return ret;
+	ret = open_store(tr);
+	if (ret)
+		return ret;
+	if (o->resume)
+		return checkpoint_load(tr);
+	return 0;
+}
+
+static void teardown(struct trainer *tr)
+{
+	model_free(&tr->m);
+	data_close(&tr->train);
+	for (int i = 0; i < 2; i++)
+		batch_free(&tr->bat[i]);
+	for (int i = 0; tr->eval && i < tr->neval; i++)
+		batch_free(&tr->eval[i]);
+	free(tr->eval);
+	for (int t = 0; tr->touched && t < tr->o.ntables; t++)
+		idset_free(&tr->touched[t]);
+	free(tr->touched);
+	free(tr->rows);
+	free(tr->tid);
+	free(tr->pf);
+	free(tr->emb);
+	free(tr->grad);
+	free(tr->scores);
+	free(tr->labels);
+}
+
+/* ---------------------------------------------------------------- eval */
+
+struct scored {
+	float s;
+	float y;
+};
+
+static int cmp_scored(const void *a, const void *b)
+{
+	float x = ((const struct scored *)a)->s;
+	float y = ((const struct scored *)b)->s;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Exact AUC: the rank-sum statistic, tied scores sharing their average
+ * rank. NAN if one class is missing. */
+static double auc_exact(const float *score, const float *label, size_t n)
+{
+	struct scored *v = malloc(n * sizeof(*v));
+	double pos = 0, neg = 0, rank_sum = 0;
+
+	if (!v)
+		return NAN;
+	for (size_t i = 0; i < n; i++) {
+		v[i].s = score[i];
+		v[i].y = label[i];
+	}
+	qsort(v, n, sizeof(*v), cmp_scored);
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		double p = 0, avg;
+
+		while (j < n && v[j].s == v[i].s) {
+			p += v[j].y > 0.5f;
+			j++;
+		}
+		avg = ((double)i + 1 + (double)j) / 2; /* ranks i+1 .. j */
+		rank_sum += p * avg;
+		pos += p;
+		neg += (double)(j - i) - p;
+		i = j;
+	}
+	free(v);
+	if (!pos || !neg)
+		return NAN;
+	return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+/* Gathers batch b's bags into the model and runs the forward. */
+static int forward_batch(struct trainer *tr, const struct batch *b,
+			 double *stall)
+{
+	const struct opts *o = &tr->o;
+	size_t d = (size_t)o->dim;
+	double t0 = cli_now();
+	int ret;
+
+	for (int t = 0; t < o->ntables; t++) {
+		ret = et_gather_pooled(tr->store, tr->tid[t], b->ids[t],
+				       b->offsets[t], (size_t)b->n, ET_POOL_SUM,
+				       tr->emb + (size_t)t * o->batch * d);
+		if (ret)
+			return fail("gather", ret);
+	}
+	if (stall)
+		*stall += cli_now() - t0;
+	return 0;
+}
+
+/* Copies the gathered bags into the model's interaction input. */
+static void bags_in(struct trainer *tr, int n)
+{
+	size_t d = (size_t)tr->o.dim, nv = (size_t)tr->m.nvec;
+
+	for (int t = 0; t < tr->o.ntables; t++)
+		for (int b = 0; b < n; b++)
+			memcpy(tr->m.vec + ((size_t)b * nv + 1 + t) * d,
+			       tr->emb + ((size_t)t * tr->o.batch + b) * d,
+			       d * sizeof(float));
+}
+
+static int evaluate(struct trainer *tr)
+{
+	size_t k = 0;
+	double loss = 0;
+	int ret;
+
+	for (int i = 0; i < tr->neval; i++) {
+		const struct batch *b = &tr->eval[i];
+
+		ret = forward_batch(tr, b, NULL);
+		if (ret)
+			return ret;
+		model_forward(&tr->m, b->dense, b->n);
+		bags_in(tr, b->n);
+		model_interact(&tr->m, b->n);
+		for (int j = 0; j < b->n; j++, k++) {
+			tr->scores[k] = tr->m.logit[j];
+			tr->labels[k] = b->label[j];
+			loss += model_logloss(tr->m.logit[j], b->label[j]);
+		}
+	}
+	tr->eval_n = k;
+	tr->eval_logloss = k ? loss / (double)k : NAN;
+	tr->eval_auc = auc_exact(tr->scores, tr->labels, k);
+	return 0;
+}
+
+/* ----------------------------------------------------------- training */
+
+static int train_step(struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	struct batch *cur = &tr->bat[0], *nxt = &tr->bat[1], tmp;
+	struct et_update_params up = {.lr = o->emb_lr};
+	size_t d = (size_t)o->dim, nv = (size_t)tr->m.nvec;
+	double t0 = cli_now(), stall = 0, t1, loss;
+	int n = cur->n, ret;
+
+	ret = forward_batch(tr, cur, &stall);
+	if (ret)
+		return ret;
+	if (tr->step + 1 < o->steps) {
+		ret = data_next(&tr->train, nxt);
+		if (ret)
+			return data_fail(o->data ? o->data : "data", &tr->train,
+					 ret);
+		if (o->prefetch) {
+			for (int t = 0; t < o->ntables; t++) {
+				tr->pf[t].table = tr->tid[t];
+				tr->pf[t].ids = nxt->ids[t];
+				tr->pf[t].n = nxt->offsets[t][nxt->n];
+			}
+			t1 = cli_now();
+			ret =
+			    et_prefetch(tr->store, tr->pf, (size_t)o->ntables);
+			stall += cli_now() - t1;
+			if (ret)
+				return fail("prefetch", ret);
+		}
+	}
+
+	model_forward(&tr->m, cur->dense, n);
+	bags_in(tr, n);
+	model_interact(&tr->m, n);
+	loss = model_loss(&tr->m, cur->label, n);
+	model_backward(&tr->m, n);
+	for (int t = 0; t < o->ntables; t++)
+		for (int b = 0; b < n; b++)
+			memcpy(tr->grad + ((size_t)t * o->batch + b) * d,
+			       tr->m.dvec + ((size_t)b * nv + 1 + t) * d,
+			       d * sizeof(float));
+
+	t1 = cli_now();
+	for (int t = 0; t < o->ntables; t++) {
+		ret =
+		    et_update_pooled(tr->store, tr->tid[t], cur->ids[t],
+				     cur->offsets[t], (size_t)n, ET_POOL_SUM,
+				     tr->grad + (size_t)t * o->batch * d, &up);
+		if (ret)
+			return fail("update", ret);
+	}
+	stall += cli_now() - t1;
+	model_step(&tr->m);
+	for (int t = 0; t < o->ntables; t++) {
+		ret =
+		    idset_add(&tr->touched[t], cur->ids[t], cur->offsets[t][n]);
+		if (ret)
+			return fail("touched ids", ret);
+	}
+
+	tr->next_pos = cur->end;
+	/* the batch read ahead becomes the current one */
+	tmp = *cur;
+	*cur = *nxt;
+	*nxt = tmp;
+	tr->step++;
+	t1 = cli_now() - t0;
+	tr->step_s += t1;
+	tr->stall_s += stall;
+	tr->loss_sum += loss;
+	tr->loss_avg = tr->step == tr->step0 + 1
+			   ? loss
+			   : 0.98 * tr->loss_avg + 0.02 * loss;
+	tr->iv.step_s += t1;
+	tr->iv.stall_s += stall;
+	tr->iv.loss += loss;
+	tr->iv.steps++;
+	tr->iv.samples += (uint64_t)n;
+	return 0;
+}
+
+static double ratio(uint64_t hits, uint64_t misses)
+{
+	return hits + misses ? (double)hits / (double)(hits + misses) : NAN;
+}
+
+/* Takes the progress bar off the screen before a log line; the next
+ * update draws it again. */
+static void progress_clear(struct progress *p)
+{
+	if (p->on && p->drawn) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+		p->drawn = false;
+	}
+}
+
+static void fmt_ratio(char *buf, size_t len, double r)
+{
+	if (isnan(r))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.4f", r);
+}
+
+static int log_line(struct trainer *tr)
+{
+	struct interval *iv = &tr->iv;
+	struct et_stats st;
+	char hbm[16], ddr[16];
+	double now = cli_now();
+	int ret;
+
+	ret = et_get_stats(tr->store, -1, &st);
+	if (ret)
+		return fail("stats", ret);
+	fmt_ratio(hbm, sizeof(hbm),
+		  tr->o.hbm_mb > 0 ? ratio(st.hbm.hits - iv->st.hbm.hits,
+					   st.hbm.misses - iv->st.hbm.misses)
+				   : NAN);
+	fmt_ratio(ddr, sizeof(ddr),
+		  ratio(st.ddr.hits - iv->st.ddr.hits,
+			st.ddr.misses - iv->st.ddr.misses));
+	progress_clear(&tr->prog);
+	fprintf(tr->log,
+		"step %" PRIu64 " loss %.5f samples/s %.0f hbm-hit %s "
+		"ddr-hit %s stall %.3f prefetch-wait-ms %.1f\n",
+		tr->step, iv->steps ? iv->loss / (double)iv->steps : NAN,
+		iv->step_s > 0 ? (double)iv->samples / iv->step_s : 0.0, hbm,
+		ddr, iv->step_s > 0 ? iv->stall_s / iv->step_s : 0.0,
+		(double)(st.prefetch_wait_ns - iv->st.prefetch_wait_ns) / 1e6);
+	fflush(tr->log);
+	memset(iv, 0, sizeof(*iv));
+	iv->t0 = now;
+	iv->st = st;
+	return 0;
+}
+
+/* ------------------------------------------------------------- results */
+
+/*
+ * FNV-1a over every MLP weight (not the optimizer state), then, table by
+ * table, the ids training updated in increasing order and their values
+ * read back with et_gather. Values are what the API returns (f32), so the
+ * checksum is the same whatever the tiers held when it was taken.
+ */
+static int weights_checksum(struct trainer *tr, uint64_t *out)
+{
+	const size_t chunk = 4096;
+	int nst = model_state_count(&tr->m, 1);
+	float *buf = malloc(chunk * (size_t)tr->o.dim * sizeof(float));
+	uint64_t h = FNV_BASIS;
+	int ret = 0;
+
+	if (!buf)
+		return fail("checksum", -ENOMEM);
+	for (int i = 0; i < nst; i++) {
+		size_t len;
+		const float *a = model_state_array(&tr->m, i, &len);
+
+		h = fnv(h, a, len * sizeof(*a));
+	}
+	for (int t = 0; t < tr->o.ntables && !ret; t++) {
+		uint64_t *ids, n = tr->touched[t].n;
+
+		ret = idset_sorted(&tr->touched[t], &ids);
+		if (ret) {
+			fail("checksum", ret);
+			break;
+		}
+		h = fnv_u64(h, (uint64_t)t);
+		h = fnv_u64(h, n);
+		for (uint64_t i = 0; i < n; i += chunk) {
+			size_t k = n - i < chunk ? (size_t)(n - i) : chunk;
+
+			ret = et_gather(tr->store, tr->tid[t], ids + i, k, buf);
+			if (ret) {
+				fail("checksum gather", ret);
+				break;
+			}
+			h = fnv(h, ids + i, k * sizeof(*ids));
+			h = fnv(h, buf, k * (size_t)tr->o.dim * sizeof(float));
+		}
+		free(ids);
+	}
+	free(buf);
+	*out = h;
+	return ret;
+}
+
+struct results {
+	uint64_t checksum;
+	uint64_t logical_params, rows_touched, rows_bound, blocks_written;
+	uint64_t disk_bytes, logical_bytes, maxrss;
+	struct et_stats st;
+	double eval_s;
+};
+
+static int collect(struct trainer *tr, struct results *r)
+{
+	struct rusage ru;
+	int ret;
+
+	for (int t = 0; t < tr->o.ntables; t++) {
+		struct et_table_info ti;
+
+		ret = et_table_info(tr->store, tr->tid[t], &ti);
+		if (ret)
+			return fail("table info", ret);
+		r->logical_params += ti.rows * ti.dim;
+		r->rows_touched += tr->touched[t].n;
+		r->blocks_written += ti.blocks_written;
+		r->rows_bound += ti.blocks_written * ti.rows_per_block;
+		r->disk_bytes += ti.disk_bytes;
+		r->logical_bytes += ti.logical_bytes;
+	}
+	ret = et_get_stats(tr->store, -1, &r->st);
+	if (ret)
+		return fail("stats", ret);
+	if (!getrusage(RUSAGE_SELF, &ru))
+		r->maxrss = (uint64_t)ru.ru_maxrss * 1024;
+	return 0;
+}
+
+/* A double for JSON: null where it is not a number. */
+static void json_num(const char *key, double v, bool comma)
+{
+	if (isfinite(v))
+		printf("\"%s\":%.6g%s", key, v, comma ? "," : "");
+	else
+		printf("\"%s\":null%s", key, comma ? "," : "");
+}
+
+static void report(struct trainer *tr, const struct results *r)
+{
+	const struct opts *o = &tr->o;
+	const struct et_stats *st = &r->st;
+	uint64_t steps = tr->step - tr->step0;
+	uint64_t samples = steps * (uint64_t)o->batch;
+	double sps = tr->step_s > 0 ? (double)samples / tr->step_s : 0;
+	double stall = tr->step_s > 0 ? tr->stall_s / tr->step_s : 0;
+	double hbm = o->hbm_mb > 0 ? ratio(st->hbm.hits, st->hbm.misses) : NAN;
+	double ddr = ratio(st->ddr.hits, st->ddr.misses);
+	uint64_t malformed = tr->train.c.malformed + tr->eval_malformed;
+	char b1[32], b2[32], b3[32], b4[32];
+
+	if (o->json) {
+		printf("{\"preset\":\"%s\",\"tables\":%d,\"dim\":%d,"
+		       "\"dtype\":\"%s\",\"batch\":%d,\"steps\":%" PRIu64
+		       ",\"steps_this_run\":%" PRIu64 ",",
+		       o->preset, o->ntables, o->dim, cli_dtype_name(o->dtype),
+		       o->batch, tr->step, steps);
+		printf(
+		    "\"logical_parameters\":%" PRIu64
+		    ",\"rows_touched\":%" PRIu64
+		    ",\"rows_materialized_bound\":%" PRIu64
+		    ",\"blocks_written\":%" PRIu64 ",\"disk_bytes\":%" PRIu64
+		    ",\"logical_bytes\":%" PRIu64 ",\"mem_peak_bytes\":%" PRIu64
+		    ",\"maxrss_bytes\":%" PRIu64 ",\"hbm_evictions\":%" PRIu64
+		    ",\"ddr_evictions\":%" PRIu64 ",\"writebacks\":%" PRIu64
+		    ",\"nvme_rows_read\":%" PRIu64 ",\"rows_lazy\":%" PRIu64
+		    ",\"prefetch_wait_ns\":%" PRIu64
+		    ",\"malformed_lines\":%" PRIu64 ",",
+		    r->logical_params, r->rows_touched, r->rows_bound,
+		    r->blocks_written, r->disk_bytes, r->logical_bytes,
+		    st->mem_peak_bytes, r->maxrss, st->hbm.evictions,
+		    st->ddr.evictions, st->writebacks, st->nvme_rows_read,
+		    st->rows_lazy, st->prefetch_wait_ns, malformed);
+		json_num("open_seconds", tr->open_s, true);
+		json_num("run_seconds", tr->run_s, true);
+		json_num("step_seconds", tr->step_s, true);
+		json_num("ms_per_step", steps ? 1e3 * tr->step_s / steps : NAN,
+			 true);
+		json_num("stall_fraction", stall, true);
+		json_num("samples_per_second", sps, true);
+		json_num("flush_seconds", tr->flush_s, true);
+		json_num("hbm_hit_ratio", hbm, true);
+		json_num("ddr_hit_ratio", ddr, true);
+		json_num("train_loss", steps ? tr->loss_sum / steps : NAN,
+			 true);
+		json_num("eval_logloss", tr->eval_logloss, true);
+		json_num("eval_auc", tr->eval_auc, true);
+		json_num("teacher_logloss", tr->teacher_logloss, true);
+		json_num("teacher_auc", tr->teacher_auc, true);
+		printf("\"eval_samples\":%" PRIu64
+		       ",\"weights_checksum\":\"0x%016" PRIx64 "\"}\n",
+		       tr->eval_n, r->checksum);
+		return;
+	}
+	printf("preset: %s\n", o->preset);
+	printf(
+	    "model: %d tables x %s..%s rows x %d (%s), batch %d, "
+	    "%s samples\n",
+	    o->ntables, cli_human_count((double)tr->rows[0], b1, sizeof(b1)),
+	    cli_human_count((double)tr->rows[o->ntables - 1], b2, sizeof(b2)),
+	    o->dim, cli_dtype_name(o->dtype), o->batch,
+	    o->data ? "Criteo" : "synthetic");
+	printf("logical-parameters: %" PRIu64 " (%.3g)\n", r->logical_params,
+	       (double)r->logical_params);
+	printf("store-open-seconds: %.4f\n", tr->open_s);
+	printf("steps: %" PRIu64 " (%" PRIu64 " in this run)\n", tr->step,
+	       steps);
+	printf("run-seconds: %.2f (steps %.2f, stall %.2f, checkpoints %.2f, "
+	       "final flush %.2f)\n",
+	       tr->run_s, tr->step_s, tr->stall_s, tr->ckpt_s, tr->flush_s);
+	printf("ms-per-step: %.3f\n", steps ? 1e3 * tr->step_s / steps : 0.0);
+	printf("samples-per-second: %.0f\n", sps);
+	printf("stall-fraction: %.3f\n", stall);
+	printf("prefetch-wait-ms: %.1f\n", (double)st->prefetch_wait_ns / 1e6);
+	fmt_ratio(b1, sizeof(b1), hbm);
+	fmt_ratio(b2, sizeof(b2), ddr);
+	printf("hit-ratio: hbm %s ddr %s\n", b1, b2);
+	printf("evictions: hbm %" PRIu64 " ddr %" PRIu64 "\n",
+	       st->hbm.evictions, st->ddr.evictions);
+	printf("writebacks: %" PRIu64 " rows (%" PRIu64
+	       " NVMe rows read, %" PRIu64 " from the initializer)\n",
+	       st->writebacks, st->nvme_rows_read, st->rows_lazy);
+	printf("rows-touched: %" PRIu64 "\n", r->rows_touched);
+	printf("rows-materialized: at most %" PRIu64 " (%" PRIu64
+	       " blocks written)\n",
+	       r->rows_bound, r->blocks_written);
+	printf("disk-bytes: %" PRIu64 " (%s of %s logical)\n", r->disk_bytes,
+	       cli_human_bytes((double)r->disk_bytes, b1, sizeof(b1)),
+	       cli_human_bytes((double)r->logical_bytes, b2, sizeof(b2)));
+	printf("peak-memory: library %s, process max RSS %s\n",
+	       cli_human_bytes((double)st->mem_peak_bytes, b3, sizeof(b3)),
+	       cli_human_bytes((double)r->maxrss, b4, sizeof(b4)));
+	if (o->data)
+		printf("malformed-lines: %" PRIu64 "\n", malformed);
+	printf("train-loss: %.5f\n", steps ? tr->loss_sum / steps : NAN);
+	printf("eval-logloss: %.5f\n", tr->eval_logloss);
+	printf("eval-auc: %.5f\n", tr->eval_auc);
+	if (!o->data)
+		printf("teacher: logloss %.5f auc %.5f (the planted truth)\n",
+		       tr->teacher_logloss, tr->teacher_auc);
+	printf("weights-checksum: 0x%016" PRIx64 "\n", r->checksum);
+}
+
+static int run(struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	struct results r = {0};
+	double t0;
+	int ret;
+
+	tr->log = o->json ? stderr : stdout;
+	if (!o->resume)
+		tr->next_pos = data_tell(&tr->train);
+	if (tr->step < o->steps) {
+		ret = data_next(&tr->train, &tr->bat[0]);
+		if (ret)
+			return data_fail(o->data ? o->data : "data", &tr->train,
+					 ret);
+	}
+	snprintf(tr->prog_label, sizeof(tr->prog_label), "training");
+	progress_start(&tr->prog, tr->prog_label, "samples",
+		       (o->steps > tr->step ? o->steps - tr->step : 0) *
+			   (uint64_t)o->batch,
+		       o->quiet);
+	tr->iv.t0 = t0 = cli_now();
+	ret = et_get_stats(tr->store, -1, &tr->iv.st);
+	if (ret)
+		return fail("stats", ret);
+	while (tr->step < o->steps) {
+		ret = train_step(tr);
+		if (ret)
+			return ret;
+		snprintf(tr->prog_label, sizeof(tr->prog_label),
+			 "training loss %.4f", tr->loss_avg);
+		progress_update(&tr->prog,
+				(tr->step - tr->step0) * (uint64_t)o->batch);
+		if (o->log_every && tr->step % o->log_every == 0) {
+			ret = log_line(tr);
+			if (ret)
+				return ret;
+		}
+		if (o->eval_every && tr->step % o->eval_every == 0 &&
+		    tr->step < o->steps) {
+			ret = evaluate(tr);
+			if (ret)
+				return ret;
+			progress_clear(&tr->prog);
+			fprintf(tr->log,
+				"eval step %" PRIu64 " logloss %.5f auc %.5f\n",
+				tr->step, tr->eval_logloss, tr->eval_auc);
+			fflush(tr->log);
+		}
+		if (o->ckpt_every && tr->step % o->ckpt_every == 0) {
+			ret = checkpoint_write(tr);
+			if (ret)
+				return ret;
+		}
+	}
+	progress_end(&tr->prog);
+	/* a run that checkpoints ends on one, so that it can be resumed */
+	if (o->ckpt_every && (!tr->ckpt_any || tr->ckpt_step != tr->step)) {
+		ret = checkpoint_write(tr);
+		if (ret)
+			return ret;
+	}
+	tr->run_s = cli_now() - t0;
+	ret = evaluate(tr);
+	if (!ret)
+		ret = weights_checksum(tr, &r.checksum);
+	if (ret)
+		return ret;
+	t0 = cli_now();
+	ret = et_flush(tr->store);
+	if (ret)
+		return fail("flush", ret);
+	tr->flush_s = cli_now() - t0;
+	ret = collect(tr, &r);
+	if (ret)
+		return ret;
+	report(tr, &r);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct trainer *tr;
+	int ret, status;
+
+	cli_init("embtier-train");
+	tr = calloc(1, sizeof(*tr));
+	if (!tr) {
+		cli_error("out of memory");
+		return CLI_EXIT_FAIL;
+	}
+	tr->teacher_logloss = tr->teacher_auc = NAN;
+	if (parse_args(argc, argv, &tr->o)) {
+		free(tr);
+		return CLI_EXIT_USAGE;
+	}
+	openblas_set_num_threads(tr->o.threads);
+	ret = setup(tr);
+	if (!ret)
+		ret = run(tr);
+	progress_end(&tr->prog);
+	status = ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	if (tr->store) {
+		ret = et_store_close(tr->store);
+		if (ret) {
+			cli_error_code("close store", ret);
+			status = CLI_EXIT_FAIL;
+		}
+	}
+	if (tr->dir_made && !tr->o.keep)
+		remove_dir(tr);
+	else if (tr->dir_made && !tr->o.json)
+		cli_note("store kept in %s", tr->dir);
+	teardown(tr);
+	free(tr);
+	return status;
+}
