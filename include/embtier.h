@@ -331,7 +331,8 @@ struct et_tier_stats {
 	uint64_t capacity_rows;  /* slots */
 	uint64_t resident_rows;  /* slots in use now */
 	uint64_t dirty_rows;     /* of which dirty */
-	uint64_t hits, misses;   /* unique-row lookups that reached the tier */
+	uint64_t hits, misses;   /* distinct-row lookups that reached the
+				  * tier, by operations and prefetches */
 	uint64_t inserts;        /* rows placed in the tier */
 	uint64_t evictions;      /* rows pushed out to make room */
 	uint64_t bytes_in, bytes_out; /* row bytes copied into / out of it */

@@ -1592,11 +1592,16 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			s->now++;
 			cache_touch(top, slot, s->now);
 			cache_pin(top, slot, s->bcur);
+			top->st.hits++;
 			continue;
 		}
+		top->st.misses++;
 		if (s->has_hbm) {
 			slot = cache_lookup(&s->ddr, key);
+			if (slot == CACHE_NONE)
+				s->ddr.st.misses++;
 			if (slot != CACHE_NONE) {
+				s->ddr.st.hits++;
 				cache_pin(&s->ddr, slot, s->bcur);
 				ret = place_row(s, key, cache_row(&s->ddr, slot),
 						rb, slot, cache_dirty(&s->ddr, slot),
@@ -1714,21 +1719,24 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch,
 
 /* ---------------------------------------------------------------- flush */
 
+#define FLUSH_ROWS 4096
+
 /* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
  * clears the dirty bits of what was written. */
 static int flush_cache(et_store *s, struct cache *c)
 {
-	const uint64_t chunk = 1024; /* slots a write-back batch: bounds scratch */
-	uint64_t n = cache_slots(c);
+	uint64_t n = cache_slots(c), b = 0;
 	int ret;
 
-	for (uint64_t b = 0; b < n; b += chunk) {
-		uint64_t e = b + chunk < n ? b + chunk : n;
+	/* Batches of up to FLUSH_ROWS dirty rows: big enough for the table
+	 * file to keep its queue full, small enough to bound the scratch. */
+	while (b < n) {
+		uint64_t e = b;
 
-		for (uint64_t i = b; i < e; i++) {
-			if (!cache_dirty(c, i))
+		for (; e < n && s->nwb < FLUSH_ROWS; e++) {
+			if (!cache_dirty(c, e))
 				continue;
-			ret = wb_queue(s, c->keys[i], cache_row(c, i));
+			ret = wb_queue(s, c->keys[e], cache_row(c, e));
 			if (ret)
 				return ret;
 		}
@@ -1740,6 +1748,7 @@ static int flush_cache(et_store *s, struct cache *c)
 				c->keys[i] &= ~CACHE_DIRTY;
 				c->dirty--;
 			}
+		b = e;
 	}
 	return 0;
 }

@@ -593,8 +593,11 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 		h_fail(h, "store %s: store-wide calls/requested/unique wrong",
 		       ms->cfg->name);
 	top = ms->cfg->hbm_slots ? &st.hbm : &st.ddr;
-	/* Each distinct id of a call is looked up once in the top tier. */
-	if (top->hits + top->misses != uniq || st.unique_misses != top->misses)
+	/* Each distinct id of a call, and of a prefetch, is looked up once
+	 * in the top tier; FBGEMM's unique_misses counts the calls' only. */
+	if (top->hits + top->misses != uniq + st.prefetch_rows ||
+	    st.unique_misses > top->misses ||
+	    (!st.prefetch_rows && st.unique_misses != top->misses))
 		h_fail(h,
 		       "store %s: top tier hits %llu + misses %llu != unique "
 		       "%llu, or unique_misses %llu != misses",
@@ -1246,7 +1249,7 @@ static void test_transparency(void **state)
  *   per store: scratch for batches, at most 2 x (160 + 4 x row bytes) per
  *              id of the largest batch;
  *   per store: write-back batches (eviction, flush), at most
- *              1024 x (64 + 2 x row bytes);
+ *              4096 x (64 + 2 x row bytes);
  *   per prefetch in flight: not used here.
  * The table leaves out small fixed items (the store and table structures,
  * the I/O request arrays): MEM_SLACK covers those.
@@ -1273,7 +1276,7 @@ static uint64_t documented_overhead(struct harness *h, struct mstore *ms,
 			max_rb = info.row_bytes;
 	}
 	return sum + 2 * (160 + 4 * (uint64_t)max_rb) * max_ids +
-	       1024 * (64 + 2 * (uint64_t)max_rb);
+	       4096 * (64 + 2 * (uint64_t)max_rb);
 }
 
 /* Tiny caches, the random operations with a flush every 2000: mem_bytes
