@@ -167,10 +167,14 @@ fuzz-run: fuzz ## Run each fuzz target for FUZZ_TIME seconds from its seeds
 
 fuzz-bins: $(FUZZ_BINS)
 
-$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(STATIC)
+FUZZ_LINK_criteo := $(BUILD)/tools/train/data.o
+FUZZ_LINK_trace := $(BUILD)/bench/workload.o
+
+.SECONDEXPANSION:
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(STATIC) $$(FUZZ_LINK_$$*)
 	$(call msg,FUZZ,$@)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< \
+	$(Q)$(CC) $(ET_CFLAGS) -Itools -Ibench $(CFLAGS) -fsanitize=fuzzer -o $@ $< \
 		$(FUZZ_LINK_$*) $(STATIC) $(ET_LDFLAGS) $(ET_LDLIBS)
 
 cuda: ## Build with the CUDA HBM tier (in build-cuda/; needs nvcc)
