@@ -1054,10 +1054,16 @@ static int op_end(et_store *s, uint32_t t, bool changed)
 			ret = wb_queue(s, cache_key(t, uniq[by[i]]),
 				       ptrs[by[i]]);
 	s->nbypass = 0;
-	if (!ret && !wb_deferrable(s))
-		ret = wb_run(s);
-	else if (ret && !s->failed)
-		s->failed = ret;
+	if (ret) {
+		if (!s->failed)
+			s->failed = ret;
+	} else if (!wb_deferrable(s)) {
+		/* The operation is done and its results stand; a failed
+		 * write-back of its victims is the store's failure, not the
+		 * call's: the rows stay queued, later calls get ET_EFAILED
+		 * and et_flush retries them. */
+		(void)wb_run(s);
+	}
 	epoch_next(s);
 	return ret;
 }

@@ -77,6 +77,8 @@ struct et_tfile {
 	uint8_t *stage_hole; /* per stage block: filled from the initializer
 			      * (a hole on disk), not read */
 	uint64_t *stage_blk; /* per stage block: which block it holds */
+	char *pre;           /* the stage before a write's rows go in: what a
+			      * block held, should its write fail */
 	char *path;
 	size_t path_len;
 	int undo_fd;        /* the undo log, or -1 */
@@ -84,7 +86,23 @@ struct et_tfile {
 	uint64_t undo_id;   /* checkpoint the log belongs to */
 	uint64_t undo_off;  /* where the next record goes */
 	struct matmap logged; /* blocks logged since the checkpoint */
+	struct torn *torn;  /* blocks whose last write failed: their image */
+	size_t ntorn;
 	struct tf_stats st;
+};
+
+/*
+ * A block write that fails (an error, or a short transfer) may have left
+ * the block torn on disk: half new, half old, failing its checksum. What
+ * the block held before that write is kept here until a write of the block
+ * succeeds, and stands in for the disk when the block is read meanwhile:
+ * readers see the block as not written at all, as promised, and a retry of
+ * the write-back (et_flush) rebuilds the block instead of tripping over its
+ * own half-written copy. Few blocks, only after I/O errors.
+ */
+struct torn {
+	uint64_t block;
+	void *img; /* the block before the failed write */
 };
 
 static int undo_log_chunk(et_tfile *tf, const uint64_t *blocks, uint32_t nb);
@@ -319,9 +337,13 @@ static void tf_free(et_tfile *tf)
 	if (tf->undo_fd >= 0)
 		close(tf->undo_fd);
 	map_free(&tf->logged);
+	for (size_t i = 0; i < tf->ntorn; i++)
+		mem_free(tf->torn[i].img, tf->g.block_size, 0);
+	mem_free(tf->torn, tf->ntorn * sizeof(*tf->torn), 0);
 	mem_free(tf->path, tf->path_len, 0);
 	mem_free(tf->stage_hole, tf->stage_blocks, 0);
 	mem_free(tf->stage_blk, tf->stage_blocks * sizeof(uint64_t), 0);
+	mem_free(tf->pre, (size_t)tf->stage_blocks * tf->g.block_size, 0);
 	io_close(tf->own_io);
 	map_free(&tf->map);
 	if (tf->stage)
@@ -696,6 +718,50 @@ bool tf_row_materialized(const et_tfile *tf, uint64_t row)
 	return map_test(&tf->map, row / tf->g.rows_per_block);
 }
 
+static struct torn *torn_find(const et_tfile *tf, uint64_t b)
+{
+	for (size_t i = 0; i < tf->ntorn; i++)
+		if (tf->torn[i].block == b)
+			return &tf->torn[i];
+	return NULL;
+}
+
+static int torn_keep(et_tfile *tf, uint64_t b, const void *img)
+{
+	struct torn *t = torn_find(tf, b), *nt;
+
+	if (!t) {
+		nt = mem_alloc((tf->ntorn + 1) * sizeof(*nt), 0);
+		if (!nt)
+			return -ENOMEM;
+		memcpy(nt, tf->torn, tf->ntorn * sizeof(*nt));
+		mem_free(tf->torn, tf->ntorn * sizeof(*nt), 0);
+		tf->torn = nt;
+		t = &tf->torn[tf->ntorn];
+		t->block = b;
+		t->img = mem_alloc(tf->g.block_size, 0);
+		if (!t->img)
+			return -ENOMEM;
+		tf->ntorn++;
+	}
+	memcpy(t->img, img, tf->g.block_size);
+	return 0;
+}
+
+static void torn_drop(et_tfile *tf, uint64_t b)
+{
+	struct torn *t = torn_find(tf, b);
+
+	if (!t)
+		return;
+	mem_free(t->img, tf->g.block_size, 0);
+	*t = tf->torn[--tf->ntorn];
+	if (!tf->ntorn) {
+		mem_free(tf->torn, sizeof(*tf->torn), 0);
+		tf->torn = NULL;
+	} /* else the array keeps a spare slot, freed with the file */
+}
+
 /* One row of a batch, tagged with where it came from. */
 struct ent {
 	uint64_t block;
@@ -761,6 +827,15 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 				k++;
 			unsigned char *buf = (unsigned char *)tf->stage +
 					     (size_t)nb * tf->g.block_size;
+			struct torn *tn = tf->ntorn ? torn_find(tf, b) : NULL;
+
+			if (tn) { /* the disk may hold half of it */
+				memcpy(buf, tn->img, tf->g.block_size);
+				tf->stage_hole[nb] = 0;
+				blocks[nb++] = b;
+				j = k;
+				continue;
+			}
 			if (need_read(tf, e + j, k - j, b)) {
 				struct io_req *r = nr ? &tf->reqs[nr - 1] : NULL;
 
@@ -879,7 +954,8 @@ int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
 		return ret;
 	/* Rows of unwritten blocks need no stage at all. */
 	for (size_t i = 0; i < n; i++) {
-		if (map_test(&tf->map, e[i].block)) {
+		if (map_test(&tf->map, e[i].block) ||
+		    (tf->ntorn && torn_find(tf, e[i].block))) {
 			e[m++] = e[i];
 			continue;
 		}
@@ -933,6 +1009,13 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 		if (ret)
 			return ret;
 	}
+	if (!tf->pre) {
+		tf->pre = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
+				    0);
+		if (!tf->pre)
+			return -ENOMEM;
+	}
+	memcpy(tf->pre, tf->stage, (size_t)nb * tf->g.block_size);
 	for (size_t i = 0; i < n; i++) {
 		while (blocks[s] != e[i].block)
 			s++;
@@ -955,16 +1038,23 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 		r->off = block_off(tf, blocks[s]);
 	}
 	ret = io_run(tf->io, tf->reqs, nb); /* set by for_each_chunk */
-	/* Blocks that made it to disk are written whatever else failed. */
+	/* Blocks that made it to disk are written whatever else failed;
+	 * the others keep their image for the retry. */
 	for (s = 0; s < nb; s++) {
-		if (io_req_result(&tf->reqs[s]) == 0) {
-			int r2 = map_set(&tf->map, blocks[s]);
+		int r2;
 
-			if (r2 && !ret)
-				ret = r2;
+		if (io_req_result(&tf->reqs[s]) == 0) {
+			r2 = map_set(&tf->map, blocks[s]);
+			if (tf->ntorn)
+				torn_drop(tf, blocks[s]);
 			tf->st.blocks_written++;
 			tf->st.bytes_written += tf->g.block_size;
+		} else {
+			r2 = torn_keep(tf, blocks[s], tf->pre +
+				       (size_t)s * tf->g.block_size);
 		}
+		if (r2 && !ret)
+			ret = r2;
 	}
 	return ret;
 }

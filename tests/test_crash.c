@@ -1,0 +1,914 @@
+/*
+ * test_crash.c - crash consistency under kill -9 (issue #7, item 2).
+ *
+ * A deterministic driver runs training steps on a store of two tables of
+ * 10^5 rows (f32 SGD, and f16 with row-wise Adagrad) through tiny caches
+ * (a few hundred slots, with or without an HBM tier), so dirty rows are
+ * written back to the table files all the time. Step i is a pure function
+ * of (seed, i): a gather, an update or an et_write_rows of one batch of 8
+ * to 128 ids (70% from a hot set of 2000 rows per table, the rest uniform),
+ * and for half the steps an et_prefetch of step i + 1's batch. After every
+ * K steps (K = 4, 8 or 16) the driver calls et_checkpoint with the dense
+ * state "so many steps done": the count, the seed, and bytes derived from
+ * the count, of a length that varies with it. Run from step 0, its first
+ * act is a checkpoint of 0 steps.
+ *
+ * A trial forks a child that runs the driver forever on a fresh store and
+ * kills it with SIGKILL: after a random sleep (2 to 200 ms, log-uniform: in
+ * write-back, in et_checkpoint, under a prefetch's I/O), or right after
+ * the child announced its n-th checkpoint or its n-th prefetch. The child
+ * writes a marker byte to a pipe before ('C') and after ('c') each
+ * et_checkpoint and after each et_prefetch ('P'), so the parent knows
+ * which checkpoints had certainly completed and whether it killed one
+ * half-way. The parent then
+ *
+ *  1. opens the store and its tables (the undo logs are rolled back) and
+ *     reads et_checkpoint_read: the dense state gives the step count c,
+ *     which must be the last checkpoint the child saw complete, or the one
+ *     it was killed in; the checkpoint id must count the checkpoints taken
+ *     (0 and no dense state: the child died before its first one, and the
+ *     tables must be as created);
+ *  2. brings a reference store to exactly c steps of the same driver (its
+ *     DDR holds everything: no write-back, no crash; another directory)
+ *     and compares the closed files, bit for bit, values and optimizer
+ *     state, read with et_tfile_read_rows: every row of every block that
+ *     holds a row the first c steps named (recomputed from the id stream;
+ *     no other block is ever read or written), the count of blocks written
+ *     in each file, and every block's checksum (et_tfile_verify);
+ *  3. goes on: reopens the recovered store, runs K/2 to K more steps from
+ *     step c side by side with the reference (every gather compared bit for
+ *     bit), checkpoints, and compares the files and the dense state again.
+ *
+ * Then a second round on the same store: a child runs the driver from that
+ * last checkpoint, is killed, and 1 to 3 are done again, so a store that
+ * was recovered once is recovered again.
+ *
+ * Trials: $ET_CRASH_TRIALS (default 20, for CI), base seed $ET_CRASH_SEED;
+ * $ET_CRASH_KEEP keeps a failing trial's directories. A failure names the
+ * trial, round, seed, kill mode and delay, and the step recovered. The
+ * report line gives the trials and kills, the kills inside et_checkpoint
+ * (and how many of those had committed), before the first checkpoint and
+ * right after a prefetch, the blocks rolled back (et_get_stats
+ * blocks_restored), the steps recovered and the rows compared.
+ *     ET_CRASH_TRIALS=200 build/tests/test_crash
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "embtier.h"
+#include "util.h"
+
+#define NT	       2      /* tables */
+#define ROWS	       100000 /* rows per table */
+#define HOT	       2000   /* hot rows per table */
+#define MAXB	       128    /* ids per batch at most */
+#define MAXDIM	       16
+#define SLOT	       64 /* cached row bytes: the f32 table's row */
+#define DEFAULT_TRIALS 20
+#define DEFAULT_SEED   0x5eedc0ffeeULL
+#define DENSE_MAX      128
+
+static const struct et_table_params tparams[NT] = {
+    {
+	.rows = ROWS,
+	.dim = 16,
+	.dtype = ET_F32,
+	.optim = ET_OPT_SGD,
+	.init = ET_INIT_UNIFORM,
+	.init_scale = 0.5f,
+	.seed = 11,
+    },
+    {
+	.rows = ROWS,
+	.dim = 16,
+	.dtype = ET_F16,
+	.optim = ET_OPT_ROWWISE_ADAGRAD,
+	.init = ET_INIT_NORMAL,
+	.init_scale = 0.25f,
+	.seed = 12,
+    },
+};
+
+static const char *const tnames[NT] = {"sgd", "adagrad"};
+
+static const struct et_update_params uparams[NT] = {
+    {.lr = 0.05f},
+    {.lr = 0.1f, .eps = 1e-6f},
+};
+
+/* --------------------------------------------------------------- driver */
+
+enum { S_GATHER, S_UPDATE, S_WRITE };
+
+struct step {
+	int kind;
+	int table;
+	size_t n;
+	bool prefetch; /* prefetch step i + 1's batch after this one */
+	uint64_t ids[MAXB];
+	float vals[MAXB * MAXDIM]; /* gradients or new values */
+};
+
+static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Step i of the driver with seed: ids first, then values (so a caller that
+ * only wants the ids, with_vals false, sees the same ids). */
+static void gen_step(uint64_t seed, uint64_t i, struct step *st, bool with_vals)
+{
+	struct tu_rng r;
+	uint32_t dim;
+	uint64_t k;
+
+	tu_rng_seed(&r, mix64(seed) ^ mix64(i + 0x1234));
+	k = tu_rng_below(&r, 100);
+	st->kind = k < 40 ? S_UPDATE : k < 85 ? S_GATHER : S_WRITE;
+	st->table = (int)tu_rng_below(&r, NT);
+	st->n = 8 + tu_rng_below(&r, MAXB - 8 + 1);
+	st->prefetch = tu_rng_below(&r, 2);
+	for (size_t j = 0; j < st->n; j++) {
+		if (tu_rng_below(&r, 10) < 7) {
+			uint64_t h = tu_rng_below(&r, HOT);
+
+			st->ids[j] =
+			    mix64(h * 131 + (uint64_t)st->table) % ROWS;
+		} else {
+			st->ids[j] = tu_rng_below(&r, ROWS);
+		}
+	}
+	if (!with_vals)
+		return;
+	dim = tparams[st->table].dim;
+	for (size_t j = 0; j < st->n * dim; j++) {
+		int64_t v = (int64_t)tu_rng_below(&r, 4001) - 2000;
+
+		/* gradients within +-2, new values within +-4; exact */
+		st->vals[j] = st->kind == S_WRITE ? (float)v / 512.0f
+						  : (float)v / 1024.0f;
+	}
+}
+
+/* The dense state saved with the checkpoint taken after ops steps. */
+static size_t dense_make(uint64_t seed, uint64_t ops, unsigned char *buf)
+{
+	size_t len = 24 + (size_t)(ops % 41);
+
+	memcpy(buf, "ETCRASH1", 8);
+	memcpy(buf + 8, &ops, 8);
+	memcpy(buf + 16, &seed, 8);
+	for (size_t j = 24; j < len; j++)
+		buf[j] = (unsigned char)mix64(ops * 977 + j);
+	return len;
+}
+
+static void marker(int mfd, char c)
+{
+	ssize_t w;
+
+	if (mfd < 0)
+		return;
+	do {
+		w = write(mfd, &c, 1);
+	} while (w < 0 && errno == EINTR);
+}
+
+static int checkpoint_at(et_store *s, uint64_t seed, uint64_t ops, int mfd)
+{
+	unsigned char d[DENSE_MAX];
+	size_t len = dense_make(seed, ops, d);
+	int ret;
+
+	marker(mfd, 'C');
+	ret = et_checkpoint(s, d, len);
+	if (!ret)
+		marker(mfd, 'c');
+	return ret;
+}
+
+/* Runs step i on s; a gather's rows land in out (MAXB * MAXDIM floats). */
+static int run_step(et_store *s, const int *tid, uint64_t seed, uint64_t i,
+		    struct step *st, struct step *nx, float *out, int mfd)
+{
+	int t, ret;
+
+	gen_step(seed, i, st, true);
+	t = tid[st->table];
+	switch (st->kind) {
+	case S_GATHER:
+		ret = et_gather(s, t, st->ids, st->n, out);
+		break;
+	case S_UPDATE:
+		ret = et_update(s, t, st->ids, st->n, st->vals,
+				&uparams[st->table]);
+		break;
+	default:
+		ret = et_write_rows(s, t, st->ids, st->n, st->vals);
+		break;
+	}
+	if (ret || !st->prefetch)
+		return ret;
+	gen_step(seed, i + 1, nx, false);
+	{
+		struct et_batch_ids b = {
+		    .table = tid[nx->table],
+		    .ids = nx->ids,
+		    .n = nx->n,
+		};
+
+		ret = et_prefetch(s, &b, 1);
+	}
+	if (!ret)
+		marker(mfd, 'P');
+	return ret;
+}
+
+/*
+ * Runs steps [from, to) on s; with ckpt, checkpoints after every step
+ * count that is a multiple of k (and first, if from is 0). Returns 0 or the
+ * first error; *at says which step failed.
+ */
+static int drive(et_store *s, const int *tid, uint64_t seed, uint32_t k,
+		 uint64_t from, uint64_t to, bool ckpt, int mfd, uint64_t *at)
+{
+	struct step *st = malloc(sizeof(*st)), *nx = malloc(sizeof(*nx));
+	float *out = malloc(MAXB * MAXDIM * sizeof(float));
+	int ret = 0;
+
+	*at = from;
+	if (!st || !nx || !out) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (ckpt && from == 0) {
+		ret = checkpoint_at(s, seed, 0, mfd);
+		if (ret)
+			goto out;
+	}
+	for (uint64_t i = from; i < to; i++) {
+		*at = i;
+		ret = run_step(s, tid, seed, i, st, nx, out, mfd);
+		if (!ret && ckpt && (i + 1) % k == 0)
+			ret = checkpoint_at(s, seed, i + 1, mfd);
+		if (ret)
+			break;
+	}
+out:
+	free(st);
+	free(nx);
+	free(out);
+	return ret;
+}
+
+/* ---------------------------------------------------------------- stores */
+
+/* Tiny caches: a few hundred slots, so almost every step writes back. */
+static struct et_store_config tiny_config(bool hbm)
+{
+	struct et_store_config c = {
+	    .ways = 8,
+	    .slot_bytes = SLOT,
+	    .ddr_bytes =
+		(uint64_t)(hbm ? 512 : 384) * (SLOT + ET_SLOT_META_BYTES),
+	    .hbm_bytes = hbm ? 256ULL * (SLOT + ET_SLOT_META_BYTES) : 0,
+	};
+
+	return c;
+}
+
+/* Everything fits in DDR: nothing is written back before a flush. */
+static struct et_store_config big_config(void)
+{
+	struct et_store_config c = {
+	    .slot_bytes = SLOT,
+	    .ddr_bytes = 64ULL << 20,
+	};
+
+	return c;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	return remove(path);
+}
+
+static void rm_dir(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void open_tables(et_store *s, int *tid)
+{
+	for (int t = 0; t < NT; t++)
+		assert_int_equal(
+		    et_table_open(s, tnames[t], &tparams[t], &tid[t]), 0);
+}
+
+static et_store *store_new(const char *dir, const struct et_store_config *c,
+			   int *tid)
+{
+	et_store *s = NULL;
+
+	assert_int_equal(et_store_open(dir, c, &s), 0);
+	for (int t = 0; t < NT; t++)
+		assert_int_equal(
+		    et_table_create(s, tnames[t], &tparams[t], &tid[t]), 0);
+	return s;
+}
+
+/* Rows of each table that steps [0, c) name. */
+struct touched {
+	uint8_t *bit[NT];
+};
+
+static void touched_compute(uint64_t seed, uint64_t c, struct touched *tc)
+{
+	struct step *st = tu_calloc(1, sizeof(*st));
+
+	for (int t = 0; t < NT; t++)
+		tc->bit[t] = tu_calloc(ROWS, 1);
+	for (uint64_t i = 0; i < c; i++) {
+		gen_step(seed, i, st, false);
+		for (size_t j = 0; j < st->n; j++)
+			tc->bit[st->table][st->ids[j]] = 1;
+	}
+	free(st);
+}
+
+static void touched_free(struct touched *tc)
+{
+	for (int t = 0; t < NT; t++)
+		free(tc->bit[t]);
+}
+
+static et_tfile *tfile_ro(const char *dir, int t)
+{
+	char path[PATH_MAX];
+	et_tfile *tf = NULL;
+
+	snprintf(path, sizeof(path), "%s/%s.et", dir, tnames[t]);
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	return tf;
+}
+
+/*
+ * The closed files of dir against those of ref after steps [0, c): every
+ * row of every block holding a row the steps named, values and optimizer
+ * state, bit for bit; the same blocks written in both; every block's
+ * checksum good. Rows of other blocks were never in a batch and are
+ * neither read nor written by anybody. Returns the rows compared.
+ */
+static uint64_t compare_dirs(const char *dir, const char *ref, uint64_t seed,
+			     uint64_t c, const char *what)
+{
+	const size_t chunk = 4096;
+	uint64_t *ids = tu_calloc(chunk, sizeof(*ids));
+	float *va = tu_calloc(chunk * MAXDIM, sizeof(float));
+	float *vb = tu_calloc(chunk * MAXDIM, sizeof(float));
+	float *sa = tu_calloc(chunk, sizeof(float));
+	float *sb = tu_calloc(chunk, sizeof(float));
+	struct touched tc;
+	uint64_t compared = 0;
+
+	touched_compute(seed, c, &tc);
+	for (int t = 0; t < NT; t++) {
+		et_tfile *ta = tfile_ro(dir, t), *tb = tfile_ro(ref, t);
+		struct et_table_info ia, ib;
+		uint32_t dim = tparams[t].dim;
+		bool sf = tparams[t].optim == ET_OPT_ROWWISE_ADAGRAD;
+		uint64_t bad = 0, first = 0, r = 0;
+
+		assert_int_equal(et_tfile_info(ta, &ia), 0);
+		assert_int_equal(et_tfile_info(tb, &ib), 0);
+		assert_int_equal(et_tfile_verify(ta, &bad, &first, NULL, NULL),
+				 0);
+		if (ia.blocks_written != ib.blocks_written)
+			fail_msg("%s: table %s has %llu blocks written, the "
+				 "reference %llu",
+				 what, tnames[t],
+				 (unsigned long long)ia.blocks_written,
+				 (unsigned long long)ib.blocks_written);
+		while (r < ROWS) {
+			size_t n = 0;
+
+			/* rows of touched blocks, a chunk at a time */
+			for (; r < ROWS && n < chunk; r++) {
+				uint64_t b0 =
+				    r / ia.rows_per_block * ia.rows_per_block;
+				bool hit = false;
+
+				for (uint64_t q = b0;
+				     q < b0 + ia.rows_per_block && q < ROWS;
+				     q++)
+					hit |= tc.bit[t][q];
+				if (!hit) {
+					r = b0 + ia.rows_per_block - 1;
+					continue;
+				}
+				ids[n++] = r;
+			}
+			if (!n)
+				break;
+			assert_int_equal(
+			    et_tfile_read_rows(ta, ids, n, va, sf ? sa : NULL),
+			    0);
+			assert_int_equal(
+			    et_tfile_read_rows(tb, ids, n, vb, sf ? sb : NULL),
+			    0);
+			for (size_t j = 0; j < n; j++) {
+				if (!memcmp(va + j * dim, vb + j * dim,
+					    dim * sizeof(float)) &&
+				    (!sf ||
+				     !memcmp(&sa[j], &sb[j], sizeof(float))))
+					continue;
+				fail_msg(
+				    "%s: table %s row %llu (%s by steps "
+				    "[0,%llu)) differs from the "
+				    "reference: %a vs %a, state %a vs %a",
+				    what, tnames[t], (unsigned long long)ids[j],
+				    tc.bit[t][ids[j]] ? "touched"
+						      : "not touched",
+				    (unsigned long long)c, (double)va[j * dim],
+				    (double)vb[j * dim],
+				    sf ? (double)sa[j] : 0.0,
+				    sf ? (double)sb[j] : 0.0);
+			}
+			compared += n;
+		}
+		et_tfile_close(ta);
+		et_tfile_close(tb);
+	}
+	touched_free(&tc);
+	free(ids);
+	free(va);
+	free(vb);
+	free(sa);
+	free(sb);
+	return compared;
+}
+
+/* Checks the dense state of the last checkpoint of s: *ops receives its
+ * step count, or 0 if there is no checkpoint (*id 0). */
+static void dense_check(et_store *s, uint64_t seed, uint64_t *id, uint64_t *ops)
+{
+	unsigned char want[DENSE_MAX];
+	void *d = NULL;
+	size_t len = 0, wl;
+
+	assert_int_equal(et_checkpoint_read(s, id, &d, &len), 0);
+	*ops = 0;
+	if (*id == 0) {
+		assert_true(len == 0);
+		free(d);
+		return;
+	}
+	assert_non_null(d);
+	assert_true(len >= 24);
+	memcpy(ops, (char *)d + 8, 8);
+	wl = dense_make(seed, *ops, want);
+	assert_int_equal(len, wl);
+	assert_memory_equal(d, want, wl);
+	free(d);
+}
+
+/* ---------------------------------------------------------------- trials */
+
+struct totals {
+	unsigned trials, kills, exact, mid_ckpt, mid_committed, before_first;
+	unsigned after_prefetch;
+	uint64_t restored, ops_sum, ops_max, compared;
+};
+
+enum { M_SLEEP, M_AT_CKPT, M_AT_PREFETCH, M_MODES };
+
+static const char *const mode_names[M_MODES] = {"sleep", "at-checkpoint",
+						"at-prefetch"};
+
+#define ROUNDS 2 /* kills a trial: the second one of a recovered store */
+
+static uint64_t env_u64(const char *name, uint64_t def)
+{
+	const char *e = getenv(name);
+
+	return e && *e ? strtoull(e, NULL, 0) : def;
+}
+
+static void sleep_us(uint64_t us)
+{
+	struct timespec ts = {.tv_sec = (time_t)(us / 1000000),
+			      .tv_nsec = (long)(us % 1000000) * 1000};
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* The child: runs the driver forever on dir from step from (a step count
+ * the last checkpoint holds). Never returns. */
+static void child_run(const char *dir, bool hbm, uint64_t seed, uint32_t k,
+		      uint64_t from, int mfd)
+{
+	struct et_store_config c = tiny_config(hbm);
+	et_store *s = NULL;
+	uint64_t at = 0;
+	int tid[NT], ret;
+	char msg[160];
+
+	ret = et_store_open(dir, &c, &s);
+	for (int t = 0; !ret && t < NT; t++)
+		ret = et_table_open(s, tnames[t], &tparams[t], &tid[t]);
+	if (!ret)
+		ret = drive(s, tid, seed, k, from, UINT64_MAX, true, mfd, &at);
+	/* Only an error gets here. */
+	snprintf(msg, sizeof(msg), "E child: step %llu: %s (%d)\n",
+		 (unsigned long long)at, et_strerror(ret), ret);
+	marker(mfd, 'E');
+	if (write(mfd, msg, strlen(msg)) < 0)
+		_exit(4);
+	_exit(3);
+}
+
+/* What the child said before it died. */
+struct seen {
+	unsigned started, done, prefetches;
+	char last_ck; /* 'C', 'c' or 0 */
+	bool in_err;
+	size_t errlen;
+	char err[200];
+};
+
+static void feed(struct seen *sn, char c)
+{
+	if (sn->in_err) {
+		if (sn->errlen + 1 < sizeof(sn->err))
+			sn->err[sn->errlen++] = c;
+		return;
+	}
+	switch (c) {
+	case 'C':
+		sn->started++;
+		sn->last_ck = 'C';
+		break;
+	case 'c':
+		sn->done++;
+		sn->last_ck = 'c';
+		break;
+	case 'P':
+		sn->prefetches++;
+		break;
+	case 'E':
+		sn->in_err = true;
+		break;
+	}
+}
+
+/* Reads markers until the n-th want (n > 0), or all of them until the
+ * child's end (n == 0). */
+static void read_markers(int fd, struct seen *sn, char want, unsigned n)
+{
+	char buf[4096];
+	ssize_t r;
+
+	if (n) {
+		while (n && !sn->in_err && read(fd, buf, 1) == 1) {
+			feed(sn, buf[0]);
+			n -= buf[0] == want;
+		}
+		return;
+	}
+	while ((r = read(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t j = 0; j < r; j++)
+			feed(sn, buf[j]);
+}
+
+/*
+ * The step count of the checkpoint a child that started at step from had
+ * completed after done checkpoints of its own (none: *none, from 0 only).
+ */
+static uint64_t ckpt_steps(uint64_t from, uint32_t k, unsigned done, bool *none)
+{
+	*none = false;
+	if (from == 0) {
+		*none = done == 0;
+		return done ? (uint64_t)(done - 1) * k : 0;
+	}
+	return done ? (from / k + done) * k : from;
+}
+
+struct trial {
+	unsigned no;
+	uint64_t seed;
+	uint32_t k;
+	bool hbm;
+	const char *dir, *ref;
+	et_store *rs; /* the reference, open throughout */
+	int rid[NT];
+	uint64_t from; /* steps the last checkpoint holds */
+	uint64_t id;   /* and its id */
+	struct tu_rng r;
+	char what[200];
+};
+
+/* Forks a child that runs the driver on the trial's store from its last
+ * checkpoint and kills it as mode says; *sn gets what it said. */
+static void kill_child(struct trial *tr, int mode, struct seen *sn,
+		       uint64_t *delay_us)
+{
+	int pfd[2], status;
+	pid_t pid;
+
+	memset(sn, 0, sizeof(*sn));
+	assert_int_equal(pipe(pfd), 0);
+	fcntl(pfd[1], F_SETPIPE_SZ, 1 << 20); /* best effort */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		child_run(tr->dir, tr->hbm, tr->seed, tr->k, tr->from, pfd[1]);
+	}
+	close(pfd[1]);
+	switch (mode) {
+	case M_SLEEP: /* log-uniform in [2, 200] ms */
+		*delay_us = (uint64_t)(2000.0 * exp(tu_rng_double(&tr->r, 0,
+								  log(100.0))));
+		break;
+	case M_AT_CKPT: /* inside (mostly) the n-th checkpoint */
+		read_markers(pfd[0], sn, 'C',
+			     1 + (unsigned)tu_rng_below(&tr->r, 32 / tr->k));
+		*delay_us =
+		    tu_rng_below(&tr->r, 4) ? tu_rng_below(&tr->r, 1500) : 0;
+		break;
+	default: /* under the I/O of the n-th prefetch */
+		read_markers(pfd[0], sn, 'P',
+			     1 + (unsigned)tu_rng_below(&tr->r, 30));
+		*delay_us = tu_rng_below(&tr->r, 300);
+		break;
+	}
+	sleep_us(*delay_us);
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	read_markers(pfd[0], sn, 0, 0);
+	close(pfd[0]);
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+		fail_msg("%s: the child died on its own (status %#x): %s",
+			 tr->what, status, sn->err);
+}
+
+/*
+ * Opens the killed store (recovery), checks its checkpoint against what
+ * the child saw, and returns the step count c it holds.
+ */
+static uint64_t recover(struct trial *tr, const struct seen *sn,
+			struct totals *tot)
+{
+	struct et_store_config tc = tiny_config(tr->hbm);
+	struct et_stats st;
+	uint64_t c, id, lo, hi;
+	bool none_lo, none_hi;
+	et_store *s = NULL;
+	int tid[NT];
+
+	assert_int_equal(et_store_open(tr->dir, &tc, &s), 0);
+	open_tables(s, tid);
+	assert_int_equal(et_get_stats(s, -1, &st), 0);
+	dense_check(s, tr->seed, &id, &c);
+	lo = ckpt_steps(tr->from, tr->k, sn->done, &none_lo);
+	hi = ckpt_steps(tr->from, tr->k, sn->done + 1, &none_hi);
+	if (sn->last_ck == 'C') {
+		/* killed inside et_checkpoint: the old one or the new one,
+		 * nothing else */
+		tot->mid_ckpt++;
+		if (none_lo)
+			assert_true(id == 0 || c == hi);
+		else
+			assert_true(c == lo || c == hi);
+		if (id && c == hi)
+			tot->mid_committed++;
+	} else if (none_lo) {
+		assert_int_equal(id, 0);
+	} else {
+		/* nothing checkpointed is lost, nothing else is kept */
+		if (c != lo)
+			fail_msg("%s: recovered step %llu, the child had "
+				 "completed the checkpoint of step %llu",
+				 tr->what, (unsigned long long)c,
+				 (unsigned long long)lo);
+	}
+	if (id == 0) {
+		tot->before_first++;
+	} else {
+		assert_true(c >= tr->from);
+		assert_int_equal(c % tr->k == 0 || c == tr->from, true);
+		/* one id per checkpoint, the child's on the K grid */
+		if (tr->from == 0)
+			assert_int_equal(id, c / tr->k + 1);
+		else
+			assert_int_equal(id,
+					 tr->id + c / tr->k - tr->from / tr->k);
+	}
+	tot->restored += st.blocks_restored;
+	assert_int_equal(et_store_close(s), 0);
+	tr->id = id;
+	return c;
+}
+
+/* Steps [from, to) on the reference, which is at from. */
+static void ref_advance(struct trial *tr, uint64_t from, uint64_t to)
+{
+	uint64_t at;
+
+	assert_int_equal(
+	    drive(tr->rs, tr->rid, tr->seed, tr->k, from, to, false, -1, &at),
+	    0);
+	assert_int_equal(et_flush(tr->rs), 0);
+}
+
+/*
+ * Steps [c, c + more) on the recovered store and on the reference side by
+ * side (gathers compared), checkpoints on the K grid and at the end, and
+ * the files compared again.
+ */
+static void go_on(struct trial *tr, uint64_t c, uint64_t more,
+		  struct totals *tot)
+{
+	struct et_store_config tc = tiny_config(tr->hbm);
+	struct step *a = tu_calloc(1, sizeof(*a));
+	struct step *b = tu_calloc(1, sizeof(*b));
+	float *oa = tu_calloc(MAXB * MAXDIM, sizeof(float));
+	float *ob = tu_calloc(MAXB * MAXDIM, sizeof(float));
+	uint64_t id, c2;
+	et_store *s = NULL;
+	int tid[NT];
+
+	assert_int_equal(et_store_open(tr->dir, &tc, &s), 0);
+	open_tables(s, tid);
+	for (uint64_t i = c; i < c + more; i++) {
+		assert_int_equal(run_step(s, tid, tr->seed, i, a, b, oa, -1),
+				 0);
+		assert_int_equal(
+		    run_step(tr->rs, tr->rid, tr->seed, i, a, b, ob, -1), 0);
+		if (a->kind == S_GATHER)
+			assert_memory_equal(oa, ob,
+					    a->n * tparams[a->table].dim *
+						sizeof(float));
+		if ((i + 1) % tr->k == 0)
+			assert_int_equal(checkpoint_at(s, tr->seed, i + 1, -1),
+					 0);
+	}
+	assert_int_equal(checkpoint_at(s, tr->seed, c + more, -1), 0);
+	dense_check(s, tr->seed, &id, &c2);
+	assert_int_equal(c2, c + more);
+	assert_true(id > tr->id);
+	assert_int_equal(et_store_close(s), 0);
+	assert_int_equal(et_flush(tr->rs), 0);
+	snprintf(tr->what + strlen(tr->what),
+		 sizeof(tr->what) - strlen(tr->what), ", %llu more",
+		 (unsigned long long)more);
+	tot->compared +=
+	    compare_dirs(tr->dir, tr->ref, tr->seed, c + more, tr->what);
+	tr->from = c + more;
+	tr->id = id;
+	free(a);
+	free(b);
+	free(oa);
+	free(ob);
+}
+
+/* The trial in progress, for the teardown when it fails. */
+static struct trial *cur;
+
+static int teardown(void **state)
+{
+	if (!cur)
+		return 0;
+	et_store_close(cur->rs);
+	if (getenv("ET_CRASH_KEEP")) {
+		print_message("kept %s and %s\n", cur->dir, cur->ref);
+	} else {
+		rm_dir(cur->dir);
+		rm_dir(cur->ref);
+	}
+	cur = NULL;
+	return 0;
+}
+
+static void one_trial(unsigned no, uint64_t base, struct totals *tot)
+{
+	/* static: the teardown may need it after a failed assertion */
+	static struct trial tr;
+	struct et_store_config tc, bc = big_config();
+	et_store *s;
+	int tid[NT];
+
+	memset(&tr, 0, sizeof(tr));
+	tr.no = no;
+	tr.seed = mix64(base + no);
+	tr.k = 4u << (no % 3); /* 4, 8, 16 steps a checkpoint */
+	tr.hbm = no % 2;
+	tr.dir = tu_path("crash");
+	tr.ref = tu_path("crashref");
+	tc = tiny_config(tr.hbm);
+	cur = &tr;
+	tu_rng_seed(&tr.r, tr.seed ^ 0xc0ffee);
+	/* The store as the trainer's setup leaves it: two empty tables. */
+	s = store_new(tr.dir, &tc, tid);
+	assert_int_equal(et_store_close(s), 0);
+	tr.rs = store_new(tr.ref, &bc, tr.rid);
+
+	for (int round = 0; round < ROUNDS; round++) {
+		int mode = round ? (int)tu_rng_below(&tr.r, M_MODES)
+				 : (int)(no / 2 % M_MODES);
+		uint64_t delay_us = 0, c;
+		struct seen sn;
+
+		snprintf(tr.what, sizeof(tr.what),
+			 "trial %u round %d (seed %#llx, %s, K %u, %s, from "
+			 "%llu)",
+			 no, round, (unsigned long long)tr.seed,
+			 mode_names[mode], tr.k, tr.hbm ? "hbm+ddr" : "ddr",
+			 (unsigned long long)tr.from);
+		kill_child(&tr, mode, &sn, &delay_us);
+		tot->kills++;
+		if (mode == M_AT_PREFETCH && sn.last_ck != 'C')
+			tot->after_prefetch++;
+		c = recover(&tr, &sn, tot);
+		snprintf(tr.what + strlen(tr.what),
+			 sizeof(tr.what) - strlen(tr.what),
+			 ": killed after %llu us, recovered step %llu",
+			 (unsigned long long)delay_us, (unsigned long long)c);
+		/* the reference: exactly c steps, no crash, no write-back */
+		ref_advance(&tr, tr.from, c);
+		tot->compared +=
+		    compare_dirs(tr.dir, tr.ref, tr.seed, c, tr.what);
+		tot->exact++;
+		tot->ops_sum += c;
+		if (c > tot->ops_max)
+			tot->ops_max = c;
+		/* and the recovered store keeps working */
+		go_on(&tr, c, tr.k / 2 + tu_rng_below(&tr.r, tr.k / 2 + 1),
+		      tot);
+	}
+	assert_int_equal(et_store_close(tr.rs), 0);
+	tr.rs = NULL;
+	rm_dir(tr.dir);
+	rm_dir(tr.ref);
+	cur = NULL;
+	tot->trials++;
+}
+
+static void test_kill9(void **state)
+{
+	uint64_t trials = env_u64("ET_CRASH_TRIALS", DEFAULT_TRIALS);
+	uint64_t base = env_u64("ET_CRASH_SEED", DEFAULT_SEED);
+	struct totals tot = {0};
+
+	tu_require_uring();
+	tu_require_direct();
+	for (unsigned t = 0; t < trials; t++)
+		one_trial(t, base, &tot);
+	print_message(
+	    "crash: %u trials (seed %#llx), %u kills, %u recovered "
+	    "bit-exactly; %u kills inside et_checkpoint (%u of "
+	    "them committed), %u before the first checkpoint, %u "
+	    "right after a prefetch; %llu blocks restored; steps "
+	    "recovered: mean %.1f, max %llu; rows compared: "
+	    "%llu\n",
+	    tot.trials, (unsigned long long)base, tot.kills, tot.exact,
+	    tot.mid_ckpt, tot.mid_committed, tot.before_first,
+	    tot.after_prefetch, (unsigned long long)tot.restored,
+	    tot.kills ? (double)tot.ops_sum / tot.kills : 0.0,
+	    (unsigned long long)tot.ops_max, (unsigned long long)tot.compared);
+	assert_int_equal(tot.trials, trials);
+	assert_int_equal(tot.exact, tot.kills);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_teardown(test_kill9, teardown),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
