@@ -6,6 +6,7 @@
  * Every integer of a trace is little-endian and is encoded and decoded a
  * byte at a time here, so the format does not depend on the host.
  */
+#include "endian.h"
 #include "workload.h"
 
 #include <errno.h>
@@ -232,38 +233,6 @@ uint64_t wl_batch_ids(const struct wl_batch *b)
 	for (uint32_t i = 0; i < b->count; i++)
 		n += b->t[i].n;
 	return n;
-}
-
-/* ---------------------------------------------------- little-endian bytes */
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
 }
 
 #define HDR_BYTES 32 /* then ntables x u64 rows */

@@ -22,24 +22,11 @@
 
 #include "checkpoint.h"
 #include "embtier.h"
+#include "endian.h"
 #include "hash.h"
 
 #define CK_HDR 32
 
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
 
 static uint64_t ck_sum(const unsigned char *h, const void *dense, size_t len)
 {

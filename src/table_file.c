@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "dtype.h"
+#include "endian.h"
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
@@ -106,38 +107,6 @@ struct torn {
 };
 
 static int undo_log_chunk(et_tfile *tf, const uint64_t *blocks, uint32_t nb);
-
-/* ------------------------------------------------------- little-endian */
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32(const unsigned char *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
 
 /* ---------------------------------------------------- materialization map */
 
