@@ -88,7 +88,7 @@ struct et_tfile {
 	uint64_t undo_off;  /* where the next record goes */
 	struct matmap logged; /* blocks logged since the checkpoint */
 	struct torn *torn;  /* blocks whose last write failed: their image */
-	size_t ntorn;
+	size_t ntorn, torn_cap;
 	struct tf_stats st;
 };
 
@@ -308,7 +308,7 @@ static void tf_free(et_tfile *tf)
 	map_free(&tf->logged);
 	for (size_t i = 0; i < tf->ntorn; i++)
 		mem_free(tf->torn[i].img, tf->g.block_size, 0);
-	mem_free(tf->torn, tf->ntorn * sizeof(*tf->torn), 0);
+	mem_free(tf->torn, tf->torn_cap * sizeof(*tf->torn), 0);
 	mem_free(tf->path, tf->path_len, 0);
 	mem_free(tf->stage_hole, tf->stage_blocks, 0);
 	mem_free(tf->stage_blk, tf->stage_blocks * sizeof(uint64_t), 0);
@@ -697,15 +697,21 @@ static struct torn *torn_find(const et_tfile *tf, uint64_t b)
 
 static int torn_keep(et_tfile *tf, uint64_t b, const void *img)
 {
-	struct torn *t = torn_find(tf, b), *nt;
+	struct torn *t = torn_find(tf, b);
 
 	if (!t) {
-		nt = mem_alloc((tf->ntorn + 1) * sizeof(*nt), 0);
-		if (!nt)
-			return -ENOMEM;
-		memcpy(nt, tf->torn, tf->ntorn * sizeof(*nt));
-		mem_free(tf->torn, tf->ntorn * sizeof(*nt), 0);
-		tf->torn = nt;
+		if (tf->ntorn == tf->torn_cap) {
+			size_t cap = tf->torn_cap ? 2 * tf->torn_cap : 4;
+			struct torn *nt = mem_alloc(cap * sizeof(*nt), 0);
+
+			if (!nt)
+				return -ENOMEM;
+			if (tf->ntorn)
+				memcpy(nt, tf->torn, tf->ntorn * sizeof(*nt));
+			mem_free(tf->torn, tf->torn_cap * sizeof(*nt), 0);
+			tf->torn = nt;
+			tf->torn_cap = cap;
+		}
 		t = &tf->torn[tf->ntorn];
 		t->block = b;
 		t->img = mem_alloc(tf->g.block_size, 0);
@@ -725,10 +731,6 @@ static void torn_drop(et_tfile *tf, uint64_t b)
 		return;
 	mem_free(t->img, tf->g.block_size, 0);
 	*t = tf->torn[--tf->ntorn];
-	if (!tf->ntorn) {
-		mem_free(tf->torn, sizeof(*tf->torn), 0);
-		tf->torn = NULL;
-	} /* else the array keeps a spare slot, freed with the file */
 }
 
 /* One row of a batch, tagged with where it came from. */
