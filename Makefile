@@ -94,7 +94,7 @@ TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all lib tools bench demo cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
+.PHONY: FORCE all lib tools bench demo cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
 	format-check clean help
 
 all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
@@ -190,7 +190,7 @@ $(SHARED): $(LIB_OBJS)
 	$(Q)ln -sf libembtier.so.$(VERSION) $(BUILD)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $(BUILD)/libembtier.so
 
-$(BUILD)/embtier.pc: Makefile
+$(BUILD)/embtier.pc: Makefile FORCE
 	$(call msg,GEN,$@)
 	$(Q)mkdir -p $(BUILD)
 	$(Q)printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
@@ -244,12 +244,12 @@ install: all ## Install library, header, tools, embtier.pc (PREFIX, DESTDIR)
 	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libembtier.so
 	install -m 644 include/embtier.h $(DESTDIR)$(INCDIR)/
 	install -m 644 $(BUILD)/embtier.pc $(DESTDIR)$(PKGDIR)/
-	install -m 755 $(TOOLS) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(TOOLS) $(BENCH) $(DESTDIR)$(BINDIR)/
 
 uninstall: ## Remove what install put in place
 	rm -f $(DESTDIR)$(LIBDIR)/libembtier.a $(DESTDIR)$(LIBDIR)/libembtier.so*
 	rm -f $(DESTDIR)$(INCDIR)/embtier.h $(DESTDIR)$(PKGDIR)/embtier.pc
-	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%)
+	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
 format: ## Format the C sources with clang-format
 	clang-format -i include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] tests/*.[ch]
@@ -261,9 +261,11 @@ clean: ## Remove every build directory
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t16
+	@grep -hE '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t16
 
 .SECONDARY:
+
+FORCE:
 
 -include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d) $(TRAIN_OBJS:.o=.d) \
 	$(BENCH_OBJS:.o=.d) $(BUILD)/tools/build.d \
