@@ -251,11 +251,14 @@ uninstall: ## Remove what install put in place
 	rm -f $(DESTDIR)$(INCDIR)/embtier.h $(DESTDIR)$(PKGDIR)/embtier.pc
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
+C_SOURCES = include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] \
+	tests/*.[ch] fuzz/*.c
+
 format: ## Format the C sources with clang-format
-	clang-format -i include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] tests/*.[ch]
+	clang-format -i $(C_SOURCES)
 
 format-check: ## Fail if any C source is not formatted
-	clang-format --dry-run -Werror include/*.h src/*.[ch] tools/*.[ch] tests/*.[ch]
+	clang-format --dry-run -Werror $(C_SOURCES)
 
 clean: ## Remove every build directory
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda

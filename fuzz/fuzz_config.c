@@ -32,8 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static char dir[4096];
 	struct et_store_config c;
 	struct et_table_params p;
-	struct et_update_params up = { .lr = 0.1f };
-	uint64_t ids[8] = { 0, 1, 2, 3, 1, 0, 7, 5 };
+	struct et_update_params up = {.lr = 0.1f};
+	uint64_t ids[8] = {0, 1, 2, 3, 1, 0, 7, 5};
 	float *buf;
 	et_store *s;
 	int t;
@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	c.hbm_bytes %= 8u << 20;
 	c.ddr_bytes %= 16u << 20;
 	p.rows %= 1ULL << 41; /* past ET_MAX_ROWS too */
-	p.dim %= 70000;       /* past ET_MAX_DIM too */
+	p.dim %= 70000;	      /* past ET_MAX_DIM too */
 	if (et_store_open(dir, &c, &s) == 0) {
 		if (et_table_create(s, "t", &p, &t) == 0 && p.dim <= 1024) {
 			buf = calloc(8, (size_t)p.dim * sizeof(float));

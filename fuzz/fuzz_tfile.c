@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			rows[2] = info.rows / 2;
 			rows[3] = info.rows; /* out of range: an error */
 			if (out) {
-				(void)et_tfile_read_rows(tf, rows, 3, out, NULL);
+				(void)et_tfile_read_rows(tf, rows, 3, out,
+							 NULL);
 				(void)et_tfile_read_rows(tf, rows + 3, 1, out,
 							 NULL);
 				free(out);

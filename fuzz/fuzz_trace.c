@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				for (uint32_t j = 0; j < b.t[k].n; j++)
 					if (b.t[k].table >= r.ntables ||
 					    b.t[k].ids[j] >=
-						    r.rows[b.t[k].table])
+						r.rows[b.t[k].table])
 						abort(); /* outside its table */
 		wl_batch_free(&b);
 		wl_trace_close(&r);

@@ -26,9 +26,9 @@
 extern "C" {
 #endif
 
-#define ET_VERSION_MAJOR 0
-#define ET_VERSION_MINOR 1
-#define ET_VERSION_PATCH 0
+#define ET_VERSION_MAJOR  0
+#define ET_VERSION_MINOR  1
+#define ET_VERSION_PATCH  0
 #define ET_VERSION_STRING "0.1.0"
 
 /* Runtime version as (major << 16 | minor << 8 | patch); *str, if non-NULL,
@@ -39,21 +39,21 @@ int et_version(const char **str);
 
 enum {
 	ET_ERR_BASE = -4000,
-	ET_EMAGIC = -4001,     /* not an embtier table file */
-	ET_EVERSION = -4002,   /* table file format version not supported */
-	ET_EHDRSUM = -4003,    /* header checksum mismatch */
-	ET_EHEADER = -4004,    /* header field out of range */
-	ET_ETRUNC = -4005,     /* file shorter than its header says */
-	ET_EBLOCKSUM = -4006,  /* block checksum mismatch: corrupt data */
-	ET_EROWRANGE = -4007,  /* row id >= the table's logical rows */
-	ET_EDIM = -4008,       /* dimension mismatch */
-	ET_ENOTABLE = -4009,   /* no such table */
-	ET_ECONFIG = -4010,    /* configuration makes no sense */
-	ET_EURING = -4011,     /* io_uring could not be set up */
-	ET_EMISMATCH = -4012,  /* table file disagrees with what was asked */
-	ET_ECAPACITY = -4013,  /* a cache tier cannot hold what must be pinned */
-	ET_EFAILED = -4014,    /* an earlier I/O failure left writes refused */
-	ET_ESHORTIO = -4015,   /* the device transferred fewer bytes than asked */
+	ET_EMAGIC = -4001,    /* not an embtier table file */
+	ET_EVERSION = -4002,  /* table file format version not supported */
+	ET_EHDRSUM = -4003,   /* header checksum mismatch */
+	ET_EHEADER = -4004,   /* header field out of range */
+	ET_ETRUNC = -4005,    /* file shorter than its header says */
+	ET_EBLOCKSUM = -4006, /* block checksum mismatch: corrupt data */
+	ET_EROWRANGE = -4007, /* row id >= the table's logical rows */
+	ET_EDIM = -4008,      /* dimension mismatch */
+	ET_ENOTABLE = -4009,  /* no such table */
+	ET_ECONFIG = -4010,   /* configuration makes no sense */
+	ET_EURING = -4011,    /* io_uring could not be set up */
+	ET_EMISMATCH = -4012, /* table file disagrees with what was asked */
+	ET_ECAPACITY = -4013, /* a cache tier cannot hold what must be pinned */
+	ET_EFAILED = -4014,   /* an earlier I/O failure left writes refused */
+	ET_ESHORTIO = -4015, /* the device transferred fewer bytes than asked */
 	ET_ERR_LAST = -4015,
 };
 
@@ -73,7 +73,7 @@ typedef enum et_dtype {
 
 /* Optimizer whose per-row state is stored beside the row (always f32). */
 typedef enum et_optim {
-	ET_OPT_SGD = 0,             /* no state */
+	ET_OPT_SGD = 0,		    /* no state */
 	ET_OPT_ROWWISE_ADAGRAD = 1, /* one f32: the running mean of g^2 */
 } et_optim;
 
@@ -87,38 +87,39 @@ typedef enum et_init {
 
 /* Parameters of a new table file. Zero fields take the defaults shown. */
 struct et_table_params {
-	uint64_t rows;       /* logical rows, 1 .. ET_MAX_ROWS (required) */
-	uint32_t dim;        /* values per row, 1 .. ET_MAX_DIM (required) */
-	et_dtype dtype;      /* 0: ET_F32 */
-	et_optim optim;      /* SGD (no state) when 0 */
-	et_init init;        /* ET_INIT_ZEROS when 0 */
-	float init_scale;    /* for uniform/normal; 0: 1/sqrt(dim) */
-	uint64_t seed;       /* initializer seed; 0 is a valid seed */
-	uint32_t block_size; /* bytes; 0: 4096, raised to the device's direct-I/O
-			      * alignment and to fit at least one row */
+	uint64_t rows;	  /* logical rows, 1 .. ET_MAX_ROWS (required) */
+	uint32_t dim;	  /* values per row, 1 .. ET_MAX_DIM (required) */
+	et_dtype dtype;	  /* 0: ET_F32 */
+	et_optim optim;	  /* SGD (no state) when 0 */
+	et_init init;	  /* ET_INIT_ZEROS when 0 */
+	float init_scale; /* for uniform/normal; 0: 1/sqrt(dim) */
+	uint64_t seed;	  /* initializer seed; 0 is a valid seed */
+	uint32_t
+	    block_size; /* bytes; 0: 4096, raised to the device's direct-I/O
+			 * alignment and to fit at least one row */
 };
 
 #define ET_MAX_ROWS (1ULL << 40)
-#define ET_MAX_DIM 65536
+#define ET_MAX_DIM  65536
 
 /* What a table file is; filled by et_tfile_info(). */
 struct et_table_info {
-	uint64_t rows;            /* logical rows */
+	uint64_t rows; /* logical rows */
 	uint32_t dim;
 	et_dtype dtype;
 	et_optim optim;
 	et_init init;
 	float init_scale;
 	uint64_t seed;
-	uint32_t block_size;      /* bytes per block on disk */
+	uint32_t block_size; /* bytes per block on disk */
 	uint32_t rows_per_block;
-	uint32_t row_bytes;       /* one row as stored: values, then state */
-	uint32_t state_floats;    /* optimizer state per row (f32 each) */
+	uint32_t row_bytes;    /* one row as stored: values, then state */
+	uint32_t state_floats; /* optimizer state per row (f32 each) */
 	uint32_t format_version;
-	uint64_t blocks;          /* logical blocks */
-	uint64_t blocks_written;  /* materialized blocks (holes excluded) */
-	uint64_t logical_bytes;   /* file size if every block were written */
-	uint64_t disk_bytes;      /* bytes the file occupies on disk */
+	uint64_t blocks;	 /* logical blocks */
+	uint64_t blocks_written; /* materialized blocks (holes excluded) */
+	uint64_t logical_bytes;	 /* file size if every block were written */
+	uint64_t disk_bytes;	 /* bytes the file occupies on disk */
 };
 
 typedef struct et_tfile et_tfile;
@@ -142,8 +143,8 @@ int et_tfile_info(et_tfile *tf, struct et_table_info *info);
  * state is non-NULL it receives n x state_floats optimizer state. Every block
  * read is checksum-verified; unwritten rows come from the initializer without
  * I/O. */
-int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n,
-		       float *out, float *state);
+int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
+		       float *state);
 
 /* Writes n rows from in (n x dim f32) and, if state is non-NULL, their
  * optimizer state (else the stored state is kept, or zero for new rows).
@@ -193,21 +194,21 @@ typedef enum et_policy {
 } et_policy;
 
 typedef enum et_hbm_backend {
-	ET_HBM_SIM = 0,  /* host memory standing in for accelerator memory */
+	ET_HBM_SIM = 0,	 /* host memory standing in for accelerator memory */
 	ET_HBM_CUDA = 1, /* real device memory (builds with CUDA only) */
 } et_hbm_backend;
 
 /* Store configuration. Zero fields take the defaults shown. Capacities
  * count row data and per-slot metadata (ET_SLOT_META_BYTES a slot). */
 struct et_store_config {
-	uint64_t hbm_bytes;      /* 0: no HBM tier */
-	uint64_t ddr_bytes;      /* 0: 256 MiB */
-	et_policy hbm_policy;    /* 0: LRU */
-	et_policy ddr_policy;    /* 0: LRU */
-	uint32_t ways;           /* associativity, 1..64; 0: 16 */
-	uint32_t io_depth;       /* io_uring queue depth; 0: 128 */
-	uint32_t slot_bytes;     /* bytes of one cached row; 0: sized to the
-				  * largest row among the first table opened */
+	uint64_t hbm_bytes;   /* 0: no HBM tier */
+	uint64_t ddr_bytes;   /* 0: 256 MiB */
+	et_policy hbm_policy; /* 0: LRU */
+	et_policy ddr_policy; /* 0: LRU */
+	uint32_t ways;	      /* associativity, 1..64; 0: 16 */
+	uint32_t io_depth;    /* io_uring queue depth; 0: 128 */
+	uint32_t slot_bytes;  /* bytes of one cached row; 0: sized to the
+			       * largest row among the first table opened */
 	et_hbm_backend hbm_backend;
 };
 
@@ -270,8 +271,7 @@ int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
  * bag receives its bag's gradient (divided by the bag size for mean). */
 int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 		     const uint64_t *offsets, size_t nbags, et_pool mode,
-		     const float *bag_grads,
-		     const struct et_update_params *up);
+		     const float *bag_grads, const struct et_update_params *up);
 
 /* Overwrites the values of rows ids[0..n) with vals (n x dim f32); their
  * optimizer state is kept. If an id repeats, the last one wins. */
@@ -323,18 +323,17 @@ struct et_batch_ids {
  * their set is pinned are skipped (counted in prefetch_skipped) and read on
  * demand later: prefetch never changes results, only their speed.
  */
-int et_prefetch(et_store *s, const struct et_batch_ids *batch,
-		size_t ntables);
+int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables);
 
 /* Counters of one cache tier. */
 struct et_tier_stats {
-	uint64_t capacity_rows;  /* slots */
-	uint64_t resident_rows;  /* slots in use now */
-	uint64_t dirty_rows;     /* of which dirty */
-	uint64_t hits, misses;   /* distinct-row lookups that reached the
-				  * tier, by operations and prefetches */
-	uint64_t inserts;        /* rows placed in the tier */
-	uint64_t evictions;      /* rows pushed out to make room */
+	uint64_t capacity_rows;	      /* slots */
+	uint64_t resident_rows;	      /* slots in use now */
+	uint64_t dirty_rows;	      /* of which dirty */
+	uint64_t hits, misses;	      /* distinct-row lookups that reached the
+				       * tier, by operations and prefetches */
+	uint64_t inserts;	      /* rows placed in the tier */
+	uint64_t evictions;	      /* rows pushed out to make room */
 	uint64_t bytes_in, bytes_out; /* row bytes copied into / out of it */
 };
 
@@ -342,34 +341,34 @@ struct et_tier_stats {
 struct et_stats {
 	struct et_tier_stats hbm, ddr;
 	/* FBGEMM's six cache counters, for the top tier (HBM, else DDR) */
-	uint64_t calls;                  /* batch operations */
-	uint64_t requested;              /* ids passed in, duplicates counted */
-	uint64_t unique;                 /* distinct ids per call, summed */
-	uint64_t unique_misses;          /* distinct ids not in the top tier */
+	uint64_t calls;			 /* batch operations */
+	uint64_t requested;		 /* ids passed in, duplicates counted */
+	uint64_t unique;		 /* distinct ids per call, summed */
+	uint64_t unique_misses;		 /* distinct ids not in the top tier */
 	uint64_t conflict_unique_misses; /* distinct ids that found no free or
 					  * evictable way in the top tier */
-	uint64_t conflict_misses;        /* the same, duplicates counted */
+	uint64_t conflict_misses;	 /* the same, duplicates counted */
 	/* NVMe tier */
-	uint64_t nvme_rows_read;         /* rows read from table files */
-	uint64_t rows_lazy;              /* rows served from the initializer */
-	uint64_t writebacks;             /* dirty rows written back */
-	uint64_t undo_records;           /* block pre-images logged */
-	uint64_t blocks_restored;        /* blocks rolled back at open */
+	uint64_t nvme_rows_read;  /* rows read from table files */
+	uint64_t rows_lazy;	  /* rows served from the initializer */
+	uint64_t writebacks;	  /* dirty rows written back */
+	uint64_t undo_records;	  /* block pre-images logged */
+	uint64_t blocks_restored; /* blocks rolled back at open */
 	uint64_t blocks_read, blocks_written;
 	uint64_t bytes_read, bytes_written;
 	/* prefetch (store-wide) */
 	uint64_t prefetch_calls;
-	uint64_t prefetch_rows;          /* distinct rows asked for */
-	uint64_t prefetch_reads;         /* of which read from table files */
-	uint64_t prefetch_hits;          /* rows an operation found in the top
-					  * tier because a prefetch put them
-					  * there */
-	uint64_t prefetch_late;          /* rows still being read when the
-					  * next operation began */
-	uint64_t prefetch_skipped;       /* rows that found no unpinned way */
-	uint64_t prefetch_wait_ns;       /* time operations waited for reads */
+	uint64_t prefetch_rows;	   /* distinct rows asked for */
+	uint64_t prefetch_reads;   /* of which read from table files */
+	uint64_t prefetch_hits;	   /* rows an operation found in the top
+				    * tier because a prefetch put them
+				    * there */
+	uint64_t prefetch_late;	   /* rows still being read when the
+				    * next operation began */
+	uint64_t prefetch_skipped; /* rows that found no unpinned way */
+	uint64_t prefetch_wait_ns; /* time operations waited for reads */
 	/* memory */
-	uint64_t mem_bytes;              /* host bytes the library holds now */
+	uint64_t mem_bytes; /* host bytes the library holds now */
 	uint64_t mem_peak_bytes;
 };
 

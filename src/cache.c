@@ -24,9 +24,9 @@ static void host_free(void *p, size_t n)
 }
 
 const struct mem_tier mem_tier_host = {
-	.name = "ddr",
-	.alloc = host_alloc,
-	.free = host_free,
+    .name = "ddr",
+    .alloc = host_alloc,
+    .free = host_free,
 };
 
 int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,

@@ -7,11 +7,10 @@
  * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
  * default 16 ways) and touches row data only on a hit:
  *
- *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62 | DIRTY << 63
- *                                0 = empty
- *   pstate [nsets * ways] u32   the policy's word
- *   pin    [nsets * ways] u32   epoch of the batch that pinned it
- *   data   [nsets * ways] slot_bytes each, from the tier's memory
+ *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62 | DIRTY <<
+ * 63 0 = empty pstate [nsets * ways] u32   the policy's word pin    [nsets *
+ * ways] u32   epoch of the batch that pinned it data   [nsets * ways]
+ * slot_bytes each, from the tier's memory
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
@@ -29,10 +28,10 @@
 
 #include "policy.h"
 
-#define CACHE_DIRTY (1ULL << 63)
-#define CACHE_PF (1ULL << 62) /* placed by a prefetch, not yet used */
+#define CACHE_DIRTY    (1ULL << 63)
+#define CACHE_PF       (1ULL << 62) /* placed by a prefetch, not yet used */
 #define CACHE_KEY_MASK (~(CACHE_DIRTY | CACHE_PF))
-#define CACHE_NONE UINT64_MAX
+#define CACHE_NONE     UINT64_MAX
 
 static inline uint64_t cache_key(uint32_t table, uint64_t row)
 {
@@ -75,8 +74,8 @@ struct cache {
 	uint32_t *pin;
 	char *data;
 	uint32_t clock_div; /* the policy's clock: accesses / clock_div */
-	uint64_t used;  /* valid slots */
-	uint64_t dirty; /* dirty slots */
+	uint64_t used;	    /* valid slots */
+	uint64_t dirty;	    /* dirty slots */
 	struct cache_stats st;
 };
 

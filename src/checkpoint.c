@@ -27,7 +27,6 @@
 
 #define CK_HDR 32
 
-
 static uint64_t ck_sum(const unsigned char *h, const void *dense, size_t len)
 {
 	return hash_bytes2(h, 24, dense, len);
@@ -58,9 +57,9 @@ int ckpt_write(const char *dir, uint64_t id, const void *dense, size_t len)
 	int fd, dfd, ret;
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s/CHECKPOINT.tmp", dir) >=
-		    sizeof(tmp) ||
+		sizeof(tmp) ||
 	    (size_t)snprintf(fin, sizeof(fin), "%s/CHECKPOINT", dir) >=
-		    sizeof(fin))
+		sizeof(fin))
 		return -ENAMETOOLONG;
 	memset(h, 0, sizeof(h));
 	memcpy(h, "ETCKPT01", 8);

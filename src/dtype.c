@@ -75,9 +75,9 @@ uint16_t et_f32_to_f16(float f)
 	if (a <= 0x33000000u) /* <= 2^-25: zero (2^-25 is a tie, to even 0) */
 		return sign;
 	{
-		uint32_t e = a >> 23;              /* 102 .. 112 */
+		uint32_t e = a >> 23; /* 102 .. 112 */
 		uint32_t m = (a & 0x7fffffu) | 0x800000u;
-		uint32_t shift = 126u - e;         /* 14 .. 24 */
+		uint32_t shift = 126u - e; /* 14 .. 24 */
 		uint32_t half = 1u << (shift - 1);
 		uint32_t r = (m + half - 1u + ((m >> shift) & 1u)) >> shift;
 		return (uint16_t)(sign | r);

@@ -37,12 +37,12 @@
 struct io_ctx {
 	struct io_uring ring;
 	unsigned depth;
-	unsigned inflight;       /* SQEs sent, CQEs not yet seen */
-	unsigned queued;         /* in the FIFO */
+	unsigned inflight; /* SQEs sent, CQEs not yet seen */
+	unsigned queued;   /* in the FIFO */
 	struct io_req *head, *tail;
-	struct io_req *failed;   /* failed by the fault seam, not yet reaped */
+	struct io_req *failed; /* failed by the fault seam, not yet reaped */
 	struct io_req *failed_tail;
-	char *reg_base;          /* the registered fixed buffer, if any */
+	char *reg_base; /* the registered fixed buffer, if any */
 	size_t reg_len;
 	struct io_stats st;
 };
@@ -146,7 +146,7 @@ unsigned io_pending(const io_ctx *io)
 
 int io_register_region(io_ctx *io, void *base, size_t len)
 {
-	struct iovec iov = { .iov_base = base, .iov_len = len };
+	struct iovec iov = {.iov_base = base, .iov_len = len};
 	int ret;
 
 	if (io->reg_base) {
@@ -238,12 +238,12 @@ static int pump(io_ctx *io)
 		if (!io->head)
 			io->tail = NULL;
 		io->queued--;
-prep:
+	prep:
 		switch (r->op) {
 		case IO_READ:
 			if (in_region(io, r))
-				io_uring_prep_read_fixed(sqe, r->fd, r->buf, len,
-							 r->off, 0);
+				io_uring_prep_read_fixed(sqe, r->fd, r->buf,
+							 len, r->off, 0);
 			else
 				io_uring_prep_read(sqe, r->fd, r->buf, len,
 						   r->off);
@@ -369,7 +369,7 @@ int io_run(io_ctx *io, struct io_req *reqs, unsigned n)
 
 int io_fsync(io_ctx *io, int fd)
 {
-	struct io_req r = { .op = IO_FSYNC, .fd = fd };
+	struct io_req r = {.op = IO_FSYNC, .fd = fd};
 
 	return io_run(io, &r, 1);
 }

@@ -34,14 +34,14 @@ struct io_req;
 typedef void (*io_done_fn)(struct io_req *req);
 
 struct io_req {
-	int op;           /* enum io_op */
+	int op; /* enum io_op */
 	int fd;
-	void *buf;        /* aligned for O_DIRECT */
-	uint32_t len;     /* bytes */
-	uint64_t off;     /* file offset */
-	int res;          /* at completion: bytes moved, or -errno */
-	io_done_fn done;  /* called at completion, may be NULL */
-	void *arg;        /* the caller's */
+	void *buf;	     /* aligned for O_DIRECT */
+	uint32_t len;	     /* bytes */
+	uint64_t off;	     /* file offset */
+	int res;	     /* at completion: bytes moved, or -errno */
+	io_done_fn done;     /* called at completion, may be NULL */
+	void *arg;	     /* the caller's */
 	struct io_req *next; /* private: FIFO link */
 };
 

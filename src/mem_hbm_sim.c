@@ -20,9 +20,9 @@ static void sim_free(void *p, size_t n)
 }
 
 const struct mem_tier mem_tier_hbm_sim = {
-	.name = "hbm-sim",
-	.alloc = sim_alloc,
-	.free = sim_free,
+    .name = "hbm-sim",
+    .alloc = sim_alloc,
+    .free = sim_free,
 };
 
 #ifndef ET_HAVE_CUDA

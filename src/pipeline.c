@@ -23,11 +23,11 @@
 struct pipeline {
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t wake;    /* work queued, or stop */
-	pthread_cond_t idle;    /* a job finished */
+	pthread_cond_t wake; /* work queued, or stop */
+	pthread_cond_t idle; /* a job finished */
 	struct pl_job *queue, *queue_tail;
 	struct pl_job *done, *done_tail;
-	bool running;           /* the worker holds a job: cur */
+	bool running; /* the worker holds a job: cur */
 	struct pl_job *cur;
 	bool stop;
 };
@@ -83,11 +83,11 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&pl->lock);
 
 		if (j->kind == PL_READ)
-			j->result = tf_read_rows_raw(j->tf, j->rows, j->n,
-						     j->raw);
+			j->result =
+			    tf_read_rows_raw(j->tf, j->rows, j->n, j->raw);
 		else
-			j->result = tf_write_rows_raw(j->tf, j->rows, j->n,
-						      j->raw);
+			j->result =
+			    tf_write_rows_raw(j->tf, j->rows, j->n, j->raw);
 
 		pthread_mutex_lock(&pl->lock);
 		j->done = true;

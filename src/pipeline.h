@@ -23,16 +23,16 @@ enum { PL_READ = 1, PL_WRITE = 2 };
 
 struct pl_job {
 	struct pl_job *next;
-	int kind;          /* PL_READ or PL_WRITE */
+	int kind; /* PL_READ or PL_WRITE */
 	et_tfile *tf;
 	uint32_t table;
-	uint32_t epoch;    /* the batch that asked for it */
+	uint32_t epoch; /* the batch that asked for it */
 	size_t n;
-	uint64_t *rows;    /* n row ids */
-	void *raw;         /* n raw rows of the table's row_bytes */
+	uint64_t *rows; /* n row ids */
+	void *raw;	/* n raw rows of the table's row_bytes */
 	size_t row_bytes;
-	int result;        /* set by the worker */
-	bool done;         /* set by the worker, under the lock */
+	int result; /* set by the worker */
+	bool done;  /* set by the worker, under the lock */
 };
 
 struct pipeline;

@@ -22,16 +22,16 @@
  * cannot hold the cache forever. The cache scales the clock it gives LFU
  * (scaled_clock) so that a tick is slots / POLICY_SCALE accesses: a row
  * not hit for a whole turnover of the cache (as many accesses as it has
- * slots) loses one count, whatever the cache's size. Unscaled, a big cache's hot rows would decay below a fresh
- * insert long before their next hit, and LFU would act as LRU. The victim is the eligible way with the
- * lowest decayed counter; ties go to the least recently used, then the
- * lowest way.
+ * slots) loses one count, whatever the cache's size. Unscaled, a big cache's
+ * hot rows would decay below a fresh insert long before their next hit, and LFU
+ * would act as LRU. The victim is the eligible way with the lowest decayed
+ * counter; ties go to the least recently used, then the lowest way.
  */
 #include "hash.h"
 #include "policy.h"
 
-#define LFU_INIT 5
-#define LFU_LOG_FACTOR 10
+#define LFU_INIT	 5
+#define LFU_LOG_FACTOR	 10
 #define LFU_DECAY_PERIOD 4 /* units of 256 accesses */
 
 static inline uint32_t lfu_time(uint32_t now)
@@ -68,8 +68,8 @@ static void lfu_hit(uint32_t *st, uint32_t now)
 	*st = lfu_time(now) << 8 | c;
 }
 
-static unsigned lfu_victim(const uint32_t *st, unsigned ways,
-			   uint64_t eligible, uint32_t now)
+static unsigned lfu_victim(const uint32_t *st, unsigned ways, uint64_t eligible,
+			   uint32_t now)
 {
 	unsigned best = 0;
 	uint32_t best_c = 0, best_age = 0;
@@ -93,9 +93,9 @@ static unsigned lfu_victim(const uint32_t *st, unsigned ways,
 }
 
 const struct policy_ops policy_lfu = {
-	.name = "lfu",
-	.scaled_clock = true,
-	.on_hit = lfu_hit,
-	.on_insert = lfu_insert,
-	.victim = lfu_victim,
+    .name = "lfu",
+    .scaled_clock = true,
+    .on_hit = lfu_hit,
+    .on_insert = lfu_insert,
+    .victim = lfu_victim,
 };

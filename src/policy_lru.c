@@ -12,8 +12,8 @@ static void lru_touch(uint32_t *st, uint32_t now)
 	*st = now;
 }
 
-static unsigned lru_victim(const uint32_t *st, unsigned ways,
-			   uint64_t eligible, uint32_t now)
+static unsigned lru_victim(const uint32_t *st, unsigned ways, uint64_t eligible,
+			   uint32_t now)
 {
 	unsigned best = 0;
 	uint32_t best_age = 0;
@@ -34,10 +34,10 @@ static unsigned lru_victim(const uint32_t *st, unsigned ways,
 }
 
 const struct policy_ops policy_lru = {
-	.name = "lru",
-	.on_hit = lru_touch,
-	.on_insert = lru_touch,
-	.victim = lru_victim,
+    .name = "lru",
+    .on_hit = lru_touch,
+    .on_insert = lru_touch,
+    .victim = lru_victim,
 };
 
 const struct policy_ops *policy_get(et_policy p)

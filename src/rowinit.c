@@ -26,8 +26,8 @@ void rowinit_fill(et_init init, float scale, uint64_t seed, uint64_t row,
 	rowinit_fill_cols(init, scale, seed, row, 0, dim, out);
 }
 
-void rowinit_fill_cols(et_init init, float scale, uint64_t seed,
-		       uint64_t row, uint32_t col0, uint32_t n, float *out)
+void rowinit_fill_cols(et_init init, float scale, uint64_t seed, uint64_t row,
+		       uint32_t col0, uint32_t n, float *out)
 {
 	uint64_t base;
 	uint32_t c;
@@ -48,8 +48,10 @@ void rowinit_fill_cols(et_init init, float scale, uint64_t seed,
 	 * columns, so column c never depends on dim). */
 	for (c = 0; c < n; c++) {
 		uint64_t w = hash_mix(base + col0 + c);
-		double u1 = ((double)(w >> 11) + 1.0) * (1.0 / 9007199254740993.0);
-		double u2 = (double)(hash_mix(w) >> 11) * (1.0 / 9007199254740992.0);
+		double u1 =
+		    ((double)(w >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+		double u2 =
+		    (double)(hash_mix(w) >> 11) * (1.0 / 9007199254740992.0);
 		double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 		out[c] = (float)(z * scale);
 	}

@@ -17,8 +17,8 @@ void rowinit_fill(et_init init, float scale, uint64_t seed, uint64_t row,
 		  uint32_t dim, float *out);
 /* The same for columns [col0, col0 + n) only: a column's value does not
  * depend on the row's dimension. */
-void rowinit_fill_cols(et_init init, float scale, uint64_t seed,
-		       uint64_t row, uint32_t col0, uint32_t n, float *out);
+void rowinit_fill_cols(et_init init, float scale, uint64_t seed, uint64_t row,
+		       uint32_t col0, uint32_t n, float *out);
 
 const char *rowinit_name(et_init init);
 /* Parses "zeros", "uniform", "normal"; returns -1 on failure. */

@@ -61,9 +61,9 @@
 #include "policy.h"
 #include "table_file.h"
 
-#define MAX_TABLES 65534
+#define MAX_TABLES   65534
 #define NAME_MAX_LEN 64
-#define DEFAULT_DDR (256ULL << 20)
+#define DEFAULT_DDR  (256ULL << 20)
 #define DEFAULT_WAYS 16
 
 /* A growable scratch buffer. */
@@ -118,12 +118,12 @@ struct et_store {
 	bool has_hbm, caches_ready;
 	struct cache hbm, ddr;
 	uint32_t slot_bytes;
-	uint64_t now;   /* access count: the policies' clock */
-	uint32_t epoch; /* pin epoch of the operation in progress */
-	uint32_t bcur;  /* pin epoch of the last prefetched batch, or 0 */
-	uint32_t bprev; /* and of the one before it */
-	int failed;     /* first write-back error not yet recovered, or 0 */
-	uint64_t ckpt;  /* last committed checkpoint; 0: none, no undo logs */
+	uint64_t now;	  /* access count: the policies' clock */
+	uint32_t epoch;	  /* pin epoch of the operation in progress */
+	uint32_t bcur;	  /* pin epoch of the last prefetched batch, or 0 */
+	uint32_t bprev;	  /* and of the one before it */
+	int failed;	  /* first write-back error not yet recovered, or 0 */
+	uint64_t ckpt;	  /* last committed checkpoint; 0: none, no undo logs */
 	bool undo_broken; /* a log could not be restarted: no write may go
 			   * out until it is */
 	struct pipeline *pl; /* the I/O thread */
@@ -133,27 +133,27 @@ struct et_store {
 	} pf;
 
 	/* per-operation scratch */
-	struct sbuf uniq;  /* u64 unique row ids */
-	struct sbuf inv;   /* u32 per input id: index in uniq */
-	struct sbuf last;  /* u32 per unique: last input index */
-	struct sbuf map;   /* dedup hash: u64 key+1, u32 index */
-	struct sbuf ptrs;  /* void * per unique: the row's bytes */
-	struct sbuf kind;  /* u8 per unique: where it was found, then where
-			    * it is (K_*), | K_CONFLICT */
-	struct sbuf slots; /* u64 per unique: its slot in that tier */
-	struct sbuf mrows; /* u64 rows missing from both caches */
-	struct sbuf midx;  /* u32 unique index of each miss */
-	struct sbuf mbuf;  /* their bytes as read */
-	struct sbuf acc;   /* f32 per unique x dim: summed gradients */
-	struct sbuf tmp;   /* one row */
-	struct sbuf wkeys; /* u64 keys queued for write-back */
-	struct sbuf wbuf;  /* their bytes */
-	size_t nwb;        /* rows queued for write-back */
-	struct sbuf widx;  /* u32 hash index over wkeys: position + 1 */
-	size_t widx_cap;   /* entries in widx, a power of two */
-	struct sbuf wsort; /* u32 order for write-back grouping */
-	struct sbuf wrows; /* u64 rows of one table for write-back */
-	struct sbuf wraw;  /* their bytes, grouped */
+	struct sbuf uniq;   /* u64 unique row ids */
+	struct sbuf inv;    /* u32 per input id: index in uniq */
+	struct sbuf last;   /* u32 per unique: last input index */
+	struct sbuf map;    /* dedup hash: u64 key+1, u32 index */
+	struct sbuf ptrs;   /* void * per unique: the row's bytes */
+	struct sbuf kind;   /* u8 per unique: where it was found, then where
+			     * it is (K_*), | K_CONFLICT */
+	struct sbuf slots;  /* u64 per unique: its slot in that tier */
+	struct sbuf mrows;  /* u64 rows missing from both caches */
+	struct sbuf midx;   /* u32 unique index of each miss */
+	struct sbuf mbuf;   /* their bytes as read */
+	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
+	struct sbuf tmp;    /* one row */
+	struct sbuf wkeys;  /* u64 keys queued for write-back */
+	struct sbuf wbuf;   /* their bytes */
+	size_t nwb;	    /* rows queued for write-back */
+	struct sbuf widx;   /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;    /* entries in widx, a power of two */
+	struct sbuf wsort;  /* u32 order for write-back grouping */
+	struct sbuf wrows;  /* u64 rows of one table for write-back */
+	struct sbuf wraw;   /* their bytes, grouped */
 	struct sbuf bypass; /* u32 unique indexes served from the bypass */
 	size_t nbypass;
 };
@@ -264,9 +264,9 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 	if (s->ntables >= MAX_TABLES)
 		return -EMFILE;
 	if (!s->caches_ready) {
-		ret = caches_init(s, s->cfg.slot_bytes ?
-					     slot_for(s->cfg.slot_bytes) :
-					     slot_for(g->row_bytes));
+		ret = caches_init(s, s->cfg.slot_bytes
+					 ? slot_for(s->cfg.slot_bytes)
+					 : slot_for(g->row_bytes));
 		if (ret)
 			return ret;
 	}
@@ -405,8 +405,7 @@ static int config_check(struct et_store_config *c)
 		return ET_ECONFIG;
 	/* Capacities must hold at least one set of the smallest slot. */
 	if (c->ddr_bytes / (4 + ET_SLOT_META_BYTES) < c->ways ||
-	    (c->hbm_bytes &&
-	     c->hbm_bytes / (4 + ET_SLOT_META_BYTES) < c->ways))
+	    (c->hbm_bytes && c->hbm_bytes / (4 + ET_SLOT_META_BYTES) < c->ways))
 		return ET_ECONFIG;
 	if (c->slot_bytes) {
 		uint64_t per = slot_for(c->slot_bytes) + ET_SLOT_META_BYTES;
@@ -421,7 +420,7 @@ static int config_check(struct et_store_config *c)
 int et_store_open(const char *dir, const struct et_store_config *cfg,
 		  et_store **out)
 {
-	struct et_store_config c = { 0 };
+	struct et_store_config c = {0};
 	struct stat st;
 	et_store *s;
 	int ret, why = 0;
@@ -491,11 +490,11 @@ static void store_free(et_store *s)
 		cache_free(&s->ddr);
 	}
 	io_close(s->io);
-	struct sbuf *bufs[] = { &s->uniq,  &s->inv,   &s->last,  &s->map,
-				&s->ptrs,  &s->kind,  &s->mrows, &s->midx,
-				&s->mbuf,  &s->acc,   &s->tmp,   &s->wkeys,
-				&s->wbuf,  &s->wsort, &s->wrows, &s->wraw,
-				&s->bypass, &s->slots, &s->widx };
+	struct sbuf *bufs[] = {&s->uniq,   &s->inv,   &s->last,	 &s->map,
+			       &s->ptrs,   &s->kind,  &s->mrows, &s->midx,
+			       &s->mbuf,   &s->acc,   &s->tmp,	 &s->wkeys,
+			       &s->wbuf,   &s->wsort, &s->wrows, &s->wraw,
+			       &s->bypass, &s->slots, &s->widx};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
@@ -689,7 +688,8 @@ static int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 
 	while (cap < 2 * n)
 		cap *= 2;
-	ret = sbuf_reserve(&s->map, cap * (sizeof(uint64_t) + sizeof(uint32_t)));
+	ret =
+	    sbuf_reserve(&s->map, cap * (sizeof(uint64_t) + sizeof(uint32_t)));
 	if (!ret)
 		ret = sbuf_reserve(&s->uniq, n * sizeof(uint64_t));
 	if (!ret)
@@ -727,7 +727,7 @@ static int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 /* The pins that hold now: this operation's and the last two batches'. */
 static struct pinset pins_now(const et_store *s)
 {
-	struct pinset ps = { { s->epoch, s->bcur, s->bprev } };
+	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
 
 	return ps;
 }
@@ -956,8 +956,8 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 			if (kind[midx[q]] == K_WB)
 				memcpy((char *)s->mbuf.p + q * (size_t)rb,
 				       (char *)s->wbuf.p +
-					       (size_t)wb_find(s, key) *
-						       s->slot_bytes,
+					   (size_t)wb_find(s, key) *
+					       s->slot_bytes,
 				       rb);
 			else
 				nr++;
@@ -978,15 +978,16 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 			tf_get_stats(tb->tf, &t1);
 			tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
 			tb->st.nvme_rows_read +=
-				nr - (t1.rows_lazy - t0.rows_lazy);
+			    nr - (t1.rows_lazy - t0.rows_lazy);
 			if (ret)
 				return ret;
 			k = 0;
 			for (size_t q = 0; q < nm; q++)
 				if (kind[midx[q]] != K_WB)
-					memcpy((char *)s->mbuf.p + q * (size_t)rb,
+					memcpy((char *)s->mbuf.p +
+						   q * (size_t)rb,
 					       (char *)s->wraw.p +
-						       (k++) * (size_t)rb,
+						   (k++) * (size_t)rb,
 					       rb);
 		}
 	}
@@ -1009,8 +1010,8 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 			src = cache_row(&s->ddr, dslot);
 			dirty = cache_dirty(&s->ddr, dslot);
 		}
-		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot,
-				dirty, s->epoch, &kind[j], &slots[j]);
+		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
+				s->epoch, &kind[j], &slots[j]);
 		if (ret)
 			return ret;
 		if (kind[j] & K_CONFLICT)
@@ -1051,8 +1052,8 @@ static int op_end(et_store *s, uint32_t t, bool changed)
 
 	if (changed)
 		for (size_t i = 0; i < s->nbypass && !ret; i++)
-			ret = wb_queue(s, cache_key(t, uniq[by[i]]),
-				       ptrs[by[i]]);
+			ret =
+			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
 	s->nbypass = 0;
 	if (ret) {
 		if (!s->failed)
@@ -1134,8 +1135,8 @@ static int drain(et_store *s)
 				 * in the foreground would. */
 				for (size_t i = 0; i < j->n && !ret; i++)
 					ret = wb_queue(
-						s, cache_key(j->table, j->rows[i]),
-						(char *)j->raw + i * j->row_bytes);
+					    s, cache_key(j->table, j->rows[i]),
+					    (char *)j->raw + i * j->row_bytes);
 				if (!s->failed)
 					s->failed = j->result;
 			} else {
@@ -1146,7 +1147,7 @@ static int drain(et_store *s)
 			for (size_t i = 0; i < j->n && !ret; i++)
 				ret = pf_install(s, j->table, j->rows[i],
 						 (char *)j->raw +
-							 i * j->row_bytes,
+						     i * j->row_bytes,
 						 false, j->epoch);
 		}
 		/* A failed read installs nothing: the rows are read on
@@ -1222,8 +1223,7 @@ static int op_prepare(et_store *s, struct table *t, const uint64_t *ids,
  * memory system for a row this many ids ahead hides most of its latency. */
 #define PREFETCH_AHEAD 8
 
-int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
-	      float *out)
+int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 {
 	struct table *t;
 	size_t m;
@@ -1244,7 +1244,8 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
 
 		for (size_t i = 0; i < n; i++) {
 			if (i + PREFETCH_AHEAD < n)
-				__builtin_prefetch(ptrs[inv[i + PREFETCH_AHEAD]]);
+				__builtin_prefetch(
+				    ptrs[inv[i + PREFETCH_AHEAD]]);
 			dtype_decode(t->g->dtype, ptrs[inv[i]], out + i * dim,
 				     dim);
 		}
@@ -1307,7 +1308,7 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 
 				if (i + PREFETCH_AHEAD < n)
 					__builtin_prefetch(
-						ptrs[inv[i + PREFETCH_AHEAD]]);
+					    ptrs[inv[i + PREFETCH_AHEAD]]);
 				if (t->g->dtype == ET_F32)
 					r = ptrs[inv[i]]; /* no copy needed */
 				else
@@ -1394,8 +1395,8 @@ static void mark_dirty(et_store *s, size_t m)
 /* Sums per-input gradients into one per unique row, in input order. If
  * scale_by_bag, input i's gradient is bag_grads[bag of i] / bag size. */
 static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
-		      const float *grads, const uint64_t *offsets,
-		      size_t nbags, et_pool mode)
+		      const float *grads, const uint64_t *offsets, size_t nbags,
+		      et_pool mode)
 {
 	uint32_t dim = t->g->dim;
 	const uint32_t *inv = s->inv.p;
@@ -1426,22 +1427,22 @@ static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
 		if (!seen[inv[i]]) {
 			seen[inv[i]] = 1;
 			for (uint32_t c = 0; c < dim; c++)
-				a[c] = offsets && mode == ET_POOL_MEAN ?
-					       gi[c] / div :
-					       gi[c];
+				a[c] = offsets && mode == ET_POOL_MEAN
+					   ? gi[c] / div
+					   : gi[c];
 		} else {
 			for (uint32_t c = 0; c < dim; c++)
-				a[c] += offsets && mode == ET_POOL_MEAN ?
-						gi[c] / div :
-						gi[c];
+				a[c] += offsets && mode == ET_POOL_MEAN
+					    ? gi[c] / div
+					    : gi[c];
 		}
 	}
 	(void)nbags;
 	return 0;
 }
 
-static int update_common(et_store *s, int table, const uint64_t *ids,
-			 size_t n, const float *grads, const uint64_t *offsets,
+static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
+			 const float *grads, const uint64_t *offsets,
 			 size_t nbags, et_pool mode,
 			 const struct et_update_params *up)
 {
@@ -1473,14 +1474,12 @@ static int update_common(et_store *s, int table, const uint64_t *ids,
 int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
 	      const float *grads, const struct et_update_params *up)
 {
-	return update_common(s, table, ids, n, grads, NULL, 0, ET_POOL_SUM,
-			     up);
+	return update_common(s, table, ids, n, grads, NULL, 0, ET_POOL_SUM, up);
 }
 
 int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 		     const uint64_t *offsets, size_t nbags, et_pool mode,
-		     const float *bag_grads,
-		     const struct et_update_params *up)
+		     const float *bag_grads, const struct et_update_params *up)
 {
 	size_t n;
 	int ret;
@@ -1609,9 +1608,10 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			if (slot != CACHE_NONE) {
 				s->ddr.st.hits++;
 				cache_pin(&s->ddr, slot, s->bcur);
-				ret = place_row(s, key, cache_row(&s->ddr, slot),
-						rb, slot, cache_dirty(&s->ddr, slot),
-						s->bcur, &where, &slot);
+				ret = place_row(
+				    s, key, cache_row(&s->ddr, slot), rb, slot,
+				    cache_dirty(&s->ddr, slot), s->bcur, &where,
+				    &slot);
 				if (ret)
 					return ret;
 				if ((where & ~K_CONFLICT) == K_HBM)
@@ -1624,8 +1624,10 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		at = wb_find(s, key);
 		if (at >= 0) {
 			memcpy(s->mbuf.p,
-			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes, rb);
-			ret = pf_install(s, t, uniq[i], s->mbuf.p, true, s->bcur);
+			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
+			       rb);
+			ret =
+			    pf_install(s, t, uniq[i], s->mbuf.p, true, s->bcur);
 			if (ret)
 				return ret;
 			continue;
@@ -1654,8 +1656,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	return 0;
 }
 
-int et_prefetch(et_store *s, const struct et_batch_ids *batch,
-		size_t ntables)
+int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	struct pl_job *jobs = NULL, **tail = &jobs, *j;
 	int ret = 0;

@@ -45,14 +45,14 @@
 #include "rowinit.h"
 #include "table_file.h"
 
-#define TF_MAGIC "EMBTIERT"
-#define TF_VERSION 1
-#define TF_HDR_BYTES 256  /* bytes of the header block that mean something */
+#define TF_MAGIC       "EMBTIERT"
+#define TF_VERSION     1
+#define TF_HDR_BYTES   256 /* bytes of the header block that mean something */
 #define TF_HDR_SUM_OFF 248
-#define TF_TRAILER 16     /* u64 block number, u64 checksum */
-#define TF_MAX_BLOCK (1u << 20) /* fits the largest row: 65536 f32 + state */
+#define TF_TRAILER     16	  /* u64 block number, u64 checksum */
+#define TF_MAX_BLOCK   (1u << 20) /* fits the largest row: 65536 f32 + state */
 #define TF_STAGE_BYTES (4u << 20) /* batch staging per file, at most */
-#define MAP_LEAF_BITS 32768u /* one 4 KiB leaf */
+#define MAP_LEAF_BITS  32768u	  /* one 4 KiB leaf */
 
 /* The materialization map: a bit per block, two levels, leaves lazily. */
 struct matmap {
@@ -66,28 +66,28 @@ struct et_tfile {
 	bool rdonly;
 	struct tf_geom g;
 	uint32_t mem_align;
-	io_ctx *io;      /* the ring in use: attached, or own_io */
-	io_ctx *own_io;  /* made on first I/O if none was attached */
+	io_ctx *io;	/* the ring in use: attached, or own_io */
+	io_ctx *own_io; /* made on first I/O if none was attached */
 	struct matmap map;
-	char *stage;     /* stage_blocks aligned blocks for batch I/O */
+	char *stage; /* stage_blocks aligned blocks for batch I/O */
 	struct io_req *reqs;
 	uint32_t stage_blocks;
-	char *wr_buf;    /* bulk-load ring (WR_SLOTS x WR_SLOT_BYTES), kept
-			  * from the first et_tfile_write_range to close */
+	char *wr_buf; /* bulk-load ring (WR_SLOTS x WR_SLOT_BYTES), kept
+		       * from the first et_tfile_write_range to close */
 	size_t wr_bytes;
 	uint8_t *stage_hole; /* per stage block: filled from the initializer
 			      * (a hole on disk), not read */
 	uint64_t *stage_blk; /* per stage block: which block it holds */
-	char *pre;           /* the stage before a write's rows go in: what a
+	char *pre;	     /* the stage before a write's rows go in: what a
 			      * block held, should its write fail */
 	char *path;
 	size_t path_len;
-	int undo_fd;        /* the undo log, or -1 */
-	bool undo_on;       /* log pre-images before first writes */
-	uint64_t undo_id;   /* checkpoint the log belongs to */
-	uint64_t undo_off;  /* where the next record goes */
+	int undo_fd;	      /* the undo log, or -1 */
+	bool undo_on;	      /* log pre-images before first writes */
+	uint64_t undo_id;     /* checkpoint the log belongs to */
+	uint64_t undo_off;    /* where the next record goes */
 	struct matmap logged; /* blocks logged since the checkpoint */
-	struct torn *torn;  /* blocks whose last write failed: their image */
+	struct torn *torn;    /* blocks whose last write failed: their image */
 	size_t ntorn, torn_cap;
 	struct tf_stats st;
 };
@@ -166,9 +166,9 @@ static uint64_t map_next(const struct matmap *m, uint64_t b, uint64_t end)
 		}
 		uint64_t w = leaf[bit / 64] >> (bit % 64);
 		if (w)
-			return b + (uint64_t)__builtin_ctzll(w) < end ?
-				       b + (uint64_t)__builtin_ctzll(w) :
-				       UINT64_MAX;
+			return b + (uint64_t)__builtin_ctzll(w) < end
+				   ? b + (uint64_t)__builtin_ctzll(w)
+				   : UINT64_MAX;
 		b = (b / 64 + 1) * 64;
 	}
 	return UINT64_MAX;
@@ -196,8 +196,8 @@ static int map_load(et_tfile *tf)
 			return -errno;
 		if (hole > end)
 			hole = end;
-		uint64_t b0 = (uint64_t)(data - (off_t)g->data_off) /
-			      g->block_size;
+		uint64_t b0 =
+		    (uint64_t)(data - (off_t)g->data_off) / g->block_size;
 		uint64_t b1 = ((uint64_t)(hole - (off_t)g->data_off) +
 			       g->block_size - 1) /
 			      g->block_size;
@@ -463,7 +463,7 @@ int et_tfile_create(const char *path, const struct et_table_params *p,
 		goto err_hdr;
 	}
 	if (ftruncate(tf->fd, (off_t)(tf->g.data_off +
-				       tf->g.blocks * tf->g.block_size))) {
+				      tf->g.blocks * tf->g.block_size))) {
 		ret = -errno; /* -EFBIG: too large for this filesystem */
 		goto err_hdr;
 	}
@@ -532,8 +532,8 @@ int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
 		ret = -errno;
 		goto err_free;
 	}
-	if ((uint64_t)st.st_size < tf->g.data_off +
-					  tf->g.blocks * tf->g.block_size) {
+	if ((uint64_t)st.st_size <
+	    tf->g.data_off + tf->g.blocks * tf->g.block_size) {
 		ret = ET_ETRUNC;
 		goto err_free;
 	}
@@ -621,8 +621,8 @@ static uint32_t block_rows(const et_tfile *tf, uint64_t b)
 	uint64_t first = b * tf->g.rows_per_block;
 	uint64_t left = tf->g.rows - first;
 
-	return left < tf->g.rows_per_block ? (uint32_t)left :
-					     tf->g.rows_per_block;
+	return left < tf->g.rows_per_block ? (uint32_t)left
+					   : tf->g.rows_per_block;
 }
 
 static bool all_zero(const unsigned char *p, size_t n)
@@ -808,10 +808,12 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 				continue;
 			}
 			if (need_read(tf, e + j, k - j, b)) {
-				struct io_req *r = nr ? &tf->reqs[nr - 1] : NULL;
+				struct io_req *r =
+				    nr ? &tf->reqs[nr - 1] : NULL;
 
 				/* Consecutive blocks: one larger read. */
-				if (r && (char *)r->buf + r->len == (char *)buf &&
+				if (r &&
+				    (char *)r->buf + r->len == (char *)buf &&
 				    r->off + r->len == block_off(tf, b)) {
 					r->len += tf->g.block_size;
 					tf->stage_hole[nb] = 0;
@@ -839,13 +841,15 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 			if (ret)
 				return ret;
 			for (uint32_t q = 0; q < nr; q++) {
-				uint32_t s0 = (uint32_t)(uintptr_t)tf->reqs[q].arg;
-				uint32_t cnt = tf->reqs[q].len / tf->g.block_size;
+				uint32_t s0 =
+				    (uint32_t)(uintptr_t)tf->reqs[q].arg;
+				uint32_t cnt =
+				    tf->reqs[q].len / tf->g.block_size;
 
 				for (uint32_t s = s0; s < s0 + cnt; s++) {
 					unsigned char *buf =
-						(unsigned char *)tf->stage +
-						(size_t)s * tf->g.block_size;
+					    (unsigned char *)tf->stage +
+					    (size_t)s * tf->g.block_size;
 
 					ret = block_check(tf, blocks[s], buf);
 					if (ret < 0)
@@ -858,7 +862,7 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 				}
 				tf->st.blocks_read += cnt;
 				tf->st.bytes_read +=
-					(uint64_t)cnt * tf->g.block_size;
+				    (uint64_t)cnt * tf->g.block_size;
 			}
 		}
 		ret = fn(tf, e + i, j - i, blocks, nb, arg);
@@ -888,8 +892,7 @@ static int make_ents(const et_tfile *tf, const uint64_t *rows, size_t n,
 
 /* ------------------------------------------------------------ read rows */
 
-static bool read_needed(et_tfile *tf, const struct ent *e, size_t n,
-			uint64_t b)
+static bool read_needed(et_tfile *tf, const struct ent *e, size_t n, uint64_t b)
 {
 	return map_test(&tf->map, b);
 }
@@ -905,7 +908,7 @@ static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
 			s++;
 		memcpy(dst + (size_t)e[i].idx * tf->g.row_bytes,
 		       tf->stage + (size_t)s * tf->g.block_size +
-			       (size_t)e[i].slot * tf->g.row_bytes,
+			   (size_t)e[i].slot * tf->g.row_bytes,
 		       tf->g.row_bytes);
 	}
 	return 0;
@@ -931,7 +934,8 @@ int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
 			continue;
 		}
 		tf_init_row_raw(tf, rows[e[i].idx],
-				(char *)dst + (size_t)e[i].idx * tf->g.row_bytes);
+				(char *)dst +
+				    (size_t)e[i].idx * tf->g.row_bytes);
 		tf->st.rows_lazy++;
 	}
 	ret = m ? for_each_chunk(tf, e, m, read_needed, read_copy, dst) : 0;
@@ -947,7 +951,7 @@ static bool write_needs_read(et_tfile *tf, const struct ent *e, size_t n,
 			     uint64_t b)
 {
 	uint32_t present = block_rows(tf, b), distinct = 0;
-	uint64_t seen[8] = { 0 };
+	uint64_t seen[8] = {0};
 
 	if (!map_test(&tf->map, b))
 		return false;
@@ -981,8 +985,8 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 			return ret;
 	}
 	if (!tf->pre) {
-		tf->pre = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
-				    0);
+		tf->pre =
+		    mem_alloc((size_t)tf->stage_blocks * tf->g.block_size, 0);
 		if (!tf->pre)
 			return -ENOMEM;
 	}
@@ -991,14 +995,14 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 		while (blocks[s] != e[i].block)
 			s++;
 		memcpy(tf->stage + (size_t)s * tf->g.block_size +
-			       (size_t)e[i].slot * tf->g.row_bytes,
+			   (size_t)e[i].slot * tf->g.row_bytes,
 		       src + (size_t)e[i].idx * tf->g.row_bytes,
 		       tf->g.row_bytes);
 	}
 	for (s = 0; s < nb; s++) {
 		struct io_req *r = &tf->reqs[s];
-		unsigned char *buf = (unsigned char *)tf->stage +
-				     (size_t)s * tf->g.block_size;
+		unsigned char *buf =
+		    (unsigned char *)tf->stage + (size_t)s * tf->g.block_size;
 
 		block_seal(tf, blocks[s], buf);
 		memset(r, 0, sizeof(*r));
@@ -1021,8 +1025,8 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 			tf->st.blocks_written++;
 			tf->st.bytes_written += tf->g.block_size;
 		} else {
-			r2 = torn_keep(tf, blocks[s], tf->pre +
-				       (size_t)s * tf->g.block_size);
+			r2 = torn_keep(tf, blocks[s],
+				       tf->pre + (size_t)s * tf->g.block_size);
 		}
 		if (r2 && !ret)
 			ret = r2;
@@ -1067,8 +1071,8 @@ int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 
 /* ------------------------------------------------------- public f32 API */
 
-int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n,
-		       float *out, float *state)
+int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
+		       float *state)
 {
 	const struct tf_geom *g;
 	unsigned char *raw;
@@ -1138,7 +1142,7 @@ int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
  * disk streams while the next buffer is packed. Rows of partial blocks at
  * either end go through the read-modify-write path.
  */
-#define WR_SLOTS 8
+#define WR_SLOTS      8
 #define WR_SLOT_BYTES (1u << 20)
 
 struct wr_slot {
@@ -1173,8 +1177,8 @@ static int wr_retire(et_tfile *tf, struct wr_slot *s, int ret)
 
 /* et_tfile_write_rows with every row's optimizer state set to zero, as
  * whole blocks of a bulk load get it. */
-static int write_rows_zero_state(et_tfile *tf, const uint64_t *ids,
-				 uint64_t n, const float *in)
+static int write_rows_zero_state(et_tfile *tf, const uint64_t *ids, uint64_t n,
+				 const float *in)
 {
 	size_t sb = (size_t)n * tf->g.state_floats * sizeof(float);
 	float *st = sb ? mem_alloc(sb, 0) : NULL;
@@ -1238,8 +1242,7 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 			ids[i] = tail_first + i;
 		if (!ret && tail)
 			ret = write_rows_zero_state(
-				tf, ids, tail,
-				in + (tail_first - first) * g->dim);
+			    tf, ids, tail, in + (tail_first - first) * g->dim);
 		mem_free(ids, m * sizeof(*ids), 0);
 		if (ret)
 			return ret;
@@ -1260,8 +1263,8 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 	memset(slots, 0, sizeof(slots));
 	for (unsigned k = 0; b < bend; k = (k + 1) % WR_SLOTS) {
 		struct wr_slot *s = &slots[k];
-		unsigned char *sb = (unsigned char *)buf +
-				    (size_t)k * per_slot * g->block_size;
+		unsigned char *sb =
+		    (unsigned char *)buf + (size_t)k * per_slot * g->block_size;
 
 		while (s->busy) {
 			int w = io_wait(io, 1);
@@ -1286,7 +1289,7 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 
 			for (uint32_t r = 0; r < nr; r++) {
 				unsigned char *row =
-					blk + (size_t)r * g->row_bytes;
+				    blk + (size_t)r * g->row_bytes;
 
 				dtype_encode(g->dtype,
 					     in + (r0 + r - first) * g->dim,
@@ -1374,8 +1377,11 @@ static int undo_path(const et_tfile *tf, char **out, size_t *n)
 static int undo_io(et_tfile *tf, int op, const void *buf, uint32_t len,
 		   uint64_t off)
 {
-	struct io_req r = { .op = op, .fd = tf->undo_fd, .buf = (void *)buf,
-			    .len = len, .off = off };
+	struct io_req r = {.op = op,
+			   .fd = tf->undo_fd,
+			   .buf = (void *)buf,
+			   .len = len,
+			   .off = off};
 	io_ctx *io;
 	int ret = tf_io(tf, &io);
 

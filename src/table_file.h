@@ -30,11 +30,11 @@ struct tf_geom {
 	uint64_t seed;
 	uint32_t block_size;
 	uint32_t rows_per_block;
-	uint32_t row_bytes;     /* dim * dtype_size + state_floats * 4 */
-	uint32_t value_bytes;   /* dim * dtype_size */
+	uint32_t row_bytes;   /* dim * dtype_size + state_floats * 4 */
+	uint32_t value_bytes; /* dim * dtype_size */
 	uint32_t state_floats;
 	uint64_t blocks;
-	uint64_t data_off;      /* byte offset of block 0 */
+	uint64_t data_off; /* byte offset of block 0 */
 };
 
 const struct tf_geom *tf_geom(const et_tfile *tf);
@@ -69,7 +69,7 @@ int tf_undo_recover(et_tfile *tf, uint64_t committed, uint64_t *restored);
 /* Counters since open. */
 struct tf_stats {
 	uint64_t blocks_read, blocks_written, rmw_reads, undo_records;
-	uint64_t rows_lazy;     /* rows served from the initializer */
+	uint64_t rows_lazy; /* rows served from the initializer */
 	uint64_t bytes_read, bytes_written;
 };
 void tf_get_stats(const et_tfile *tf, struct tf_stats *st);

@@ -1269,10 +1269,10 @@ static uint64_t documented_overhead(struct harness *h, struct mstore *ms,
 		h_rc(h, ms, et_table_info(ms->s, ms->id[k], &info));
 		groups = (info.blocks + 32767) / 32768;
 		/* twice: the stage, and its copy of blocks as they were */
-		sum += 2 * ((uint64_t)4 * IO_DEPTH * info.block_size <
-					    (4u << 20) ?
-				    (uint64_t)4 * IO_DEPTH * info.block_size :
-				    (4u << 20));
+		sum +=
+		    2 * ((uint64_t)4 * IO_DEPTH * info.block_size < (4u << 20)
+			     ? (uint64_t)4 * IO_DEPTH * info.block_size
+			     : (4u << 20));
 		sum += groups * (4096 + 8);
 		if (info.row_bytes > max_rb)
 			max_rb = info.row_bytes;

@@ -68,9 +68,9 @@
 #include "mem_host.h"
 #include "util.h"
 
-#define META ET_SLOT_META_BYTES
+#define META	   ET_SLOT_META_BYTES
 #define MAX_STORES 8
-#define TROWS 100000ULL
+#define TROWS	   100000ULL
 
 /* ---------------------------------------------------------------- fixture */
 
@@ -229,12 +229,12 @@ static void ht_init(struct ht *h, struct fx *f,
 		    const struct et_store_config *cfg, uint64_t filled)
 {
 	const struct et_table_params p = {
-		.rows = TROWS,
-		.dim = HDIM,
-		.dtype = ET_F32,
-		.optim = ET_OPT_SGD,
-		.init = ET_INIT_ZEROS,
-		.seed = 1,
+	    .rows = TROWS,
+	    .dim = HDIM,
+	    .dtype = ET_F32,
+	    .optim = ET_OPT_SGD,
+	    .init = ET_INIT_ZEROS,
+	    .seed = 1,
 	};
 	struct et_table_info info;
 
@@ -291,7 +291,7 @@ static void ht_check(struct ht *h, const uint64_t *ids, size_t n)
 /* et_update of distinct ids, every gradient g, lr 1; exp follows on 0. */
 static int ht_update(struct ht *h, const uint64_t *ids, size_t n, float g)
 {
-	const struct et_update_params up = { .lr = 1.0f };
+	const struct et_update_params up = {.lr = 1.0f};
 	float *gr = scratch(n * HDIM, sizeof(float));
 	int ret;
 
@@ -324,7 +324,7 @@ static int ht_write(struct ht *h, const uint64_t *ids, size_t n, float base)
 
 static int ht_prefetch(struct ht *h, const uint64_t *ids, size_t n)
 {
-	const struct et_batch_ids b = { .table = h->t, .ids = ids, .n = n };
+	const struct et_batch_ids b = {.table = h->t, .ids = ids, .n = n};
 
 	return et_prefetch(h->s, &b, 1);
 }
@@ -351,13 +351,12 @@ static void ht_check_file(struct ht *h, const uint64_t *ids, size_t n)
 }
 
 /* A one-table store config with no HBM and a DDR of n slots, ways ways. */
-static struct et_store_config ddr_only(uint64_t n, uint32_t ways,
-				       et_policy pol)
+static struct et_store_config ddr_only(uint64_t n, uint32_t ways, et_policy pol)
 {
 	struct et_store_config c = {
-		.ddr_bytes = tier_bytes(HDIM * 4, n),
-		.ways = ways,
-		.ddr_policy = pol,
+	    .ddr_bytes = tier_bytes(HDIM * 4, n),
+	    .ways = ways,
+	    .ddr_policy = pol,
 	};
 
 	return c;
@@ -369,7 +368,7 @@ struct eq_case {
 	const char *name;
 	et_dtype dtype;
 	et_optim optim;
-	uint32_t dim[2];   /* of the two tables */
+	uint32_t dim[2];    /* of the two tables */
 	uint32_t hbm_slots; /* 0: no HBM tier */
 	uint32_t ddr_slots;
 	uint32_t ways;
@@ -385,7 +384,7 @@ struct batch {
 };
 
 #define EQ_STEPS 32
-#define EQ_HOT 160
+#define EQ_HOT	 160
 
 static uint64_t draw_id(struct tu_rng *r, const uint64_t *hot)
 {
@@ -409,8 +408,8 @@ static void batch_make(struct batch *b, struct tu_rng *r, const uint64_t *hot,
 	b->n = 0;
 	for (size_t g = 0; g < b->nbags; g++) {
 		/* an empty bag now and then */
-		uint64_t len = tu_rng_below(r, 9) ? 1 + tu_rng_below(
-							r, c->max_len) : 0;
+		uint64_t len =
+		    tu_rng_below(r, 9) ? 1 + tu_rng_below(r, c->max_len) : 0;
 
 		for (uint64_t k = 0; k < len; k++)
 			b->ids[b->n++] = draw_id(r, hot);
@@ -431,8 +430,8 @@ static void touch(struct touched *t, const uint64_t *ids, size_t n)
 	t->n += n;
 }
 
-static void eq_compare(const char *what, int step, int table,
-		       const float *a, const float *b, size_t n)
+static void eq_compare(const char *what, int step, int table, const float *a,
+		       const float *b, size_t n)
 {
 	if (memcmp(a, b, n * sizeof(float)) == 0)
 		return;
@@ -482,7 +481,7 @@ static void compare_files(const char *da, const char *db, const char *name,
 	}
 }
 
-static const char *const eq_names[2] = { "emb0", "emb1" };
+static const char *const eq_names[2] = {"emb0", "emb1"};
 
 /* The prefetch of step i+1's batches, in one of several shapes. */
 static int eq_prefetch(et_store *s, const int *tid, struct batch *nb,
@@ -501,7 +500,7 @@ static int eq_prefetch(et_store *s, const int *tid, struct batch *nb,
 		ret = et_prefetch(s, b, 2);
 		++*calls;
 	} else if (k < 50) { /* both, the other order */
-		struct et_batch_ids rb[2] = { b[1], b[0] };
+		struct et_batch_ids rb[2] = {b[1], b[0]};
 
 		ret = et_prefetch(s, rb, 2);
 		++*calls;
@@ -523,25 +522,25 @@ static int eq_prefetch(et_store *s, const int *tid, struct batch *nb,
 static void run_eq_case(struct fx *f, const struct eq_case *c)
 {
 	const struct et_update_params up = {
-		.lr = c->optim == ET_OPT_ROWWISE_ADAGRAD ? 0.1f : 0.05f,
+	    .lr = c->optim == ET_OPT_ROWWISE_ADAGRAD ? 0.1f : 0.05f,
 	};
 	uint32_t rb0 = row_bytes_of(c->dtype, c->dim[0], c->optim);
 	uint32_t rb1 = row_bytes_of(c->dtype, c->dim[1], c->optim);
 	uint32_t rb = rb0 > rb1 ? rb0 : rb1;
 	struct et_store_config ca = {
-		.ddr_bytes = 16ULL << 20,
-		.slot_bytes = rb,
+	    .ddr_bytes = 16ULL << 20,
+	    .slot_bytes = rb,
 	};
 	struct et_store_config cb = {
-		.hbm_bytes = tier_bytes(rb, c->hbm_slots),
-		.ddr_bytes = tier_bytes(rb, c->ddr_slots),
-		.hbm_policy = c->hbm_policy,
-		.ddr_policy = c->ddr_policy,
-		.ways = c->ways,
-		.slot_bytes = rb,
+	    .hbm_bytes = tier_bytes(rb, c->hbm_slots),
+	    .ddr_bytes = tier_bytes(rb, c->ddr_slots),
+	    .hbm_policy = c->hbm_policy,
+	    .ddr_policy = c->ddr_policy,
+	    .ways = c->ways,
+	    .slot_bytes = rb,
 	};
 	struct batch bt[EQ_STEPS + 1][2];
-	struct touched tch[2] = { { 0 } };
+	struct touched tch[2] = {{0}};
 	uint64_t hot[EQ_HOT];
 	struct tu_rng r;
 	int ia = fx_new(f), ib = fx_new(f);
@@ -562,13 +561,13 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 	}
 	for (int t = 0; t < 2; t++) {
 		const struct et_table_params p = {
-			.rows = TROWS,
-			.dim = c->dim[t],
-			.dtype = c->dtype,
-			.optim = c->optim,
-			.init = ET_INIT_UNIFORM,
-			.init_scale = 0.5f,
-			.seed = c->seed + (uint64_t)t,
+		    .rows = TROWS,
+		    .dim = c->dim[t],
+		    .dtype = c->dtype,
+		    .optim = c->optim,
+		    .init = ET_INIT_UNIFORM,
+		    .init_scale = 0.5f,
+		    .seed = c->seed + (uint64_t)t,
 		};
 
 		assert_int_equal(et_table_create(sa, eq_names[t], &p, &ta[t]),
@@ -596,30 +595,24 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 			size_t nout;
 
 			pooled[t] = tu_rng_below(&r, 3) != 0;
-			mode[t] = tu_rng_below(&r, 2) ? ET_POOL_MEAN :
-							ET_POOL_SUM;
+			mode[t] =
+			    tu_rng_below(&r, 2) ? ET_POOL_MEAN : ET_POOL_SUM;
 			if (pooled[t]) {
 				nout = b->nbags * c->dim[t];
-				assert_int_equal(et_gather_pooled(sa, ta[t],
-								  b->ids,
-								  b->offs,
-								  b->nbags,
-								  mode[t], oa),
-						 0);
-				assert_int_equal(et_gather_pooled(sb, tb[t],
-								  b->ids,
-								  b->offs,
-								  b->nbags,
-								  mode[t], ob),
-						 0);
+				assert_int_equal(
+				    et_gather_pooled(sa, ta[t], b->ids, b->offs,
+						     b->nbags, mode[t], oa),
+				    0);
+				assert_int_equal(
+				    et_gather_pooled(sb, tb[t], b->ids, b->offs,
+						     b->nbags, mode[t], ob),
+				    0);
 			} else {
 				nout = b->n * c->dim[t];
-				assert_int_equal(et_gather(sa, ta[t], b->ids,
-							   b->n, oa),
-						 0);
-				assert_int_equal(et_gather(sb, tb[t], b->ids,
-							   b->n, ob),
-						 0);
+				assert_int_equal(
+				    et_gather(sa, ta[t], b->ids, b->n, oa), 0);
+				assert_int_equal(
+				    et_gather(sb, tb[t], b->ids, b->n, ob), 0);
 			}
 			eq_compare(c->name, i, t, oa, ob, nout);
 		}
@@ -638,27 +631,23 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 			for (size_t k = 0; k < ng * c->dim[t]; k++)
 				gr[k] = (float)tu_rng_double(&r, -1.0, 1.0);
 			if (pooled[t]) {
-				assert_int_equal(et_update_pooled(sa, ta[t],
-								  b->ids,
-								  b->offs,
-								  b->nbags,
-								  mode[t], gr,
-								  &up),
-						 0);
-				assert_int_equal(et_update_pooled(sb, tb[t],
-								  b->ids,
-								  b->offs,
-								  b->nbags,
-								  mode[t], gr,
-								  &up),
-						 0);
+				assert_int_equal(
+				    et_update_pooled(sa, ta[t], b->ids, b->offs,
+						     b->nbags, mode[t], gr,
+						     &up),
+				    0);
+				assert_int_equal(
+				    et_update_pooled(sb, tb[t], b->ids, b->offs,
+						     b->nbags, mode[t], gr,
+						     &up),
+				    0);
 			} else {
-				assert_int_equal(et_update(sa, ta[t], b->ids,
-							   b->n, gr, &up),
-						 0);
-				assert_int_equal(et_update(sb, tb[t], b->ids,
-							   b->n, gr, &up),
-						 0);
+				assert_int_equal(
+				    et_update(sa, ta[t], b->ids, b->n, gr, &up),
+				    0);
+				assert_int_equal(
+				    et_update(sb, tb[t], b->ids, b->n, gr, &up),
+				    0);
 			}
 		}
 		/* write_rows: rows of the prefetched batch and others */
@@ -669,10 +658,9 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 			size_t n = 1 + tu_rng_below(&r, 8);
 
 			for (size_t k = 0; k < n; k++)
-				ids[k] = nb->n && tu_rng_below(&r, 2) ?
-						 nb->ids[tu_rng_below(&r,
-								      nb->n)] :
-						 draw_id(&r, hot);
+				ids[k] = nb->n && tu_rng_below(&r, 2)
+					     ? nb->ids[tu_rng_below(&r, nb->n)]
+					     : draw_id(&r, hot);
 			for (size_t k = 0; k < n * c->dim[t]; k++)
 				gr[k] = (float)tu_rng_double(&r, -2.0, 2.0);
 			assert_int_equal(et_write_rows(sa, ta[t], ids, n, gr),
@@ -700,34 +688,114 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 	fx_close(f, ia);
 	fx_close(f, ib);
 	for (int t = 0; t < 2; t++) {
-		compare_files(f->dirs[ia], f->dirs[ib], eq_names[t],
-			      tch[t].ids, tch[t].n);
+		compare_files(f->dirs[ia], f->dirs[ib], eq_names[t], tch[t].ids,
+			      tch[t].n);
 	}
 }
 
 static const struct eq_case eq_cases[] = {
-	{ "lru_f32_sgd_ddr", ET_F32, ET_OPT_SGD, { 8, 8 }, 0, 96, 2,
-	  ET_POLICY_LRU, ET_POLICY_LRU, 10, 4, 101 },
-	{ "lru_f32_adagrad_hbm", ET_F32, ET_OPT_ROWWISE_ADAGRAD, { 8, 4 },
-	  48, 256, 4, ET_POLICY_LRU, ET_POLICY_LRU, 8, 4, 102 },
-	{ "lfu_f16_sgd_hbm", ET_F16, ET_OPT_SGD, { 8, 8 }, 32, 192, 8,
-	  ET_POLICY_LFU, ET_POLICY_LFU, 10, 3, 103 },
-	{ "lfu_bf16_adagrad_ddr", ET_BF16, ET_OPT_ROWWISE_ADAGRAD, { 16, 8 },
-	  0, 160, 4, ET_POLICY_LFU, ET_POLICY_LFU, 8, 4, 104 },
-	{ "mixed_bf16_sgd_hbm_small_batches", ET_BF16, ET_OPT_SGD, { 8, 6 },
-	  40, 200, 2, ET_POLICY_LRU, ET_POLICY_LFU, 4, 2, 105 },
-	{ "mixed_f16_adagrad_hbm", ET_F16, ET_OPT_ROWWISE_ADAGRAD, { 8, 8 },
-	  64, 320, 8, ET_POLICY_LFU, ET_POLICY_LRU, 12, 3, 106 },
-	{ "lru_f32_adagrad_ddr_8way", ET_F32, ET_OPT_ROWWISE_ADAGRAD,
-	  { 4, 4 }, 0, 320, 8, ET_POLICY_LRU, ET_POLICY_LRU, 12, 4, 107 },
-	{ "lfu_f16_sgd_ddr_odd_dims", ET_F16, ET_OPT_SGD, { 8, 5 }, 0, 128,
-	  4, ET_POLICY_LFU, ET_POLICY_LFU, 8, 3, 108 },
+    {"lru_f32_sgd_ddr",
+     ET_F32,
+     ET_OPT_SGD,
+     {8, 8},
+     0,
+     96,
+     2,
+     ET_POLICY_LRU,
+     ET_POLICY_LRU,
+     10,
+     4,
+     101},
+    {"lru_f32_adagrad_hbm",
+     ET_F32,
+     ET_OPT_ROWWISE_ADAGRAD,
+     {8, 4},
+     48,
+     256,
+     4,
+     ET_POLICY_LRU,
+     ET_POLICY_LRU,
+     8,
+     4,
+     102},
+    {"lfu_f16_sgd_hbm",
+     ET_F16,
+     ET_OPT_SGD,
+     {8, 8},
+     32,
+     192,
+     8,
+     ET_POLICY_LFU,
+     ET_POLICY_LFU,
+     10,
+     3,
+     103},
+    {"lfu_bf16_adagrad_ddr",
+     ET_BF16,
+     ET_OPT_ROWWISE_ADAGRAD,
+     {16, 8},
+     0,
+     160,
+     4,
+     ET_POLICY_LFU,
+     ET_POLICY_LFU,
+     8,
+     4,
+     104},
+    {"mixed_bf16_sgd_hbm_small_batches",
+     ET_BF16,
+     ET_OPT_SGD,
+     {8, 6},
+     40,
+     200,
+     2,
+     ET_POLICY_LRU,
+     ET_POLICY_LFU,
+     4,
+     2,
+     105},
+    {"mixed_f16_adagrad_hbm",
+     ET_F16,
+     ET_OPT_ROWWISE_ADAGRAD,
+     {8, 8},
+     64,
+     320,
+     8,
+     ET_POLICY_LFU,
+     ET_POLICY_LRU,
+     12,
+     3,
+     106},
+    {"lru_f32_adagrad_ddr_8way",
+     ET_F32,
+     ET_OPT_ROWWISE_ADAGRAD,
+     {4, 4},
+     0,
+     320,
+     8,
+     ET_POLICY_LRU,
+     ET_POLICY_LRU,
+     12,
+     4,
+     107},
+    {"lfu_f16_sgd_ddr_odd_dims",
+     ET_F16,
+     ET_OPT_SGD,
+     {8, 5},
+     0,
+     128,
+     4,
+     ET_POLICY_LFU,
+     ET_POLICY_LFU,
+     8,
+     3,
+     108},
 };
 
-#define EQ_TEST(k)                                                        \
-	static void test_equiv_##k(void **state)                          \
-	{                                                                 \
-		run_eq_case(*state, &eq_cases[k]);                        \
+#define EQ_TEST(k)                                                             \
+	static void test_equiv_##k(void **state)                               \
+	{                                                                      \
+		run_eq_case(*state, &eq_cases[k]);                             \
 	}
 EQ_TEST(0)
 EQ_TEST(1)
@@ -755,9 +823,9 @@ static void hazard_both_batches(struct fx *f, const struct et_store_config *c,
 {
 	struct ht h;
 	const uint64_t x = 3000, a1 = 1000, a2 = 2000, b = 4000;
-	const uint64_t all[] = { a1, a2, x, b };
-	const uint64_t bi1[] = { x, a1 };
-	const uint64_t bi[] = { a1, a2, x }, bn[] = { x, b };
+	const uint64_t all[] = {a1, a2, x, b};
+	const uint64_t bi1[] = {x, a1};
+	const uint64_t bi[] = {a1, a2, x}, bn[] = {x, b};
 	struct et_stats s0, s1;
 
 	ht_init(&h, f, c, 0);
@@ -777,9 +845,8 @@ static void hazard_both_batches(struct fx *f, const struct et_store_config *c,
 	ht_check(&h, bi, 3);
 	s1 = stats_of(h.s, h.t);
 	if (!has_hbm)
-		assert_int_equal(s1.conflict_unique_misses -
-					 s0.conflict_unique_misses,
-				 1);
+		assert_int_equal(
+		    s1.conflict_unique_misses - s0.conflict_unique_misses, 1);
 	assert_int_equal(ht_prefetch(&h, bn, 2), 0);
 	assert_int_equal(ht_update(&h, bi, 3, -1.5f), 0);
 	ht_check(&h, bn, 2);
@@ -833,7 +900,7 @@ static void hazard_wb_and_read(struct fx *f, uint32_t ways)
 	assert_int_equal(r / h.rpb, (r + 1) / h.rpb);
 	assert_true(L / h.rpb != r / h.rpb && L / h.rpb != x / h.rpb);
 	{
-		const uint64_t w[] = { r, r + 1, x };
+		const uint64_t w[] = {r, r + 1, x};
 
 		assert_int_equal(ht_write(&h, w, 3, 3.0f), 0);
 	}
@@ -842,7 +909,7 @@ static void hazard_wb_and_read(struct fx *f, uint32_t ways)
 	for (int round = 0; round < 2; round++) {
 		uint64_t dirty = round ? r + 1 : r; /* written back */
 		uint64_t read = round ? r : r + 1;  /* prefetched */
-		const uint64_t pf[] = { L + (uint64_t)round, read };
+		const uint64_t pf[] = {L + (uint64_t)round, read};
 
 		/* Two empty batches: the last round's pins are released. */
 		assert_int_equal(et_prefetch(h.s, NULL, 0), 0);
@@ -862,9 +929,8 @@ static void hazard_wb_and_read(struct fx *f, uint32_t ways)
 			assert_int_equal(s1.prefetch_hits - s0.prefetch_hits,
 					 1);
 		} else {
-			assert_int_equal(s1.prefetch_skipped -
-						 s0.prefetch_skipped,
-					 1);
+			assert_int_equal(
+			    s1.prefetch_skipped - s0.prefetch_skipped, 1);
 			assert_int_equal(s1.prefetch_hits - s0.prefetch_hits,
 					 0);
 		}
@@ -872,7 +938,7 @@ static void hazard_wb_and_read(struct fx *f, uint32_t ways)
 		ht_check(&h, &pf[0], 1);
 	}
 	{
-		const uint64_t all[] = { r, r + 1, x, L, L + 1 };
+		const uint64_t all[] = {r, r + 1, x, L, L + 1};
 
 		ht_check(&h, all, 5);
 		fx_close(f, h.si);
@@ -915,8 +981,7 @@ static void test_hazard_gather_in_flight(void **state)
 		assert_int_equal(s1.unique_misses - s0.unique_misses, 0);
 		assert_int_equal(s1.nvme_rows_read - s0.nvme_rows_read, 256);
 		if (s1.prefetch_late > s0.prefetch_late) {
-			assert_true(s1.prefetch_late - s0.prefetch_late <=
-				    256);
+			assert_true(s1.prefetch_late - s0.prefetch_late <= 256);
 			assert_true(s1.prefetch_wait_ns > s0.prefetch_wait_ns);
 			break;
 		}
@@ -963,9 +1028,8 @@ static void hazard_pressure(struct fx *f, bool hbm)
 			for (int j = 0; j < 256; j++)
 				other[j] = 90000 + (seq++ * 37) % 10000;
 			if (k % 3 == 2)
-				assert_int_equal(ht_update(&h, other, 256,
-							   0.5f),
-						 0);
+				assert_int_equal(
+				    ht_update(&h, other, 256, 0.5f), 0);
 			else
 				ht_check(&h, other, 256);
 			if (phase == 1 && k == 5)
@@ -1023,10 +1087,10 @@ static void test_hazard_pins_survive_use(void **state)
 	struct et_store_config c = ddr_only(4, 4, ET_POLICY_LRU);
 	struct ht h;
 	struct et_stats s0, s1;
-	const uint64_t o[] = { 100, 200, 300, 400 };
-	const uint64_t A[] = { 500, 600 }, B[] = { 700, 800, 900 };
-	const uint64_t p[] = { 1100, 1200, 1300, 1400 };
-	const uint64_t C[] = { 1500, 1600 }, q[] = { 1700, 1800, 1900 };
+	const uint64_t o[] = {100, 200, 300, 400};
+	const uint64_t A[] = {500, 600}, B[] = {700, 800, 900};
+	const uint64_t p[] = {1100, 1200, 1300, 1400};
+	const uint64_t C[] = {1500, 1600}, q[] = {1700, 1800, 1900};
 	uint64_t miss_a, skip_b, miss_c;
 
 	ht_init(&h, f, &c, 0);
@@ -1169,7 +1233,9 @@ static void test_hazard_other_calls_in_flight(void **state)
 	struct fx *f = *state;
 	struct et_store_config c = ddr_only(256, 8, ET_POLICY_LRU);
 	const struct et_table_params p = {
-		.rows = 1000, .dim = HDIM, .init = ET_INIT_ZEROS,
+	    .rows = 1000,
+	    .dim = HDIM,
+	    .init = ET_INIT_ZEROS,
 	};
 	struct ht h;
 	uint64_t d[224], b1[32], b2[32], wb0;
@@ -1199,7 +1265,7 @@ static void test_hazard_other_calls_in_flight(void **state)
 	assert_int_equal(et_table_open(h.s, "u", NULL, &u2), -EEXIST);
 	assert_int_equal(et_gather(h.s, u, d, 16, out), ET_EROWRANGE);
 	{
-		const uint64_t small[] = { 1, 2, 999 };
+		const uint64_t small[] = {1, 2, 999};
 
 		assert_int_equal(et_gather(h.s, u, small, 3, out), 0);
 		for (int k = 0; k < 3 * HDIM; k++)
@@ -1243,8 +1309,8 @@ static void test_fault_read_under_prefetch(void **state)
 	/* rows at least three blocks apart: one read request per row */
 	for (int k = 0; k < 5; k++)
 		for (int j = 0; j < 64; j++)
-			ids[k][j] = ((uint64_t)j * 4 * h.rpb + (uint64_t)k) %
-				    TROWS;
+			ids[k][j] =
+			    ((uint64_t)j * 4 * h.rpb + (uint64_t)k) % TROWS;
 	out = scratch(64 * HDIM, sizeof(float));
 
 	for (int k = 0; k < 2; k++) {
@@ -1304,30 +1370,30 @@ static void test_fault_read_under_prefetch(void **state)
  */
 static void fault_write(struct fx *f, et_dtype dt, uint32_t dim)
 {
-	const struct et_update_params up = { .lr = 0.25f };
+	const struct et_update_params up = {.lr = 0.25f};
 	const struct et_table_params p = {
-		.rows = TROWS,
-		.dim = dim,
-		.dtype = dt,
-		.optim = ET_OPT_ROWWISE_ADAGRAD,
-		.init = ET_INIT_UNIFORM,
-		.seed = 5,
+	    .rows = TROWS,
+	    .dim = dim,
+	    .dtype = dt,
+	    .optim = ET_OPT_ROWWISE_ADAGRAD,
+	    .init = ET_INIT_UNIFORM,
+	    .seed = 5,
 	};
 	uint32_t rb = row_bytes_of(dt, dim, p.optim);
-	struct et_store_config cr = { .ddr_bytes = 8ULL << 20 };
+	struct et_store_config cr = {.ddr_bytes = 8ULL << 20};
 	struct et_store_config ct = {
-		.ddr_bytes = tier_bytes(rb, 8),
-		.ways = 8,
+	    .ddr_bytes = tier_bytes(rb, 8),
+	    .ways = 8,
 	};
 	int ir = fx_new(f), it = fx_new(f);
 	et_store *sr = fx_open(f, ir, &cr), *st = fx_open(f, it, &ct);
-	struct et_batch_ids pb = { .n = 8 };
+	struct et_batch_ids pb = {.n = 8};
 	int tr, tt;
 	uint64_t d[8], lz[8], all[16 * 2];
 	float *g = scratch(8 * dim, sizeof(float));
 	float *oa = scratch(8 * dim, sizeof(float));
 	float *ob = scratch(8 * dim, sizeof(float));
-	const uint64_t off[3] = { 0, 4, 8 };
+	const uint64_t off[3] = {0, 4, 8};
 
 	assert_int_equal(et_table_create(sr, "w", &p, &tr), 0);
 	assert_int_equal(et_table_create(st, "w", &p, &tt), 0);
@@ -1339,8 +1405,8 @@ static void fault_write(struct fx *f, et_dtype dt, uint32_t dim)
 		for (int j = 0; j < 8; j++) {
 			d[j] = (uint64_t)j * 1231 + 3 + (uint64_t)round;
 			/* never written: fresh blocks each round */
-			lz[j] = 60000 + (uint64_t)j * 4099 +
-				(uint64_t)round * 2000;
+			lz[j] =
+			    60000 + (uint64_t)j * 4099 + (uint64_t)round * 2000;
 			all[round * 16 + j] = d[j];
 			all[round * 16 + 8 + j] = lz[j];
 		}
@@ -1360,9 +1426,9 @@ static void fault_write(struct fx *f, et_dtype dt, uint32_t dim)
 		assert_int_equal(et_gather(st, tt, d, 8, ob), ET_EFAILED);
 		assert_true(io_fault_fired());
 		io_fault_clear();
-		assert_int_equal(et_gather_pooled(st, tt, d, off, 2,
-						  ET_POOL_SUM, ob),
-				 ET_EFAILED);
+		assert_int_equal(
+		    et_gather_pooled(st, tt, d, off, 2, ET_POOL_SUM, ob),
+		    ET_EFAILED);
 		assert_int_equal(et_update(st, tt, d, 8, g, &up), ET_EFAILED);
 		assert_int_equal(et_write_rows(st, tt, d, 8, g), ET_EFAILED);
 		assert_int_equal(et_prefetch(st, &pb, 1), ET_EFAILED);
@@ -1371,8 +1437,7 @@ static void fault_write(struct fx *f, et_dtype dt, uint32_t dim)
 		} else {
 			fx_close(f, it);
 			st = fx_open(f, it, &ct);
-			assert_int_equal(et_table_open(st, "w", NULL, &tt),
-					 0);
+			assert_int_equal(et_table_open(st, "w", NULL, &tt), 0);
 			pb.table = tt;
 		}
 		/* the refused operations, now accepted, on both stores */
@@ -1420,22 +1485,22 @@ static void test_install_conflict_narrow_rows(void **state)
 {
 	struct fx *f = *state;
 	const struct et_table_params p = {
-		.rows = TROWS,
-		.dim = 5,
-		.dtype = ET_BF16,
-		.init = ET_INIT_UNIFORM,
-		.seed = 9,
+	    .rows = TROWS,
+	    .dim = 5,
+	    .dtype = ET_BF16,
+	    .init = ET_INIT_UNIFORM,
+	    .seed = 9,
 	};
 	struct et_store_config c = {
-		.hbm_bytes = tier_bytes(10, 2),
-		.ddr_bytes = tier_bytes(10, 256),
-		.ways = 2,
+	    .hbm_bytes = tier_bytes(10, 2),
+	    .ddr_bytes = tier_bytes(10, 256),
+	    .ways = 2,
 	};
 	int i = fx_new(f);
 	et_store *s = fx_open(f, i, &c);
 	uint64_t ids[6];
 	float v[6 * 5], out[6 * 5];
-	struct et_batch_ids b = { .ids = ids, .n = 6 };
+	struct et_batch_ids b = {.ids = ids, .n = 6};
 	struct et_stats st;
 	int t;
 
@@ -1479,7 +1544,7 @@ static void test_fault_write_same_block_as_read(void **state)
 	r = 40 * (uint64_t)h.rpb;
 	x = 41 * (uint64_t)h.rpb + 9;
 	{
-		const uint64_t w[] = { r, r + 1, x };
+		const uint64_t w[] = {r, r + 1, x};
 
 		assert_int_equal(ht_write(&h, w, 3, 5.0f), 0);
 	}
@@ -1506,7 +1571,7 @@ static void test_fault_write_same_block_as_read(void **state)
 	ht_check(&h, pf, 2);
 	fx_close(f, h.si);
 	{
-		const uint64_t all[] = { r, r + 1, x, 95000 };
+		const uint64_t all[] = {r, r + 1, x, 95000};
 
 		ht_check_file(&h, all, 4);
 	}
@@ -1527,31 +1592,31 @@ static void test_stats_prefetch(void **state)
 {
 	struct fx *f = *state;
 	const struct et_table_params p = {
-		.rows = TROWS,
-		.dim = 4,
-		.init = ET_INIT_NORMAL,
-		.seed = 3,
+	    .rows = TROWS,
+	    .dim = 4,
+	    .init = ET_INIT_NORMAL,
+	    .seed = 3,
 	};
 	struct et_store_config c = {
-		.hbm_bytes = tier_bytes(16, 512),
-		.ddr_bytes = tier_bytes(16, 512),
-		.ways = 16,
+	    .hbm_bytes = tier_bytes(16, 512),
+	    .ddr_bytes = tier_bytes(16, 512),
+	    .ways = 16,
 	};
 	int i = fx_new(f), t0, t1;
 	et_store *s = fx_open(f, i, &c);
 	/* t0: 4 rows on disk, 6 never written, 2 cached; duplicates */
-	const uint64_t a[] = { 10000, 20000, 30000, 40000, 70001, 70002,
-			       70003, 70004, 70005, 50000, 10000, 20000,
-			       70001, 900,   901,   50000 };
+	const uint64_t a[] = {10000, 20000, 30000, 40000, 70001, 70002,
+			      70003, 70004, 70005, 50000, 10000, 20000,
+			      70001, 900,   901,   50000};
 	/* t1: 3 on disk, 3 never written (50000 is in t0's batch too) */
-	const uint64_t bb[] = { 11000, 21000, 31000, 50000,
-				80001, 80002, 11000, 50000 };
-	const uint64_t disk0[] = { 10000, 20000, 30000, 40000 };
-	const uint64_t disk1[] = { 11000, 21000, 31000 };
-	const uint64_t cached[] = { 900, 901 };
+	const uint64_t bb[] = {11000, 21000, 31000, 50000,
+			       80001, 80002, 11000, 50000};
+	const uint64_t disk0[] = {10000, 20000, 30000, 40000};
+	const uint64_t disk1[] = {11000, 21000, 31000};
+	const uint64_t cached[] = {900, 901};
 	struct et_batch_ids b[2];
 	struct et_stats s0, s1, s2;
-	float out[16 * 4], v[4 * 4] = { 0 };
+	float out[16 * 4], v[4 * 4] = {0};
 	uint64_t bad = TROWS;
 
 	assert_int_equal(et_table_create(s, "s0", &p, &t0), 0);
@@ -1563,8 +1628,8 @@ static void test_stats_prefetch(void **state)
 	assert_int_equal(et_table_open(s, "s0", NULL, &t0), 0);
 	assert_int_equal(et_table_open(s, "s1", NULL, &t1), 0);
 	assert_int_equal(et_gather(s, t0, cached, 2, out), 0);
-	b[0] = (struct et_batch_ids){ t0, a, 16 };
-	b[1] = (struct et_batch_ids){ t1, bb, 8 };
+	b[0] = (struct et_batch_ids){t0, a, 16};
+	b[1] = (struct et_batch_ids){t1, bb, 8};
 
 	s0 = stats_of(s, -1);
 	assert_int_equal(s0.prefetch_calls, 0);
@@ -1573,11 +1638,11 @@ static void test_stats_prefetch(void **state)
 	b[1].ids = &bad;
 	b[1].n = 1;
 	assert_int_equal(et_prefetch(s, b, 2), ET_EROWRANGE);
-	b[1] = (struct et_batch_ids){ 7, bb, 8 };
+	b[1] = (struct et_batch_ids){7, bb, 8};
 	assert_int_equal(et_prefetch(s, b, 2), ET_ENOTABLE);
-	b[1] = (struct et_batch_ids){ t1, NULL, 3 };
+	b[1] = (struct et_batch_ids){t1, NULL, 3};
 	assert_int_equal(et_prefetch(s, b, 2), -EINVAL);
-	b[1] = (struct et_batch_ids){ t1, bb, 8 };
+	b[1] = (struct et_batch_ids){t1, bb, 8};
 	s1 = stats_of(s, -1);
 	assert_memory_equal(&s0, &s1, offsetof(struct et_stats, mem_bytes));
 
@@ -1635,13 +1700,16 @@ struct thr {
 static int thr_run(const char *dir)
 {
 	const struct et_table_params p = {
-		.rows = TROWS, .dim = 8, .init = ET_INIT_UNIFORM, .seed = 4,
+	    .rows = TROWS,
+	    .dim = 8,
+	    .init = ET_INIT_UNIFORM,
+	    .seed = 4,
 	};
 	const struct et_store_config c = {
-		.ddr_bytes = tier_bytes(32, 64),
-		.ways = 4,
+	    .ddr_bytes = tier_bytes(32, 64),
+	    .ways = 4,
 	};
-	const struct et_update_params up = { .lr = 0.5f };
+	const struct et_update_params up = {.lr = 0.5f};
 	uint64_t ids[64];
 	float g[64 * 8], out[64 * 8];
 	struct tu_rng r;
@@ -1662,7 +1730,7 @@ static int thr_run(const char *dir)
 			ids[j] = tu_rng_below(&r, 4000) * 23;
 		for (int j = 0; j < 64 * 8; j++)
 			g[j] = (float)(j % 5) * 0.125f;
-		b = (struct et_batch_ids){ t[i % 2], ids, 64 };
+		b = (struct et_batch_ids){t[i % 2], ids, 64};
 		ret = et_prefetch(s, &b, 1);
 		if (!ret)
 			ret = et_gather(s, t[i % 2], ids, 64, out);
@@ -1712,28 +1780,28 @@ static void test_two_stores_in_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		T(test_equiv_0),
-		T(test_equiv_1),
-		T(test_equiv_2),
-		T(test_equiv_3),
-		T(test_equiv_4),
-		T(test_equiv_5),
-		T(test_equiv_6),
-		T(test_equiv_7),
-		T(test_hazard_row_in_both_batches),
-		T(test_hazard_writeback_and_read_same_block),
-		T(test_hazard_gather_in_flight),
-		T(test_hazard_eviction_pressure),
-		T(test_hazard_pins_survive_use),
-		T(test_hazard_close_in_flight),
-		T(test_hazard_other_calls_in_flight),
-		T(test_fault_read_under_prefetch),
-		T(test_fault_write_under_prefetch),
-		T(test_fault_write_same_block_as_read),
-		T(test_stats_prefetch),
-		T(test_two_stores_in_threads),
-		T(test_fault_write_narrow_rows),
-		T(test_install_conflict_narrow_rows),
+	    T(test_equiv_0),
+	    T(test_equiv_1),
+	    T(test_equiv_2),
+	    T(test_equiv_3),
+	    T(test_equiv_4),
+	    T(test_equiv_5),
+	    T(test_equiv_6),
+	    T(test_equiv_7),
+	    T(test_hazard_row_in_both_batches),
+	    T(test_hazard_writeback_and_read_same_block),
+	    T(test_hazard_gather_in_flight),
+	    T(test_hazard_eviction_pressure),
+	    T(test_hazard_pins_survive_use),
+	    T(test_hazard_close_in_flight),
+	    T(test_hazard_other_calls_in_flight),
+	    T(test_fault_read_under_prefetch),
+	    T(test_fault_write_under_prefetch),
+	    T(test_fault_write_same_block_as_read),
+	    T(test_stats_prefetch),
+	    T(test_two_stores_in_threads),
+	    T(test_fault_write_narrow_rows),
+	    T(test_install_conflict_narrow_rows),
 	};
 	const char *filter = getenv("ET_PREFETCH_FILTER");
 
