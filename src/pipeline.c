@@ -169,16 +169,6 @@ void pl_submit(struct pipeline *pl, struct pl_job *j)
 	pthread_mutex_unlock(&pl->lock);
 }
 
-bool pl_busy(struct pipeline *pl)
-{
-	bool busy;
-
-	pthread_mutex_lock(&pl->lock);
-	busy = pl->queue || pl->running || pl->done;
-	pthread_mutex_unlock(&pl->lock);
-	return busy;
-}
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;

@@ -49,9 +49,6 @@ void pl_job_free(struct pl_job *job);
 /* Queues job behind every job queued before it. */
 void pl_submit(struct pipeline *pl, struct pl_job *job);
 
-/* Whether any job is queued or running. */
-bool pl_busy(struct pipeline *pl);
-
 /* Waits for every job to finish and returns them, in submission order, for
  * the caller to install and free. *late counts the rows of read jobs that
  * had not finished when the call began, *waited_ns the time spent waiting. */

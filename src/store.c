@@ -1392,11 +1392,11 @@ static void mark_dirty(et_store *s, size_t m)
 	}
 }
 
-/* Sums per-input gradients into one per unique row, in input order. If
- * scale_by_bag, input i's gradient is bag_grads[bag of i] / bag size. */
+/* Sums per-input gradients into one per unique row, in input order. With
+ * offsets (a pooled backward), input i's gradient is its bag's, divided by
+ * the bag's size for a mean. */
 static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
-		      const float *grads, const uint64_t *offsets, size_t nbags,
-		      et_pool mode)
+		      const float *grads, const uint64_t *offsets, et_pool mode)
 {
 	uint32_t dim = t->g->dim;
 	const uint32_t *inv = s->inv.p;
@@ -1437,14 +1437,12 @@ static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
 					    : gi[c];
 		}
 	}
-	(void)nbags;
 	return 0;
 }
 
 static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 			 const float *grads, const uint64_t *offsets,
-			 size_t nbags, et_pool mode,
-			 const struct et_update_params *up)
+			 et_pool mode, const struct et_update_params *up)
 {
 	struct table *t;
 	size_t m;
@@ -1460,7 +1458,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
-	ret = accumulate(s, t, n, m, grads, offsets, nbags, mode);
+	ret = accumulate(s, t, n, m, grads, offsets, mode);
 	if (ret)
 		return ret;
 	ret = op_prepare(s, t, ids, n, &m, true);
@@ -1474,7 +1472,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
 	      const float *grads, const struct et_update_params *up)
 {
-	return update_common(s, table, ids, n, grads, NULL, 0, ET_POOL_SUM, up);
+	return update_common(s, table, ids, n, grads, NULL, ET_POOL_SUM, up);
 }
 
 int et_update_pooled(et_store *s, int table, const uint64_t *ids,
@@ -1489,8 +1487,7 @@ int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 	ret = check_offsets(offsets, nbags, &n);
 	if (ret)
 		return ret;
-	return update_common(s, table, ids, n, bag_grads, offsets, nbags, mode,
-			     up);
+	return update_common(s, table, ids, n, bag_grads, offsets, mode, up);
 }
 
 int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,

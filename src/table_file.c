@@ -1034,7 +1034,7 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 	return ret;
 }
 
-static int count_rmw(et_tfile *tf, const struct ent *e, size_t n)
+static void count_rmw(et_tfile *tf, const struct ent *e, size_t n)
 {
 	for (size_t i = 0; i < n;) {
 		size_t k = i;
@@ -1045,7 +1045,6 @@ static int count_rmw(et_tfile *tf, const struct ent *e, size_t n)
 			tf->st.rmw_reads++;
 		i = k;
 	}
-	return 0;
 }
 
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
