@@ -271,18 +271,6 @@ int cli_dtype_parse(const char *s)
 	return parse_name(NAMES(dtype_names), s);
 }
 
-size_t cli_dtype_size(et_dtype t)
-{
-	switch (t) {
-	case ET_F32:
-		return 4;
-	case ET_F16:
-	case ET_BF16:
-		return 2;
-	}
-	return 0;
-}
-
 const char *cli_optim_name(et_optim o)
 {
 	return name_of(NAMES(optim_names), (unsigned)o);

@@ -66,7 +66,6 @@ double cli_now(void);
  * unknown name). The names are static strings; "?" for unknown values. */
 const char *cli_dtype_name(et_dtype t);
 int cli_dtype_parse(const char *s);
-size_t cli_dtype_size(et_dtype t);
 const char *cli_optim_name(et_optim o);
 int cli_optim_parse(const char *s);
 const char *cli_init_name(et_init i);
