@@ -219,9 +219,10 @@ struct et_store_config {
 int et_store_open(const char *dir, const struct et_store_config *cfg,
 		  et_store **out);
 
-/* Writes back every dirty row, syncs, and frees the store. Returns the
- * first error met while flushing; the store is freed whatever happens.
- * NULL is harmless. */
+/* Writes back every dirty row, syncs, commits (see "durability" below) and
+ * frees the store. Returns the first error met while flushing or
+ * committing; the store is freed whatever happens. Every write that a call
+ * returned 0 for survives a close that returns 0. NULL is harmless. */
 int et_store_close(et_store *s);
 
 /* Creates table file dir/name.et and registers it; *id names it in later
@@ -279,26 +280,55 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 		  const float *vals);
 
 /* Writes back every dirty row and syncs every table file. Waits for any
- * prefetch in flight first. */
+ * prefetch in flight first. It does not commit: after a crash the tables
+ * still return to the last commit (see "durability" below). */
 int et_flush(et_store *s);
 
 /* ----------------------------------------------------------- durability */
 
 /*
- * Makes a checkpoint: waits for any prefetch, writes back every dirty row,
- * syncs every table file, and saves len bytes of the caller's dense state
- * (model weights, data position...; may be NULL/0) beside them, atomically.
- * From the first checkpoint on, every table file keeps an undo log of the
- * blocks overwritten since the last checkpoint; after a crash, the next
- * et_store_open + et_table_open roll each file back to exactly the last
- * checkpoint. Killing the process at any moment loses nothing checkpointed.
+ * The contract:
+ *  - what a call returned 0 for survives an et_store_close that returns 0;
+ *  - a crash (kill -9, power loss) returns the tables to exactly the last
+ *    commit: the last et_checkpoint, or a clean close after it; writes
+ *    since are lost, whole (et_flush alone commits nothing);
+ *  - nothing in between is ever torn.
+ *
+ * A commit is one small record written atomically (write, fsync, rename,
+ * fsync the directory) after every table file is flushed and synced. From
+ * the first checkpoint on, table files keep undo logs of the blocks
+ * overwritten since the last commit; et_store_open rolls every table file
+ * of the directory back to it after a crash.
+ *
+ * A clean close after a checkpoint commits the tables as they are, keeping
+ * the checkpoint's id and dense state: the tables have then moved on past
+ * that dense state, and et_checkpoint_info says so (tables_moved), so a
+ * trainer resuming from the dense state can tell its embeddings are newer
+ * than its dense weights and decide (embtier-train refuses to resume). A
+ * close that wrote nothing since the checkpoint commits nothing.
  */
+
+/* Makes a checkpoint: waits for any prefetch, writes back every dirty row,
+ * syncs every table file, and commits len bytes of the caller's dense state
+ * (model weights, data position...; may be NULL/0) with them. */
 int et_checkpoint(et_store *s, const void *dense, size_t len);
 
 /* The last checkpoint of the store: *id (0 if none) and, if dense is
  * non-NULL, a malloc()ed copy of its dense state in *dense (free() it) of
  * *len bytes. */
 int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len);
+
+/* Where the store's tables stand, as committed on disk. */
+struct et_checkpoint_info {
+	uint64_t id;	 /* the last et_checkpoint (0: none) */
+	uint64_t commit; /* commits: checkpoints and clean closes after one */
+	uint64_t dense_len; /* bytes of its dense state */
+	bool tables_moved;  /* a clean close after that checkpoint committed
+			     * writes made since: the tables are newer than
+			     * the dense state */
+};
+
+int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci);
 
 /* ------------------------------------------------------------- prefetch */
 

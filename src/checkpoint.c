@@ -1,16 +1,22 @@
 /*
- * checkpoint.c - the checkpoint record (see checkpoint.h).
+ * checkpoint.c - the commit record (see checkpoint.h).
  *
- *   0   8  "ETCKPT01"
- *   8   8  checkpoint id (1, 2, ...)
- *  16   8  dense state length
- *  24   8  XXH3 of bytes [0, 24) and the dense state
- *  32      dense state
+ *   0   8  "ETCKPT02"
+ *   8   8  commit (1, 2, ...): what the undo logs are tagged with
+ *  16   8  checkpoint id: et_checkpoint calls so far
+ *  24   4  flags: bit 0, the tables moved on since the checkpoint
+ *  28   4  zero
+ *  32   8  dense state length
+ *  40   8  XXH3 of bytes [0, 40) and the dense state
+ *  48      dense state
+ *
+ * Version 1 ("ETCKPT01": id, length, XXH3 of [0, 24) and the state, then
+ * the state at 32) is still read, as commit = id and no flags.
  *
  * The table files are flushed and synced before the record is written;
- * their undo logs are emptied for the new id after it is durable. So at
- * every moment the record names a checkpoint the files either are at, or
- * can be rolled back to with the undo logs of that id.
+ * their undo logs are emptied for the new commit after it is durable. So at
+ * every moment the record names a commit the files either are at, or can be
+ * rolled back to with the undo logs tagged with it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,11 +31,13 @@
 #include "endian.h"
 #include "hash.h"
 
-#define CK_HDR 32
+#define CK_HDR1 32
+#define CK_HDR	48
 
-static uint64_t ck_sum(const unsigned char *h, const void *dense, size_t len)
+static uint64_t ck_sum(const unsigned char *h, size_t hl, const void *dense,
+		       size_t len)
 {
-	return hash_bytes2(h, 24, dense, len);
+	return hash_bytes2(h, hl, dense, len);
 }
 
 static int write_all(int fd, const void *p, size_t n)
@@ -50,7 +58,8 @@ static int write_all(int fd, const void *p, size_t n)
 	return 0;
 }
 
-int ckpt_write(const char *dir, uint64_t id, const void *dense, size_t len)
+int ckpt_write(const char *dir, const struct ckpt_rec *r, const void *dense,
+	       size_t len)
 {
 	unsigned char h[CK_HDR];
 	char tmp[4096], fin[4096];
@@ -62,10 +71,12 @@ int ckpt_write(const char *dir, uint64_t id, const void *dense, size_t len)
 		sizeof(fin))
 		return -ENAMETOOLONG;
 	memset(h, 0, sizeof(h));
-	memcpy(h, "ETCKPT01", 8);
-	put64(h + 8, id);
-	put64(h + 16, len);
-	put64(h + 24, ck_sum(h, dense, len));
+	memcpy(h, "ETCKPT02", 8);
+	put64(h + 8, r->commit);
+	put64(h + 16, r->id);
+	put32(h + 24, r->flags);
+	put64(h + 32, len);
+	put64(h + 40, ck_sum(h, 40, dense, len));
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
@@ -90,16 +101,17 @@ int ckpt_write(const char *dir, uint64_t id, const void *dense, size_t len)
 	return ret;
 }
 
-int ckpt_read(const char *dir, uint64_t *id, void **dense, size_t *len)
+int ckpt_read(const char *dir, struct ckpt_rec *r, void **dense, size_t *len)
 {
 	unsigned char h[CK_HDR];
 	char fin[4096];
 	struct stat st;
 	void *buf = NULL;
+	size_t hl = CK_HDR;
 	uint64_t n;
-	int fd, ret = 0;
+	int fd, ret = 0, v2;
 
-	*id = 0;
+	memset(r, 0, sizeof(*r));
 	if (dense)
 		*dense = NULL;
 	if (len)
@@ -114,16 +126,23 @@ int ckpt_read(const char *dir, uint64_t *id, void **dense, size_t *len)
 		ret = -errno;
 		goto out;
 	}
-	if (st.st_size < CK_HDR || pread(fd, h, CK_HDR, 0) != CK_HDR) {
+	if (st.st_size < 8 || pread(fd, h, 8, 0) != 8) {
 		ret = ET_ETRUNC;
 		goto out;
 	}
-	if (memcmp(h, "ETCKPT01", 8)) {
+	v2 = !memcmp(h, "ETCKPT02", 8);
+	if (!v2 && memcmp(h, "ETCKPT01", 8)) {
 		ret = ET_EMAGIC;
 		goto out;
 	}
-	n = get64(h + 16);
-	if (n != (uint64_t)st.st_size - CK_HDR) {
+	if (!v2)
+		hl = CK_HDR1;
+	if ((uint64_t)st.st_size < hl || pread(fd, h, hl, 0) != (ssize_t)hl) {
+		ret = ET_ETRUNC;
+		goto out;
+	}
+	n = get64(h + (v2 ? 32 : 16));
+	if (n != (uint64_t)st.st_size - hl) {
 		ret = ET_ETRUNC;
 		goto out;
 	}
@@ -132,15 +151,17 @@ int ckpt_read(const char *dir, uint64_t *id, void **dense, size_t *len)
 		ret = -ENOMEM;
 		goto out;
 	}
-	if (n && pread(fd, buf, n, CK_HDR) != (ssize_t)n) {
+	if (n && pread(fd, buf, n, (off_t)hl) != (ssize_t)n) {
 		ret = ET_ETRUNC;
 		goto out;
 	}
-	if (ck_sum(h, buf, n) != get64(h + 24)) {
+	if (ck_sum(h, v2 ? 40 : 24, buf, n) != get64(h + (v2 ? 40 : 24))) {
 		ret = ET_EHDRSUM;
 		goto out;
 	}
-	*id = get64(h + 8);
+	r->commit = get64(h + 8);
+	r->id = v2 ? get64(h + 16) : r->commit;
+	r->flags = v2 ? get32(h + 24) : 0;
 	if (dense) {
 		*dense = buf;
 		buf = NULL;

@@ -1,8 +1,10 @@
 /*
- * checkpoint.h - the checkpoint record of a store: which checkpoint the
- * table files' undo logs belong to, and the caller's dense state saved with
- * it. Written atomically (temporary file, fsync, rename, fsync of the
- * directory), so a crash leaves either the old record or the new one.
+ * checkpoint.h - the commit record of a store: the commit the table files
+ * are at (their undo logs belong to it), the last et_checkpoint and the
+ * caller's dense state saved with it, and whether the tables moved on since
+ * that checkpoint (a clean close committed writes made after it). Written
+ * atomically (temporary file, fsync, rename, fsync of the directory), so a
+ * crash leaves either the old record or the new one.
  */
 #ifndef ET_CHECKPOINT_H
 #define ET_CHECKPOINT_H
@@ -10,12 +12,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Writes DIR/CHECKPOINT for checkpoint id with len bytes of dense state. */
-int ckpt_write(const char *dir, uint64_t id, const void *dense, size_t len);
+#define CKPT_MOVED 0x1u /* tables committed past the dense state */
 
-/* Reads DIR/CHECKPOINT: *id (0 and no state if there is none); if dense is
- * non-NULL, *dense receives a malloc()ed copy of the state (the caller
- * frees it) and *len its size. A damaged record is ET_EHDRSUM. */
-int ckpt_read(const char *dir, uint64_t *id, void **dense, size_t *len);
+struct ckpt_rec {
+	uint64_t commit; /* commits so far: checkpoints and clean closes */
+	uint64_t id;	 /* et_checkpoint calls so far (0: none) */
+	uint32_t flags;	 /* CKPT_* */
+};
+
+/* Writes DIR/CHECKPOINT: r with len bytes of dense state. */
+int ckpt_write(const char *dir, const struct ckpt_rec *r, const void *dense,
+	       size_t len);
+
+/* Reads DIR/CHECKPOINT into *r (all zero and no state if there is none); if
+ * dense is non-NULL, *dense receives a malloc()ed copy of the state (the
+ * caller frees it) and *len its size. A damaged record is ET_EHDRSUM. */
+int ckpt_read(const char *dir, struct ckpt_rec *r, void **dense, size_t *len);
 
 #endif

@@ -107,6 +107,7 @@ struct table {
 	char name[NAME_MAX_LEN + 1];
 	struct et_stats st; /* FBGEMM counters and NVMe counters */
 	uint64_t restored;  /* blocks rolled back when it was opened */
+	uint64_t undo_mark; /* its undo records at the last commit */
 };
 
 struct et_store {
@@ -123,9 +124,11 @@ struct et_store {
 	uint32_t bcur;	  /* pin epoch of the last prefetched batch, or 0 */
 	uint32_t bprev;	  /* and of the one before it */
 	int failed;	  /* first write-back error not yet recovered, or 0 */
-	uint64_t ckpt;	  /* last committed checkpoint; 0: none, no undo logs */
-	bool undo_broken; /* a log could not be restarted: no write may go
-			   * out until it is */
+	uint64_t ckpt;	  /* last commit; 0: none, no undo logs */
+	uint64_t ckpt_id; /* et_checkpoint calls it includes */
+	uint32_t ckpt_flags; /* CKPT_* of the record */
+	bool undo_broken;    /* a log could not be restarted: no write may go
+			      * out until it is */
 	struct pipeline *pl; /* the I/O thread */
 	bool pl_pending;     /* jobs handed to it and not drained */
 	struct {
@@ -292,8 +295,8 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	tf_attach_io(tf, s->io);
 	if (s->ckpt) {
-		/* Back to the checkpoint first, if a crash left the file
-		 * past it; then a fresh log for the writes to come. */
+		/* Back to the commit first, if a crash left the file past
+		 * it; then a fresh log for the writes to come. */
 		ret = tf_undo_recover(tf, s->ckpt, &t->restored);
 		if (!ret)
 			ret = tf_undo_start(tf, s->ckpt);
@@ -417,10 +420,59 @@ static int config_check(struct et_store_config *c)
 	return 0;
 }
 
+/*
+ * After a crash, rolls back every table file of the directory whose undo
+ * log belongs to the last commit, whether or not the caller opens that
+ * table in this session: a clean close commits anew, and from then on the
+ * log of an unopened table would no longer be recognised as pending.
+ */
+static int recover_all(et_store *s)
+{
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
+
+	if (!s->ckpt)
+		return 0;
+	d = opendir(s->dir);
+	if (!d)
+		return -errno;
+	while (!ret && (de = readdir(d))) {
+		size_t n = strlen(de->d_name), pl;
+		uint64_t restored;
+		et_tfile *tf;
+		char *p;
+
+		if (n <= 8 || strcmp(de->d_name + n - 8, ".et.undo"))
+			continue;
+		pl = strlen(s->dir) + n - 3; /* "/" + name less ".undo" + NUL */
+		p = mem_alloc(pl, 0);
+		if (!p) {
+			ret = -ENOMEM;
+			break;
+		}
+		snprintf(p, pl, "%s/%.*s", s->dir, (int)(n - 5), de->d_name);
+		ret = et_tfile_open(p, 0, &tf);
+		mem_free(p, pl, 0);
+		if (ret == -ENOENT) {
+			ret = 0; /* a log without its table: nothing to undo */
+			continue;
+		}
+		if (ret)
+			break;
+		tf_attach_io(tf, s->io);
+		ret = tf_undo_recover(tf, s->ckpt, &restored);
+		et_tfile_close(tf);
+	}
+	closedir(d);
+	return ret;
+}
+
 int et_store_open(const char *dir, const struct et_store_config *cfg,
 		  et_store **out)
 {
 	struct et_store_config c = {0};
+	struct ckpt_rec rec;
 	struct stat st;
 	et_store *s;
 	int ret, why = 0;
@@ -458,7 +510,13 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	ret = pl_start(&s->pl);
 	if (ret)
 		goto err_free;
-	ret = ckpt_read(dir, &s->ckpt, NULL, NULL);
+	ret = ckpt_read(dir, &rec, NULL, NULL);
+	if (!ret) {
+		s->ckpt = rec.commit;
+		s->ckpt_id = rec.id;
+		s->ckpt_flags = rec.flags;
+		ret = recover_all(s);
+	}
 	if (ret)
 		goto err_free;
 	if (c.slot_bytes) {
@@ -501,6 +559,62 @@ static void store_free(et_store *s)
 	mem_free(s, sizeof(*s), 0);
 }
 
+/* Whether any table file was written since the last commit (each write
+ * of a block after a commit is preceded by an undo record). */
+static bool moved_since_commit(const et_store *s)
+{
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		struct tf_stats f;
+
+		tf_get_stats(s->tables[i].tf, &f);
+		if (f.undo_records != s->tables[i].undo_mark)
+			return true;
+	}
+	return false;
+}
+
+static void commit_marks(et_store *s)
+{
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		struct tf_stats f;
+
+		tf_get_stats(s->tables[i].tf, &f);
+		s->tables[i].undo_mark = f.undo_records;
+	}
+}
+
+/*
+ * A clean close after a checkpoint commits what was written since: a new
+ * record with the same checkpoint id and dense state, flagged CKPT_MOVED,
+ * and a new commit number, so the undo logs (tagged with the old one) no
+ * longer apply. The files are flushed and synced first.
+ */
+static int commit_close(et_store *s)
+{
+	struct ckpt_rec r;
+	void *dense = NULL;
+	size_t len = 0;
+	int ret;
+
+	ret = ckpt_read(s->dir, &r, &dense, &len);
+	if (ret)
+		return ret;
+	if (r.commit != s->ckpt) {
+		free(dense);
+		return -ESTALE; /* another store wrote the record */
+	}
+	r.commit = s->ckpt + 1;
+	r.flags |= CKPT_MOVED;
+	ret = ckpt_write(s->dir, &r, dense, len);
+	free(dense);
+	if (!ret) {
+		s->ckpt = r.commit;
+		s->ckpt_flags = r.flags;
+		commit_marks(s);
+	}
+	return ret;
+}
+
 int et_store_close(et_store *s)
 {
 	int ret;
@@ -508,6 +622,8 @@ int et_store_close(et_store *s)
 	if (!s)
 		return 0;
 	ret = et_flush(s);
+	if (!ret && s->ckpt && moved_since_commit(s))
+		ret = commit_close(s);
 	store_free(s);
 	return ret;
 }
@@ -1819,7 +1935,7 @@ static int undo_restart(et_store *s)
 
 int et_checkpoint(et_store *s, const void *dense, size_t len)
 {
-	uint64_t id;
+	struct ckpt_rec r;
 	int ret;
 
 	if (!s || (len && !dense))
@@ -1827,20 +1943,51 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	ret = et_flush(s); /* drains, writes back, syncs every file */
 	if (ret)
 		return ret;
-	id = s->ckpt + 1;
-	ret = ckpt_write(s->dir, id, dense, len);
+	r.commit = s->ckpt + 1;
+	r.id = s->ckpt_id + 1;
+	r.flags = 0;
+	ret = ckpt_write(s->dir, &r, dense, len);
 	if (ret)
 		return ret;
-	s->ckpt = id;
-	/* Committed. Each file now starts a log for the new checkpoint. */
+	s->ckpt = r.commit;
+	s->ckpt_id = r.id;
+	s->ckpt_flags = 0;
+	commit_marks(s);
+	/* Committed. Each file now starts a log for the new commit. */
 	return undo_restart(s);
 }
 
 int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 {
+	struct ckpt_rec r;
+	int ret;
+
 	if (!s || !id)
 		return -EINVAL;
-	return ckpt_read(s->dir, id, dense, len);
+	ret = ckpt_read(s->dir, &r, dense, len);
+	*id = r.id;
+	return ret;
+}
+
+int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
+{
+	struct ckpt_rec r;
+	size_t len = 0;
+	void *dense = NULL;
+	int ret;
+
+	if (!s || !ci)
+		return -EINVAL;
+	memset(ci, 0, sizeof(*ci));
+	ret = ckpt_read(s->dir, &r, &dense, &len);
+	free(dense);
+	if (ret)
+		return ret;
+	ci->id = r.id;
+	ci->commit = r.commit;
+	ci->dense_len = len;
+	ci->tables_moved = (r.flags & CKPT_MOVED) != 0;
+	return 0;
 }
 
 /* ---------------------------------------------------------------- stats */

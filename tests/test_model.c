@@ -923,6 +923,26 @@ static void sweep(struct harness *h, size_t max)
 	}
 }
 
+/* A checkpoint with a few bytes of dense state: the model does not change,
+ * and every later write must still survive a clean close. */
+static void op_checkpoint(struct harness *h)
+{
+	struct et_checkpoint_info ci;
+	uint64_t d = h->op;
+
+	h->opname = "checkpoint";
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		h_rc(h, ms, et_checkpoint(ms->s, &d, sizeof(d)));
+		h_rc(h, ms, et_checkpoint_info(ms->s, &ci));
+		if (ci.tables_moved || ci.dense_len != sizeof(d) || !ci.id)
+			h_fail(h,
+			       "store %s: checkpoint info after a checkpoint",
+			       ms->cfg->name);
+	}
+}
+
 static void op_reopen(struct harness *h)
 {
 	for (int s = 0; s < h->nst; s++) {
@@ -1053,8 +1073,11 @@ static uint64_t random_op(struct harness *h)
 		op_update_pooled(h, k, ids, off, nbags, mode);
 	} else if (what < 995) {
 		op_write(h, k, ids, n);
-	} else {
+	} else if (what < 998) {
 		op_flush(h);
+		return 1;
+	} else {
+		op_checkpoint(h);
 		return 1;
 	}
 	return n;
@@ -1125,11 +1148,17 @@ static void run_case(const struct mcase *mc)
 {
 	struct harness *h = tu_calloc(1, sizeof(*h));
 	uint64_t budget = budget_of(mc), done = 0;
-	int reopened = 0;
+	int reopened = 0, ckpts = 0;
 
 	harness_init(h, mc);
 	while (done < budget) {
 		done += random_op(h) * h->nst;
+		/* A checkpoint half-way to each reopen: the writes between it
+		 * and the close must survive the close (issue #16). */
+		if (ckpts < 2 && done >= budget * (2 * ckpts + 1) / 6) {
+			op_checkpoint(h);
+			ckpts++;
+		}
 		if (reopened < 2 && done >= budget * (reopened + 1) / 3) {
 			op_reopen(h);
 			reopened++;

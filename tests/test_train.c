@@ -432,6 +432,17 @@ static void test_resume_matches(void **state)
 	train(&r, "--steps 4 --dir %s " TIERS, d1);
 	expect_fail(&r, "--resume");
 	run_free(&r);
+
+	/* Resumed without --checkpoint-every, trained on and closed: the
+	 * clean close keeps the tables at step 50, past the dense state of
+	 * step 40, and a later --resume says so instead of mixing them. */
+	train(&r, "--steps 50 --resume --dir %s " TIERS, d1);
+	expect_ok(&r);
+	run_free(&r);
+	train(&r, "--steps 60 --checkpoint-every 7 --resume --dir %s " TIERS,
+	      d1);
+	expect_fail(&r, "moved on after the last checkpoint");
+	run_free(&r);
 	rm_store(d0);
 	rm_store(d1);
 }

@@ -23,7 +23,10 @@
  * updated (what the weights checksum reads back). --resume opens the
  * tables - which rolls them back to the last checkpoint if a run was
  * killed after it - reads the state back, and continues: it ends with the
- * same bits as a run never stopped, however the earlier one ended.
+ * same bits as a run never stopped, however the earlier one ended. If the
+ * tables moved on after the last checkpoint (a run without
+ * --checkpoint-every closed the store cleanly after training on from it),
+ * --resume refuses: the embeddings are newer than the dense state.
  *
  * Determinism. Synthetic samples are pure functions of (seed, index),
  * Criteo ones of a byte offset; the model's sums are taken in a fixed order,
@@ -804,6 +807,7 @@ static bool take(const unsigned char *buf, size_t len, size_t *off, void *p,
 
 static int checkpoint_load(struct trainer *tr)
 {
+	struct et_checkpoint_info ci;
 	struct ckpt_header h;
 	int nst = model_state_count(&tr->m, 0);
 	uint64_t id, total = 0;
@@ -821,6 +825,23 @@ static int checkpoint_load(struct trainer *tr)
 		cli_error("%s: no checkpoint to resume from", tr->dir);
 		free(dense);
 		return -ENOENT;
+	}
+	ret = et_checkpoint_info(tr->store, &ci);
+	if (ret) {
+		free(dense);
+		return fail("read checkpoint", ret);
+	}
+	if (ci.tables_moved) {
+		/* A clean close after the checkpoint kept later writes: the
+		 * embeddings are past the dense weights and data position
+		 * saved with it. Pairing them would not be the run it was. */
+		cli_error("%s: the tables moved on after the last checkpoint "
+			  "(the store was closed cleanly after it, without "
+			  "checkpointing); they no longer match its dense "
+			  "state, so there is nothing exact to resume from",
+			  tr->dir);
+		free(dense);
+		return ET_EMISMATCH;
 	}
 	if (!take(buf, len, &off, &h, sizeof(h)) ||
 	    memcmp(h.magic, CKPT_MAGIC, 8) || h.version != CKPT_VERSION) {
