@@ -119,7 +119,10 @@ struct et_table_info {
 	uint64_t blocks;	 /* logical blocks */
 	uint64_t blocks_written; /* materialized blocks (holes excluded) */
 	uint64_t logical_bytes;	 /* file size if every block were written */
-	uint64_t disk_bytes;	 /* bytes the file occupies on disk */
+	uint64_t disk_bytes;	 /* bytes the file occupies on disk, with
+				  * its row log */
+	uint64_t rows_logged;	 /* rows whose newest value is in the row
+				  * log (written by a store) */
 };
 
 typedef struct et_tfile et_tfile;
@@ -382,10 +385,20 @@ struct et_stats {
 	uint64_t nvme_rows_read;  /* rows read from table files */
 	uint64_t rows_lazy;	  /* rows served from the initializer */
 	uint64_t writebacks;	  /* dirty rows written back */
-	uint64_t undo_records;	  /* block pre-images logged */
-	uint64_t blocks_restored; /* blocks rolled back at open */
-	uint64_t blocks_read, blocks_written;
-	uint64_t bytes_read, bytes_written;
+	uint64_t undo_records;	  /* unused since the row log: 0 */
+	uint64_t blocks_restored; /* unused since the row log: 0 */
+	uint64_t blocks_read, blocks_written; /* block files (bulk loads) */
+	uint64_t bytes_read, bytes_written;   /* block files */
+	/* the row log, where the store writes rows (docs/FORMAT.md) */
+	uint64_t log_rows_written; /* records appended, cleaning included */
+	uint64_t log_rows_cleaned; /* live records moved by the cleaner */
+	uint64_t log_segments_cleaned;
+	uint64_t log_bytes_written; /* log and index journal */
+	uint64_t log_rows_read;
+	uint64_t log_index_rows;    /* rows whose newest copy is logged */
+	uint64_t log_index_bytes;   /* memory of the index */
+	uint64_t log_live_bytes;    /* live records x record bytes */
+	uint64_t log_segment_bytes; /* segments in use x segment bytes */
 	/* prefetch (store-wide) */
 	uint64_t prefetch_calls;
 	uint64_t prefetch_rows;	   /* distinct rows asked for */

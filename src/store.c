@@ -106,8 +106,6 @@ struct table {
 	const struct tf_geom *g;
 	char name[NAME_MAX_LEN + 1];
 	struct et_stats st; /* FBGEMM counters and NVMe counters */
-	uint64_t restored;  /* blocks rolled back when it was opened */
-	uint64_t undo_mark; /* its undo records at the last commit */
 };
 
 struct et_store {
@@ -124,11 +122,9 @@ struct et_store {
 	uint32_t bcur;	  /* pin epoch of the last prefetched batch, or 0 */
 	uint32_t bprev;	  /* and of the one before it */
 	int failed;	  /* first write-back error not yet recovered, or 0 */
-	uint64_t ckpt;	  /* last commit; 0: none, no undo logs */
+	uint64_t ckpt;	  /* last commit; 0: none */
 	uint64_t ckpt_id; /* et_checkpoint calls it includes */
 	uint32_t ckpt_flags; /* CKPT_* of the record */
-	bool undo_broken;    /* a log could not be restarted: no write may go
-			      * out until it is */
 	struct pipeline *pl; /* the I/O thread */
 	bool pl_pending;     /* jobs handed to it and not drained */
 	struct {
@@ -172,7 +168,6 @@ enum {
 
 static void epoch_next(et_store *s);
 static int drain(et_store *s);
-static int undo_restart(et_store *s);
 static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 		      bool dirty, uint32_t epoch);
 
@@ -294,15 +289,7 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 	t->g = g;
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	tf_attach_io(tf, s->io);
-	if (s->ckpt) {
-		/* Back to the commit first, if a crash left the file past
-		 * it; then a fresh log for the writes to come. */
-		ret = tf_undo_recover(tf, s->ckpt, &t->restored);
-		if (!ret)
-			ret = tf_undo_start(tf, s->ckpt);
-		if (ret)
-			return ret;
-	}
+	tf_log_writes(tf, true); /* rows go to the log, never in place */
 	*id = (int)s->ntables++;
 	return 0;
 }
@@ -421,10 +408,10 @@ static int config_check(struct et_store_config *c)
 }
 
 /*
- * After a crash, rolls back every table file of the directory whose undo
- * log belongs to the last commit, whether or not the caller opens that
- * table in this session: a clean close commits anew, and from then on the
- * log of an unopened table would no longer be recognised as pending.
+ * After a crash, cuts every table's journal of its row log back to the
+ * last commit, whether or not the caller opens that table in this
+ * session: the next commit would otherwise make a batch a crash left
+ * behind look committed.
  */
 static int recover_all(et_store *s)
 {
@@ -432,37 +419,24 @@ static int recover_all(et_store *s)
 	DIR *d;
 	int ret = 0;
 
-	if (!s->ckpt)
-		return 0;
 	d = opendir(s->dir);
 	if (!d)
 		return -errno;
 	while (!ret && (de = readdir(d))) {
 		size_t n = strlen(de->d_name), pl;
-		uint64_t restored;
-		et_tfile *tf;
 		char *p;
 
-		if (n <= 8 || strcmp(de->d_name + n - 8, ".et.undo"))
+		if (n <= 7 || strcmp(de->d_name + n - 7, ".et.idx"))
 			continue;
-		pl = strlen(s->dir) + n - 3; /* "/" + name less ".undo" + NUL */
+		pl = strlen(s->dir) + n - 2; /* "/" + name less ".idx" + NUL */
 		p = mem_alloc(pl, 0);
 		if (!p) {
 			ret = -ENOMEM;
 			break;
 		}
-		snprintf(p, pl, "%s/%.*s", s->dir, (int)(n - 5), de->d_name);
-		ret = et_tfile_open(p, 0, &tf);
+		snprintf(p, pl, "%s/%.*s", s->dir, (int)(n - 4), de->d_name);
+		ret = rowlog_recover(p, s->ckpt);
 		mem_free(p, pl, 0);
-		if (ret == -ENOENT) {
-			ret = 0; /* a log without its table: nothing to undo */
-			continue;
-		}
-		if (ret)
-			break;
-		tf_attach_io(tf, s->io);
-		ret = tf_undo_recover(tf, s->ckpt, &restored);
-		et_tfile_close(tf);
 	}
 	closedir(d);
 	return ret;
@@ -559,35 +533,49 @@ static void store_free(et_store *s)
 	mem_free(s, sizeof(*s), 0);
 }
 
-/* Whether any table file was written since the last commit (each write
- * of a block after a commit is preceded by an undo record). */
-static bool moved_since_commit(const et_store *s)
+/* Whether any table's row log changed since the last commit. */
+static bool changed_since_commit(const et_store *s)
 {
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		struct tf_stats f;
-
-		tf_get_stats(s->tables[i].tf, &f);
-		if (f.undo_records != s->tables[i].undo_mark)
+	for (uint32_t i = 0; i < s->ntables; i++)
+		if (tf_changed(s->tables[i].tf))
 			return true;
-	}
 	return false;
 }
 
-static void commit_marks(et_store *s)
+/*
+ * A commit, two-phase: every table's log synced and its journal batch
+ * written and synced, then the record (atomic), then each log told. A
+ * crash before the record returns every table to the previous commit; the
+ * journal batches it left are cut at the next open (recover_all).
+ */
+static int commit(et_store *s, const struct ckpt_rec *r, const void *dense,
+		  size_t len)
 {
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		struct tf_stats f;
+	int ret;
 
-		tf_get_stats(s->tables[i].tf, &f);
-		s->tables[i].undo_mark = f.undo_records;
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		ret = tf_commit_prepare(s->tables[i].tf, r->commit);
+		if (ret)
+			return ret;
 	}
+	ret = ckpt_write(s->dir, r, dense, len);
+	if (ret)
+		return ret;
+	s->ckpt = r->commit;
+	s->ckpt_id = r->id;
+	s->ckpt_flags = r->flags;
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		ret = tf_commit_done(s->tables[i].tf);
+		if (ret)
+			return ret; /* committed; only space is at stake */
+	}
+	return 0;
 }
 
 /*
- * A clean close after a checkpoint commits what was written since: a new
- * record with the same checkpoint id and dense state, flagged CKPT_MOVED,
- * and a new commit number, so the undo logs (tagged with the old one) no
- * longer apply. The files are flushed and synced first.
+ * A clean close commits what was written since the last commit: a new
+ * record with the same checkpoint id and dense state and, if there was a
+ * checkpoint, the flag that the tables moved on past it.
  */
 static int commit_close(et_store *s)
 {
@@ -604,14 +592,10 @@ static int commit_close(et_store *s)
 		return -ESTALE; /* another store wrote the record */
 	}
 	r.commit = s->ckpt + 1;
-	r.flags |= CKPT_MOVED;
-	ret = ckpt_write(s->dir, &r, dense, len);
+	if (r.id)
+		r.flags |= CKPT_MOVED;
+	ret = commit(s, &r, dense, len);
 	free(dense);
-	if (!ret) {
-		s->ckpt = r.commit;
-		s->ckpt_flags = r.flags;
-		commit_marks(s);
-	}
 	return ret;
 }
 
@@ -622,7 +606,7 @@ int et_store_close(et_store *s)
 	if (!s)
 		return 0;
 	ret = et_flush(s);
-	if (!ret && s->ckpt && moved_since_commit(s))
+	if (!ret && changed_since_commit(s))
 		ret = commit_close(s);
 	store_free(s);
 	return ret;
@@ -1882,11 +1866,6 @@ int et_flush(et_store *s)
 	ret = drain(s);
 	if (ret)
 		return ret;
-	if (s->undo_broken) {
-		ret = undo_restart(s);
-		if (ret)
-			return ret;
-	}
 	/* Rows left over from a failed write-back first. */
 	ret = wb_run(s);
 	if (ret)
@@ -1914,25 +1893,6 @@ int et_flush(et_store *s)
 
 /* ----------------------------------------------------------- checkpoint */
 
-/* Starts every table's undo log afresh for the current checkpoint. Until
- * that succeeds, nothing may be written to a table file (it would be
- * unlogged): the store refuses operations and flushes. */
-static int undo_restart(et_store *s)
-{
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		int ret = tf_undo_start(s->tables[i].tf, s->ckpt);
-
-		if (ret) {
-			s->undo_broken = true;
-			if (!s->failed)
-				s->failed = ret;
-			return ret;
-		}
-	}
-	s->undo_broken = false;
-	return 0;
-}
-
 int et_checkpoint(et_store *s, const void *dense, size_t len)
 {
 	struct ckpt_rec r;
@@ -1946,15 +1906,7 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	r.commit = s->ckpt + 1;
 	r.id = s->ckpt_id + 1;
 	r.flags = 0;
-	ret = ckpt_write(s->dir, &r, dense, len);
-	if (ret)
-		return ret;
-	s->ckpt = r.commit;
-	s->ckpt_id = r.id;
-	s->ckpt_flags = 0;
-	commit_marks(s);
-	/* Committed. Each file now starts a log for the new commit. */
-	return undo_restart(s);
+	return commit(s, &r, dense, len);
 }
 
 int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
@@ -2021,13 +1973,21 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->nvme_rows_read += t->st.nvme_rows_read;
 	st->rows_lazy += t->st.rows_lazy;
 	st->writebacks += t->st.writebacks;
-	st->blocks_restored += t->restored;
 	tf_get_stats(t->tf, &f);
 	st->blocks_read += f.blocks_read;
 	st->blocks_written += f.blocks_written;
 	st->bytes_read += f.bytes_read;
 	st->bytes_written += f.bytes_written;
 	st->undo_records += f.undo_records;
+	st->log_rows_written += f.log.rows_appended;
+	st->log_rows_cleaned += f.log.rows_cleaned;
+	st->log_segments_cleaned += f.log.segs_cleaned;
+	st->log_bytes_written += f.log.bytes_written;
+	st->log_rows_read += f.log.rows_read;
+	st->log_index_rows += f.log.index_rows;
+	st->log_index_bytes += f.log.index_bytes;
+	st->log_live_bytes += f.log.live_bytes;
+	st->log_segment_bytes += f.log.log_bytes;
 }
 
 int et_get_stats(et_store *s, int table, struct et_stats *st)

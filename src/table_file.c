@@ -42,7 +42,9 @@
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
+#include "checkpoint.h"
 #include "rowinit.h"
+#include "rowlog.h"
 #include "table_file.h"
 
 #define TF_MAGIC       "EMBTIERT"
@@ -89,6 +91,8 @@ struct et_tfile {
 	struct matmap logged; /* blocks logged since the checkpoint */
 	struct torn *torn;    /* blocks whose last write failed: their image */
 	size_t ntorn, torn_cap;
+	struct rowlog *log; /* rows written by a store (PATH.log) */
+	bool log_writes;    /* row writes go to the log (a store's file) */
 	struct tf_stats st;
 };
 
@@ -301,6 +305,7 @@ static int header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
 
 static void tf_free(et_tfile *tf)
 {
+	rowlog_close(tf->log);
 	if (tf->fd >= 0)
 		close(tf->fd);
 	if (tf->undo_fd >= 0)
@@ -399,6 +404,24 @@ void tf_attach_io(et_tfile *tf, io_ctx *io)
 	tf->io = io ? io : tf->own_io;
 }
 
+/* A new file's row log: empty, whatever a table of the same name that
+ * was deleted left behind. */
+static int log_fresh(et_tfile *tf)
+{
+	static const char *const ext[] = {".log", ".idx", ".idx.new"};
+	char p[4096];
+
+	for (size_t i = 0; i < sizeof(ext) / sizeof(ext[0]); i++) {
+		if ((size_t)snprintf(p, sizeof(p), "%s%s", tf->path, ext[i]) >=
+		    sizeof(p))
+			return -ENAMETOOLONG;
+		if (unlink(p) && errno != ENOENT)
+			return -errno;
+	}
+	return rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows, 0, false,
+			   &tf->log);
+}
+
 int et_tfile_create(const char *path, const struct et_table_params *p,
 		    et_tfile **out)
 {
@@ -472,6 +495,8 @@ int et_tfile_create(const char *path, const struct et_table_params *p,
 		goto err_hdr;
 	}
 	ret = map_init(&tf->map, tf->g.blocks);
+	if (!ret)
+		ret = log_fresh(tf);
 	if (ret)
 		goto err_hdr;
 	mem_free(hdr, tf->g.block_size, tf->mem_align);
@@ -485,6 +510,40 @@ err_unlink:
 err_free:
 	tf_free(tf);
 	return ret;
+}
+
+/* The directory of the file: where its store's commit record is. */
+static int dir_of(const char *path, char *dir, size_t cap)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 1;
+
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	if (!slash)
+		memcpy(dir, ".", 1);
+	else if (n == 0)
+		memcpy(dir, "/", n = 1);
+	else
+		memcpy(dir, path, n);
+	dir[n] = 0;
+	return 0;
+}
+
+/* The row log, as of the commit the store's record names (none: nothing
+ * committed, and the log is empty). */
+static int log_open(et_tfile *tf)
+{
+	struct ckpt_rec r;
+	char dir[4096];
+	int ret = dir_of(tf->path, dir, sizeof(dir));
+
+	if (!ret)
+		ret = ckpt_read(dir, &r, NULL, NULL);
+	if (ret)
+		return ret;
+	return rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows, r.commit,
+			   tf->rdonly, &tf->log);
 }
 
 int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
@@ -541,6 +600,8 @@ int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
 	if (ret)
 		goto err_free;
 	ret = map_load(tf);
+	if (!ret)
+		ret = log_open(tf);
 	if (ret)
 		goto err_free;
 	*out = tf;
@@ -586,7 +647,9 @@ int et_tfile_info(et_tfile *tf, struct et_table_info *info)
 	info->blocks = tf->g.blocks;
 	info->blocks_written = tf->map.count;
 	info->logical_bytes = tf->g.data_off + tf->g.blocks * tf->g.block_size;
-	info->disk_bytes = (uint64_t)st.st_blocks * 512;
+	info->disk_bytes =
+	    (uint64_t)st.st_blocks * 512 + rowlog_disk_bytes(tf->log);
+	info->rows_logged = rowlog_count(tf->log);
 	return 0;
 }
 
@@ -600,12 +663,41 @@ int et_tfile_sync(et_tfile *tf)
 	if (tf->rdonly)
 		return 0;
 	ret = tf_io(tf, &io);
+	if (!ret && tf->log)
+		ret = rowlog_sync(tf->log, io);
 	return ret ? ret : io_fsync(io, tf->fd);
 }
 
 void tf_get_stats(const et_tfile *tf, struct tf_stats *st)
 {
 	*st = tf->st;
+	rowlog_get_stats(tf->log, &st->log);
+}
+
+void tf_log_writes(et_tfile *tf, bool on)
+{
+	tf->log_writes = on;
+}
+
+int tf_commit_prepare(et_tfile *tf, uint64_t commit)
+{
+	io_ctx *io;
+	int ret;
+
+	if (!tf->log || tf->rdonly)
+		return 0;
+	ret = tf_io(tf, &io);
+	return ret ? ret : rowlog_commit_prepare(tf->log, io, commit);
+}
+
+int tf_commit_done(et_tfile *tf)
+{
+	return tf->log && !tf->rdonly ? rowlog_commit_done(tf->log) : 0;
+}
+
+bool tf_changed(const et_tfile *tf)
+{
+	return tf->log && rowlog_changed(tf->log);
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -684,7 +776,8 @@ void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst)
 
 bool tf_row_materialized(const et_tfile *tf, uint64_t row)
 {
-	return map_test(&tf->map, row / tf->g.rows_per_block);
+	return map_test(&tf->map, row / tf->g.rows_per_block) ||
+	       rowlog_has(tf->log, row);
 }
 
 static struct torn *torn_find(const et_tfile *tf, uint64_t b)
@@ -917,7 +1010,8 @@ static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
 int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
 {
 	struct ent *e;
-	size_t m = 0;
+	uint32_t *lidx = NULL;
+	size_t m = 0, nl = 0;
 	int ret;
 
 	ret = check_rows(tf, rows, n);
@@ -926,8 +1020,20 @@ int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
 	ret = make_ents(tf, rows, n, &e);
 	if (ret)
 		return ret;
-	/* Rows of unwritten blocks need no stage at all. */
+	if (rowlog_count(tf->log)) {
+		lidx = mem_alloc(n * sizeof(*lidx), 0);
+		if (!lidx) {
+			mem_free(e, n * sizeof(*e), 0);
+			return -ENOMEM;
+		}
+	}
+	/* Rows in the log are read from it; rows of unwritten blocks need no
+	 * stage at all. */
 	for (size_t i = 0; i < n; i++) {
+		if (lidx && rowlog_has(tf->log, rows[e[i].idx])) {
+			lidx[nl++] = e[i].idx;
+			continue;
+		}
 		if (map_test(&tf->map, e[i].block) ||
 		    (tf->ntorn && torn_find(tf, e[i].block))) {
 			e[m++] = e[i];
@@ -939,6 +1045,14 @@ int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
 		tf->st.rows_lazy++;
 	}
 	ret = m ? for_each_chunk(tf, e, m, read_needed, read_copy, dst) : 0;
+	if (!ret && nl) {
+		io_ctx *io;
+
+		ret = tf_io(tf, &io);
+		if (!ret)
+			ret = rowlog_read(tf->log, io, rows, lidx, nl, dst);
+	}
+	mem_free(lidx, n * sizeof(*lidx), 0);
 	mem_free(e, n * sizeof(*e), 0);
 	return ret;
 }
@@ -1058,6 +1172,16 @@ int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 	ret = check_rows(tf, rows, n);
 	if (ret || n == 0)
 		return ret;
+	if (tf->log_writes) {
+		io_ctx *io;
+
+		ret = tf_io(tf, &io);
+		if (!ret)
+			ret = rowlog_append(tf->log, io, rows, n, src);
+		return ret;
+	}
+	if (rowlog_count(tf->log))
+		return -EBUSY; /* the log would shadow the write */
 	ret = make_ents(tf, rows, n, &e);
 	if (ret)
 		return ret;
@@ -1205,6 +1329,8 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 		return -EINVAL;
 	if (tf->rdonly)
 		return -EBADF;
+	if (rowlog_count(tf->log))
+		return -EBUSY; /* rows a store wrote would shadow the load */
 	g = &tf->g;
 	if (first >= g->rows || n > g->rows - first)
 		return n == 0 && first <= g->rows ? 0 : ET_EROWRANGE;

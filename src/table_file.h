@@ -18,6 +18,7 @@
 
 #include "embtier.h"
 #include "io.h"
+#include "rowlog.h"
 
 /* Decoded, validated geometry; constant for the file's life. */
 struct tf_geom {
@@ -71,7 +72,18 @@ struct tf_stats {
 	uint64_t blocks_read, blocks_written, rmw_reads, undo_records;
 	uint64_t rows_lazy; /* rows served from the initializer */
 	uint64_t bytes_read, bytes_written;
+	struct rowlog_stats log; /* the row log's */
 };
 void tf_get_stats(const et_tfile *tf, struct tf_stats *st);
+
+/* The row log (src/rowlog.h). A store's files send row writes to it
+ * (tf_write_rows_raw appends); others write blocks in place, and refuse
+ * (-EBUSY) once the log holds rows. */
+void tf_log_writes(et_tfile *tf, bool on);
+/* Two-phase commit of the log: before and after the store's record. */
+int tf_commit_prepare(et_tfile *tf, uint64_t commit);
+int tf_commit_done(et_tfile *tf);
+/* Whether the log changed since the last commit. */
+bool tf_changed(const et_tfile *tf);
 
 #endif

@@ -924,7 +924,7 @@ static void hazard_wb_and_read(struct fx *f, uint32_t ways)
 		s1 = stats_of(h.s, -1);
 		assert_int_equal(s1.prefetch_reads - s0.prefetch_reads, 1);
 		assert_int_equal(s1.writebacks - s0.writebacks, 1);
-		assert_true(s1.blocks_written - s0.blocks_written >= 1);
+		assert_true(s1.log_rows_written - s0.log_rows_written >= 1);
 		if (ways > 1) {
 			assert_int_equal(s1.prefetch_hits - s0.prefetch_hits,
 					 1);

@@ -1,0 +1,1161 @@
+/*
+ * rowlog.c - the row log of a table file (see rowlog.h).
+ *
+ * PATH.log is an array of segments of seg_bytes. A segment holds rps
+ * records of rec_bytes, one after the other from its start:
+ *
+ *   record: u64 row | u64 XXH3(row as 8 LE bytes, then the row) | row
+ *           (row_bytes, padded with zeros to a multiple of 8)
+ *
+ * A record is named by its number, recno = segment * rps + slot. Records
+ * are written through an append buffer of RL_ABUF bytes that mirrors the
+ * file from an aligned offset in the head segment: when the next record
+ * does not fit, the buffer goes out in one O_DIRECT write and what is left
+ * of its last partial block moves to its front, so the disk sees large
+ * sequential writes whatever the batch size. Reads take the aligned span
+ * around a record (or copy it from the buffer, if it is still there).
+ *
+ * The index is an open-addressing hash from row to recno; the top bit of a
+ * recno marks "changed since the last commit", and the first change of a
+ * row also lists it in chg, so a commit's journal batch costs what changed.
+ * live[s] counts the index entries in segment s; live_c[s] the same at the
+ * last commit. A segment is free when neither the index nor the last commit
+ * needs it (live and live_c both 0) and it is not the head: only then is it
+ * reused or punched, so a crash can always go back to the commit.
+ *
+ * PATH.idx, the journal, is a sequence of batches, one per commit:
+ *
+ *   header  32: "ETIDXH01", u64 commit, u64 entries, u64 0
+ *   entries 16 each: u64 row, u32 recno, u32 0
+ *   trailer 40: "ETIDXT01", u32 head segment, u32 head slot, u32 flags
+ *               (1: snapshot, forget every batch before), u32 rec_bytes,
+ *               u32 seg_bytes, u32 0, u64 XXH3 of header, entries and the
+ *               first 32 bytes of the trailer
+ *
+ * At open the batches are replayed in order up to the store's commit; the
+ * first one past it, or the first torn one, ends the journal (cut off when
+ * writable). When the journal outgrows twice the index, a commit writes a
+ * snapshot to PATH.idx.new instead, renamed over PATH.idx once the store's
+ * record is durable (an open finishes or discards a rename a crash
+ * interrupted, by the snapshot's commit).
+ *
+ * The cleaner: when the segments in use (less those only the last commit
+ * still needs) exceed max_amp times the live record bytes, plus two
+ * segments, it moves the live records of the segment with the fewest, a
+ * few segments per append call.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "embtier.h"
+#include "endian.h"
+#include "hash.h"
+#include "io.h"
+#include "mem_host.h"
+#include "rowlog.h"
+
+#define RL_SEG_DEFAULT (8u << 20)
+#define RL_ABUF	       (1u << 20)
+#define RL_REC_HDR     16
+#define RL_JHDR	       32
+#define RL_JENT	       16
+#define RL_JTRL	       40
+#define RL_DIRTY       0x80000000u
+#define RL_MAXREC      0x7fffffffu
+#define RL_READ_BATCH  256
+#define RL_CLEAN_CHUNK (1u << 20)
+#define RL_CLEAN_MAX   4 /* segments cleaned per append call, at most */
+
+static double rl_max_amp = 1.3;
+static uint32_t rl_seg_bytes = RL_SEG_DEFAULT;
+
+void rowlog_set_tuning(double max_amp, uint32_t segment_bytes)
+{
+	rl_max_amp = max_amp > 1.0 ? max_amp : 1.3;
+	rl_seg_bytes = segment_bytes ? segment_bytes : RL_SEG_DEFAULT;
+}
+
+struct rowlog {
+	char *plog, *pidx, *pnew;
+	size_t plen;
+	int fd;	 /* PATH.log, O_DIRECT; -1 until it exists */
+	int jfd; /* PATH.idx; -1 until it exists */
+	bool rdonly;
+	uint64_t rows;
+	uint32_t row_bytes, rec_bytes, seg_bytes, rps;
+	uint32_t mem_align, off_align;
+	/* the index */
+	uint64_t *keys; /* row + 1; 0: empty */
+	uint32_t *vals; /* recno | RL_DIRTY */
+	uint64_t cap, count;
+	/* segments */
+	uint32_t *live, *live_c;
+	uint8_t *punched;
+	uint32_t nsegs, segcap;
+	bool head_ok;
+	uint32_t hseg, hslot;
+	/* the append buffer: file bytes [wb_off, wb_off + RL_ABUF) */
+	char *abuf;
+	uint64_t wb_off;
+	uint64_t done_off; /* file bytes below it are on disk */
+	/* rows changed since the last commit */
+	uint64_t *chg;
+	size_t nchg, chgcap;
+	uint64_t jbytes; /* journal length */
+	bool snap;	 /* PATH.idx.new awaits the record */
+	/* read and clean staging */
+	char *rbuf;
+	size_t rbuf_bytes;
+	struct io_req *rreq;
+	struct rowlog_stats st;
+};
+
+/* ------------------------------------------------------------ the index */
+
+static uint64_t idx_slot0(const struct rowlog *l, uint64_t row)
+{
+	return hash_mix(row) & (l->cap - 1);
+}
+
+static int64_t idx_find(const struct rowlog *l, uint64_t row)
+{
+	if (!l->cap)
+		return -1;
+	for (uint64_t i = idx_slot0(l, row);; i = (i + 1) & (l->cap - 1)) {
+		if (l->keys[i] == row + 1)
+			return (int64_t)i;
+		if (!l->keys[i])
+			return -1;
+	}
+}
+
+static int idx_grow(struct rowlog *l)
+{
+	uint64_t ncap = l->cap ? l->cap * 2 : 1024, ocap = l->cap;
+	uint64_t *ok = l->keys, *nk;
+	uint32_t *ov = l->vals, *nv;
+
+	nk = mem_alloc(ncap * sizeof(*nk), 0);
+	nv = mem_alloc(ncap * sizeof(*nv), 0);
+	if (!nk || !nv) {
+		mem_free(nk, ncap * sizeof(*nk), 0);
+		mem_free(nv, ncap * sizeof(*nv), 0);
+		return -ENOMEM;
+	}
+	l->keys = nk;
+	l->vals = nv;
+	l->cap = ncap;
+	for (uint64_t i = 0; i < ocap; i++) {
+		uint64_t j;
+
+		if (!ok[i])
+			continue;
+		for (j = idx_slot0(l, ok[i] - 1); nk[j];
+		     j = (j + 1) & (ncap - 1))
+			;
+		nk[j] = ok[i];
+		nv[j] = ov[i];
+	}
+	mem_free(ok, ocap * sizeof(*ok), 0);
+	mem_free(ov, ocap * sizeof(*ov), 0);
+	return 0;
+}
+
+/* The slot of row, inserted (value 0, not counted live) if new. */
+static int idx_slot(struct rowlog *l, uint64_t row, uint64_t *slot, bool *isnew)
+{
+	uint64_t i;
+
+	if ((l->count + 1) * 4 > l->cap * 3) {
+		int ret = idx_grow(l);
+
+		if (ret)
+			return ret;
+	}
+	for (i = idx_slot0(l, row); l->keys[i]; i = (i + 1) & (l->cap - 1))
+		if (l->keys[i] == row + 1)
+			break;
+	*isnew = !l->keys[i];
+	if (*isnew) {
+		l->keys[i] = row + 1;
+		l->vals[i] = 0;
+		l->count++;
+	}
+	*slot = i;
+	return 0;
+}
+
+static void idx_clear(struct rowlog *l)
+{
+	if (l->cap) {
+		memset(l->keys, 0, l->cap * sizeof(*l->keys));
+		memset(l->vals, 0, l->cap * sizeof(*l->vals));
+	}
+	l->count = 0;
+}
+
+/* ------------------------------------------------------------- segments */
+
+static int segs_reserve(struct rowlog *l, uint32_t n)
+{
+	uint32_t cap = l->segcap ? l->segcap : 16;
+	uint32_t *nl, *nc;
+	uint8_t *np;
+
+	if (n <= l->segcap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	nl = mem_alloc(cap * sizeof(*nl), 0);
+	nc = mem_alloc(cap * sizeof(*nc), 0);
+	np = mem_alloc(cap, 0);
+	if (!nl || !nc || !np) {
+		mem_free(nl, cap * sizeof(*nl), 0);
+		mem_free(nc, cap * sizeof(*nc), 0);
+		mem_free(np, cap, 0);
+		return -ENOMEM;
+	}
+	if (l->segcap) {
+		memcpy(nl, l->live, l->segcap * sizeof(*nl));
+		memcpy(nc, l->live_c, l->segcap * sizeof(*nc));
+		memcpy(np, l->punched, l->segcap);
+		mem_free(l->live, l->segcap * sizeof(*nl), 0);
+		mem_free(l->live_c, l->segcap * sizeof(*nc), 0);
+		mem_free(l->punched, l->segcap, 0);
+	}
+	l->live = nl;
+	l->live_c = nc;
+	l->punched = np;
+	l->segcap = cap;
+	return 0;
+}
+
+static bool seg_free(const struct rowlog *l, uint32_t s)
+{
+	return !l->live[s] && !l->live_c[s] && !(l->head_ok && s == l->hseg);
+}
+
+static uint64_t rec_off(const struct rowlog *l, uint32_t recno)
+{
+	return (uint64_t)(recno / l->rps) * l->seg_bytes +
+	       (uint64_t)(recno % l->rps) * l->rec_bytes;
+}
+
+static uint64_t align_down(uint64_t x, uint32_t a)
+{
+	return x / a * a;
+}
+
+static uint64_t align_up(uint64_t x, uint32_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* ----------------------------------------------------------------- I/O */
+
+static int rl_io(io_ctx *io, int op, int fd, void *buf, uint64_t len,
+		 uint64_t off)
+{
+	struct io_req r = {
+	    .op = op, .fd = fd, .buf = buf, .len = (uint32_t)len, .off = off};
+
+	return io_run(io, &r, 1);
+}
+
+static int log_file(struct rowlog *l)
+{
+	int ret;
+
+	if (l->fd >= 0)
+		return 0;
+	ret = io_open_file(l->plog, l->rdonly ? O_RDONLY : O_RDWR | O_CREAT,
+			   0644, &l->fd);
+	if (ret)
+		return ret;
+	ret = io_file_align(l->fd, &l->mem_align, &l->off_align);
+	if (!ret && (l->seg_bytes % l->off_align || l->off_align > 65536))
+		ret = ET_EHEADER;
+	if (ret) {
+		close(l->fd);
+		l->fd = -1;
+	}
+	return ret;
+}
+
+static int staging(struct rowlog *l)
+{
+	size_t span = align_up(l->rec_bytes, l->off_align) + l->off_align;
+	size_t want = RL_READ_BATCH * span;
+
+	if (want < RL_CLEAN_CHUNK + 2 * (size_t)l->off_align + l->rec_bytes)
+		want = RL_CLEAN_CHUNK + 2 * (size_t)l->off_align + l->rec_bytes;
+	want = align_up(want, l->mem_align);
+	if (l->rbuf)
+		return 0;
+	l->rbuf = mem_alloc(want, l->mem_align);
+	l->rreq = mem_alloc(RL_READ_BATCH * sizeof(*l->rreq), 0);
+	if (!l->rbuf || !l->rreq) {
+		mem_free(l->rbuf, want, l->mem_align);
+		mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
+		l->rbuf = NULL;
+		l->rreq = NULL;
+		return -ENOMEM;
+	}
+	l->rbuf_bytes = want;
+	return 0;
+}
+
+/* Writes the buffer's bytes up to the file offset upto (rounded up to
+ * the alignment), from where the last write ended (rounded down): only
+ * what is new, and the partial block it continues. */
+static int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto)
+{
+	uint64_t a = align_down(l->done_off, l->off_align);
+	uint64_t b = align_up(upto, l->off_align);
+	int ret;
+
+	if (a < l->wb_off)
+		a = l->wb_off;
+	if (b <= a || upto <= l->done_off)
+		return 0;
+	ret = rl_io(io, IO_WRITE, l->fd, l->abuf + (a - l->wb_off), b - a, a);
+	if (!ret) {
+		l->st.bytes_written += b - a;
+		l->done_off = upto;
+	}
+	return ret;
+}
+
+/* The byte offset where the head's next record goes. */
+static uint64_t head_off(const struct rowlog *l)
+{
+	return (uint64_t)l->hseg * l->seg_bytes +
+	       (uint64_t)l->hslot * l->rec_bytes;
+}
+
+/* Moves the head to a free segment (the lowest), or a new one. */
+static int new_head(struct rowlog *l)
+{
+	uint32_t s;
+	int ret;
+
+	for (s = 0; s < l->nsegs; s++)
+		if (seg_free(l, s))
+			break;
+	if (s == l->nsegs) {
+		if ((uint64_t)(s + 1) * l->rps > RL_MAXREC)
+			return -ENOSPC; /* recno space of this log used up */
+		ret = segs_reserve(l, s + 1);
+		if (ret)
+			return ret;
+		l->nsegs = s + 1;
+		l->live[s] = l->live_c[s] = 0;
+		l->punched[s] = 1;
+	}
+	if (fallocate(l->fd, 0, (off_t)s * l->seg_bytes, l->seg_bytes) &&
+	    errno != EOPNOTSUPP)
+		return -errno;
+	l->punched[s] = 0;
+	l->hseg = s;
+	l->hslot = 0;
+	l->head_ok = true;
+	l->wb_off = l->done_off = (uint64_t)s * l->seg_bytes;
+	memset(l->abuf, 0, RL_ABUF);
+	return 0;
+}
+
+/* The buffer mirrors the head segment from wb_off; at open after a crash
+ * (or a sync) its partial last block must come from the disk. */
+static int abuf_load(struct rowlog *l, io_ctx *io)
+{
+	uint64_t off = head_off(l);
+
+	l->wb_off = align_down(off, l->off_align);
+	l->done_off = off;
+	memset(l->abuf, 0, RL_ABUF);
+	if (off == l->wb_off)
+		return 0;
+	return rl_io(io, IO_READ, l->fd, l->abuf, l->off_align, l->wb_off);
+}
+
+static int append_one(struct rowlog *l, io_ctx *io, uint64_t row,
+		      const void *src)
+{
+	unsigned char h[RL_REC_HDR];
+	uint64_t off, slot;
+	uint32_t recno, old;
+	bool isnew;
+	int ret;
+
+	if (!l->head_ok || l->hslot == l->rps) {
+		if (l->head_ok) {
+			ret = abuf_write(l, io, head_off(l));
+			if (ret)
+				return ret;
+		}
+		ret = new_head(l);
+		if (ret)
+			return ret;
+	}
+	off = head_off(l);
+	if (off + l->rec_bytes > l->wb_off + RL_ABUF) {
+		uint64_t nb = align_down(off, l->off_align);
+
+		ret = abuf_write(l, io, off);
+		if (ret)
+			return ret;
+		memmove(l->abuf, l->abuf + (nb - l->wb_off), off - nb);
+		memset(l->abuf + (off - nb), 0, RL_ABUF - (off - nb));
+		l->wb_off = nb;
+	}
+	ret = idx_slot(l, row, &slot, &isnew);
+	if (ret)
+		return ret;
+	recno = l->hseg * l->rps + l->hslot;
+	put64(h, row);
+	put64(h + 8, hash_bytes2(h, 8, src, l->row_bytes));
+	memcpy(l->abuf + (off - l->wb_off), h, RL_REC_HDR);
+	memcpy(l->abuf + (off - l->wb_off) + RL_REC_HDR, src, l->row_bytes);
+	old = l->vals[slot];
+	if (!isnew)
+		l->live[(old & RL_MAXREC) / l->rps]--;
+	if (!(old & RL_DIRTY)) {
+		if (l->nchg == l->chgcap) {
+			size_t cap = l->chgcap ? l->chgcap * 2 : 1024;
+			uint64_t *n = mem_alloc(cap * sizeof(*n), 0);
+
+			if (!n) {
+				if (!isnew)
+					l->live[(old & RL_MAXREC) / l->rps]++;
+				return -ENOMEM;
+			}
+			if (l->chg) {
+				memcpy(n, l->chg, l->nchg * sizeof(*n));
+				mem_free(l->chg, l->chgcap * sizeof(*n), 0);
+			}
+			l->chg = n;
+			l->chgcap = cap;
+		}
+		l->chg[l->nchg++] = row;
+	}
+	l->vals[slot] = recno | RL_DIRTY;
+	l->live[l->hseg]++;
+	l->hslot++;
+	l->st.rows_appended++;
+	return 0;
+}
+
+/* ------------------------------------------------------------- cleaner */
+
+static bool needs_cleaning(const struct rowlog *l)
+{
+	uint64_t used = 0;
+
+	for (uint32_t s = 0; s < l->nsegs; s++)
+		if (l->live[s] || (l->head_ok && s == l->hseg))
+			used++;
+	return (double)used * l->seg_bytes >
+	       rl_max_amp * (double)l->count * l->rec_bytes +
+		   2.0 * l->seg_bytes;
+}
+
+static int64_t pick_victim(const struct rowlog *l)
+{
+	int64_t best = -1;
+
+	for (uint32_t s = 0; s < l->nsegs; s++) {
+		if (!l->live[s] || (l->head_ok && s == l->hseg))
+			continue;
+		/* fewest live first; at equal, one the commit does not need
+		 * (it is free at once) */
+		if (best < 0 || l->live[s] < l->live[best] ||
+		    (l->live[s] == l->live[best] && !l->live_c[s] &&
+		     l->live_c[best]))
+			best = s;
+	}
+	/* Moving a segment that is mostly live gains nothing. */
+	if (best >= 0 && (uint64_t)l->live[best] * 10 > (uint64_t)l->rps * 9)
+		return -1;
+	return best;
+}
+
+static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
+{
+	uint32_t per = RL_CLEAN_CHUNK / l->rec_bytes;
+	char *tmp;
+	int ret = 0;
+
+	tmp = mem_alloc(l->row_bytes, 0);
+	if (!tmp)
+		return -ENOMEM;
+	for (uint32_t i0 = 0; i0 < l->rps && l->live[s] && !ret; i0 += per) {
+		uint32_t i1 = i0 + per < l->rps ? i0 + per : l->rps;
+		uint64_t base = (uint64_t)s * l->seg_bytes;
+		uint64_t a = align_down(base + (uint64_t)i0 * l->rec_bytes,
+					l->off_align);
+		uint64_t b =
+		    align_up(base + (uint64_t)i1 * l->rec_bytes, l->off_align);
+
+		ret = rl_io(io, IO_READ, l->fd, l->rbuf, b - a, a);
+		if (ret)
+			break;
+		l->st.bytes_read += b - a;
+		for (uint32_t i = i0; i < i1 && !ret; i++) {
+			const unsigned char *r =
+			    (unsigned char *)l->rbuf +
+			    (base + (uint64_t)i * l->rec_bytes - a);
+			uint64_t row = get64(r);
+			uint32_t recno = s * l->rps + i;
+			int64_t k;
+
+			if (row >= l->rows)
+				continue;
+			k = idx_find(l, row);
+			if (k < 0 || (l->vals[k] & RL_MAXREC) != recno)
+				continue;
+			if (hash_bytes2(r, 8, r + RL_REC_HDR, l->row_bytes) !=
+			    get64(r + 8)) {
+				ret = ET_EBLOCKSUM;
+				break;
+			}
+			memcpy(tmp, r + RL_REC_HDR, l->row_bytes);
+			ret = append_one(l, io, row, tmp);
+			if (!ret)
+				l->st.rows_cleaned++;
+		}
+	}
+	mem_free(tmp, l->row_bytes, 0);
+	if (!ret)
+		l->st.segs_cleaned++;
+	return ret;
+}
+
+static int maybe_clean(struct rowlog *l, io_ctx *io)
+{
+	for (int n = 0; n < RL_CLEAN_MAX && needs_cleaning(l); n++) {
+		int64_t v = pick_victim(l);
+		int ret;
+
+		if (v < 0)
+			break;
+		ret = clean_segment(l, io, (uint32_t)v);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------- the API */
+
+bool rowlog_has(const struct rowlog *l, uint64_t row)
+{
+	return l && l->count && idx_find(l, row) >= 0;
+}
+
+bool rowlog_changed(const struct rowlog *l)
+{
+	return l && l->nchg;
+}
+
+uint64_t rowlog_count(const struct rowlog *l)
+{
+	return l ? l->count : 0;
+}
+
+int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
+		  const void *src)
+{
+	int ret;
+
+	if (l->rdonly)
+		return -EBADF;
+	ret = log_file(l);
+	if (!ret)
+		ret = staging(l);
+	if (!ret && !l->abuf) {
+		l->abuf = mem_alloc(RL_ABUF, l->mem_align);
+		if (!l->abuf)
+			ret = -ENOMEM;
+		else if (l->head_ok)
+			ret = abuf_load(l, io);
+	}
+	for (size_t i = 0; i < n && !ret; i++)
+		ret = append_one(l, io, rows[i],
+				 (const char *)src + i * l->row_bytes);
+	if (!ret)
+		ret = maybe_clean(l, io);
+	/* What a write-back returned 0 for is on the disk (not yet synced),
+	 * as it was when rows were written in place. */
+	if (!ret && l->head_ok)
+		ret = abuf_write(l, io, head_off(l));
+	return ret;
+}
+
+int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
+		const uint32_t *idx, size_t n, void *dst)
+{
+	size_t span;
+	int ret = log_file(l);
+
+	if (!ret)
+		ret = staging(l);
+	if (ret)
+		return ret;
+	span = align_up(l->rec_bytes, l->off_align) + l->off_align;
+	for (size_t b = 0; b < n;) {
+		size_t k = 0, first = b;
+		uint32_t at[RL_READ_BATCH];
+		uint64_t lo[RL_READ_BATCH];
+
+		for (; b < n && k < RL_READ_BATCH; b++) {
+			uint64_t row = rows[idx[b]];
+			int64_t e = idx_find(l, row);
+			uint32_t recno;
+			uint64_t off;
+			char *d = (char *)dst + (size_t)idx[b] * l->row_bytes;
+
+			if (e < 0)
+				return -EINVAL; /* not ours: a caller bug */
+			recno = l->vals[e] & RL_MAXREC;
+			off = rec_off(l, recno);
+			if (l->abuf && l->head_ok &&
+			    recno / l->rps == l->hseg && off >= l->wb_off) {
+				memcpy(d,
+				       l->abuf + (off - l->wb_off) + RL_REC_HDR,
+				       l->row_bytes);
+				at[k] = UINT32_MAX;
+				k++;
+				continue;
+			}
+			lo[k] = align_down(off, l->off_align);
+			l->rreq[k] = (struct io_req){
+			    .op = IO_READ,
+			    .fd = l->fd,
+			    .buf = l->rbuf + k * span,
+			    .len = (uint32_t)(align_up(off + l->rec_bytes,
+						       l->off_align) -
+					      lo[k]),
+			    .off = lo[k]};
+			at[k] = (uint32_t)b;
+			k++;
+		}
+		/* compact the requests that go to the disk */
+		{
+			struct io_req *q = l->rreq;
+			unsigned nq = 0;
+			uint32_t qb[RL_READ_BATCH];
+
+			for (size_t j = 0; j < k; j++) {
+				if (at[j] == UINT32_MAX)
+					continue;
+				if (nq != j)
+					q[nq] = q[j];
+				qb[nq] = at[j];
+				lo[nq] = lo[j];
+				nq++;
+			}
+			ret = nq ? io_run(io, q, nq) : 0;
+			if (ret)
+				return ret;
+			for (unsigned j = 0; j < nq; j++) {
+				uint64_t row = rows[idx[qb[j]]];
+				int64_t e = idx_find(l, row);
+				uint64_t off =
+				    rec_off(l, l->vals[e] & RL_MAXREC);
+				const unsigned char *r =
+				    (unsigned char *)q[j].buf + (off - lo[j]);
+
+				if (get64(r) != row ||
+				    hash_bytes2(r, 8, r + RL_REC_HDR,
+						l->row_bytes) != get64(r + 8))
+					return ET_EBLOCKSUM;
+				memcpy((char *)dst +
+					   (size_t)idx[qb[j]] * l->row_bytes,
+				       r + RL_REC_HDR, l->row_bytes);
+				l->st.bytes_read += q[j].len;
+			}
+		}
+		l->st.rows_read += b - first;
+	}
+	return 0;
+}
+
+int rowlog_sync(struct rowlog *l, io_ctx *io)
+{
+	int ret;
+
+	if (l->rdonly || l->fd < 0)
+		return 0;
+	if (l->abuf && l->head_ok) {
+		ret = abuf_write(l, io, head_off(l));
+		if (ret)
+			return ret;
+	}
+	return io_fsync(io, l->fd);
+}
+
+/* ------------------------------------------------------------- journal */
+
+static int journal_batch(struct rowlog *l, io_ctx *io, uint64_t commit,
+			 bool snapshot)
+{
+	uint64_t n = snapshot ? l->count : 0, len;
+	unsigned char *buf, *p;
+	int fd, ret;
+
+	if (!snapshot)
+		for (size_t i = 0; i < l->nchg; i++)
+			n++;
+	len = RL_JHDR + n * RL_JENT + RL_JTRL;
+	buf = mem_alloc(len, 0);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, "ETIDXH01", 8);
+	put64(buf + 8, commit);
+	p = buf + RL_JHDR;
+	n = 0;
+	if (snapshot) {
+		for (uint64_t i = 0; i < l->cap; i++) {
+			if (!l->keys[i])
+				continue;
+			put64(p, l->keys[i] - 1);
+			put32(p + 8, l->vals[i] & RL_MAXREC);
+			put32(p + 12, 0);
+			p += RL_JENT;
+			n++;
+		}
+	} else {
+		for (size_t i = 0; i < l->nchg; i++) {
+			int64_t e = idx_find(l, l->chg[i]);
+
+			put64(p, l->chg[i]);
+			put32(p + 8, l->vals[e] & RL_MAXREC);
+			put32(p + 12, 0);
+			p += RL_JENT;
+			n++;
+		}
+	}
+	put64(buf + 16, n);
+	memcpy(p, "ETIDXT01", 8);
+	put32(p + 8, l->head_ok ? l->hseg : UINT32_MAX);
+	put32(p + 12, l->hslot);
+	put32(p + 16, snapshot ? 1 : 0);
+	put32(p + 20, l->rec_bytes);
+	put32(p + 24, l->seg_bytes);
+	put32(p + 28, 0);
+	put64(p + 32, hash_bytes(buf, (size_t)(p + 32 - buf)));
+	len = (uint64_t)(p + RL_JTRL - buf);
+	if (snapshot) {
+		fd = open(l->pnew, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			  0644);
+		ret = fd < 0 ? -errno : 0;
+		if (!ret)
+			ret = rl_io(io, IO_WRITE, fd, buf, len, 0);
+		if (!ret)
+			ret = io_fsync(io, fd);
+		if (fd >= 0)
+			close(fd);
+	} else {
+		if (l->jfd < 0) {
+			l->jfd =
+			    open(l->pidx, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+			if (l->jfd < 0) {
+				mem_free(buf, len, 0);
+				return -errno;
+			}
+		}
+		ret = rl_io(io, IO_WRITE, l->jfd, buf, len, l->jbytes);
+		if (!ret)
+			ret = io_fsync(io, l->jfd);
+	}
+	mem_free(buf, RL_JHDR + n * RL_JENT + RL_JTRL, 0);
+	if (ret)
+		return ret;
+	l->st.bytes_written += len;
+	if (snapshot)
+		l->snap = true;
+	else
+		l->jbytes += len;
+	return 0;
+}
+
+int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
+{
+	bool snapshot;
+	int ret;
+
+	if (l->rdonly || !l->nchg)
+		return 0; /* nothing changed: earlier batches say it all */
+	ret = rowlog_sync(l, io);
+	if (ret)
+		return ret;
+	snapshot = l->jbytes > (64u << 20) &&
+		   l->jbytes > 2 * (l->count * RL_JENT + RL_JHDR + RL_JTRL);
+	return journal_batch(l, io, commit, snapshot);
+}
+
+int rowlog_commit_done(struct rowlog *l)
+{
+	if (l->rdonly)
+		return 0;
+	for (size_t i = 0; i < l->nchg; i++) {
+		int64_t e = idx_find(l, l->chg[i]);
+
+		if (e >= 0)
+			l->vals[e] &= RL_MAXREC;
+	}
+	l->nchg = 0;
+	if (l->snap) {
+		/* The record names the snapshot's commit: it replaces the
+		 * journal. A crash before the rename is finished at open. */
+		if (rename(l->pnew, l->pidx))
+			return -errno;
+		if (l->jfd >= 0)
+			close(l->jfd);
+		l->jfd = open(l->pidx, O_RDWR | O_CLOEXEC);
+		if (l->jfd < 0)
+			return -errno;
+		l->jbytes = (uint64_t)lseek(l->jfd, 0, SEEK_END);
+		l->snap = false;
+	}
+	for (uint32_t s = 0; s < l->nsegs; s++) {
+		l->live_c[s] = l->live[s];
+		if (seg_free(l, s) && !l->punched[s] && l->fd >= 0) {
+			/* best effort: space, not data */
+			if (!fallocate(l->fd,
+				       FALLOC_FL_PUNCH_HOLE |
+					   FALLOC_FL_KEEP_SIZE,
+				       (off_t)s * l->seg_bytes, l->seg_bytes))
+				l->punched[s] = 1;
+		}
+	}
+	return 0;
+}
+
+/* Reads the journal at fd (len bytes), replaying batches up to commit into
+ * l if non-NULL; returns the length of the good prefix in *good. */
+static int journal_scan(int fd, uint64_t len, uint64_t commit, struct rowlog *l,
+			uint32_t rec_bytes, uint64_t *good, uint32_t *seg_bytes)
+{
+	unsigned char h[RL_JHDR], t[RL_JTRL];
+	uint64_t off = 0;
+	unsigned char *ents = NULL;
+	size_t ecap = 0;
+	int ret = 0;
+
+	*good = 0;
+	while (off + RL_JHDR + RL_JTRL <= len) {
+		uint64_t n, c;
+		size_t eb;
+		XXH3_state_t st;
+
+		if (pread(fd, h, RL_JHDR, (off_t)off) != RL_JHDR ||
+		    memcmp(h, "ETIDXH01", 8))
+			break;
+		c = get64(h + 8);
+		n = get64(h + 16);
+		if (n > (len - off - RL_JHDR - RL_JTRL) / RL_JENT)
+			break;
+		eb = (size_t)n * RL_JENT;
+		if (eb > ecap) {
+			mem_free(ents, ecap, 0);
+			ecap = eb;
+			ents = mem_alloc(ecap, 0);
+			if (!ents)
+				return -ENOMEM;
+		}
+		if ((eb && pread(fd, ents, eb, (off_t)(off + RL_JHDR)) !=
+			       (ssize_t)eb) ||
+		    pread(fd, t, RL_JTRL, (off_t)(off + RL_JHDR + eb)) !=
+			RL_JTRL ||
+		    memcmp(t, "ETIDXT01", 8))
+			break;
+		XXH3_64bits_reset(&st);
+		XXH3_64bits_update(&st, h, RL_JHDR);
+		XXH3_64bits_update(&st, ents, eb);
+		XXH3_64bits_update(&st, t, 32);
+		if (XXH3_64bits_digest(&st) != get64(t + 32) ||
+		    get32(t + 20) != rec_bytes)
+			break;
+		if (c > commit)
+			break;
+		*seg_bytes = get32(t + 24);
+		if (l) {
+			uint32_t hs = get32(t + 8), sl = get32(t + 12);
+
+			l->seg_bytes = get32(t + 24);
+			if (!l->seg_bytes || l->seg_bytes < l->rec_bytes) {
+				ret = ET_EHEADER;
+				break;
+			}
+			l->rps = l->seg_bytes / l->rec_bytes;
+			if (get32(t + 16) & 1)
+				idx_clear(l);
+			for (uint64_t i = 0; i < n && !ret; i++) {
+				uint64_t row = get64(ents + i * RL_JENT), slot;
+				uint32_t rn = get32(ents + i * RL_JENT + 8);
+				bool isnew;
+
+				if (row >= l->rows || rn > RL_MAXREC) {
+					ret = ET_EHEADER;
+					break;
+				}
+				ret = idx_slot(l, row, &slot, &isnew);
+				if (!ret)
+					l->vals[slot] = rn;
+			}
+			if (ret)
+				break;
+			l->head_ok = hs != UINT32_MAX;
+			l->hseg = l->head_ok ? hs : 0;
+			l->hslot = sl;
+			if (l->head_ok && sl > l->rps) {
+				ret = ET_EHEADER;
+				break;
+			}
+		}
+		off += RL_JHDR + eb + RL_JTRL;
+		*good = off;
+	}
+	mem_free(ents, ecap, 0);
+	return ret;
+}
+
+static int paths(struct rowlog *l, const char *tf_path)
+{
+	l->plen = strlen(tf_path) + 9;
+	l->plog = mem_alloc(l->plen, 0);
+	l->pidx = mem_alloc(l->plen, 0);
+	l->pnew = mem_alloc(l->plen, 0);
+	if (!l->plog || !l->pidx || !l->pnew)
+		return -ENOMEM;
+	snprintf(l->plog, l->plen, "%s.log", tf_path);
+	snprintf(l->pidx, l->plen, "%s.idx", tf_path);
+	snprintf(l->pnew, l->plen, "%s.idx.new", tf_path);
+	return 0;
+}
+
+/* Finishes or discards a snapshot rename a crash interrupted. */
+static int settle_snapshot(const char *pidx, const char *pnew, uint64_t commit,
+			   uint32_t rec_bytes, bool rdonly, bool *use_new)
+{
+	struct stat st;
+	uint64_t good;
+	uint32_t sb = 0;
+	int fd, ret;
+
+	*use_new = false;
+	fd = open(pnew, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	ret = fstat(fd, &st) ? -errno : 0;
+	if (!ret)
+		ret = journal_scan(fd, (uint64_t)st.st_size, commit, NULL,
+				   rec_bytes, &good, &sb);
+	close(fd);
+	if (ret)
+		return ret;
+	if (good && good == (uint64_t)st.st_size) {
+		if (rdonly) {
+			*use_new = true;
+			return 0;
+		}
+		return rename(pnew, pidx) ? -errno : 0;
+	}
+	if (!rdonly && unlink(pnew))
+		return -errno;
+	return 0;
+}
+
+int rowlog_recover(const char *tf_path, uint64_t commit)
+{
+	char p[4096], n[4096];
+	struct stat st;
+	uint64_t good;
+	uint32_t sb = 0, rec_bytes;
+	unsigned char t[RL_JTRL];
+	bool use_new;
+	int fd, ret;
+
+	if ((size_t)snprintf(p, sizeof(p), "%s.idx", tf_path) >= sizeof(p) ||
+	    (size_t)snprintf(n, sizeof(n), "%s.idx.new", tf_path) >= sizeof(n))
+		return -ENAMETOOLONG;
+	fd = open(p, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno != ENOENT)
+		return -errno;
+	/* the record size, from the first batch's trailer */
+	rec_bytes = 0;
+	if (fd >= 0 && !fstat(fd, &st) && st.st_size >= RL_JHDR + RL_JTRL) {
+		unsigned char h[RL_JHDR];
+
+		if (pread(fd, h, RL_JHDR, 0) == RL_JHDR &&
+		    get64(h + 16) <= (uint64_t)st.st_size &&
+		    pread(fd, t, RL_JTRL,
+			  (off_t)(RL_JHDR + get64(h + 16) * RL_JENT)) ==
+			RL_JTRL)
+			rec_bytes = get32(t + 20);
+	}
+	if (fd >= 0)
+		close(fd);
+	if (!rec_bytes)
+		return 0; /* nothing readable was ever committed */
+	ret = settle_snapshot(p, n, commit, rec_bytes, false, &use_new);
+	if (ret)
+		return ret;
+	fd = open(p, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	ret = fstat(fd, &st) ? -errno : 0;
+	if (!ret)
+		ret = journal_scan(fd, (uint64_t)st.st_size, commit, NULL,
+				   rec_bytes, &good, &sb);
+	if (!ret && good != (uint64_t)st.st_size &&
+	    (ftruncate(fd, (off_t)good) || fdatasync(fd)))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
+		uint64_t commit, bool rdonly, struct rowlog **out)
+{
+	struct rowlog *l = mem_alloc(sizeof(*l), 0);
+	struct stat st;
+	uint64_t good = 0;
+	uint32_t sb = 0;
+	bool use_new = false;
+	int ret, fd;
+
+	if (!l)
+		return -ENOMEM;
+	l->fd = l->jfd = -1;
+	l->rdonly = rdonly;
+	l->rows = rows;
+	l->row_bytes = row_bytes;
+	l->rec_bytes = (uint32_t)align_up(RL_REC_HDR + row_bytes, 8);
+	l->seg_bytes = rl_seg_bytes;
+	if (l->seg_bytes < l->rec_bytes)
+		l->seg_bytes = (uint32_t)align_up(l->rec_bytes, 1u << 20);
+	l->rps = l->seg_bytes / l->rec_bytes;
+	l->mem_align = l->off_align = 4096;
+	ret = paths(l, tf_path);
+	if (ret)
+		goto err;
+	ret = settle_snapshot(l->pidx, l->pnew, commit, l->rec_bytes, rdonly,
+			      &use_new);
+	if (ret)
+		goto err;
+	fd = open(use_new ? l->pnew : l->pidx,
+		  (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	if (fd < 0 && errno != ENOENT) {
+		ret = -errno;
+		goto err;
+	}
+	if (fd >= 0) {
+		ret = fstat(fd, &st) ? -errno : 0;
+		if (!ret)
+			ret = journal_scan(fd, (uint64_t)st.st_size, commit, l,
+					   l->rec_bytes, &good, &sb);
+		if (!ret && !rdonly && good != (uint64_t)st.st_size &&
+		    (ftruncate(fd, (off_t)good) || fdatasync(fd)))
+			ret = -errno;
+		if (ret) {
+			close(fd);
+			goto err;
+		}
+		if (rdonly || use_new)
+			close(fd);
+		else
+			l->jfd = fd;
+		l->jbytes = good;
+	}
+	if (l->count || l->head_ok) {
+		uint32_t ns = l->head_ok ? l->hseg + 1 : 0;
+
+		for (uint64_t i = 0; i < l->cap; i++)
+			if (l->keys[i] && l->vals[i] / l->rps + 1 > ns)
+				ns = l->vals[i] / l->rps + 1;
+		ret = segs_reserve(l, ns);
+		if (ret)
+			goto err;
+		l->nsegs = ns;
+		for (uint64_t i = 0; i < l->cap; i++)
+			if (l->keys[i])
+				l->live[l->vals[i] / l->rps]++;
+		memcpy(l->live_c, l->live, ns * sizeof(*l->live));
+		ret = log_file(l);
+		if (ret)
+			goto err;
+	} else if (!stat(l->plog, &st)) {
+		ret = log_file(l); /* an old log with nothing committed */
+		if (ret)
+			goto err;
+	}
+	*out = l;
+	return 0;
+err:
+	rowlog_close(l);
+	return ret;
+}
+
+void rowlog_close(struct rowlog *l)
+{
+	if (!l)
+		return;
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->jfd >= 0)
+		close(l->jfd);
+	mem_free(l->keys, l->cap * sizeof(*l->keys), 0);
+	mem_free(l->vals, l->cap * sizeof(*l->vals), 0);
+	mem_free(l->live, l->segcap * sizeof(*l->live), 0);
+	mem_free(l->live_c, l->segcap * sizeof(*l->live_c), 0);
+	mem_free(l->punched, l->segcap, 0);
+	if (l->abuf)
+		mem_free(l->abuf, RL_ABUF, l->mem_align);
+	mem_free(l->chg, l->chgcap * sizeof(*l->chg), 0);
+	if (l->rbuf)
+		mem_free(l->rbuf, l->rbuf_bytes, l->mem_align);
+	mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
+	mem_free(l->plog, l->plen, 0);
+	mem_free(l->pidx, l->plen, 0);
+	mem_free(l->pnew, l->plen, 0);
+	mem_free(l, sizeof(*l), 0);
+}
+
+void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st)
+{
+	uint64_t used = 0;
+
+	memset(st, 0, sizeof(*st));
+	if (!l)
+		return;
+	*st = l->st;
+	for (uint32_t s = 0; s < l->nsegs; s++)
+		if (!seg_free(l, s))
+			used++;
+	st->index_rows = l->count;
+	st->index_bytes = l->cap * (sizeof(*l->keys) + sizeof(*l->vals)) +
+			  (uint64_t)l->segcap * 9 + l->chgcap * sizeof(*l->chg);
+	st->live_bytes = l->count * l->rec_bytes;
+	st->log_bytes = used * l->seg_bytes;
+}
+
+uint64_t rowlog_disk_bytes(const struct rowlog *l)
+{
+	struct stat st;
+	uint64_t n = 0;
+
+	if (!l)
+		return 0;
+	if (l->fd >= 0 && !fstat(l->fd, &st))
+		n += (uint64_t)st.st_blocks * 512;
+	if (!stat(l->pidx, &st))
+		n += (uint64_t)st.st_blocks * 512;
+	return n;
+}

@@ -1,0 +1,93 @@
+/*
+ * rowlog.h - the row log of a table file: rows written back by the store
+ * are appended to segments of PATH.log in large aligned O_DIRECT writes,
+ * an in-memory index maps each logged row to its newest record, a journal
+ * (PATH.idx) persists the index changes of each commit, and a cleaner
+ * rewrites the live rows of mostly dead segments. docs/FORMAT.md has the
+ * byte layout; docs/DESIGN-NOTES.md the reasoning.
+ *
+ * A row in the index is read from the log; any other row from the table's
+ * block file (bulk loads) or its initializer. Commits are two-phase: the
+ * store calls rowlog_commit_prepare on every table (log synced, journal
+ * batch written and synced), writes its commit record, then calls
+ * rowlog_commit_done (segments the new commit no longer needs become
+ * free). At open, journal batches of commits after the store's record are
+ * ignored (and cut off when writable), so a crash returns every log to the
+ * last commit.
+ *
+ * Threads: one thread at a time per log, like its et_tfile.
+ */
+#ifndef ET_ROWLOG_H
+#define ET_ROWLOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io.h"
+
+struct rowlog;
+
+struct rowlog_stats {
+	uint64_t rows_appended; /* records written, cleaning included */
+	uint64_t rows_cleaned;	/* live records moved by the cleaner */
+	uint64_t segs_cleaned;
+	uint64_t bytes_written; /* log and journal */
+	uint64_t rows_read, bytes_read;
+	uint64_t index_rows;  /* rows in the index */
+	uint64_t index_bytes; /* memory of the index and segment table */
+	uint64_t live_bytes;  /* live records x record bytes */
+	uint64_t log_bytes;   /* segments in use x segment bytes */
+};
+
+/* Opens the log of the table file at tf_path (PATH.log, PATH.idx) for rows
+ * of row_bytes, loading the index as of commit (0: nothing committed, the
+ * log is empty). Missing files are an empty log; they are created on the
+ * first append. rdonly: never writes. */
+int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
+		uint64_t commit, bool rdonly, struct rowlog **out);
+void rowlog_close(struct rowlog *l);
+
+/* Whether row has a record in the log. */
+bool rowlog_has(const struct rowlog *l, uint64_t row);
+uint64_t rowlog_count(const struct rowlog *l);
+
+/* Reads the rows at idx[0..n) of rows (each in the log) into
+ * dst + idx[i] * row_bytes; every record is checked. */
+int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
+		const uint32_t *idx, size_t n, void *dst);
+
+/* Appends n rows (row_bytes each from src); a repeated row: the last one
+ * wins. May run the cleaner. On error some rows may have been appended;
+ * appending them again is harmless. */
+int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
+		  const void *src);
+
+/* Whether the index changed since the last commit. */
+bool rowlog_changed(const struct rowlog *l);
+
+/* Writes what is buffered and syncs the log. */
+int rowlog_sync(struct rowlog *l, io_ctx *io);
+
+/* First phase of commit: sync, then the journal batch of every index
+ * change since the last commit, synced. */
+int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit);
+/* Second phase, after the store's record is durable. */
+int rowlog_commit_done(struct rowlog *l);
+
+/* Cuts the journal of the table file at tf_path back to commit, after a
+ * crash, without opening the table (store open does this for every table
+ * of its directory). */
+int rowlog_recover(const char *tf_path, uint64_t commit);
+
+void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st);
+
+/* Bytes on disk of the log and the journal. */
+uint64_t rowlog_disk_bytes(const struct rowlog *l);
+
+/* Space amplification allowed before the cleaner runs: segment bytes in
+ * use over live record bytes (default 1.3; tests lower the segment size
+ * with rowlog_set_segment_bytes to force cleaning). Process-wide. */
+void rowlog_set_tuning(double max_amp, uint32_t segment_bytes);
+
+#endif
