@@ -338,6 +338,19 @@ static uint64_t head_off(const struct rowlog *l)
 	       (uint64_t)l->hslot * l->rec_bytes;
 }
 
+/* Allocates the disk behind the buffer's window ahead of its writes, so
+ * they land in extents made at once, not in holes: a window at a time,
+ * never more than one past what is written. */
+static int prealloc(struct rowlog *l, uint64_t off)
+{
+	uint64_t end = (off / l->seg_bytes + 1) * l->seg_bytes;
+	uint64_t len = end - off < RL_ABUF ? end - off : RL_ABUF;
+
+	if (fallocate(l->fd, 0, (off_t)off, (off_t)len) && errno != EOPNOTSUPP)
+		return -errno;
+	return 0;
+}
+
 /* Moves the head to a free segment (the lowest), or a new one. */
 static int new_head(struct rowlog *l)
 {
@@ -357,9 +370,9 @@ static int new_head(struct rowlog *l)
 		l->live[s] = l->live_c[s] = 0;
 		l->punched[s] = 1;
 	}
-	if (fallocate(l->fd, 0, (off_t)s * l->seg_bytes, l->seg_bytes) &&
-	    errno != EOPNOTSUPP)
-		return -errno;
+	ret = prealloc(l, (uint64_t)s * l->seg_bytes);
+	if (ret)
+		return ret;
 	l->punched[s] = 0;
 	l->hseg = s;
 	l->hslot = 0;
@@ -407,6 +420,8 @@ static int append_one(struct rowlog *l, io_ctx *io, uint64_t row,
 		uint64_t nb = align_down(off, l->off_align);
 
 		ret = abuf_write(l, io, off);
+		if (!ret)
+			ret = prealloc(l, nb);
 		if (ret)
 			return ret;
 		memmove(l->abuf, l->abuf + (nb - l->wb_off), off - nb);
