@@ -26,6 +26,19 @@
 extern "C" {
 #endif
 
+/*
+ * ET_API marks what the library exports. libembtier is built with
+ * -fvisibility=hidden and ET_BUILD defined, so that nothing but the
+ * functions declared here is visible to the dynamic linker; libembtier.a
+ * defines no global symbol outside the et_ prefix either (make
+ * check-symbols). For callers ET_API is empty.
+ */
+#if defined(ET_BUILD) && defined(__GNUC__)
+#define ET_API __attribute__((visibility("default")))
+#else
+#define ET_API
+#endif
+
 #define ET_VERSION_MAJOR  0
 #define ET_VERSION_MINOR  1
 #define ET_VERSION_PATCH  0
@@ -33,7 +46,7 @@ extern "C" {
 
 /* Runtime version as (major << 16 | minor << 8 | patch); *str, if non-NULL,
  * receives a static string. */
-int et_version(const char **str);
+ET_API int et_version(const char **str);
 
 /* ------------------------------------------------------------------ errors */
 
@@ -59,7 +72,7 @@ enum {
 
 /* A message for any code this library returns (ours or a negated errno).
  * The string is static and valid forever. */
-const char *et_strerror(int err);
+ET_API const char *et_strerror(int err);
 
 /* ------------------------------------------------------------ table files */
 
@@ -127,38 +140,38 @@ typedef struct et_tfile et_tfile;
 /* Creates a new table file at path (which must not exist) and opens it for
  * reading and writing. It is sparse: creation writes one header block,
  * whatever the logical size. */
-int et_tfile_create(const char *path, const struct et_table_params *p,
-		    et_tfile **out);
+ET_API int et_tfile_create(const char *path, const struct et_table_params *p,
+			   et_tfile **out);
 
 #define ET_TFILE_RDONLY 0x1u
 
 /* Opens an existing table file; the header and its checksum are verified and
  * the materialization map is rebuilt from the file's holes. */
-int et_tfile_open(const char *path, unsigned flags, et_tfile **out);
+ET_API int et_tfile_open(const char *path, unsigned flags, et_tfile **out);
 
 /* Header fields and disk use. */
-int et_tfile_info(et_tfile *tf, struct et_table_info *info);
+ET_API int et_tfile_info(et_tfile *tf, struct et_table_info *info);
 
 /* Reads n rows (duplicates allowed, any order) into out, n x dim f32. If
  * state is non-NULL it receives n x state_floats optimizer state. Every block
  * read is checksum-verified; unwritten rows come from the initializer without
  * I/O. */
-int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
-		       float *state);
+ET_API int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+			      float *out, float *state);
 
 /* Writes n rows from in (n x dim f32) and, if state is non-NULL, their
  * optimizer state (else the stored state is kept, or zero for new rows).
  * Rows sharing a block are written with one read-modify-write of it. If a row
  * id repeats, the last occurrence wins. On an I/O error some blocks may have
  * been written; each block is written whole or not at all. */
-int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
-			const float *in, const float *state);
+ET_API int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+			       const float *in, const float *state);
 
 /* Writes the contiguous rows [first, first + n) from in (n x dim f32), with
  * large sequential I/O: the fast path for bulk loading. The optimizer state
  * of every row in the range is reset to zero. */
-int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
-			 const float *in);
+ET_API int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
+				const float *in);
 
 /* Called by et_tfile_verify every so often; return non-zero to stop. */
 typedef int (*et_progress_fn)(void *arg, uint64_t done, uint64_t total);
@@ -167,14 +180,15 @@ typedef int (*et_progress_fn)(void *arg, uint64_t done, uint64_t total);
  * ET_EBLOCKSUM if any is bad (*bad_blocks counts them, *first_bad names
  * the first), or another error. If progress stops it early, the result
  * covers the blocks checked so far. */
-int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
-		    et_progress_fn progress, void *arg);
+ET_API int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks,
+			   uint64_t *first_bad, et_progress_fn progress,
+			   void *arg);
 
 /* fsync()s the file. */
-int et_tfile_sync(et_tfile *tf);
+ET_API int et_tfile_sync(et_tfile *tf);
 
 /* Closes the file (without syncing). NULL is harmless. */
-void et_tfile_close(et_tfile *tf);
+ET_API void et_tfile_close(et_tfile *tf);
 
 /* ------------------------------------------------------------------ store */
 
@@ -216,30 +230,30 @@ struct et_store_config {
 
 /* Opens (creating if needed) the store directory dir. The caches are
  * allocated here, at their configured size, and never grow. */
-int et_store_open(const char *dir, const struct et_store_config *cfg,
-		  et_store **out);
+ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
+			 et_store **out);
 
 /* Writes back every dirty row, syncs, and frees the store. Returns the
  * first error met while flushing; the store is freed whatever happens.
  * NULL is harmless. */
-int et_store_close(et_store *s);
+ET_API int et_store_close(et_store *s);
 
 /* Creates table file dir/name.et and registers it; *id names it in later
  * calls. name: 1..64 characters of [A-Za-z0-9_.-]. */
-int et_table_create(et_store *s, const char *name,
-		    const struct et_table_params *p, int *id);
+ET_API int et_table_create(et_store *s, const char *name,
+			   const struct et_table_params *p, int *id);
 
 /* Opens an existing table of the store. If expect is non-NULL, its
  * non-zero fields must match the file's header, else ET_EMISMATCH. */
-int et_table_open(et_store *s, const char *name,
-		  const struct et_table_params *expect, int *id);
+ET_API int et_table_open(et_store *s, const char *name,
+			 const struct et_table_params *expect, int *id);
 
 /* Header fields and disk use of a registered table. */
-int et_table_info(et_store *s, int table, struct et_table_info *info);
+ET_API int et_table_info(et_store *s, int table, struct et_table_info *info);
 
 /* Copies rows ids[0..n) (duplicates allowed) into out, n x dim f32. */
-int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
-	      float *out);
+ET_API int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
+		     float *out);
 
 typedef enum et_pool {
 	ET_POOL_SUM = 0,
@@ -250,9 +264,9 @@ typedef enum et_pool {
  * nbags + 1 non-decreasing entries starting at 0. out receives nbags x dim
  * f32: the sum (or mean; zeros for an empty bag) of each bag's rows,
  * added in id order. */
-int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
-		     const uint64_t *offsets, size_t nbags, et_pool mode,
-		     float *out);
+ET_API int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
+			    const uint64_t *offsets, size_t nbags, et_pool mode,
+			    float *out);
 
 /* Optimizer hyper-parameters of an update. */
 struct et_update_params {
@@ -264,23 +278,24 @@ struct et_update_params {
  * optimizer. Gradients of a repeated id are summed first, in index order.
  * SGD: w -= lr * g. Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD):
  * m += mean(g^2); w -= lr * g / (sqrt(m) + eps). */
-int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
-	      const float *grads, const struct et_update_params *up);
+ET_API int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
+		     const float *grads, const struct et_update_params *up);
 
 /* The backward of et_gather_pooled: bag_grads is nbags x dim; each id of a
  * bag receives its bag's gradient (divided by the bag size for mean). */
-int et_update_pooled(et_store *s, int table, const uint64_t *ids,
-		     const uint64_t *offsets, size_t nbags, et_pool mode,
-		     const float *bag_grads, const struct et_update_params *up);
+ET_API int et_update_pooled(et_store *s, int table, const uint64_t *ids,
+			    const uint64_t *offsets, size_t nbags, et_pool mode,
+			    const float *bag_grads,
+			    const struct et_update_params *up);
 
 /* Overwrites the values of rows ids[0..n) with vals (n x dim f32); their
  * optimizer state is kept. If an id repeats, the last one wins. */
-int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
-		  const float *vals);
+ET_API int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
+			 const float *vals);
 
 /* Writes back every dirty row and syncs every table file. Waits for any
  * prefetch in flight first. */
-int et_flush(et_store *s);
+ET_API int et_flush(et_store *s);
 
 /* ----------------------------------------------------------- durability */
 
@@ -293,12 +308,13 @@ int et_flush(et_store *s);
  * et_store_open + et_table_open roll each file back to exactly the last
  * checkpoint. Killing the process at any moment loses nothing checkpointed.
  */
-int et_checkpoint(et_store *s, const void *dense, size_t len);
+ET_API int et_checkpoint(et_store *s, const void *dense, size_t len);
 
 /* The last checkpoint of the store: *id (0 if none) and, if dense is
  * non-NULL, a malloc()ed copy of its dense state in *dense (free() it) of
  * *len bytes. */
-int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len);
+ET_API int et_checkpoint_read(et_store *s, uint64_t *id, void **dense,
+			      size_t *len);
 
 /* ------------------------------------------------------------- prefetch */
 
@@ -323,7 +339,8 @@ struct et_batch_ids {
  * their set is pinned are skipped (counted in prefetch_skipped) and read on
  * demand later: prefetch never changes results, only their speed.
  */
-int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables);
+ET_API int et_prefetch(et_store *s, const struct et_batch_ids *batch,
+		       size_t ntables);
 
 /* Counters of one cache tier. */
 struct et_tier_stats {
@@ -374,15 +391,15 @@ struct et_stats {
 
 /* Fills st for table (or all tables with table = -1). Tier capacity and
  * residency are store-wide either way. */
-int et_get_stats(et_store *s, int table, struct et_stats *st);
+ET_API int et_get_stats(et_store *s, int table, struct et_stats *st);
 
 /* ------------------------------------------------------------ conversions */
 
 /* f32 <-> storage conversions, exposed for tools and tests. */
-uint16_t et_f32_to_f16(float f);
-float et_f16_to_f32(uint16_t h);
-uint16_t et_f32_to_bf16(float f);
-float et_bf16_to_f32(uint16_t h);
+ET_API uint16_t et_f32_to_f16(float f);
+ET_API float et_f16_to_f32(uint16_t h);
+ET_API uint16_t et_f32_to_bf16(float f);
+ET_API float et_bf16_to_f32(uint16_t h);
 
 #ifdef __cplusplus
 }
