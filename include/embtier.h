@@ -100,16 +100,15 @@ typedef enum et_init {
 
 /* Parameters of a new table file. Zero fields take the defaults shown. */
 struct et_table_params {
-	uint64_t rows;	  /* logical rows, 1 .. ET_MAX_ROWS (required) */
-	uint32_t dim;	  /* values per row, 1 .. ET_MAX_DIM (required) */
-	et_dtype dtype;	  /* 0: ET_F32 */
-	et_optim optim;	  /* SGD (no state) when 0 */
-	et_init init;	  /* ET_INIT_ZEROS when 0 */
-	float init_scale; /* for uniform/normal; 0: 1/sqrt(dim) */
-	uint64_t seed;	  /* initializer seed; 0 is a valid seed */
-	uint32_t
-	    block_size; /* bytes; 0: 4096, raised to the device's direct-I/O
-			 * alignment and to fit at least one row */
+	uint64_t rows;	     /* logical rows, 1 .. ET_MAX_ROWS (required) */
+	uint32_t dim;	     /* values per row, 1 .. ET_MAX_DIM (required) */
+	et_dtype dtype;	     /* 0: ET_F32 */
+	et_optim optim;	     /* SGD (no state) when 0 */
+	et_init init;	     /* ET_INIT_ZEROS when 0 */
+	float init_scale;    /* for uniform/normal; 0: 1/sqrt(dim) */
+	uint64_t seed;	     /* initializer seed; 0 is a valid seed */
+	uint32_t block_size; /* bytes; 0: 4096, raised to the device's
+			      * direct-I/O alignment and to fit one row */
 };
 
 #define ET_MAX_ROWS (1ULL << 40)

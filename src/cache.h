@@ -7,10 +7,11 @@
  * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
  * default 16 ways) and touches row data only on a hit:
  *
- *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62 | DIRTY <<
- * 63 0 = empty pstate [nsets * ways] u32   the policy's word pin    [nsets *
- * ways] u32   epoch of the batch that pinned it data   [nsets * ways]
- * slot_bytes each, from the tier's memory
+ *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62
+ *                               | DIRTY << 63; 0 = empty
+ *   pstate [nsets * ways] u32   the policy's word
+ *   pin    [nsets * ways] u32   epoch of the batch that pinned it
+ *   data   [nsets * ways] slot_bytes each, from the tier's memory
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
