@@ -4,8 +4,9 @@
  *
  * Conventions, for every function below:
  *  - it returns 0 on success or a negative errno; library-specific conditions
- *    use codes in [ET_ERR_LAST, ET_ERR_BASE]; et_strerror() explains any code.
- *    errno is never set on purpose.
+ *    use codes in [ET_ERR_LAST, ET_ERR_BASE]; et_strerror() explains any code,
+ *    et_errdetail() says which argument was wrong. errno is never set on
+ *    purpose.
  *  - handles are opaque; each is created and destroyed by a named pair, and
  *    destroying NULL is harmless.
  *  - on error nothing visible has changed, unless the prototype says so.
@@ -50,29 +51,60 @@ ET_API int et_version(const char **str);
 
 /* ------------------------------------------------------------------ errors */
 
+/*
+ * The library's own codes lie in [ET_ERR_LAST, ET_ERR_BASE], contiguous,
+ * from -30901 down: far outside -4095..-1, where Linux's negated errno
+ * values live, and below LMDB's codes (-30799 .. about -30776), so a
+ * program seeing errno values, LMDB's codes and ours can tell them apart.
+ * ET_ERR_BASE itself is not a code.
+ */
 enum {
-	ET_ERR_BASE = -4000,
-	ET_EMAGIC = -4001,    /* not an embtier table file */
-	ET_EVERSION = -4002,  /* table file format version not supported */
-	ET_EHDRSUM = -4003,   /* header checksum mismatch */
-	ET_EHEADER = -4004,   /* header field out of range */
-	ET_ETRUNC = -4005,    /* file shorter than its header says */
-	ET_EBLOCKSUM = -4006, /* block checksum mismatch: corrupt data */
-	ET_EROWRANGE = -4007, /* row id >= the table's logical rows */
-	ET_EDIM = -4008,      /* dimension mismatch */
-	ET_ENOTABLE = -4009,  /* no such table */
-	ET_ECONFIG = -4010,   /* configuration makes no sense */
-	ET_EURING = -4011,    /* io_uring could not be set up */
-	ET_EMISMATCH = -4012, /* table file disagrees with what was asked */
-	ET_ECAPACITY = -4013, /* a cache tier cannot hold what must be pinned */
-	ET_EFAILED = -4014,   /* an earlier I/O failure left writes refused */
-	ET_ESHORTIO = -4015, /* the device transferred fewer bytes than asked */
-	ET_ERR_LAST = -4015,
+	ET_ERR_BASE = -30900,
+	ET_EMAGIC = -30901,    /* not an embtier table file */
+	ET_EVERSION = -30902,  /* table file format version not supported */
+	ET_EHDRSUM = -30903,   /* header checksum mismatch */
+	ET_EHEADER = -30904,   /* header field out of range */
+	ET_ETRUNC = -30905,    /* file shorter than its header says */
+	ET_EBLOCKSUM = -30906, /* block checksum mismatch: corrupt data */
+	ET_EROWRANGE = -30907, /* row id >= the table's logical rows */
+	ET_ENOTABLE = -30908,  /* no such table */
+	ET_ECONFIG = -30909,   /* a parameter or configuration field out of
+				* range, or a table name not allowed */
+	ET_EURING = -30910,    /* io_uring could not be set up */
+	ET_EMISMATCH = -30911, /* table file disagrees with what was asked */
+	ET_ECAPACITY = -30912, /* a cache tier cannot hold `ways` slots of a
+				* row: at et_store_open for the smallest row
+				* (or slot_bytes), at et_table_create/open for
+				* the table's rows */
+	ET_EFAILED = -30913,   /* an earlier I/O failure left writes refused */
+	ET_ESHORTIO = -30914,  /* the device moved fewer bytes than asked */
+	ET_ERR_LAST = -30914,
 };
 
 /* A message for any code this library returns (ours or a negated errno).
  * The string is static and valid forever. */
 ET_API const char *et_strerror(int err);
+
+/*
+ * What made the calling thread's last failed call fail, beyond its code:
+ * the argument or field, its value and the rule it broke, for instance
+ * "et_store_config.ways 65 out of range 1..64" (ET_ECONFIG) or "ids[3]
+ * 1000 >= rows 1000 of table 0" (ET_EROWRANGE).
+ *
+ * Every function of this header that can fail clears it on entry. Every
+ * bad input the header describes sets it: a NULL or inconsistent argument
+ * (-EINVAL, -E2BIG), each field of et_table_params and et_store_config
+ * outside its documented range (ET_ECONFIG), a table name not allowed
+ * (ET_ECONFIG), tiers too small (ET_ECAPACITY), an expect field that the
+ * file contradicts (ET_EMISMATCH), an unknown table (ET_ENOTABLE), a row id
+ * out of range (ET_EROWRANGE); so does ET_EURING, with the kernel's reason.
+ * Other failures (I/O, corrupt files) leave it "": et_strerror() says all.
+ *
+ * Thread-local, since some failures happen before any handle exists: the
+ * string belongs to the calling thread and stays valid until that thread's
+ * next call of a function that can fail. Never NULL.
+ */
+ET_API const char *et_errdetail(void);
 
 /* ------------------------------------------------------------ table files */
 
@@ -238,7 +270,7 @@ ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
 ET_API int et_store_close(et_store *s);
 
 /* Creates table file dir/name.et and registers it; *id names it in later
- * calls. name: 1..64 characters of [A-Za-z0-9_.-]. */
+ * calls. name: 1..64 characters of [A-Za-z0-9_.-], not starting with '.'. */
 ET_API int et_table_create(et_store *s, const char *name,
 			   const struct et_table_params *p, int *id);
 

@@ -80,8 +80,9 @@ struct cache {
 	struct cache_stats st;
 };
 
-/* Sizes the cache to fit bytes (metadata included). Returns ET_ECONFIG if
- * not even one set fits, -ENOMEM if memory runs out. */
+/* Sizes the cache to fit bytes (metadata included). Returns ET_ECAPACITY
+ * if not even one set fits, ET_ECONFIG for ways outside 1..64 or no slot
+ * size, -ENOMEM if memory runs out. */
 int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	       uint32_t slot_bytes, const struct policy_ops *pol,
 	       const struct mem_tier *mem);
