@@ -65,6 +65,8 @@ ET_LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
 endif
 STATIC := $(BUILD)/libembtier.a
 SHARED := $(BUILD)/libembtier.so.$(VERSION)
+LD ?= ld
+OBJCOPY ?= objcopy
 
 TOOL_COMMON_SRCS := $(filter-out tools/build.c tools/inspect.c,$(wildcard tools/*.c))
 TOOL_COMMON_OBJS := $(TOOL_COMMON_SRCS:%.c=$(BUILD)/%.o)
@@ -95,7 +97,7 @@ TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: FORCE all lib tools bench demo cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
-	format-check clean help
+	format-check check-symbols clean help
 
 all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
 
@@ -138,6 +140,7 @@ $(BUILD)/src/%.o: src/%.cu
 	$(call msg,NVCC,$<)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(NVCC) -O2 -Xcompiler -fPIC -Iinclude -Isrc \
+		-Xcompiler -fvisibility=hidden -DET_BUILD \
 		$(shell $(PKG_CONFIG) --cflags libxxhash) -DET_HAVE_CUDA -c -o $@ $<
 
 # libFuzzer targets: fuzz/fuzz_NAME.c -> build-fuzz/fuzz/fuzz_NAME, seeds in
@@ -180,9 +183,34 @@ $(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(STATIC) $$(FUZZ_LINK_$$*)
 cuda: ## Build with the CUDA HBM tier (in build-cuda/; needs nvcc)
 	$(Q)$(MAKE) --no-print-directory BUILD=build-cuda CUDA=1 all
 
-$(STATIC): $(LIB_OBJS)
+# The library's objects hide every symbol the header does not mark ET_API
+# (they depend on this file, where their flags are)
+$(LIB_OBJS): ET_CFLAGS += -DET_BUILD -fvisibility=hidden
+$(LIB_OBJS): Makefile
+
+# The archive holds one object, the library partially linked with its
+# hidden (non-API) symbols made local: a program linking libembtier.a cannot
+# collide with the library's internals. Tests and the benchmark, which reach
+# the internals, link $(LIB_OBJS) instead.
+$(BUILD)/embtier.o: $(LIB_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(LD) -r -o $@.tmp $^
+	$(Q)$(OBJCOPY) --localize-hidden $@.tmp $@ && rm -f $@.tmp
+
+$(STATIC): $(BUILD)/embtier.o
 	$(call msg,AR,$@)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+# The only symbols the library may define for others: the API (et_).
+check-symbols: $(STATIC) $(SHARED) ## Fail if the library exports a non-et_ symbol
+	$(Q)bad=$$( { nm -D --defined-only $(SHARED); \
+		nm -g --defined-only $(STATIC); } | \
+		awk 'NF == 3 && $$3 !~ /^et_/ && \
+		$$3 !~ /^(_init|_fini|__bss_start|_edata|_end)$$/ { print $$3 }'); \
+	if [ -n "$$bad" ]; then \
+		echo "symbols outside the et_ API:" $$bad >&2; exit 1; \
+	fi; \
+	echo "check-symbols: $$(nm -D --defined-only $(SHARED) | grep -c ' et_') et_ symbols exported, nothing else"
 
 $(SHARED): $(LIB_OBJS)
 	$(call msg,LD,$@)
@@ -216,7 +244,8 @@ $(BUILD)/tools/train/%.o: tools/train/%.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(ET_CFLAGS) -Itools $(BLAS_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/embtier-bench: $(BENCH_OBJS) $(TOOL_COMMON_OBJS) $(STATIC)
+# The benchmark's peers use the library's I/O layer (io.h): the objects.
+$(BUILD)/embtier-bench: $(BENCH_OBJS) $(TOOL_COMMON_OBJS) $(LIB_OBJS)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(BENCH_LIBS)
 
@@ -227,7 +256,8 @@ $(BUILD)/bench/%.o: bench/%.c
 
 bench: $(BENCH) ## Build embtier-bench (RocksDB peer if librocksdb-dev is installed)
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(STATIC)
+# Tests reach internals (io.h, mem_host.h, ...): they link the objects.
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB_OBJS)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(CMOCKA_LIBS)
 

@@ -4,8 +4,9 @@
  *
  * Conventions, for every function below:
  *  - it returns 0 on success or a negative errno; library-specific conditions
- *    use codes in [ET_ERR_LAST, ET_ERR_BASE]; et_strerror() explains any code.
- *    errno is never set on purpose.
+ *    use codes in [ET_ERR_LAST, ET_ERR_BASE]; et_strerror() explains any code,
+ *    et_errdetail() says which argument was wrong. errno is never set on
+ *    purpose.
  *  - handles are opaque; each is created and destroyed by a named pair, and
  *    destroying NULL is harmless.
  *  - on error nothing visible has changed, unless the prototype says so.
@@ -26,6 +27,19 @@
 extern "C" {
 #endif
 
+/*
+ * ET_API marks what the library exports. libembtier is built with
+ * -fvisibility=hidden and ET_BUILD defined, so that nothing but the
+ * functions declared here is visible to the dynamic linker; libembtier.a
+ * defines no global symbol outside the et_ prefix either (make
+ * check-symbols). For callers ET_API is empty.
+ */
+#if defined(ET_BUILD) && defined(__GNUC__)
+#define ET_API __attribute__((visibility("default")))
+#else
+#define ET_API
+#endif
+
 #define ET_VERSION_MAJOR  0
 #define ET_VERSION_MINOR  1
 #define ET_VERSION_PATCH  0
@@ -33,33 +47,64 @@ extern "C" {
 
 /* Runtime version as (major << 16 | minor << 8 | patch); *str, if non-NULL,
  * receives a static string. */
-int et_version(const char **str);
+ET_API int et_version(const char **str);
 
 /* ------------------------------------------------------------------ errors */
 
+/*
+ * The library's own codes lie in [ET_ERR_LAST, ET_ERR_BASE], contiguous,
+ * from -30901 down: far outside -4095..-1, where Linux's negated errno
+ * values live, and below LMDB's codes (-30799 .. about -30776), so a
+ * program seeing errno values, LMDB's codes and ours can tell them apart.
+ * ET_ERR_BASE itself is not a code.
+ */
 enum {
-	ET_ERR_BASE = -4000,
-	ET_EMAGIC = -4001,    /* not an embtier table file */
-	ET_EVERSION = -4002,  /* table file format version not supported */
-	ET_EHDRSUM = -4003,   /* header checksum mismatch */
-	ET_EHEADER = -4004,   /* header field out of range */
-	ET_ETRUNC = -4005,    /* file shorter than its header says */
-	ET_EBLOCKSUM = -4006, /* block checksum mismatch: corrupt data */
-	ET_EROWRANGE = -4007, /* row id >= the table's logical rows */
-	ET_EDIM = -4008,      /* dimension mismatch */
-	ET_ENOTABLE = -4009,  /* no such table */
-	ET_ECONFIG = -4010,   /* configuration makes no sense */
-	ET_EURING = -4011,    /* io_uring could not be set up */
-	ET_EMISMATCH = -4012, /* table file disagrees with what was asked */
-	ET_ECAPACITY = -4013, /* a cache tier cannot hold what must be pinned */
-	ET_EFAILED = -4014,   /* an earlier I/O failure left writes refused */
-	ET_ESHORTIO = -4015, /* the device transferred fewer bytes than asked */
-	ET_ERR_LAST = -4015,
+	ET_ERR_BASE = -30900,
+	ET_EMAGIC = -30901,    /* not an embtier table file */
+	ET_EVERSION = -30902,  /* table file format version not supported */
+	ET_EHDRSUM = -30903,   /* header checksum mismatch */
+	ET_EHEADER = -30904,   /* header field out of range */
+	ET_ETRUNC = -30905,    /* file shorter than its header says */
+	ET_EBLOCKSUM = -30906, /* block checksum mismatch: corrupt data */
+	ET_EROWRANGE = -30907, /* row id >= the table's logical rows */
+	ET_ENOTABLE = -30908,  /* no such table */
+	ET_ECONFIG = -30909,   /* a parameter or configuration field out of
+				* range, or a table name not allowed */
+	ET_EURING = -30910,    /* io_uring could not be set up */
+	ET_EMISMATCH = -30911, /* table file disagrees with what was asked */
+	ET_ECAPACITY = -30912, /* a cache tier cannot hold `ways` slots of a
+				* row: at et_store_open for the smallest row
+				* (or slot_bytes), at et_table_create/open for
+				* the table's rows */
+	ET_EFAILED = -30913,   /* an earlier I/O failure left writes refused */
+	ET_ESHORTIO = -30914,  /* the device moved fewer bytes than asked */
+	ET_ERR_LAST = -30914,
 };
 
 /* A message for any code this library returns (ours or a negated errno).
  * The string is static and valid forever. */
-const char *et_strerror(int err);
+ET_API const char *et_strerror(int err);
+
+/*
+ * What made the calling thread's last failed call fail, beyond its code:
+ * the argument or field, its value and the rule it broke, for instance
+ * "et_store_config.ways 65 out of range 1..64" (ET_ECONFIG) or "ids[3]
+ * 1000 >= rows 1000 of table 0" (ET_EROWRANGE).
+ *
+ * Every function of this header that can fail clears it on entry. Every
+ * bad input the header describes sets it: a NULL or inconsistent argument
+ * (-EINVAL, -E2BIG), each field of et_table_params and et_store_config
+ * outside its documented range (ET_ECONFIG), a table name not allowed
+ * (ET_ECONFIG), tiers too small (ET_ECAPACITY), an expect field that the
+ * file contradicts (ET_EMISMATCH), an unknown table (ET_ENOTABLE), a row id
+ * out of range (ET_EROWRANGE); so does ET_EURING, with the kernel's reason.
+ * Other failures (I/O, corrupt files) leave it "": et_strerror() says all.
+ *
+ * Thread-local, since some failures happen before any handle exists: the
+ * string belongs to the calling thread and stays valid until that thread's
+ * next call of a function that can fail. Never NULL.
+ */
+ET_API const char *et_errdetail(void);
 
 /* ------------------------------------------------------------ table files */
 
@@ -87,16 +132,15 @@ typedef enum et_init {
 
 /* Parameters of a new table file. Zero fields take the defaults shown. */
 struct et_table_params {
-	uint64_t rows;	  /* logical rows, 1 .. ET_MAX_ROWS (required) */
-	uint32_t dim;	  /* values per row, 1 .. ET_MAX_DIM (required) */
-	et_dtype dtype;	  /* 0: ET_F32 */
-	et_optim optim;	  /* SGD (no state) when 0 */
-	et_init init;	  /* ET_INIT_ZEROS when 0 */
-	float init_scale; /* for uniform/normal; 0: 1/sqrt(dim) */
-	uint64_t seed;	  /* initializer seed; 0 is a valid seed */
-	uint32_t
-	    block_size; /* bytes; 0: 4096, raised to the device's direct-I/O
-			 * alignment and to fit at least one row */
+	uint64_t rows;	     /* logical rows, 1 .. ET_MAX_ROWS (required) */
+	uint32_t dim;	     /* values per row, 1 .. ET_MAX_DIM (required) */
+	et_dtype dtype;	     /* 0: ET_F32 */
+	et_optim optim;	     /* SGD (no state) when 0 */
+	et_init init;	     /* ET_INIT_ZEROS when 0 */
+	float init_scale;    /* for uniform/normal; 0: 1/sqrt(dim) */
+	uint64_t seed;	     /* initializer seed; 0 is a valid seed */
+	uint32_t block_size; /* bytes; 0: 4096, raised to the device's
+			      * direct-I/O alignment and to fit one row */
 };
 
 #define ET_MAX_ROWS (1ULL << 40)
@@ -130,38 +174,38 @@ typedef struct et_tfile et_tfile;
 /* Creates a new table file at path (which must not exist) and opens it for
  * reading and writing. It is sparse: creation writes one header block,
  * whatever the logical size. */
-int et_tfile_create(const char *path, const struct et_table_params *p,
-		    et_tfile **out);
+ET_API int et_tfile_create(const char *path, const struct et_table_params *p,
+			   et_tfile **out);
 
 #define ET_TFILE_RDONLY 0x1u
 
 /* Opens an existing table file; the header and its checksum are verified and
  * the materialization map is rebuilt from the file's holes. */
-int et_tfile_open(const char *path, unsigned flags, et_tfile **out);
+ET_API int et_tfile_open(const char *path, unsigned flags, et_tfile **out);
 
 /* Header fields and disk use. */
-int et_tfile_info(et_tfile *tf, struct et_table_info *info);
+ET_API int et_tfile_info(et_tfile *tf, struct et_table_info *info);
 
 /* Reads n rows (duplicates allowed, any order) into out, n x dim f32. If
  * state is non-NULL it receives n x state_floats optimizer state. Every block
  * read is checksum-verified; unwritten rows come from the initializer without
  * I/O. */
-int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
-		       float *state);
+ET_API int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+			      float *out, float *state);
 
 /* Writes n rows from in (n x dim f32) and, if state is non-NULL, their
  * optimizer state (else the stored state is kept, or zero for new rows).
  * Rows sharing a block are written with one read-modify-write of it. If a row
  * id repeats, the last occurrence wins. On an I/O error some blocks may have
  * been written; each block is written whole or not at all. */
-int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
-			const float *in, const float *state);
+ET_API int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+			       const float *in, const float *state);
 
 /* Writes the contiguous rows [first, first + n) from in (n x dim f32), with
  * large sequential I/O: the fast path for bulk loading. The optimizer state
  * of every row in the range is reset to zero. */
-int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
-			 const float *in);
+ET_API int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
+				const float *in);
 
 /* Called by et_tfile_verify every so often; return non-zero to stop. */
 typedef int (*et_progress_fn)(void *arg, uint64_t done, uint64_t total);
@@ -170,14 +214,15 @@ typedef int (*et_progress_fn)(void *arg, uint64_t done, uint64_t total);
  * ET_EBLOCKSUM if any is bad (*bad_blocks counts them, *first_bad names
  * the first), or another error. If progress stops it early, the result
  * covers the blocks checked so far. */
-int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
-		    et_progress_fn progress, void *arg);
+ET_API int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks,
+			   uint64_t *first_bad, et_progress_fn progress,
+			   void *arg);
 
 /* fsync()s the file. */
-int et_tfile_sync(et_tfile *tf);
+ET_API int et_tfile_sync(et_tfile *tf);
 
 /* Closes the file (without syncing). NULL is harmless. */
-void et_tfile_close(et_tfile *tf);
+ET_API void et_tfile_close(et_tfile *tf);
 
 /* ------------------------------------------------------------------ store */
 
@@ -219,31 +264,31 @@ struct et_store_config {
 
 /* Opens (creating if needed) the store directory dir. The caches are
  * allocated here, at their configured size, and never grow. */
-int et_store_open(const char *dir, const struct et_store_config *cfg,
-		  et_store **out);
+ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
+			 et_store **out);
 
 /* Writes back every dirty row, syncs, commits (see "durability" below) and
  * frees the store. Returns the first error met while flushing or
  * committing; the store is freed whatever happens. Every write that a call
  * returned 0 for survives a close that returns 0. NULL is harmless. */
-int et_store_close(et_store *s);
+ET_API int et_store_close(et_store *s);
 
 /* Creates table file dir/name.et and registers it; *id names it in later
- * calls. name: 1..64 characters of [A-Za-z0-9_.-]. */
-int et_table_create(et_store *s, const char *name,
-		    const struct et_table_params *p, int *id);
+ * calls. name: 1..64 characters of [A-Za-z0-9_.-], not starting with '.'. */
+ET_API int et_table_create(et_store *s, const char *name,
+			   const struct et_table_params *p, int *id);
 
 /* Opens an existing table of the store. If expect is non-NULL, its
  * non-zero fields must match the file's header, else ET_EMISMATCH. */
-int et_table_open(et_store *s, const char *name,
-		  const struct et_table_params *expect, int *id);
+ET_API int et_table_open(et_store *s, const char *name,
+			 const struct et_table_params *expect, int *id);
 
 /* Header fields and disk use of a registered table. */
-int et_table_info(et_store *s, int table, struct et_table_info *info);
+ET_API int et_table_info(et_store *s, int table, struct et_table_info *info);
 
 /* Copies rows ids[0..n) (duplicates allowed) into out, n x dim f32. */
-int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
-	      float *out);
+ET_API int et_gather(et_store *s, int table, const uint64_t *ids, size_t n,
+		     float *out);
 
 typedef enum et_pool {
 	ET_POOL_SUM = 0,
@@ -254,9 +299,9 @@ typedef enum et_pool {
  * nbags + 1 non-decreasing entries starting at 0. out receives nbags x dim
  * f32: the sum (or mean; zeros for an empty bag) of each bag's rows,
  * added in id order. */
-int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
-		     const uint64_t *offsets, size_t nbags, et_pool mode,
-		     float *out);
+ET_API int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
+			    const uint64_t *offsets, size_t nbags, et_pool mode,
+			    float *out);
 
 /* Optimizer hyper-parameters of an update. */
 struct et_update_params {
@@ -268,24 +313,25 @@ struct et_update_params {
  * optimizer. Gradients of a repeated id are summed first, in index order.
  * SGD: w -= lr * g. Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD):
  * m += mean(g^2); w -= lr * g / (sqrt(m) + eps). */
-int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
-	      const float *grads, const struct et_update_params *up);
+ET_API int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
+		     const float *grads, const struct et_update_params *up);
 
 /* The backward of et_gather_pooled: bag_grads is nbags x dim; each id of a
  * bag receives its bag's gradient (divided by the bag size for mean). */
-int et_update_pooled(et_store *s, int table, const uint64_t *ids,
-		     const uint64_t *offsets, size_t nbags, et_pool mode,
-		     const float *bag_grads, const struct et_update_params *up);
+ET_API int et_update_pooled(et_store *s, int table, const uint64_t *ids,
+			    const uint64_t *offsets, size_t nbags, et_pool mode,
+			    const float *bag_grads,
+			    const struct et_update_params *up);
 
 /* Overwrites the values of rows ids[0..n) with vals (n x dim f32); their
  * optimizer state is kept. If an id repeats, the last one wins. */
-int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
-		  const float *vals);
+ET_API int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
+			 const float *vals);
 
 /* Writes back every dirty row and syncs every table file. Waits for any
  * prefetch in flight first. It does not commit: after a crash the tables
  * still return to the last commit (see "durability" below). */
-int et_flush(et_store *s);
+ET_API int et_flush(et_store *s);
 
 /* ----------------------------------------------------------- durability */
 
@@ -314,12 +360,13 @@ int et_flush(et_store *s);
 /* Makes a checkpoint: waits for any prefetch, writes back every dirty row,
  * syncs every table file, and commits len bytes of the caller's dense state
  * (model weights, data position...; may be NULL/0) with them. */
-int et_checkpoint(et_store *s, const void *dense, size_t len);
+ET_API int et_checkpoint(et_store *s, const void *dense, size_t len);
 
 /* The last checkpoint of the store: *id (0 if none) and, if dense is
  * non-NULL, a malloc()ed copy of its dense state in *dense (free() it) of
  * *len bytes. */
-int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len);
+ET_API int et_checkpoint_read(et_store *s, uint64_t *id, void **dense,
+			      size_t *len);
 
 /* Where the store's tables stand, as committed on disk. */
 struct et_checkpoint_info {
@@ -331,7 +378,7 @@ struct et_checkpoint_info {
 			     * the dense state */
 };
 
-int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci);
+ET_API int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci);
 
 /* ------------------------------------------------------------- prefetch */
 
@@ -356,7 +403,8 @@ struct et_batch_ids {
  * their set is pinned are skipped (counted in prefetch_skipped) and read on
  * demand later: prefetch never changes results, only their speed.
  */
-int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables);
+ET_API int et_prefetch(et_store *s, const struct et_batch_ids *batch,
+		       size_t ntables);
 
 /* Counters of one cache tier. */
 struct et_tier_stats {
@@ -417,15 +465,15 @@ struct et_stats {
 
 /* Fills st for table (or all tables with table = -1). Tier capacity and
  * residency are store-wide either way. */
-int et_get_stats(et_store *s, int table, struct et_stats *st);
+ET_API int et_get_stats(et_store *s, int table, struct et_stats *st);
 
 /* ------------------------------------------------------------ conversions */
 
 /* f32 <-> storage conversions, exposed for tools and tests. */
-uint16_t et_f32_to_f16(float f);
-float et_f16_to_f32(uint16_t h);
-uint16_t et_f32_to_bf16(float f);
-float et_bf16_to_f32(uint16_t h);
+ET_API uint16_t et_f32_to_f16(float f);
+ET_API float et_f16_to_f32(uint16_t h);
+ET_API uint16_t et_f32_to_bf16(float f);
+ET_API float et_bf16_to_f32(uint16_t h);
 
 #ifdef __cplusplus
 }

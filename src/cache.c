@@ -41,7 +41,7 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 		return ET_ECONFIG;
 	c->nsets = bytes / per / ways;
 	if (c->nsets == 0)
-		return ET_ECONFIG;
+		return ET_ECAPACITY;
 	c->ways = ways;
 	c->slot_bytes = slot_bytes;
 	c->pol = pol;

@@ -7,10 +7,11 @@
  * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
  * default 16 ways) and touches row data only on a hit:
  *
- *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62 | DIRTY <<
- * 63 0 = empty pstate [nsets * ways] u32   the policy's word pin    [nsets *
- * ways] u32   epoch of the batch that pinned it data   [nsets * ways]
- * slot_bytes each, from the tier's memory
+ *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62
+ *                               | DIRTY << 63; 0 = empty
+ *   pstate [nsets * ways] u32   the policy's word
+ *   pin    [nsets * ways] u32   epoch of the batch that pinned it
+ *   data   [nsets * ways] slot_bytes each, from the tier's memory
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
@@ -79,8 +80,9 @@ struct cache {
 	struct cache_stats st;
 };
 
-/* Sizes the cache to fit bytes (metadata included). Returns ET_ECONFIG if
- * not even one set fits, -ENOMEM if memory runs out. */
+/* Sizes the cache to fit bytes (metadata included). Returns ET_ECAPACITY
+ * if not even one set fits, ET_ECONFIG for ways outside 1..64 or no slot
+ * size, -ENOMEM if memory runs out. */
 int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	       uint32_t slot_bytes, const struct policy_ops *pol,
 	       const struct mem_tier *mem);

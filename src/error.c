@@ -1,9 +1,37 @@
 /*
- * error.c - version and error messages. Any thread.
+ * error.c - version, error messages and the per-thread error detail. Any
+ * thread.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "embtier.h"
+#include "error.h"
+
+/* Long enough for the longest detail: a 64-character table name, a path
+ * is never quoted. */
+static _Thread_local char detail[256];
+
+void err_clear(void)
+{
+	detail[0] = '\0';
+}
+
+int err_set(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *et_errdetail(void)
+{
+	return detail;
+}
 
 int et_version(const char **str)
 {
@@ -34,19 +62,17 @@ const char *et_strerror(int err)
 		return "block checksum mismatch: data on disk is corrupt";
 	case ET_EROWRANGE:
 		return "row id out of range for the table";
-	case ET_EDIM:
-		return "dimension mismatch";
 	case ET_ENOTABLE:
 		return "no such table";
 	case ET_ECONFIG:
-		return "invalid configuration";
+		return "invalid parameter or configuration";
 	case ET_EURING:
 		return "io_uring could not be set up (kernel too old, disabled "
 		       "by sysctl or seccomp, or out of locked memory)";
 	case ET_EMISMATCH:
 		return "table file disagrees with the requested table";
 	case ET_ECAPACITY:
-		return "cache tier too small for the rows that must be pinned";
+		return "cache tier too small for one set of the table's rows";
 	case ET_EFAILED:
 		return "store refuses writes after an earlier I/O failure";
 	case ET_ESHORTIO:

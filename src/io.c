@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "embtier.h"
+#include "error.h"
 #include "io.h"
 #include "mem_host.h"
 
@@ -98,8 +99,9 @@ int io_open(unsigned depth, io_ctx **out, int *why)
 
 	if (depth == 0)
 		depth = IO_DEFAULT_DEPTH;
-	if (depth > 4096)
-		return ET_ECONFIG;
+	if (depth > IO_MAX_DEPTH)
+		return err_set(ET_ECONFIG, "io_depth %u out of range 1..%d",
+			       depth, IO_MAX_DEPTH);
 	io = mem_alloc(sizeof(*io), 0);
 	if (!io)
 		return -ENOMEM;
@@ -109,7 +111,10 @@ int io_open(unsigned depth, io_ctx **out, int *why)
 		if (why)
 			*why = ret;
 		mem_free(io, sizeof(*io), 0);
-		return ET_EURING;
+		return err_set(ET_EURING, "io_uring_setup of %u entries: %s",
+			       depth,
+			       strerrordesc_np(-ret) ? strerrordesc_np(-ret)
+						     : "unknown error");
 	}
 	io->depth = depth;
 	*out = io;

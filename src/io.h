@@ -48,6 +48,7 @@ struct io_req {
 typedef struct io_ctx io_ctx;
 
 #define IO_DEFAULT_DEPTH 128
+#define IO_MAX_DEPTH	 4096
 
 struct io_stats {
 	uint64_t reads, writes, fsyncs;
@@ -57,8 +58,8 @@ struct io_stats {
 };
 
 /* Sets up an io_uring of depth entries (0: IO_DEFAULT_DEPTH). Returns
- * ET_EURING, with the kernel's reason in *why if non-NULL, when io_uring
- * cannot be set up. */
+ * ET_EURING, with the kernel's reason in *why if non-NULL and in the error
+ * detail, when io_uring cannot be set up. */
 int io_open(unsigned depth, io_ctx **out, int *why);
 void io_close(io_ctx *io);
 unsigned io_depth(const io_ctx *io);

@@ -54,6 +54,7 @@
 #include "cache.h"
 #include "checkpoint.h"
 #include "dtype.h"
+#include "error.h"
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
@@ -65,6 +66,9 @@
 #define NAME_MAX_LEN 64
 #define DEFAULT_DDR  (256ULL << 20)
 #define DEFAULT_WAYS 16
+/* The largest slot that may be asked for: a row of ET_MAX_DIM f32 values and
+ * its optimizer state, with room to spare. */
+#define MAX_SLOT_BYTES (ET_MAX_DIM * 4u + 64)
 
 /* A growable scratch buffer. */
 struct sbuf {
@@ -173,21 +177,43 @@ static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 
 /* ------------------------------------------------------------- registry */
 
-static bool name_ok(const char *name)
+/* Table names become file names: 1..64 of [A-Za-z0-9_.-], no leading '.'
+ * (no hidden files, no "." or ".."). */
+static int name_check(const char *name)
 {
-	size_t n = name ? strlen(name) : 0;
+	size_t n;
 
-	if (n == 0 || n > NAME_MAX_LEN || name[0] == '.')
-		return false;
+	if (!name)
+		return err_set(-EINVAL, "name is NULL");
+	n = strlen(name);
+	if (n == 0 || n > NAME_MAX_LEN)
+		return err_set(ET_ECONFIG,
+			       "table name of %zu characters: 1..%d allowed", n,
+			       NAME_MAX_LEN);
+	if (name[0] == '.')
+		return err_set(ET_ECONFIG, "table name \"%s\" starts with '.'",
+			       name);
 	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
+		unsigned char c = (unsigned char)name[i];
 
 		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 		      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
 		      c == '.'))
-			return false;
+			return err_set(ET_ECONFIG,
+				       "table name: character 0x%02x at %zu "
+				       "not in [A-Za-z0-9_.-]",
+				       c, i);
 	}
-	return true;
+	return 0;
+}
+
+static int name_free(const et_store *s, const char *name)
+{
+	for (uint32_t i = 0; i < s->ntables; i++)
+		if (!strcmp(s->tables[i].name, name))
+			return err_set(-EEXIST, "table \"%s\" already open",
+				       name);
+	return 0;
 }
 
 static int table_path(const et_store *s, const char *name, char **out)
@@ -209,10 +235,34 @@ static struct table *table_get(et_store *s, int id)
 	return &s->tables[id];
 }
 
+/* The failure of table_get(s, id). */
+static int no_table(const et_store *s, int id)
+{
+	if (!s)
+		return err_set(-EINVAL, "s is NULL");
+	return err_set(ET_ENOTABLE, "table %d unknown: the store has %u", id,
+		       s->ntables);
+}
+
 /* Rows are stored in slots rounded to 4 bytes (the state is f32). */
 static uint32_t slot_for(uint32_t row_bytes)
 {
 	return (row_bytes + 3) & ~3u;
+}
+
+/* ET_ECAPACITY unless a tier of bytes holds `ways` slots of slot bytes. */
+static int tier_fits(const char *field, uint64_t bytes, uint32_t ways,
+		     uint32_t slot)
+{
+	uint64_t per = (uint64_t)slot + ET_SLOT_META_BYTES;
+
+	if (bytes / per >= ways)
+		return 0;
+	return err_set(ET_ECAPACITY,
+		       "et_store_config.%s %llu holds fewer than ways (%u) "
+		       "slots of %u bytes (+%d of metadata)",
+		       field, (unsigned long long)bytes, ways, slot,
+		       ET_SLOT_META_BYTES);
 }
 
 static int caches_init(et_store *s, uint32_t slot_bytes)
@@ -224,8 +274,17 @@ static int caches_init(et_store *s, uint32_t slot_bytes)
 	if (s->cfg.hbm_backend == ET_HBM_CUDA) {
 		hm = mem_tier_hbm_cuda();
 		if (!hm)
-			return ET_ECONFIG;
+			return err_set(ET_ECONFIG,
+				       "et_store_config.hbm_backend "
+				       "ET_HBM_CUDA: no CUDA device, or a "
+				       "build without CUDA");
 	}
+	ret = tier_fits("ddr_bytes", s->cfg.ddr_bytes, s->cfg.ways, slot_bytes);
+	if (!ret && s->has_hbm)
+		ret = tier_fits("hbm_bytes", s->cfg.hbm_bytes, s->cfg.ways,
+				slot_bytes);
+	if (ret)
+		return ret;
 	if (s->has_hbm) {
 		ret = cache_init(&s->hbm, s->cfg.hbm_bytes, s->cfg.ways,
 				 slot_bytes, policy_get(s->cfg.hbm_policy), hm);
@@ -256,11 +315,12 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 	struct table *t;
 	int ret;
 
-	for (uint32_t i = 0; i < s->ntables; i++)
-		if (!strcmp(s->tables[i].name, name))
-			return -EEXIST;
+	ret = name_free(s, name);
+	if (ret)
+		return ret;
 	if (s->ntables >= MAX_TABLES)
-		return -EMFILE;
+		return err_set(-EMFILE, "%d tables open: no more allowed",
+			       MAX_TABLES);
 	if (!s->caches_ready) {
 		ret = caches_init(s, s->cfg.slot_bytes
 					 ? slot_for(s->cfg.slot_bytes)
@@ -269,7 +329,11 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 			return ret;
 	}
 	if (slot_for(g->row_bytes) > s->slot_bytes)
-		return ET_EMISMATCH; /* row larger than the cache slots */
+		return err_set(ET_ECAPACITY,
+			       "rows of table \"%s\" (%u bytes) larger than "
+			       "the cache slots (%u bytes: et_store_config."
+			       "slot_bytes, or sized by the first table)",
+			       name, g->row_bytes, s->slot_bytes);
 	if (s->ntables == s->tcap) {
 		uint32_t cap = s->tcap ? s->tcap * 2 : 8;
 		struct table *nt = mem_alloc(cap * sizeof(*nt), 0);
@@ -301,13 +365,17 @@ int et_table_create(et_store *s, const char *name,
 	char *path;
 	int ret;
 
+	err_clear();
 	if (!s || !p || !id)
-		return -EINVAL;
-	if (!name_ok(name))
-		return ET_ECONFIG;
-	for (uint32_t i = 0; i < s->ntables; i++)
-		if (!strcmp(s->tables[i].name, name))
-			return -EEXIST;
+		return err_set(-EINVAL, "%s is NULL",
+			       !s   ? "s"
+			       : !p ? "p"
+				    : "id");
+	ret = name_check(name);
+	if (!ret)
+		ret = name_free(s, name);
+	if (ret)
+		return ret;
 	ret = table_path(s, name, &path);
 	if (ret)
 		return ret;
@@ -323,17 +391,30 @@ int et_table_create(et_store *s, const char *name,
 	return ret;
 }
 
-static bool params_match(const struct tf_geom *g,
-			 const struct et_table_params *e)
+/* ET_EMISMATCH, naming the first field, unless every non-zero field of e
+ * matches the file. */
+static int expect_check(const struct tf_geom *g,
+			const struct et_table_params *e)
 {
-	return (!e->rows || e->rows == g->rows) &&
-	       (!e->dim || e->dim == g->dim) &&
-	       (!e->dtype || e->dtype == g->dtype) &&
-	       (!e->optim || e->optim == g->optim) &&
-	       (!e->init || e->init == g->init) &&
-	       (!e->init_scale || e->init_scale == g->init_scale) &&
-	       (!e->seed || e->seed == g->seed) &&
-	       (!e->block_size || e->block_size == g->block_size);
+#define CHECK(field)                                                           \
+	if (e->field && e->field != g->field)                                  \
+		return err_set(ET_EMISMATCH,                                   \
+			       "expect->" #field " %llu, the file has %llu",   \
+			       (unsigned long long)e->field,                   \
+			       (unsigned long long)g->field);
+	CHECK(rows)
+	CHECK(dim)
+	CHECK(dtype)
+	CHECK(optim)
+	CHECK(init)
+	if (e->init_scale && e->init_scale != g->init_scale)
+		return err_set(ET_EMISMATCH,
+			       "expect->init_scale %.9g, the file has %.9g",
+			       e->init_scale, g->init_scale);
+	CHECK(seed)
+	CHECK(block_size)
+#undef CHECK
+	return 0;
 }
 
 int et_table_open(et_store *s, const char *name,
@@ -343,10 +424,12 @@ int et_table_open(et_store *s, const char *name,
 	char *path;
 	int ret;
 
+	err_clear();
 	if (!s || !id)
-		return -EINVAL;
-	if (!name_ok(name))
-		return ET_ECONFIG;
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
+	ret = name_check(name);
+	if (ret)
+		return ret;
 	ret = table_path(s, name, &path);
 	if (ret)
 		return ret;
@@ -354,9 +437,8 @@ int et_table_open(et_store *s, const char *name,
 	mem_free(path, strlen(path) + 1, 0);
 	if (ret)
 		return ret;
-	if (expect && !params_match(tf_geom(tf), expect))
-		ret = ET_EMISMATCH;
-	else
+	ret = expect ? expect_check(tf_geom(tf), expect) : 0;
+	if (!ret)
 		ret = table_add(s, tf, name, id);
 	if (ret)
 		et_tfile_close(tf);
@@ -368,8 +450,9 @@ int et_table_info(et_store *s, int table, struct et_table_info *info)
 	struct table *t = table_get(s, table);
 	int ret;
 
+	err_clear();
 	if (!t)
-		return ET_ENOTABLE;
+		return no_table(s, table);
 	ret = drain(s); /* the file's map is the I/O thread's meanwhile */
 	return ret ? ret : et_tfile_info(t->tf, info);
 }
@@ -378,6 +461,8 @@ int et_table_info(et_store *s, int table, struct et_table_info *info)
 
 static int config_check(struct et_store_config *c)
 {
+	int ret;
+
 	if (!c->ddr_bytes)
 		c->ddr_bytes = DEFAULT_DDR;
 	if (!c->hbm_policy)
@@ -388,23 +473,42 @@ static int config_check(struct et_store_config *c)
 		c->ways = DEFAULT_WAYS;
 	if (!c->io_depth)
 		c->io_depth = IO_DEFAULT_DEPTH;
-	if (!policy_get(c->hbm_policy) || !policy_get(c->ddr_policy) ||
-	    c->ways > 64 || c->io_depth > 4096 ||
-	    (c->hbm_backend != ET_HBM_SIM && c->hbm_backend != ET_HBM_CUDA) ||
-	    c->slot_bytes > ET_MAX_DIM * 4 + 64)
-		return ET_ECONFIG;
-	/* Capacities must hold at least one set of the smallest slot. */
-	if (c->ddr_bytes / (4 + ET_SLOT_META_BYTES) < c->ways ||
-	    (c->hbm_bytes && c->hbm_bytes / (4 + ET_SLOT_META_BYTES) < c->ways))
-		return ET_ECONFIG;
-	if (c->slot_bytes) {
-		uint64_t per = slot_for(c->slot_bytes) + ET_SLOT_META_BYTES;
+	if (!policy_get(c->hbm_policy))
+		return err_set(ET_ECONFIG,
+			       "et_store_config.hbm_policy %d unknown",
+			       (int)c->hbm_policy);
+	if (!policy_get(c->ddr_policy))
+		return err_set(ET_ECONFIG,
+			       "et_store_config.ddr_policy %d unknown",
+			       (int)c->ddr_policy);
+	if (c->ways > 64)
+		return err_set(ET_ECONFIG,
+			       "et_store_config.ways %u out of range 1..64",
+			       c->ways);
+	if (c->io_depth > IO_MAX_DEPTH)
+		return err_set(ET_ECONFIG,
+			       "et_store_config.io_depth %u out of range 1..%d",
+			       c->io_depth, IO_MAX_DEPTH);
+	if (c->hbm_backend != ET_HBM_SIM && c->hbm_backend != ET_HBM_CUDA)
+		return err_set(ET_ECONFIG,
+			       "et_store_config.hbm_backend %d unknown",
+			       (int)c->hbm_backend);
+	if (c->slot_bytes > MAX_SLOT_BYTES)
+		return err_set(ET_ECONFIG,
+			       "et_store_config.slot_bytes %u out of range "
+			       "0..%u",
+			       c->slot_bytes, MAX_SLOT_BYTES);
+	/* Capacities must hold one set of the smallest slot (or of the
+	 * slots asked for). */
+	{
+		uint32_t slot = c->slot_bytes ? slot_for(c->slot_bytes) : 4;
 
-		if (c->ddr_bytes / per < c->ways ||
-		    (c->hbm_bytes && c->hbm_bytes / per < c->ways))
-			return ET_ECONFIG;
+		ret = tier_fits("ddr_bytes", c->ddr_bytes, c->ways, slot);
+		if (!ret && c->hbm_bytes)
+			ret =
+			    tier_fits("hbm_bytes", c->hbm_bytes, c->ways, slot);
 	}
-	return 0;
+	return ret;
 }
 
 /*
@@ -451,8 +555,12 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	et_store *s;
 	int ret, why = 0;
 
+	err_clear();
 	if (!dir || !*dir || !out)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s",
+			       !out   ? "out is NULL"
+			       : !dir ? "dir is NULL"
+				      : "dir is empty");
 	if (cfg)
 		c = *cfg;
 	ret = config_check(&c);
@@ -464,7 +572,7 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 		if (mkdir(dir, 0755))
 			return -errno;
 	} else if (!S_ISDIR(st.st_mode)) {
-		return -ENOTDIR;
+		return err_set(-ENOTDIR, "dir exists and is not a directory");
 	}
 	s = mem_alloc(sizeof(*s), 0);
 	if (!s)
@@ -1257,6 +1365,24 @@ static int drain(et_store *s)
 	return ret;
 }
 
+/* The ids of one batch for table t: what names them in a message. */
+static int ids_check(const struct table *t, int table, const uint64_t *ids,
+		     size_t n, const char *what)
+{
+	if (n && !ids)
+		return err_set(-EINVAL, "%s is NULL, with %zu ids", what, n);
+	if (n > UINT32_MAX)
+		return err_set(-E2BIG, "%zu ids: at most %u a call", n,
+			       UINT32_MAX);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] >= t->g->rows)
+			return err_set(ET_EROWRANGE,
+				       "%s[%zu] %llu >= rows %llu of table %d",
+				       what, i, (unsigned long long)ids[i],
+				       (unsigned long long)t->g->rows, table);
+	return 0;
+}
+
 /* Common entry checks and bookkeeping of a batch operation. */
 static int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 		    struct table **out)
@@ -1264,17 +1390,11 @@ static int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	struct table *t = table_get(s, table);
 	int ret;
 
-	if (!s)
-		return -EINVAL;
 	if (!t)
-		return ET_ENOTABLE;
-	if (n && !ids)
-		return -EINVAL;
-	if (n > UINT32_MAX)
-		return -E2BIG;
-	for (size_t i = 0; i < n; i++)
-		if (ids[i] >= t->g->rows)
-			return ET_EROWRANGE;
+		return no_table(s, table);
+	ret = ids_check(t, table, ids, n, "ids");
+	if (ret)
+		return ret;
 	ret = drain(s);
 	if (s->failed)
 		return ET_EFAILED;
@@ -1329,11 +1449,12 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	size_t m;
 	int ret;
 
+	err_clear();
 	ret = op_begin(s, table, ids, n, &t);
 	if (ret || n == 0)
 		return ret;
 	if (!out)
-		return -EINVAL;
+		return err_set(-EINVAL, "out is NULL");
 	ret = op_prepare(s, t, ids, n, &m, false);
 	if (ret)
 		return ret;
@@ -1353,13 +1474,26 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	return op_end(s, (uint32_t)table, false);
 }
 
+static int check_pool(et_pool mode)
+{
+	if (mode != ET_POOL_SUM && mode != ET_POOL_MEAN)
+		return err_set(-EINVAL, "pool mode %d unknown", (int)mode);
+	return 0;
+}
+
 static int check_offsets(const uint64_t *offsets, size_t nbags, size_t *n)
 {
-	if (!offsets || offsets[0] != 0)
-		return -EINVAL;
+	if (!offsets)
+		return err_set(-EINVAL, "offsets is NULL");
+	if (offsets[0] != 0)
+		return err_set(-EINVAL, "offsets[0] %llu, not 0",
+			       (unsigned long long)offsets[0]);
 	for (size_t b = 0; b < nbags; b++)
 		if (offsets[b + 1] < offsets[b])
-			return -EINVAL;
+			return err_set(
+			    -EINVAL, "offsets[%zu] %llu < offsets[%zu] %llu",
+			    b + 1, (unsigned long long)offsets[b + 1], b,
+			    (unsigned long long)offsets[b]);
 	*n = offsets[nbags];
 	return 0;
 }
@@ -1372,9 +1506,12 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 	size_t n, m;
 	int ret;
 
-	if (!s || !out || (mode != ET_POOL_SUM && mode != ET_POOL_MEAN))
-		return -EINVAL;
-	ret = check_offsets(offsets, nbags, &n);
+	err_clear();
+	if (!s || !out)
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "out");
+	ret = check_pool(mode);
+	if (!ret)
+		ret = check_offsets(offsets, nbags, &n);
 	if (ret)
 		return ret;
 	ret = op_begin(s, table, ids, n, &t);
@@ -1548,13 +1685,19 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	size_t m;
 	int ret;
 
-	if (!up || !isfinite(up->lr) || !isfinite(up->eps) || up->eps < 0)
-		return -EINVAL;
+	if (!up)
+		return err_set(-EINVAL, "up is NULL");
+	if (!isfinite(up->lr))
+		return err_set(-EINVAL, "up->lr %g not finite", up->lr);
+	if (!isfinite(up->eps) || up->eps < 0)
+		return err_set(-EINVAL, "up->eps %g not finite and >= 0",
+			       up->eps);
 	ret = op_begin(s, table, ids, n, &t);
 	if (ret || n == 0)
 		return ret;
 	if (!grads)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL",
+			       offsets ? "bag_grads" : "grads");
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
@@ -1572,6 +1715,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
 	      const float *grads, const struct et_update_params *up)
 {
+	err_clear();
 	return update_common(s, table, ids, n, grads, NULL, ET_POOL_SUM, up);
 }
 
@@ -1582,9 +1726,10 @@ int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 	size_t n;
 	int ret;
 
-	if (mode != ET_POOL_SUM && mode != ET_POOL_MEAN)
-		return -EINVAL;
-	ret = check_offsets(offsets, nbags, &n);
+	err_clear();
+	ret = check_pool(mode);
+	if (!ret)
+		ret = check_offsets(offsets, nbags, &n);
 	if (ret)
 		return ret;
 	return update_common(s, table, ids, n, bag_grads, offsets, mode, up);
@@ -1597,11 +1742,12 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	size_t m;
 	int ret;
 
+	err_clear();
 	ret = op_begin(s, table, ids, n, &t);
 	if (ret || n == 0)
 		return ret;
 	if (!vals)
-		return -EINVAL;
+		return err_set(-EINVAL, "vals is NULL");
 	ret = op_prepare(s, t, ids, n, &m, false);
 	if (ret)
 		return ret;
@@ -1758,20 +1904,23 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	struct pl_job *jobs = NULL, **tail = &jobs, *j;
 	int ret = 0;
 
+	err_clear();
 	if (!s || (ntables && !batch))
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batch");
 	for (size_t k = 0; k < ntables; k++) {
 		struct table *t = table_get(s, batch[k].table);
+		char what[40];
 
 		if (!t)
-			return ET_ENOTABLE;
-		if (batch[k].n && !batch[k].ids)
-			return -EINVAL;
-		if (batch[k].n > UINT32_MAX)
-			return -E2BIG;
-		for (size_t i = 0; i < batch[k].n; i++)
-			if (batch[k].ids[i] >= t->g->rows)
-				return ET_EROWRANGE;
+			return err_set(ET_ENOTABLE,
+				       "batch[%zu].table %d unknown: the store "
+				       "has %u",
+				       k, batch[k].table, s->ntables);
+		snprintf(what, sizeof(what), "batch[%zu].ids", k);
+		ret = ids_check(t, batch[k].table, batch[k].ids, batch[k].n,
+				what);
+		if (ret)
+			return ret;
 	}
 	ret = drain(s);
 	if (s->failed)
@@ -1861,8 +2010,9 @@ int et_flush(et_store *s)
 {
 	int ret;
 
+	err_clear();
 	if (!s)
-		return -EINVAL;
+		return err_set(-EINVAL, "s is NULL");
 	ret = drain(s);
 	if (ret)
 		return ret;
@@ -1898,8 +2048,11 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	struct ckpt_rec r;
 	int ret;
 
+	err_clear();
 	if (!s || (len && !dense))
-		return -EINVAL;
+		return err_set(-EINVAL, "%s",
+			       !s ? "s is NULL"
+				  : "dense is NULL, len is not 0");
 	ret = et_flush(s); /* drains, writes back, syncs every file */
 	if (ret)
 		return ret;
@@ -1914,8 +2067,9 @@ int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 	struct ckpt_rec r;
 	int ret;
 
+	err_clear();
 	if (!s || !id)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
 	ret = ckpt_read(s->dir, &r, dense, len);
 	*id = r.id;
 	return ret;
@@ -1928,8 +2082,9 @@ int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
 	void *dense = NULL;
 	int ret;
 
+	err_clear();
 	if (!s || !ci)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "ci");
 	memset(ci, 0, sizeof(*ci));
 	ret = ckpt_read(s->dir, &r, &dense, &len);
 	free(dense);
@@ -1992,8 +2147,9 @@ static void add_table(struct et_stats *st, const struct table *t)
 
 int et_get_stats(et_store *s, int table, struct et_stats *st)
 {
+	err_clear();
 	if (!s || !st)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "st");
 	/* The table files' counters are the I/O thread's while it works. */
 	if (s->pl_pending) {
 		int ret = drain(s);
@@ -2006,7 +2162,7 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 		struct table *t = table_get(s, table);
 
 		if (!t)
-			return ET_ENOTABLE;
+			return no_table(s, table);
 		add_table(st, t);
 	} else {
 		for (uint32_t i = 0; i < s->ntables; i++)

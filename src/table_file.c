@@ -39,6 +39,7 @@
 
 #include "dtype.h"
 #include "endian.h"
+#include "error.h"
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
@@ -270,6 +271,55 @@ static bool geom_derive(struct tf_geom *g)
 	return true;
 }
 
+/* The checks of geom_derive on a caller's parameters, before anything is
+ * created, each failure with its own message; the device's alignment of
+ * block_size is checked once the file is open. */
+static int params_check(const struct et_table_params *p)
+{
+	unsigned dtype = p->dtype ? (unsigned)p->dtype : ET_F32;
+	uint64_t rb;
+
+	if (p->rows == 0 || p->rows > ET_MAX_ROWS)
+		return err_set(ET_ECONFIG,
+			       "et_table_params.rows %llu out of range "
+			       "1..2^40",
+			       (unsigned long long)p->rows);
+	if (p->dim == 0 || p->dim > ET_MAX_DIM)
+		return err_set(ET_ECONFIG,
+			       "et_table_params.dim %u out of range 1..%d",
+			       p->dim, ET_MAX_DIM);
+	if (!dtype_size((et_dtype)dtype))
+		return err_set(ET_ECONFIG, "et_table_params.dtype %u unknown",
+			       dtype);
+	if ((unsigned)p->optim > ET_OPT_ROWWISE_ADAGRAD)
+		return err_set(ET_ECONFIG, "et_table_params.optim %u unknown",
+			       (unsigned)p->optim);
+	if ((unsigned)p->init > ET_INIT_NORMAL)
+		return err_set(ET_ECONFIG, "et_table_params.init %u unknown",
+			       (unsigned)p->init);
+	if (!isfinite(p->init_scale) || p->init_scale < 0)
+		return err_set(ET_ECONFIG,
+			       "et_table_params.init_scale %g not finite and "
+			       ">= 0",
+			       p->init_scale);
+	if (!p->block_size)
+		return 0;
+	rb = (uint64_t)p->dim * dtype_size((et_dtype)dtype) +
+	     4 * state_floats_of(p->optim);
+	if (p->block_size > TF_MAX_BLOCK || p->block_size % 512)
+		return err_set(ET_ECONFIG,
+			       "et_table_params.block_size %u not a multiple "
+			       "of 512 up to %u",
+			       p->block_size, TF_MAX_BLOCK);
+	if (p->block_size < rb + TF_TRAILER)
+		return err_set(ET_ECONFIG,
+			       "et_table_params.block_size %u too small for "
+			       "one row (%llu bytes + %d of trailer)",
+			       p->block_size, (unsigned long long)rb,
+			       TF_TRAILER);
+	return 0;
+}
+
 static int header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
 {
 	uint32_t sb;
@@ -430,8 +480,15 @@ int et_tfile_create(const char *path, const struct et_table_params *p,
 	et_tfile *tf;
 	int ret;
 
+	err_clear();
 	if (!path || !p || !out)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL",
+			       !path ? "path"
+			       : !p  ? "p"
+				     : "out");
+	ret = params_check(p);
+	if (ret)
+		return ret;
 	tf = tf_new(path);
 	if (!tf)
 		return -ENOMEM;
@@ -465,13 +522,17 @@ int et_tfile_create(const char *path, const struct et_table_params *p,
 				bs *= 2;
 		}
 		if (bs % off_align) {
-			ret = ET_ECONFIG;
+			ret = err_set(ET_ECONFIG,
+				      "et_table_params.block_size %u not a "
+				      "multiple of the device's direct-I/O "
+				      "alignment, %u",
+				      bs, off_align);
 			goto err_unlink;
 		}
 		tf->g.block_size = bs;
 	}
-	if (!geom_derive(&tf->g)) {
-		ret = ET_ECONFIG;
+	if (!geom_derive(&tf->g)) { /* params_check let nothing through */
+		ret = err_set(ET_ECONFIG, "et_table_params inconsistent");
 		goto err_unlink;
 	}
 	hdr = mem_alloc(tf->g.block_size, tf->mem_align);
@@ -555,8 +616,12 @@ int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
 	ssize_t n;
 	int ret;
 
-	if (!path || !out || (flags & ~ET_TFILE_RDONLY))
-		return -EINVAL;
+	err_clear();
+	if (!path || !out)
+		return err_set(-EINVAL, "%s is NULL", !path ? "path" : "out");
+	if (flags & ~ET_TFILE_RDONLY)
+		return err_set(-EINVAL, "flags 0x%x unknown",
+			       flags & ~ET_TFILE_RDONLY);
 	tf = tf_new(path);
 	if (!tf)
 		return -ENOMEM;
@@ -627,8 +692,9 @@ int et_tfile_info(et_tfile *tf, struct et_table_info *info)
 {
 	struct stat st;
 
+	err_clear();
 	if (!tf || !info)
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL", !tf ? "tf" : "info");
 	if (fstat(tf->fd, &st))
 		return -errno;
 	memset(info, 0, sizeof(*info));
@@ -658,8 +724,9 @@ int et_tfile_sync(et_tfile *tf)
 	io_ctx *io;
 	int ret;
 
+	err_clear();
 	if (!tf)
-		return -EINVAL;
+		return err_set(-EINVAL, "tf is NULL");
 	if (tf->rdonly)
 		return 0;
 	ret = tf_io(tf, &io);
@@ -846,9 +913,14 @@ static int check_rows(const et_tfile *tf, const uint64_t *rows, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		if (rows[i] >= tf->g.rows)
-			return ET_EROWRANGE;
+			return err_set(
+			    ET_EROWRANGE,
+			    "rows[%zu] %llu >= the table's %llu rows", i,
+			    (unsigned long long)rows[i],
+			    (unsigned long long)tf->g.rows);
 	if (n > UINT32_MAX)
-		return -E2BIG;
+		return err_set(-E2BIG, "%zu rows: at most %u a call", n,
+			       UINT32_MAX);
 	return 0;
 }
 
@@ -1201,8 +1273,12 @@ int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
 	unsigned char *raw;
 	int ret;
 
+	err_clear();
 	if (!tf || (n && (!rows || !out)))
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL",
+			       !tf     ? "tf"
+			       : !rows ? "rows"
+				       : "out");
 	g = &tf->g;
 	raw = mem_alloc(n * g->row_bytes, 0);
 	if (!raw)
@@ -1229,10 +1305,14 @@ int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
 	unsigned char *raw;
 	int ret = 0;
 
+	err_clear();
 	if (!tf || (n && (!rows || !in)))
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL",
+			       !tf     ? "tf"
+			       : !rows ? "rows"
+				       : "in");
 	if (tf->rdonly)
-		return -EBADF;
+		return err_set(-EBADF, "the table file is open read-only");
 	g = &tf->g;
 	ret = check_rows(tf, rows, n);
 	if (ret)
@@ -1325,15 +1405,24 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 	io_ctx *io;
 	int ret = 0;
 
+	err_clear();
 	if (!tf || (n && !in))
-		return -EINVAL;
+		return err_set(-EINVAL, "%s is NULL", !tf ? "tf" : "in");
 	if (tf->rdonly)
-		return -EBADF;
+		return err_set(-EBADF, "the table file is open read-only");
 	if (rowlog_count(tf->log))
-		return -EBUSY; /* rows a store wrote would shadow the load */
+		return err_set(-EBUSY, "the table's row log holds rows a "
+				       "store wrote: they would shadow the load");
 	g = &tf->g;
-	if (first >= g->rows || n > g->rows - first)
-		return n == 0 && first <= g->rows ? 0 : ET_EROWRANGE;
+	if (first >= g->rows || n > g->rows - first) {
+		if (n == 0 && first <= g->rows)
+			return 0;
+		return err_set(ET_EROWRANGE,
+			       "rows [%llu, %llu + %llu) past the table's %llu",
+			       (unsigned long long)first,
+			       (unsigned long long)first, (unsigned long long)n,
+			       (unsigned long long)g->rows);
+	}
 	row_end = first + n;
 	b = (first + g->rows_per_block - 1) / g->rows_per_block;
 	/* Whole blocks end where the range does, or at the file's end. */
@@ -1696,8 +1785,9 @@ int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 	io_ctx *io;
 	int ret;
 
+	err_clear();
 	if (!tf)
-		return -EINVAL;
+		return err_set(-EINVAL, "tf is NULL");
 	total = tf->map.count;
 	ret = tf_stage(tf);
 	if (!ret)

@@ -1,6 +1,7 @@
 /*
  * test_store.c - the store's public API (include/embtier.h, "store"):
- * configurations refused with ET_ECONFIG and no directory left behind;
+ * configurations refused with ET_ECONFIG (or ET_ECAPACITY for tiers too
+ * small) and no directory left behind;
  * table create, open, info and the expect check (ET_EMISMATCH); row ids out
  * of range (ET_EROWRANGE) and unknown tables (ET_ENOTABLE) refused with
  * nothing changed; updates kept across close and reopen; the optimizer
@@ -130,40 +131,45 @@ static struct et_stats stats_of(et_store *s, int table)
 
 /* ----------------------------------------------------------- configuration */
 
-/* Each nonsensical configuration is refused with ET_ECONFIG before the
- * directory is made. */
+/* Each nonsensical configuration is refused with ET_ECONFIG, and tiers too
+ * small for one set with ET_ECAPACITY, before the directory is made. */
 static void test_open_bad_config(void **state)
 {
 	struct fx *f = *state;
-	const struct et_store_config bad[] = {
-	    {.ways = 65},
-	    {.ways = 1000},
-	    {.ways = UINT32_MAX},
-	    {.hbm_policy = (et_policy)3},
-	    {.ddr_policy = (et_policy)99},
-	    {.ddr_policy = (et_policy)-1},
-	    {.hbm_backend = (et_hbm_backend)7},
+	const struct {
+		struct et_store_config c;
+		int rc;
+	} bad[] = {
+	    {{.ways = 65}, ET_ECONFIG},
+	    {{.ways = 1000}, ET_ECONFIG},
+	    {{.ways = UINT32_MAX}, ET_ECONFIG},
+	    {{.hbm_policy = (et_policy)3}, ET_ECONFIG},
+	    {{.ddr_policy = (et_policy)99}, ET_ECONFIG},
+	    {{.ddr_policy = (et_policy)-1}, ET_ECONFIG},
+	    {{.hbm_backend = (et_hbm_backend)7}, ET_ECONFIG},
 	    /* A DDR too small for one set of 16 slots of 64 bytes. */
-	    {.ddr_bytes = 16 * (64 + META) - 1, .slot_bytes = 64},
+	    {{.ddr_bytes = 16 * (64 + META) - 1, .slot_bytes = 64},
+	     ET_ECAPACITY},
 	    /* An HBM too small for one set of 4 slots. */
-	    {.hbm_bytes = 4 * (64 + META) - 1, .ways = 4, .slot_bytes = 64},
+	    {{.hbm_bytes = 4 * (64 + META) - 1, .ways = 4, .slot_bytes = 64},
+	     ET_ECAPACITY},
 	    /* Too small for one set of anything at all. */
-	    {.hbm_bytes = 1},
-	    {.ddr_bytes = 15, .ways = 1},
+	    {{.hbm_bytes = 1}, ET_ECAPACITY},
+	    {{.ddr_bytes = 15, .ways = 1}, ET_ECAPACITY},
 	    /* A slot bigger than any row can be. */
-	    {.slot_bytes = UINT32_MAX},
+	    {{.slot_bytes = UINT32_MAX}, ET_ECONFIG},
 	};
 	const char *dir = fx_dir(f);
 
 	tu_require_uring();
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		et_store *s = NULL;
-		int rc = et_store_open(dir, &bad[i], &s);
+		int rc = et_store_open(dir, &bad[i].c, &s);
 
-		if (rc != ET_ECONFIG)
+		if (rc != bad[i].rc)
 			print_error("config #%zu: %d (%s)\n", i, rc,
 				    et_strerror(rc));
-		assert_int_equal(rc, ET_ECONFIG);
+		assert_int_equal(rc, bad[i].rc);
 		assert_false(exists(dir));
 		if (rc == 0)
 			et_store_close(s);
@@ -244,7 +250,7 @@ static void test_slot_sizing(void **state)
 	 * table has 256-byte rows. */
 	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 100, .ways = 1});
 	rc = et_table_create(*s, "big", &big, &b);
-	assert_int_equal(rc, ET_ECONFIG);
+	assert_int_equal(rc, ET_ECAPACITY);
 	table_file_path(f->dirs[2], "big", path);
 	assert_false(exists(path));
 }

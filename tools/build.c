@@ -683,13 +683,7 @@ int main(int argc, char **argv)
 
 	t0 = cli_now();
 	err = et_tfile_create(tmp, &o.p, &tf);
-	if (err == ET_ECONFIG && o.p.block_size) {
-		cli_error("%s: %s (--block-size %u must be a multiple of the "
-			  "device's direct-I/O alignment and hold one row)",
-			  o.out, et_strerror(err), o.p.block_size);
-		goto err_input;
-	}
-	if (err) {
+	if (err) { /* the detail names the option's field, if one is wrong */
 		cli_error_code(o.out, err);
 		goto err_input;
 	}

@@ -76,7 +76,9 @@ void cli_note(const char *fmt, ...)
 
 void cli_error_code(const char *subject, int err)
 {
-	cli_error("%s: %s", subject, et_strerror(err));
+	const char *d = et_errdetail();
+
+	cli_error("%s: %s%s%s", subject, et_strerror(err), *d ? ": " : "", d);
 }
 
 void cli_usage_error(const char *fmt, ...)
