@@ -1411,8 +1411,9 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 	if (tf->rdonly)
 		return err_set(-EBADF, "the table file is open read-only");
 	if (rowlog_count(tf->log))
-		return err_set(-EBUSY, "the table's row log holds rows a "
-				       "store wrote: they would shadow the load");
+		return err_set(-EBUSY,
+			       "the table's row log holds rows a "
+			       "store wrote: they would shadow the load");
 	g = &tf->g;
 	if (first >= g->rows || n > g->rows - first) {
 		if (n == 0 && first <= g->rows)
