@@ -598,6 +598,12 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 			ret = -ENOMEM;
 		else if (l->head_ok)
 			ret = abuf_load(l, io);
+		if (ret && l->abuf) {
+			/* not loaded: the next append must read it again,
+			 * or it would write zeros over committed records */
+			mem_free(l->abuf, RL_ABUF, l->mem_align);
+			l->abuf = NULL;
+		}
 	}
 	for (size_t i = 0; i < n && !ret; i++)
 		ret = append_one(l, io, rows[i],
