@@ -19,6 +19,9 @@
  *   HBM victim       demoted to DDR (keeping its dirty bit)
  *   DDR victim       dropped if clean; if dirty, queued for write-back
  *
+ * Each tier is a set of cache instances, one per size class of rows (see
+ * struct sclass): a table's rows live in its class's instances only.
+ *
  * The hierarchy is exclusive: a row is in at most one cache tier, and if it
  * is there and dirty that copy is the truth (DESIGN invariant 1). Rows are
  * held in their storage type everywhere (invariant 2), so the result of any
