@@ -489,6 +489,84 @@ static void test_new_class_later(void **state)
 }
 
 /*
+ * Dirty rows evicted and held in the write-back queue (a store that
+ * prefetches defers their write to the next prefetch) when a table of
+ * larger rows arrives: the queue is widened to the larger slots with its
+ * rows intact, and they reach their file.
+ */
+static void test_new_class_with_queue(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params small = small_params(4, ET_OPT_SGD);
+	struct et_table_params big = small_params(256, ET_OPT_SGD);
+	enum { N = 64 };
+	uint64_t ids[N];
+	float v[N * 4], w[N * 4];
+	struct et_batch_ids b;
+	struct et_stats st;
+	et_store **s;
+	int a, c;
+
+	for (int i = 0; i < N; i++)
+		ids[i] = (uint64_t)i * 13;
+	for (int i = 0; i < N * 4; i++)
+		v[i] = (float)i * 0.5f - 7.0f;
+	s = fx_open(f,
+		    &(struct et_store_config){.ddr_bytes = 1 << 20, .ways = 1});
+	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
+	/* a first store for the class, then one of 4 slots: most of the
+	 * written rows are evicted dirty */
+	assert_int_equal(et_store_close(*s), 0);
+	assert_int_equal(
+	    et_store_open(f->dirs[0],
+			  &(struct et_store_config){
+			      .ddr_bytes = 4 * (16 + META), .ways = 1},
+			  s),
+	    0);
+	assert_int_equal(et_table_open(*s, "small", NULL, &a), 0);
+	b = (struct et_batch_ids){a, ids, 1};
+	assert_int_equal(et_prefetch(*s, &b, 1), 0);
+	assert_int_equal(et_write_rows(*s, a, ids, N, v), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.writebacks, 0); /* queued, not yet written */
+	/* rows of 1 KiB need more than the 4 slots of 16 bytes: refused,
+	 * with the queue kept */
+	assert_int_equal(et_table_create(*s, "big", &big, &c), ET_ECONFIG);
+	assert_int_equal(et_gather(*s, a, ids, N, w), 0);
+	assert_memory_equal(v, w, sizeof(v));
+	assert_int_equal(et_store_close(*s), 0);
+
+	/* Again with room for both classes. */
+	assert_int_equal(
+	    et_store_open(
+		f->dirs[0],
+		&(struct et_store_config){
+		    .ddr_bytes = 4 * (16 + META) + 1024 + META, .ways = 1},
+		s),
+	    0);
+	assert_int_equal(et_table_open(*s, "small", NULL, &a), 0);
+	assert_int_equal(et_prefetch(*s, &b, 1), 0);
+	for (int i = 0; i < N * 4; i++)
+		v[i] = -v[i];
+	assert_int_equal(et_write_rows(*s, a, ids, N, v), 0);
+	assert_int_equal(et_table_create(*s, "big", &big, &c), 0);
+	assert_int_equal(et_gather(*s, a, ids, N, w), 0);
+	assert_memory_equal(v, w, sizeof(v));
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	{
+		char path[PATH_MAX];
+		et_tfile *tf;
+
+		table_file_path(f->dirs[0], "small", path);
+		assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+		assert_int_equal(et_tfile_read_rows(tf, ids, N, w, NULL), 0);
+		et_tfile_close(tf);
+		assert_memory_equal(v, w, sizeof(v));
+	}
+}
+
+/*
  * Capacity efficiency: tables of dims 16 and 256 (f32) sharing a 1 MiB
  * DDR, more rows touched than fit: the resident row bytes are at least
  * 0.85 of the tier (slots of the rows' own sizes; with one slot size of
@@ -1511,6 +1589,7 @@ int main(void)
 	    T(test_slot_sizing),
 	    T(test_mixed_dims),
 	    T(test_new_class_later),
+	    T(test_new_class_with_queue),
 	    T(test_capacity_efficiency),
 	    T(test_open_not_dir),
 	    T(test_table_create_open),
