@@ -31,10 +31,14 @@ enum { OP_POOLED = 0, OP_GATHER = 1 };
 enum { MAT_ALL = 0, MAT_TOUCHED = 1, MAT_NONE = 2 };
 enum { COMPUTE_BUSY = 0, COMPUTE_SLEEP = 1 };
 
+#define BENCH_MAX_DIMS 64
+
 struct bench_opts {
 	/* workload */
 	struct wl_params wl;
-	uint32_t dim;
+	uint32_t dim;		       /* the largest of dims */
+	uint32_t dims[BENCH_MAX_DIMS]; /* --dim: table t has dims[t % ndims] */
+	uint32_t ndims;
 	et_dtype dtype;
 	bool pooling_set; /* --pooling given (else a trace's hint) */
 	/* store */
@@ -42,9 +46,10 @@ struct bench_opts {
 	uint64_t ddr_bytes;
 	et_policy policy; /* both tiers */
 	uint32_t ways;
-	uint32_t io_depth; /* 0: the store's default */
-	const char *dir;   /* NULL: a temporary directory */
-	int materialize;   /* MAT_* */
+	uint32_t slot_bytes; /* et_store_config's; 0: slots per row size */
+	uint32_t io_depth;   /* 0: the store's default */
+	const char *dir;     /* NULL: a temporary directory */
+	int materialize;     /* MAT_* */
 	/* run length */
 	double seconds;	  /* measured phase, if batches == 0 */
 	uint64_t batches; /* measured batches; 0: by time */
@@ -76,6 +81,19 @@ struct bench_opts {
 	bool force;
 	const char *record; /* also write the batches run to this trace */
 };
+
+/* The dim of table t. */
+static inline uint32_t opt_dim(const struct bench_opts *o, uint32_t t)
+{
+	return o->dims[t % o->ndims];
+}
+
+/* Whether the tables have more than one dim. */
+bool opt_mixed_dims(const struct bench_opts *o);
+/* The mean dim over ntables tables (each table weighs the same). */
+double opt_mean_dim(const struct bench_opts *o, uint32_t ntables);
+/* "128" or "16,32,64" */
+const char *opt_dims_str(const struct bench_opts *o, char *buf, size_t len);
 
 /* Set by SIGINT/SIGTERM: loops stop early and clean up. */
 extern volatile sig_atomic_t bench_stop;
@@ -186,6 +204,9 @@ struct sys_result {
 	struct disk_delta disk;
 	int outputs; /* 0: not compared, 1: same, -1: differ */
 	uint64_t mem_peak;
+	/* capacity efficiency at the end (embtier): row bytes cached and
+	 * tier bytes, HBM [0] and DDR [1] */
+	uint64_t row_bytes[2], capacity_bytes[2];
 };
 
 /* Per-batch output hashes of the store's run, for the peers to match. */

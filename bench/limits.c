@@ -50,7 +50,7 @@ static void gather_once(const struct bench_opts *o,
 			const uint64_t *pos, uint32_t rb, float *ob,
 			bool prefetch)
 {
-	uint32_t dim = o->dim;
+	uint32_t dim = opt_dim(o, t->table);
 
 	if (o->op == OP_GATHER) {
 		for (uint32_t j = 0; j < t->n; j++) {
@@ -76,11 +76,17 @@ static void gather_once(const struct bench_opts *o,
 	}
 }
 
+/*
+ * The footprint is the DDR tier's bytes, rows of the largest size laid
+ * out in it; with several dims each table reads rows of its own size at
+ * multiples of that size over the same buffer.
+ */
 void limit_gather(struct run_ctx *rc, struct gather_limit *out)
 {
 	const struct bench_opts *o = rc->o;
 	uint32_t rb = rc->tb->row_bytes, dim = o->dim;
 	uint64_t nrows = o->ddr_bytes / rb;
+	double floats = 0;
 	struct wl_batch b;
 	struct progress pg;
 	unsigned char *buf = NULL;
@@ -124,9 +130,12 @@ void limit_gather(struct run_ctx *rc, struct gather_limit *out)
 			break;
 		for (uint32_t k = 0; k < b.count; k++) {
 			const struct wl_table_ids *t = &b.t[k];
+			uint32_t tdim = opt_dim(o, t->table);
+			uint32_t trb = (uint32_t)(tdim * dtype_bytes(o->dtype));
+			uint64_t tn = nrows * rb / trb;
 			size_t need =
 			    (size_t)(o->op == OP_POOLED ? t->nbags : t->n) *
-			    dim;
+			    tdim;
 
 			if (t->n > pos_cap) {
 				free(pos);
@@ -144,19 +153,20 @@ void limit_gather(struct run_ctx *rc, struct gather_limit *out)
 				pos[j] =
 				    (wl_mix(((uint64_t)(t->table + 1) << 40) ^
 					    t->ids[j]) %
-				     nrows) *
-				    rb;
+				     tn) *
+				    trb;
 			t0 = now_s();
-			gather_once(o, t, buf, pos, rb, ob, false);
+			gather_once(o, t, buf, pos, trb, ob, false);
 			out->seconds += now_s() - t0;
 			sink ^= out_hash(ob, need);
 			t0 = now_s();
-			gather_once(o, t, buf, pos, rb, ob, true);
+			gather_once(o, t, buf, pos, trb, ob, true);
 			out->seconds_pf += now_s() - t0;
 			/* Read the result back, untimed, so that no store
 			 * into ob can be optimized away. */
 			sink ^= out_hash(ob, need);
 			out->rows += t->n;
+			floats += (double)t->n * tdim;
 		}
 		progress_update(&pg, i + 1);
 		if (now_s() - t_all > o->limit_seconds * 4)
@@ -166,9 +176,9 @@ void limit_gather(struct run_ctx *rc, struct gather_limit *out)
 	if (out->seconds > 0 && out->seconds_pf > 0) {
 		out->ran = true;
 		out->rows_s = (double)out->rows / out->seconds;
-		out->gbs = out->rows_s * dim * 4 / 1e9;
+		out->gbs = floats * 4 / out->seconds / 1e9;
 		out->rows_s_pf = (double)out->rows / out->seconds_pf;
-		out->gbs_pf = out->rows_s_pf * dim * 4 / 1e9;
+		out->gbs_pf = floats * 4 / out->seconds_pf / 1e9;
 	}
 out:
 	free(buf);

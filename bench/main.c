@@ -73,7 +73,12 @@ static void usage(void)
 	    "      --rows N          rows per table (default 2^16; pipeline "
 	    "2^18);\n"
 	    "                        counts accept 2^N\n"
-	    "      --dim D           values per row (default 128)\n"
+	    "      --dim D[,D...]    values per row (default 128); a list "
+	    "gives one\n"
+	    "                        dim per table, repeated over the tables "
+	    "(run and\n"
+	    "                        pipeline; the peers and mrc take one "
+	    "dim)\n"
 	    "      --dtype T         f32 | f16 | bf16 (default f32)\n"
 	    "      --batch B         bags per table per batch (default 512; "
 	    "pipeline\n"
@@ -101,6 +106,10 @@ static void usage(void)
 	    "                        K, M, G, T (binary) or 2^N\n"
 	    "      --policy P        lru | lfu, both tiers (default lru)\n"
 	    "      --ways N          associativity (default 16)\n"
+	    "      --slot-bytes N    smallest cache slot: rows up to N bytes "
+	    "share one\n"
+	    "                        size class (default 0: slots per row "
+	    "size)\n"
 	    "      --io-depth N      io_uring queue depth (default 128)\n"
 	    "\n"
 	    "Run length and operation:\n"
@@ -207,6 +216,7 @@ enum {
 	O_DDR,
 	O_POLICY,
 	O_WAYS,
+	O_SLOT_BYTES,
 	O_IODEPTH,
 	O_SECONDS,
 	O_BATCHES,
@@ -255,6 +265,7 @@ static const struct option longopts[] = {
     {"ddr", required_argument, NULL, O_DDR},
     {"policy", required_argument, NULL, O_POLICY},
     {"ways", required_argument, NULL, O_WAYS},
+    {"slot-bytes", required_argument, NULL, O_SLOT_BYTES},
     {"io-depth", required_argument, NULL, O_IODEPTH},
     {"seconds", required_argument, NULL, O_SECONDS},
     {"batches", required_argument, NULL, O_BATCHES},
@@ -302,6 +313,8 @@ static void defaults(struct bench_opts *o, int cmd)
 	o->wl.shift_every = 10;
 	o->wl.seed = 1;
 	o->dim = 128;
+	o->dims[0] = 128;
+	o->ndims = 1;
 	o->dtype = ET_F32;
 	o->ddr_bytes = cmd == CMD_PIPELINE ? 64ULL << 20 : 128ULL << 20;
 	o->policy = ET_POLICY_LRU;
@@ -335,6 +348,29 @@ static int num(const char *opt, const char *arg, uint64_t lo, uint64_t hi,
 	if (cli_parse_u64(arg, out) || *out < lo || *out > hi)
 		return bad(opt, arg);
 	return 0;
+}
+
+/* A comma-separated list of 1..max numbers in [1, hi]. */
+static int num_list(const char *opt, const char *arg, uint64_t hi,
+		    uint32_t *out, uint32_t max, uint32_t *n)
+{
+	char *copy = strdup(arg), *save = NULL, *tok;
+	uint64_t v;
+
+	if (!copy)
+		return bad(opt, arg);
+	*n = 0;
+	for (tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (*n == max || cli_parse_u64(tok, &v) || v < 1 || v > hi) {
+			free(copy);
+			*n = 0;
+			return bad(opt, arg);
+		}
+		out[(*n)++] = (uint32_t)v;
+	}
+	free(copy);
+	return *n ? 0 : bad(opt, arg);
 }
 
 static int dbl(const char *opt, const char *arg, double lo, double hi,
@@ -406,9 +442,13 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			break;
 		case O_DIM:
-			if (num(n, a, 1, ET_MAX_DIM, &v))
+			if (num_list(n, a, ET_MAX_DIM, o->dims, BENCH_MAX_DIMS,
+				     &o->ndims))
 				return -1;
-			o->dim = (uint32_t)v;
+			o->dim = 0;
+			for (uint32_t i = 0; i < o->ndims; i++)
+				if (o->dims[i] > o->dim)
+					o->dim = o->dims[i];
 			break;
 		case O_DTYPE: {
 			int t = cli_dtype_parse(a);
@@ -462,6 +502,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			else
 				return bad(n, a);
 			break;
+		case O_SLOT_BYTES:
+			if (num(n, a, 0, (uint64_t)ET_MAX_DIM * 4 + 64, &v))
+				return -1;
+			o->slot_bytes = (uint32_t)v;
+			break;
 		case O_WAYS:
 			if (num(n, a, 1, 64, &v))
 				return -1;
@@ -514,25 +559,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			if (dbl(n, a, 0.01, 1e5, &o->limit_seconds))
 				return -1;
 			break;
-		case O_LIMIT_QD: {
-			char *copy = strdup(a), *save = NULL, *tok;
-
-			if (!copy)
-				return bad(n, a);
-			o->n_limit_qd = 0;
-			for (tok = strtok_r(copy, ",", &save); tok;
-			     tok = strtok_r(NULL, ",", &save)) {
-				if (o->n_limit_qd == 4 ||
-				    cli_parse_u64(tok, &v) || v < 1 ||
-				    v > 4096) {
-					free(copy);
-					return bad(n, a);
-				}
-				o->limit_qd[o->n_limit_qd++] = (uint32_t)v;
-			}
-			free(copy);
+		case O_LIMIT_QD:
+			if (num_list(n, a, 4096, o->limit_qd, 4,
+				     &o->n_limit_qd))
+				return -1;
 			break;
-		}
 		case O_NO_PREAD:
 			o->pread = false;
 			break;

@@ -348,6 +348,12 @@ int cmd_mrc(const struct bench_opts *o)
 	char desc[256];
 	int ret, rc = CLI_EXIT_FAIL;
 
+	if (opt_mixed_dims(o)) {
+		cli_usage_error("mrc takes one --dim (its capacities and "
+				"Belady's count rows of one size)");
+		return CLI_EXIT_USAGE;
+	}
+
 	memset(&tb, 0, sizeof(tb));
 	oo.materialize = MAT_NONE;
 	oo.hbm_bytes = 0;

@@ -33,7 +33,9 @@ const char *workload_desc(const struct bench_opts *o, const struct wl_gen *g,
 {
 	char kind[96];
 	char rows[32];
+	char dims[BENCH_MAX_DIMS * 7];
 
+	opt_dims_str(o, dims, sizeof(dims));
 	switch (o->wl.kind) {
 	case WL_UNIFORM:
 		snprintf(kind, sizeof(kind), "uniform");
@@ -56,21 +58,21 @@ const char *workload_desc(const struct bench_opts *o, const struct wl_gen *g,
 
 		if (l)
 			snprintf(buf, len,
-				 "%s: %u tables, dim %u %s, bags of %u", kind,
-				 wl_tables(g), o->dim, cli_dtype_name(o->dtype),
+				 "%s: %u tables, dim %s %s, bags of %u", kind,
+				 wl_tables(g), dims, cli_dtype_name(o->dtype),
 				 l);
 		else
 			snprintf(buf, len,
-				 "%s: %u tables, dim %u %s, one bag per table",
-				 kind, wl_tables(g), o->dim,
+				 "%s: %u tables, dim %s %s, one bag per table",
+				 kind, wl_tables(g), dims,
 				 cli_dtype_name(o->dtype));
 		return buf;
 	}
 	cli_human_count((double)o->wl.rows, rows, sizeof(rows));
 	snprintf(buf, len,
-		 "%s: %u tables x %s rows, dim %u %s, batch %u x pooling %u "
+		 "%s: %u tables x %s rows, dim %s %s, batch %u x pooling %u "
 		 "= %" PRIu64 " ids",
-		 kind, o->wl.tables, rows, o->dim, cli_dtype_name(o->dtype),
+		 kind, o->wl.tables, rows, dims, cli_dtype_name(o->dtype),
 		 o->wl.batch, o->wl.pooling,
 		 (uint64_t)o->wl.batch * o->wl.pooling * o->wl.tables);
 	return buf;
@@ -97,7 +99,7 @@ struct fig {
 	double hbm, ddr, nvme, init, cache;
 };
 
-static void figures(const struct sys_result *r, uint32_t dim, struct fig *f)
+static void figures(const struct sys_result *r, double dim, struct fig *f)
 {
 	memset(f, 0, sizeof(*f));
 	f->ids_s = rate((double)r->ids, r->seconds);
@@ -110,6 +112,21 @@ static void figures(const struct sys_result *r, uint32_t dim, struct fig *f)
 	f->nvme = share(r->nvme_rows, r->unique);
 	f->init = share(r->lazy_rows, r->unique);
 	f->cache = share(r->cache_hits, r->cache_hits + r->cache_misses);
+}
+
+/* The mean dim of the run's tables: GB/s figures count ids x dim x 4. */
+static double mdim(const struct run_report *rp)
+{
+	return opt_mean_dim(rp->o, wl_tables(rp->g));
+}
+
+/* Capacity efficiency of tier i (0 HBM, 1 DDR) at the end of the run: row
+ * bytes cached / tier bytes; -1 if the tier does not exist. */
+static double cap_eff(const struct sys_result *r, int i)
+{
+	return r->capacity_bytes[i]
+		   ? (double)r->row_bytes[i] / (double)r->capacity_bytes[i]
+		   : -1;
 }
 
 /* The disk's ceiling at the store's depth: the mean of the loops before
@@ -131,9 +148,9 @@ static void compute_ratios(const struct run_report *rp, struct ratios *q)
 	struct fig f, p, k;
 
 	memset(q, 0, sizeof(*q));
-	figures(e, rp->o->dim, &f);
-	figures(&rp->sys[1], rp->o->dim, &p);
-	figures(&rp->sys[2], rp->o->dim, &k);
+	figures(e, mdim(rp), &f);
+	figures(&rp->sys[1], mdim(rp), &p);
+	figures(&rp->sys[2], mdim(rp), &k);
 	if (rp->gl.ran && rp->gl.rows_s > 0) {
 		q->gather = f.ids_s / rp->gl.rows_s;
 		q->gather_pf = f.ids_s / rp->gl.rows_s_pf;
@@ -167,7 +184,7 @@ static void row(const char *label, const struct run_report *rp,
 }
 
 typedef void (*cell_fn)(const struct sys_result *r, const struct fig *f,
-			uint32_t dim, char *buf, size_t len);
+			double dim, char *buf, size_t len);
 
 static void line(const char *label, const struct run_report *rp, cell_fn fn)
 {
@@ -178,9 +195,9 @@ static void line(const char *label, const struct run_report *rp, cell_fn fn)
 		struct fig f;
 
 		c[i][0] = '\0';
-		figures(&rp->sys[i], rp->o->dim, &f);
+		figures(&rp->sys[i], mdim(rp), &f);
 		if (rp->sys[i].ran)
-			fn(&rp->sys[i], &f, rp->o->dim, c[i], sizeof(c[i]));
+			fn(&rp->sys[i], &f, mdim(rp), c[i], sizeof(c[i]));
 		cp[i] = c[i];
 	}
 	row(label, rp, cp);
@@ -188,7 +205,7 @@ static void line(const char *label, const struct run_report *rp, cell_fn fn)
 
 #define CELL(name, body)                                                       \
 	static void name(const struct sys_result *r, const struct fig *f,      \
-			 uint32_t dim, char *b, size_t n)                      \
+			 double dim, char *b, size_t n)                        \
 	{                                                                      \
 		(void)r;                                                       \
 		(void)f;                                                       \
@@ -216,6 +233,12 @@ CELL(c_ddr, if (r->has_tiers) pct(f->ddr, b, n); else snprintf(b, n, "-"))
 CELL(c_nvme, if (r->has_tiers) pct(f->nvme, b, n); else snprintf(b, n, "-"))
 CELL(c_init, if (r->has_tiers) pct(f->init, b, n); else snprintf(b, n, "-"))
 CELL(c_cache, if (r->has_cache) pct(f->cache, b, n); else snprintf(b, n, "-"))
+CELL(c_eff_hbm, if (r->has_tiers && cap_eff(r, 0) >= 0)
+		    snprintf(b, n, "%.3f", cap_eff(r, 0));
+     else snprintf(b, n, "-"))
+CELL(c_eff_ddr, if (r->has_tiers && cap_eff(r, 1) >= 0)
+		    snprintf(b, n, "%.3f", cap_eff(r, 1));
+     else snprintf(b, n, "-"))
 CELL(c_reads, snprintf(b, n, "%" PRIu64, r->reads))
 CELL(c_reads_s, {
 	char h[32];
@@ -308,6 +331,8 @@ static void report_table(const struct run_report *rp)
 	line("served from NVMe", rp, c_nvme);
 	line("served from init (no I/O)", rp, c_init);
 	line("cache hit ratio", rp, c_cache);
+	line("capacity efficiency HBM", rp, c_eff_hbm);
+	line("capacity efficiency DDR", rp, c_eff_ddr);
 	line("reads issued", rp, c_reads);
 	line("reads issued/s", rp, c_reads_s);
 	line("device reads/s", rp, c_dev_iops);
@@ -369,7 +394,7 @@ static void report_table(const struct run_report *rp)
 		printf("  (not measured: --no-limits)\n");
 
 	compute_ratios(rp, &q);
-	figures(e, o->dim, &fe);
+	figures(e, mdim(rp), &fe);
 	printf("\nratios:\n");
 	/* A ratio to a limit says something only when the run is bound by
 	 * what the limit measures; otherwise it is shown, not judged. */
@@ -409,7 +434,7 @@ static void report_table(const struct run_report *rp)
 
 /* ------------------------------------------------------------------- json */
 
-static void json_sys(const struct sys_result *r, uint32_t dim)
+static void json_sys(const struct sys_result *r, double dim)
 {
 	struct fig f;
 
@@ -433,6 +458,12 @@ static void json_sys(const struct sys_result *r, uint32_t dim)
 		       f.hbm, f.ddr, f.nvme, f.init, r->conflicts);
 	if (r->has_cache)
 		printf(",\"cache_hit_ratio\":%.6f", f.cache);
+	if (r->has_tiers)
+		printf(",\"capacity_efficiency\":{\"hbm\":%.6f,\"ddr\":%.6f}"
+		       ",\"row_bytes\":{\"hbm\":%" PRIu64 ",\"ddr\":%" PRIu64
+		       "}",
+		       cap_eff(r, 0), cap_eff(r, 1), r->row_bytes[0],
+		       r->row_bytes[1]);
 	printf(",\"reads\":%" PRIu64 ",\"reads_per_s\":%.1f"
 	       ",\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64
 	       ",\"writebacks\":%" PRIu64 ",\"io_wait_s\":%.6f",
@@ -474,10 +505,11 @@ static void report_json(const struct run_report *rp)
 	compute_ratios(rp, &q);
 	printf("{\"workload\":{\"desc\":");
 	json_str(workload_desc(o, rp->g, w, sizeof(w)));
-	printf(",\"kind\":\"%s\",\"tables\":%u,\"dim\":%u,\"dtype\":\"%s\","
-	       "\"seed\":%" PRIu64 "},",
+	printf(",\"kind\":\"%s\",\"tables\":%u,\"dim\":%u,\"dims\":[%s],"
+	       "\"dtype\":\"%s\",\"seed\":%" PRIu64 "},",
 	       wl_kind_name(o->wl.kind), wl_tables(rp->g), o->dim,
-	       cli_dtype_name(o->dtype), o->wl.seed);
+	       opt_dims_str(o, w, sizeof(w)), cli_dtype_name(o->dtype),
+	       o->wl.seed);
 	printf("\"store\":{\"hbm_bytes\":%" PRIu64 ",\"ddr_bytes\":%" PRIu64
 	       ",\"policy\":\"%s\",\"ways\":%u,\"io_depth\":%u,\"op\":\"%s\","
 	       "\"update\":%s},",
@@ -502,7 +534,7 @@ static void report_json(const struct run_report *rp)
 	for (int i = 0; i < NSYS; i++) {
 		if (i)
 			putchar(',');
-		json_sys(&rp->sys[i], o->dim);
+		json_sys(&rp->sys[i], mdim(rp));
 	}
 	printf("],\"limits\":{\"gather\":");
 	if (rp->gl.ran)
@@ -545,7 +577,7 @@ static void report_csv(const struct run_report *rp)
 		const struct sys_result *r = &rp->sys[i];
 		struct fig f;
 
-		figures(r, rp->o->dim, &f);
+		figures(r, mdim(rp), &f);
 		printf("%s,%d,%" PRIu64 ",%" PRIu64 ",%.6f,%.1f,%.4f,%.1f,%.4f,"
 		       "%.4f,%.6f,%.6f,%.6f,%.6f,%.6f,%" PRIu64 ",%.1f,%.1f,"
 		       "%.4f,%.2f,%.2f,%" PRIu64 ",%.6f,%s\n",

@@ -273,7 +273,7 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 	for (uint32_t t = 0; t < tb->n; t++) {
 		struct et_table_params p = {
 		    .rows = tb->rows[t],
-		    .dim = o->dim,
+		    .dim = opt_dim(o, t),
 		    .dtype = o->dtype,
 		    .init = ET_INIT_UNIFORM,
 		    .seed = t,
@@ -312,6 +312,7 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 		if (o->materialize == MAT_TOUCHED && in.blocks_written == 0)
 			todo += tcount[t] * in.rows_per_block; /* at most */
 	}
+	/* the largest row, with several dims */
 	tb->row_bytes = (uint32_t)(o->dim * dtype_bytes(o->dtype));
 
 	progress_start(&pg, "materializing", "rows", todo, o->quiet);
@@ -327,7 +328,7 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 		if (!ret && o->materialize == MAT_ALL &&
 		    in.blocks_written < in.blocks)
 			ret =
-			    write_all(tf, t, in.rows, o->dim, buf, &pg, &done);
+			    write_all(tf, t, in.rows, in.dim, buf, &pg, &done);
 		if (!ret && o->materialize == MAT_TOUCHED &&
 		    in.blocks_written == 0)
 			ret = write_blocks(tf, t, tids[t], tcount[t], &in, buf,
@@ -375,6 +376,7 @@ void store_config(const struct bench_opts *o, struct et_store_config *cfg)
 	cfg->hbm_policy = o->policy;
 	cfg->ddr_policy = o->policy;
 	cfg->ways = o->ways;
+	cfg->slot_bytes = o->slot_bytes;
 	cfg->io_depth = o->io_depth;
 }
 
@@ -416,12 +418,15 @@ struct op_bufs {
 	size_t grad_cap;
 };
 
-static int bufs_fit(struct op_bufs *ob, const struct wl_batch *b, uint32_t dim,
-		    int op)
+static int bufs_fit(struct op_bufs *ob, const struct wl_batch *b,
+		    const struct bench_opts *o)
 {
 	size_t need = 0, gneed = 0;
+	int op = o->op;
 
 	for (uint32_t k = 0; k < b->count; k++) {
+		uint32_t dim = opt_dim(o, b->t[k].table);
+
 		need +=
 		    (size_t)(op == OP_POOLED ? b->t[k].nbags : b->t[k].n) * dim;
 		if ((size_t)b->t[k].n * dim > gneed)
@@ -463,14 +468,14 @@ static int store_batch(et_store *s, const struct tables *tb,
 		if (o->op == OP_POOLED) {
 			ret = et_gather_pooled(s, sid, t->ids, t->offsets,
 					       t->nbags, ET_POOL_SUM, out);
-			off += (size_t)t->nbags * o->dim;
+			off += (size_t)t->nbags * opt_dim(o, t->table);
 			if (!ret && o->update)
 				ret = et_update_pooled(
 				    s, sid, t->ids, t->offsets, t->nbags,
 				    ET_POOL_SUM, ob->grads, &up);
 		} else {
 			ret = et_gather(s, sid, t->ids, t->n, out);
-			off += (size_t)t->n * o->dim;
+			off += (size_t)t->n * opt_dim(o, t->table);
 			if (!ret && o->update)
 				ret = et_update(s, sid, t->ids, t->n, ob->grads,
 						&up);
@@ -537,7 +542,7 @@ static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
 		gen_err = ret < 0;
 		if (ret <= 0)
 			break;
-		ret = bufs_fit(&ob, &b, o->dim, o->op);
+		ret = bufs_fit(&ob, &b, o);
 		if (!ret && rec)
 			ret = wl_trace_write(rec, &b);
 		if (!ret)
@@ -569,7 +574,7 @@ static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
 		gen_err = ret < 0;
 		if (ret <= 0)
 			break;
-		ret = bufs_fit(&ob, &b, o->dim, o->op);
+		ret = bufs_fit(&ob, &b, o);
 		if (!ret && rec)
 			ret = wl_trace_write(rec, &b);
 		if (ret)
@@ -627,6 +632,10 @@ static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
 	r->bytes_written = z.bytes_written - a.bytes_written;
 	r->writebacks = z.writebacks - a.writebacks;
 	r->mem_peak = z.mem_peak_bytes;
+	r->row_bytes[0] = z.hbm.row_bytes;
+	r->row_bytes[1] = z.ddr.row_bytes;
+	r->capacity_bytes[0] = z.hbm.capacity_bytes;
+	r->capacity_bytes[1] = z.ddr.capacity_bytes;
 	if (r->batches) {
 		r->mean_ms = r->seconds / (double)r->batches * 1e3;
 		r->p50_ms = percentile(lat, r->batches, 50) * 1e3;
@@ -754,7 +763,10 @@ int cmd_run(const struct bench_opts *o)
 	rep.sys[1].name = "pread";
 	rep.sys[2].name = "rocksdb";
 	if (o->pread && !bench_stop) {
-		if (o->update)
+		if (opt_mixed_dims(o))
+			snprintf(rep.sys[1].note, sizeof(rep.sys[1].note),
+				 "skipped: tables of several dims");
+		else if (o->update)
 			snprintf(rep.sys[1].note, sizeof(rep.sys[1].note),
 				 "skipped: --update changes the rows");
 		else if (!tb.materialized)
@@ -764,7 +776,10 @@ int cmd_run(const struct bench_opts *o)
 			peer_pread(&rc, &rep.sys[1]);
 	}
 	if (o->rocksdb && !bench_stop) {
-		if (o->update)
+		if (opt_mixed_dims(o))
+			snprintf(rep.sys[2].note, sizeof(rep.sys[2].note),
+				 "skipped: tables of several dims");
+		else if (o->update)
 			snprintf(rep.sys[2].note, sizeof(rep.sys[2].note),
 				 "skipped: --update changes the rows");
 		else if (!tb.materialized)

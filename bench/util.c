@@ -270,3 +270,33 @@ void disk_background(const struct disk *d, double secs, struct disk_delta *o)
 			 "other processes; device figures include theirs",
 			 100 * o->util, o->read_iops, o->write_iops);
 }
+
+bool opt_mixed_dims(const struct bench_opts *o)
+{
+	for (uint32_t i = 1; i < o->ndims; i++)
+		if (o->dims[i] != o->dims[0])
+			return true;
+	return false;
+}
+
+double opt_mean_dim(const struct bench_opts *o, uint32_t ntables)
+{
+	double sum = 0;
+
+	if (!ntables)
+		return o->dim;
+	for (uint32_t t = 0; t < ntables; t++)
+		sum += opt_dim(o, t);
+	return sum / ntables;
+}
+
+const char *opt_dims_str(const struct bench_opts *o, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = 0;
+	for (uint32_t i = 0; i < o->ndims && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%u", i ? "," : "",
+				       o->dims[i]);
+	return buf;
+}

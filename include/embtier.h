@@ -246,8 +246,20 @@ typedef enum et_hbm_backend {
 	ET_HBM_CUDA = 1, /* real device memory (builds with CUDA only) */
 } et_hbm_backend;
 
-/* Store configuration. Zero fields take the defaults shown. Capacities
- * count row data and per-slot metadata (ET_SLOT_META_BYTES a slot). */
+/*
+ * Store configuration. Zero fields take the defaults shown. Capacities
+ * count row data and per-slot metadata (ET_SLOT_META_BYTES a slot).
+ *
+ * Tables of any row size share a store. Each tier is divided among size
+ * classes: the tables whose rows take slots of one size (the row rounded
+ * up to 4 bytes, or slot_bytes if larger). A class gets one set of slots
+ * at least, and the rest of the tier in proportion to the bytes its
+ * tables would take if every row were cached. The split is made again
+ * when a table is created or opened; if the caches hold rows by then,
+ * dirty rows are written back (as by et_flush) and the caches start
+ * empty. A table whose class cannot get one set in each tier is refused
+ * with ET_ECONFIG.
+ */
 struct et_store_config {
 	uint64_t hbm_bytes;   /* 0: no HBM tier */
 	uint64_t ddr_bytes;   /* 0: 256 MiB */
@@ -255,15 +267,18 @@ struct et_store_config {
 	et_policy ddr_policy; /* 0: LRU */
 	uint32_t ways;	      /* associativity, 1..64; 0: 16 */
 	uint32_t io_depth;    /* io_uring queue depth; 0: 128 */
-	uint32_t slot_bytes;  /* bytes of one cached row; 0: sized to the
-			       * largest row among the first table opened */
+	uint32_t slot_bytes;  /* the smallest slot: rows up to this size share
+			       * one class of slots this big (padding traded
+			       * for one shared cache). 0 (recommended):
+			       * every row size gets slots of its own size */
 	et_hbm_backend hbm_backend;
 };
 
 #define ET_SLOT_META_BYTES 16
 
 /* Opens (creating if needed) the store directory dir. The caches are
- * allocated here, at their configured size, and never grow. */
+ * allocated by the first operation after tables are registered, within
+ * the configured capacities, and never grow. */
 ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
 			 et_store **out);
 
@@ -406,9 +421,15 @@ struct et_batch_ids {
 ET_API int et_prefetch(et_store *s, const struct et_batch_ids *batch,
 		       size_t ntables);
 
-/* Counters of one cache tier. */
+/* Counters of one cache tier. Its capacity efficiency, the share of the
+ * tier's bytes that holds rows, is row_bytes / capacity_bytes. */
 struct et_tier_stats {
-	uint64_t capacity_rows;	      /* slots */
+	uint64_t capacity_bytes;      /* the configured bytes of the tier */
+	uint64_t alloc_bytes;	      /* bytes of its slots and their
+				       * metadata (<= capacity_bytes) */
+	uint64_t row_bytes;	      /* bytes of the rows cached now, as
+				       * stored (no padding, no metadata) */
+	uint64_t capacity_rows;	      /* slots, all size classes */
 	uint64_t resident_rows;	      /* slots in use now */
 	uint64_t dirty_rows;	      /* of which dirty */
 	uint64_t hits, misses;	      /* distinct-row lookups that reached the

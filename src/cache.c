@@ -119,10 +119,9 @@ void cache_set_dirty(struct cache *c, uint64_t slot)
 void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
 		const void *src, uint32_t row_bytes, uint64_t now)
 {
-	if (c->keys[slot])
-		cache_remove(c, slot);
 	c->keys[slot] = key | (dirty ? CACHE_DIRTY : 0);
 	c->used++;
+	c->row_bytes += row_bytes;
 	if (dirty)
 		c->dirty++;
 	c->pol->on_insert(&c->pstate[slot], cache_clock(c, now));
@@ -131,7 +130,7 @@ void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
 	c->st.bytes_in += row_bytes;
 }
 
-void cache_remove(struct cache *c, uint64_t slot)
+void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes)
 {
 	if (!c->keys[slot])
 		return;
@@ -139,6 +138,7 @@ void cache_remove(struct cache *c, uint64_t slot)
 		c->dirty--;
 	c->keys[slot] = 0;
 	c->used--;
+	c->row_bytes -= row_bytes;
 }
 
 void cache_unpin_all(struct cache *c)

@@ -5,13 +5,16 @@
  * Layout: the set of a key is chosen by hashing it; each set has `ways`
  * slots. Metadata lives in three compact arrays apart from the row data,
  * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
- * default 16 ways) and touches row data only on a hit:
+ * default 16 ways) and touches row data only on a hit. Per slot:
  *
  *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62
  *                               | DIRTY << 63; 0 = empty
  *   pstate [nsets * ways] u32   the policy's word
  *   pin    [nsets * ways] u32   epoch of the batch that pinned it
  *   data   [nsets * ways] slot_bytes each, from the tier's memory
+ *
+ * All slots of one instance have one size: the store keeps one instance
+ * per size class of rows in each tier (see store.c).
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
@@ -77,6 +80,7 @@ struct cache {
 	uint32_t clock_div; /* the policy's clock: accesses / clock_div */
 	uint64_t used;	    /* valid slots */
 	uint64_t dirty;	    /* dirty slots */
+	uint64_t row_bytes; /* bytes of the rows in valid slots, as stored */
 	struct cache_stats st;
 };
 
@@ -149,13 +153,13 @@ void cache_set_dirty(struct cache *c, uint64_t slot);
 uint64_t cache_pick(const struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps);
 
-/* Places key in slot (whose previous row, if any, the caller has moved
- * out) and copies row_bytes of src into it. */
+/* Places key in slot, which must be empty (the caller moves a victim out
+ * and removes it first), and copies row_bytes of src into it. */
 void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
 		const void *src, uint32_t row_bytes, uint64_t now);
 
-/* Empties slot. */
-void cache_remove(struct cache *c, uint64_t slot);
+/* Empties slot, whose row has row_bytes (as given to cache_fill). */
+void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes);
 
 /* Clears every pin (after the epoch counter wraps). */
 void cache_unpin_all(struct cache *c);

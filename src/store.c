@@ -19,6 +19,9 @@
  *   HBM victim       demoted to DDR (keeping its dirty bit)
  *   DDR victim       dropped if clean; if dirty, queued for write-back
  *
+ * Each tier is a set of cache instances, one per size class of rows (see
+ * struct sclass): a table's rows live in its class's instances only.
+ *
  * The hierarchy is exclusive: a row is in at most one cache tier, and if it
  * is there and dirty that copy is the truth (DESIGN invariant 1). Rows are
  * held in their storage type everywhere (invariant 2), so the result of any
@@ -108,8 +111,25 @@ static void sbuf_free(struct sbuf *b)
 struct table {
 	et_tfile *tf;
 	const struct tf_geom *g;
+	uint32_t cls; /* its size class: s->cls[cls] */
 	char name[NAME_MAX_LEN + 1];
 	struct et_stats st; /* FBGEMM counters and NVMe counters */
+};
+
+/*
+ * A size class: the tables whose rows take slots of one size, and the
+ * cache instances of each tier holding them. Every class gets a share of
+ * each tier: one set at least, the rest in proportion to its weight, the
+ * bytes its tables would take if every row were cached (the split that
+ * gives every row the same chance to be cached). Classes are made as
+ * tables come and never go.
+ */
+struct sclass {
+	uint32_t slot_bytes;
+	double weight;	   /* sum over its tables: rows x (slot + metadata) */
+	uint64_t nsets[2]; /* sets of its HBM, DDR instance */
+	struct cache hbm, ddr;
+	struct cache_stats kept[2]; /* counters while the caches are down */
 };
 
 struct et_store {
@@ -118,13 +138,16 @@ struct et_store {
 	io_ctx *io;
 	struct table *tables;
 	uint32_t ntables, tcap;
-	bool has_hbm, caches_ready;
-	struct cache hbm, ddr;
-	uint32_t slot_bytes;
-	uint64_t now;	  /* access count: the policies' clock */
-	uint32_t epoch;	  /* pin epoch of the operation in progress */
-	uint32_t bcur;	  /* pin epoch of the last prefetched batch, or 0 */
-	uint32_t bprev;	  /* and of the one before it */
+	bool has_hbm;
+	bool caches_ready; /* every class's caches are allocated */
+	struct sclass *cls;
+	uint32_t ncls, clscap;
+	uint32_t slot_bytes; /* the largest slot: stride of the write-back
+			      * queue and of tmp */
+	uint64_t now;	     /* access count: the policies' clock */
+	uint32_t epoch;	     /* pin epoch of the operation in progress */
+	uint32_t bcur;	     /* pin epoch of the last prefetched batch, or 0 */
+	uint32_t bprev;	     /* and of the one before it */
 	int failed;	  /* first write-back error not yet recovered, or 0 */
 	uint64_t ckpt;	  /* last commit; 0: none */
 	uint64_t ckpt_id; /* et_checkpoint calls it includes */
@@ -244,10 +267,22 @@ static int no_table(const et_store *s, int id)
 		       s->ntables);
 }
 
-/* Rows are stored in slots rounded to 4 bytes (the state is f32). */
-static uint32_t slot_for(uint32_t row_bytes)
+/* Doubles the capacity *cap (from 8) of the array *p of n elements of
+ * size bytes each. */
+static int array_grow(void **p, uint32_t *cap, uint32_t n, size_t size)
 {
-	return (row_bytes + 3) & ~3u;
+	uint32_t ncap = *cap ? *cap * 2 : 8;
+	void *np = mem_alloc(ncap * size, 0);
+
+	if (!np)
+		return -ENOMEM;
+	if (*p) {
+		memcpy(np, *p, n * size);
+		mem_free(*p, *cap * size, 0);
+	}
+	*p = np;
+	*cap = ncap;
+	return 0;
 }
 
 /* ET_ECAPACITY unless a tier of bytes holds `ways` slots of slot bytes. */
@@ -265,12 +300,130 @@ static int tier_fits(const char *field, uint64_t bytes, uint32_t ways,
 		       ET_SLOT_META_BYTES);
 }
 
-static int caches_init(et_store *s, uint32_t slot_bytes)
+/* Rows are stored in slots rounded to 4 bytes (the state is f32), and at
+ * least cfg.slot_bytes big: rows up to that share one class. */
+static uint32_t slot_for(const et_store *s, uint32_t row_bytes)
+{
+	uint32_t slot = (row_bytes + 3) & ~3u;
+	uint32_t min = (s->cfg.slot_bytes + 3) & ~3u;
+
+	return slot > min ? slot : min;
+}
+
+static uint32_t key_rb(const et_store *s, uint64_t key)
+{
+	return s->tables[cache_key_table(key)].g->row_bytes;
+}
+
+static struct sclass *class_of(const et_store *s, uint64_t key)
+{
+	return &s->cls[s->tables[cache_key_table(key)].cls];
+}
+
+/* The tier where rows are used: HBM if there is one, else DDR. */
+static struct cache *top_of(const et_store *s, struct sclass *c)
+{
+	return s->has_hbm ? &c->hbm : &c->ddr;
+}
+
+/*
+ * Plans the split of each tier among the first n classes into their
+ * nsets: one set each, then the rest of the tier's bytes in proportion to
+ * the classes' weights (by cumulative sums, so the shares add up to the
+ * tier exactly). ET_ECAPACITY if a tier cannot give every class one set;
+ * nothing is changed then.
+ */
+static int plan(et_store *s, uint32_t n)
+{
+	uint64_t bytes[2] = {s->cfg.hbm_bytes, s->cfg.ddr_bytes};
+	double wsum = 0;
+
+	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
+		uint64_t need = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			need += (uint64_t)s->cfg.ways *
+				(s->cls[i].slot_bytes + ET_SLOT_META_BYTES);
+		if (need > bytes[tier])
+			return err_set(ET_ECAPACITY,
+				       "et_store_config.%s %llu cannot hold "
+				       "one set (%u ways) of each of the %u "
+				       "row sizes: %llu bytes needed",
+				       tier ? "ddr_bytes" : "hbm_bytes",
+				       (unsigned long long)bytes[tier],
+				       s->cfg.ways, n,
+				       (unsigned long long)need);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		wsum += s->cls[i].weight;
+	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
+		uint64_t rest = bytes[tier], prev = 0;
+		double wcum = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			rest -= (uint64_t)s->cfg.ways *
+				(s->cls[i].slot_bytes + ET_SLOT_META_BYTES);
+		for (uint32_t i = 0; i < n; i++) {
+			struct sclass *c = &s->cls[i];
+			uint64_t per = c->slot_bytes + ET_SLOT_META_BYTES;
+			uint64_t upto;
+
+			wcum += c->weight;
+			upto = i + 1 == n
+				   ? rest
+				   : (uint64_t)((double)rest * (wcum / wsum));
+			if (upto > rest)
+				upto = rest;
+			if (upto < prev)
+				upto = prev;
+			c->nsets[tier] = 1 + (upto - prev) / per / s->cfg.ways;
+			prev = upto;
+		}
+	}
+	return 0;
+}
+
+/* Whether the allocated caches differ from the plan. */
+static bool plan_changed(const et_store *s)
+{
+	for (uint32_t i = 0; i < s->ncls; i++) {
+		const struct sclass *c = &s->cls[i];
+
+		if ((s->has_hbm && c->hbm.nsets != c->nsets[0]) ||
+		    c->ddr.nsets != c->nsets[1])
+			return true;
+	}
+	return false;
+}
+
+/* Frees every class's caches, keeping their counters. */
+static void caches_drop(et_store *s)
+{
+	for (uint32_t i = 0; i < s->ncls; i++) {
+		struct sclass *c = &s->cls[i];
+
+		if (c->hbm.keys) {
+			c->kept[0] = c->hbm.st;
+			cache_free(&c->hbm);
+		}
+		if (c->ddr.keys) {
+			c->kept[1] = c->ddr.st;
+			cache_free(&c->ddr);
+		}
+	}
+	s->caches_ready = false;
+}
+
+/* Allocates the caches as planned, if they are not. Called by every entry
+ * point that touches rows; tables are usually all registered by then, so
+ * the caches are allocated once. */
+static int caches_ensure(et_store *s)
 {
 	const struct mem_tier *hm = &mem_tier_hbm_sim;
 	int ret;
 
-	s->slot_bytes = slot_bytes;
+	if (s->caches_ready || !s->ncls)
+		return 0;
 	if (s->cfg.hbm_backend == ET_HBM_CUDA) {
 		hm = mem_tier_hbm_cuda();
 		if (!hm)
@@ -279,33 +432,98 @@ static int caches_init(et_store *s, uint32_t slot_bytes)
 				       "ET_HBM_CUDA: no CUDA device, or a "
 				       "build without CUDA");
 	}
-	ret = tier_fits("ddr_bytes", s->cfg.ddr_bytes, s->cfg.ways, slot_bytes);
-	if (!ret && s->has_hbm)
-		ret = tier_fits("hbm_bytes", s->cfg.hbm_bytes, s->cfg.ways,
-				slot_bytes);
-	if (ret)
-		return ret;
-	if (s->has_hbm) {
-		ret = cache_init(&s->hbm, s->cfg.hbm_bytes, s->cfg.ways,
-				 slot_bytes, policy_get(s->cfg.hbm_policy), hm);
-		if (ret)
-			return ret;
+	ret = sbuf_reserve(&s->tmp, s->slot_bytes); /* place_row's victim */
+	for (uint32_t i = 0; i < s->ncls && !ret; i++) {
+		struct sclass *c = &s->cls[i];
+		uint64_t per = c->slot_bytes + ET_SLOT_META_BYTES;
+
+		if (s->has_hbm) {
+			ret =
+			    cache_init(&c->hbm, c->nsets[0] * s->cfg.ways * per,
+				       s->cfg.ways, c->slot_bytes,
+				       policy_get(s->cfg.hbm_policy), hm);
+			if (ret)
+				break;
+			c->hbm.st = c->kept[0];
+		}
+		ret = cache_init(&c->ddr, c->nsets[1] * s->cfg.ways * per,
+				 s->cfg.ways, c->slot_bytes,
+				 policy_get(s->cfg.ddr_policy), &mem_tier_host);
+		if (!ret)
+			c->ddr.st = c->kept[1];
 	}
-	ret = cache_init(&s->ddr, s->cfg.ddr_bytes, s->cfg.ways, slot_bytes,
-			 policy_get(s->cfg.ddr_policy), &mem_tier_host);
 	if (ret) {
-		if (s->has_hbm)
-			cache_free(&s->hbm);
-		return ret;
-	}
-	ret = sbuf_reserve(&s->tmp, slot_bytes); /* place_row's victim copy */
-	if (ret) {
-		if (s->has_hbm)
-			cache_free(&s->hbm);
-		cache_free(&s->ddr);
+		caches_drop(s);
 		return ret;
 	}
 	s->caches_ready = true;
+	return 0;
+}
+
+/*
+ * Makes the write-back queue's stride (and tmp) fit slots of slot_bytes.
+ * Queued rows are moved to the wider stride, last first.
+ */
+static int wb_widen(et_store *s, uint32_t slot_bytes)
+{
+	size_t old = s->slot_bytes;
+	int ret;
+
+	if (slot_bytes <= old)
+		return 0;
+	ret = sbuf_reserve(&s->wbuf, s->nwb * (size_t)slot_bytes);
+	if (!ret && s->caches_ready)
+		ret = sbuf_reserve(&s->tmp, slot_bytes);
+	if (ret)
+		return ret;
+	for (size_t i = s->nwb; i-- > 0;)
+		memmove((char *)s->wbuf.p + i * slot_bytes,
+			(char *)s->wbuf.p + i * old, old);
+	s->slot_bytes = slot_bytes;
+	return 0;
+}
+
+/*
+ * Enters a table of g into its size class (a new one if its slot size is
+ * new) and plans the tiers again. If the caches are allocated and the
+ * plan moves them, every dirty row is written back first and the caches
+ * are freed, to be allocated anew by the next operation: the store never
+ * holds two generations of caches at once. On error nothing has changed.
+ */
+static int class_enter(et_store *s, const struct tf_geom *g, uint32_t *out)
+{
+	uint32_t slot = slot_for(s, g->row_bytes), i;
+	double w = (double)g->rows * (slot + ET_SLOT_META_BYTES);
+	int ret;
+
+	for (i = 0; i < s->ncls; i++)
+		if (s->cls[i].slot_bytes == slot)
+			break;
+	if (i == s->clscap &&
+	    array_grow((void **)&s->cls, &s->clscap, s->ncls, sizeof(*s->cls)))
+		return -ENOMEM;
+	if (i == s->ncls) {
+		memset(&s->cls[i], 0, sizeof(s->cls[i]));
+		s->cls[i].slot_bytes = slot;
+	}
+	s->cls[i].weight += w;
+	ret = plan(s, i == s->ncls ? s->ncls + 1 : s->ncls);
+	if (!ret)
+		ret = wb_widen(s, slot);
+	if (!ret && s->caches_ready && (i == s->ncls || plan_changed(s))) {
+		ret = et_flush(s); /* drains the I/O thread too */
+		if (!ret)
+			caches_drop(s);
+	}
+	if (ret) {
+		s->cls[i].weight -= w;
+		if (s->ncls)
+			plan(s, s->ncls); /* succeeded before */
+		return ret;
+	}
+	if (i == s->ncls)
+		s->ncls++;
+	*out = i;
 	return 0;
 }
 
@@ -313,6 +531,7 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 {
 	const struct tf_geom *g = tf_geom(tf);
 	struct table *t;
+	uint32_t cls;
 	int ret;
 
 	ret = name_free(s, name);
@@ -321,36 +540,17 @@ static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 	if (s->ntables >= MAX_TABLES)
 		return err_set(-EMFILE, "%d tables open: no more allowed",
 			       MAX_TABLES);
-	if (!s->caches_ready) {
-		ret = caches_init(s, s->cfg.slot_bytes
-					 ? slot_for(s->cfg.slot_bytes)
-					 : slot_for(g->row_bytes));
-		if (ret)
-			return ret;
-	}
-	if (slot_for(g->row_bytes) > s->slot_bytes)
-		return err_set(ET_ECAPACITY,
-			       "rows of table \"%s\" (%u bytes) larger than "
-			       "the cache slots (%u bytes: et_store_config."
-			       "slot_bytes, or sized by the first table)",
-			       name, g->row_bytes, s->slot_bytes);
-	if (s->ntables == s->tcap) {
-		uint32_t cap = s->tcap ? s->tcap * 2 : 8;
-		struct table *nt = mem_alloc(cap * sizeof(*nt), 0);
-
-		if (!nt)
-			return -ENOMEM;
-		if (s->tables) {
-			memcpy(nt, s->tables, s->ntables * sizeof(*nt));
-			mem_free(s->tables, s->tcap * sizeof(*nt), 0);
-		}
-		s->tables = nt;
-		s->tcap = cap;
-	}
+	if (s->ntables == s->tcap && array_grow((void **)&s->tables, &s->tcap,
+						s->ntables, sizeof(*s->tables)))
+		return -ENOMEM;
+	ret = class_enter(s, g, &cls);
+	if (ret)
+		return ret;
 	t = &s->tables[s->ntables];
 	memset(t, 0, sizeof(*t));
 	t->tf = tf;
 	t->g = g;
+	t->cls = cls;
 	snprintf(t->name, sizeof(t->name), "%s", name);
 	tf_attach_io(tf, s->io);
 	tf_log_writes(tf, true); /* rows go to the log, never in place */
@@ -493,6 +693,11 @@ static int config_check(struct et_store_config *c)
 		return err_set(ET_ECONFIG,
 			       "et_store_config.hbm_backend %d unknown",
 			       (int)c->hbm_backend);
+	if (c->hbm_bytes && c->hbm_backend == ET_HBM_CUDA &&
+	    !mem_tier_hbm_cuda())
+		return err_set(ET_ECONFIG,
+			       "et_store_config.hbm_backend ET_HBM_CUDA: no "
+			       "CUDA device, or a build without CUDA");
 	if (c->slot_bytes > MAX_SLOT_BYTES)
 		return err_set(ET_ECONFIG,
 			       "et_store_config.slot_bytes %u out of range "
@@ -501,7 +706,7 @@ static int config_check(struct et_store_config *c)
 	/* Capacities must hold one set of the smallest slot (or of the
 	 * slots asked for). */
 	{
-		uint32_t slot = c->slot_bytes ? slot_for(c->slot_bytes) : 4;
+		uint32_t slot = c->slot_bytes ? (c->slot_bytes + 3) & ~3u : 4;
 
 		ret = tier_fits("ddr_bytes", c->ddr_bytes, c->ways, slot);
 		if (!ret && c->hbm_bytes)
@@ -601,11 +806,6 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	}
 	if (ret)
 		goto err_free;
-	if (c.slot_bytes) {
-		ret = caches_init(s, slot_for(c.slot_bytes));
-		if (ret)
-			goto err_free;
-	}
 	*out = s;
 	return 0;
 
@@ -624,11 +824,8 @@ static void store_free(et_store *s)
 	for (uint32_t i = 0; i < s->ntables; i++)
 		et_tfile_close(s->tables[i].tf);
 	mem_free(s->tables, s->tcap * sizeof(*s->tables), 0);
-	if (s->caches_ready) {
-		if (s->has_hbm)
-			cache_free(&s->hbm);
-		cache_free(&s->ddr);
-	}
+	caches_drop(s);
+	mem_free(s->cls, s->clscap * sizeof(*s->cls), 0);
 	io_close(s->io);
 	struct sbuf *bufs[] = {&s->uniq,   &s->inv,   &s->last,	 &s->map,
 			       &s->ptrs,   &s->kind,  &s->mrows, &s->midx,
@@ -957,7 +1154,7 @@ static void pin_op(et_store *s, struct cache *c, uint64_t slot)
 static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		     uint64_t *slot_out)
 {
-	struct cache *d = &s->ddr;
+	struct cache *d = &class_of(s, key)->ddr;
 	struct pinset ps = pins_now(s);
 	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, &ps);
 	int ret;
@@ -966,16 +1163,19 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 	if (slot == CACHE_NONE)
 		return dirty ? wb_queue(s, key, raw) : 0;
 	if (cache_valid(d, slot)) {
+		uint32_t vrb = key_rb(s, d->keys[slot]);
+
 		if (cache_dirty(d, slot)) {
 			ret = wb_queue(s, d->keys[slot], cache_row(d, slot));
 			if (ret)
 				return ret;
 		}
 		d->st.evictions++;
-		d->st.bytes_out += s->slot_bytes;
+		d->st.bytes_out += vrb;
+		cache_remove(d, slot, vrb);
 	}
-	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw,
-		   s->tables[cache_key_table(key)].g->row_bytes, s->now);
+	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, key_rb(s, key),
+		   s->now);
 	return 0;
 }
 
@@ -992,7 +1192,8 @@ static int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 		     uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
 		     uint64_t *slot_out)
 {
-	struct cache *top = s->has_hbm ? &s->hbm : &s->ddr;
+	struct sclass *cl = class_of(s, key);
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
 	struct pinset ps = pins_now(s);
 	uint64_t slot;
 	int ret;
@@ -1002,8 +1203,8 @@ static int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	if (slot == CACHE_NONE) {
 		*where = K_CONFLICT;
 		if (dslot != CACHE_NONE) {
-			cache_touch(&s->ddr, dslot, s->now);
-			cache_pin(&s->ddr, dslot, pin);
+			cache_touch(ddr, dslot, s->now);
+			cache_pin(ddr, dslot, pin);
 			*where |= K_DDR;
 			*slot_out = dslot;
 			return 0;
@@ -1013,7 +1214,7 @@ static int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			if (ret)
 				return ret;
 			if (*slot_out != CACHE_NONE) {
-				cache_pin(&s->ddr, *slot_out, pin);
+				cache_pin(ddr, *slot_out, pin);
 				*where |= K_DDR;
 				return 0;
 			}
@@ -1024,17 +1225,19 @@ static int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	}
 	if (cache_valid(top, slot)) {
 		uint64_t vkey = top->keys[slot];
+		uint32_t vrb = key_rb(s, vkey);
 
 		top->st.evictions++;
-		top->st.bytes_out += s->slot_bytes;
+		top->st.bytes_out += vrb;
 		if (s->has_hbm) {
 			/* Copy the victim out first: placing it in DDR may
 			 * reuse the slot src is in. */
-			memcpy(s->tmp.p, cache_row(top, slot), s->slot_bytes);
+			memcpy(s->tmp.p, cache_row(top, slot), vrb);
+			cache_remove(top, slot, vrb);
 			cache_fill(top, slot, key, dirty, src, rb, s->now);
 			if (dslot != CACHE_NONE) {
-				cache_remove(&s->ddr, dslot);
-				s->ddr.st.bytes_out += s->slot_bytes;
+				cache_remove(ddr, dslot, rb);
+				ddr->st.bytes_out += rb;
 			}
 			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
 					&dslot);
@@ -1047,11 +1250,12 @@ static int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			if (ret)
 				return ret;
 		}
+		cache_remove(top, slot, vrb);
 	}
 	cache_fill(top, slot, key, dirty, src, rb, s->now);
 	if (dslot != CACHE_NONE) {
-		cache_remove(&s->ddr, dslot);
-		s->ddr.st.bytes_out += s->slot_bytes;
+		cache_remove(ddr, dslot, rb);
+		ddr->st.bytes_out += rb;
 	}
 placed:
 	cache_pin(top, slot, pin);
@@ -1060,13 +1264,13 @@ placed:
 	return 0;
 }
 
-static void *where_row(et_store *s, uint8_t where, uint64_t slot)
+static void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 {
 	switch (where & ~K_CONFLICT) {
 	case K_HBM:
-		return cache_row(&s->hbm, slot);
+		return cache_row(&cl->hbm, slot);
 	case K_DDR:
-		return cache_row(&s->ddr, slot);
+		return cache_row(&cl->ddr, slot);
 	}
 	return NULL;
 }
@@ -1080,7 +1284,8 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 {
 	struct table *tb = &s->tables[t];
 	const uint64_t *uniq = s->uniq.p;
-	struct cache *top = s->has_hbm ? &s->hbm : &s->ddr;
+	struct sclass *cl = &s->cls[tb->cls];
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
 	uint8_t *kind;
 	uint64_t *slots;
 	void **ptrs;
@@ -1133,17 +1338,17 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 		top->st.misses++;
 		tb->st.unique_misses++;
 		if (s->has_hbm) {
-			slot = cache_lookup(&s->ddr, key);
+			slot = cache_lookup(ddr, key);
 			if (slot != CACHE_NONE) {
 				/* pinned so that no demotion of this batch
 				 * pushes it out before its promotion */
-				pin_op(s, &s->ddr, slot);
-				s->ddr.st.hits++;
+				pin_op(s, ddr, slot);
+				ddr->st.hits++;
 				kind[i] = K_DDR;
 				slots[i] = slot;
 				continue;
 			}
-			s->ddr.st.misses++;
+			ddr->st.misses++;
 		}
 		kind[i] = wb_find(s, key) >= 0 ? K_WB : K_MISS;
 		midx[nm] = (uint32_t)i;
@@ -1215,8 +1420,8 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 			dirty = kind[j] == K_WB;
 		} else {
 			dslot = slots[j];
-			src = cache_row(&s->ddr, dslot);
-			dirty = cache_dirty(&s->ddr, dslot);
+			src = cache_row(ddr, dslot);
+			dirty = cache_dirty(ddr, dslot);
 		}
 		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
 				s->epoch, &kind[j], &slots[j]);
@@ -1228,7 +1433,7 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 			ptrs[j] = (void *)src;
 			((uint32_t *)s->bypass.p)[s->nbypass++] = (uint32_t)j;
 		} else {
-			ptrs[j] = where_row(s, kind[j], slots[j]);
+			ptrs[j] = where_row(cl, kind[j], slots[j]);
 		}
 	}
 	return 0;
@@ -1282,10 +1487,11 @@ static int op_end(et_store *s, uint32_t t, bool changed)
 static void epoch_next(et_store *s)
 {
 	if (++s->epoch == 0) {
-		if (s->has_hbm)
-			cache_unpin_all(&s->hbm);
-		if (s->caches_ready)
-			cache_unpin_all(&s->ddr);
+		for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
+			if (s->has_hbm)
+				cache_unpin_all(&s->cls[i].hbm);
+			cache_unpin_all(&s->cls[i].ddr);
+		}
 		s->bcur = s->bprev = 0;
 		s->epoch = 1;
 	}
@@ -1297,11 +1503,12 @@ static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 		      bool dirty, uint32_t epoch)
 {
 	uint64_t key = cache_key(t, row), slot;
+	struct sclass *cl = &s->cls[s->tables[t].cls];
 	uint8_t where;
 	int ret;
 
-	if ((s->has_hbm && cache_lookup(&s->hbm, key) != CACHE_NONE) ||
-	    cache_lookup(&s->ddr, key) != CACHE_NONE ||
+	if ((s->has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
+	    cache_lookup(&cl->ddr, key) != CACHE_NONE ||
 	    (!dirty && wb_find(s, key) >= 0))
 		return 0;
 	ret = place_row(s, key, raw, s->tables[t].g->row_bytes, CACHE_NONE,
@@ -1309,7 +1516,7 @@ static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 	if (ret)
 		return ret;
 	if ((where & ~K_CONFLICT) == (s->has_hbm ? K_HBM : K_DDR))
-		(s->has_hbm ? &s->hbm : &s->ddr)->keys[slot] |= CACHE_PF;
+		top_of(s, cl)->keys[slot] |= CACHE_PF;
 	else if ((where & ~K_CONFLICT) == K_BYPASS)
 		s->pf.skipped++;
 	return 0;
@@ -1398,6 +1605,8 @@ static int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = drain(s);
 	if (s->failed)
 		return ET_EFAILED;
+	if (!ret)
+		ret = caches_ensure(s);
 	if (ret)
 		return ret;
 	*out = t;
@@ -1611,19 +1820,20 @@ static void apply(et_store *s, struct table *t, size_t m, const float *acc,
 	}
 }
 
-/* Marks the resolved rows dirty in whichever tier holds them. */
-static void mark_dirty(et_store *s, size_t m)
+/* Marks the resolved rows of t dirty in whichever tier holds them. */
+static void mark_dirty(et_store *s, const struct table *t, size_t m)
 {
 	const uint8_t *kind = s->kind.p;
 	const uint64_t *slots = s->slots.p;
+	struct sclass *cl = &s->cls[t->cls];
 
 	for (size_t i = 0; i < m; i++) {
 		switch (kind[i] & ~K_CONFLICT) {
 		case K_HBM:
-			cache_set_dirty(&s->hbm, slots[i]);
+			cache_set_dirty(&cl->hbm, slots[i]);
 			break;
 		case K_DDR:
-			cache_set_dirty(&s->ddr, slots[i]);
+			cache_set_dirty(&cl->ddr, slots[i]);
 			break;
 		}
 	}
@@ -1708,7 +1918,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	if (ret)
 		return ret;
 	apply(s, t, m, s->acc.p, up);
-	mark_dirty(s, m);
+	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
 }
 
@@ -1760,7 +1970,7 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 			dtype_encode(t->g->dtype, vals + (size_t)last[i] * dim,
 				     ptrs[i], dim);
 	}
-	mark_dirty(s, m);
+	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
 }
 
@@ -1812,7 +2022,8 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		    struct pl_job **job)
 {
 	struct table *tb = &s->tables[t];
-	struct cache *top = s->has_hbm ? &s->hbm : &s->ddr;
+	struct sclass *cl = &s->cls[tb->cls];
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
 	uint64_t *mrows;
@@ -1845,20 +2056,20 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		}
 		top->st.misses++;
 		if (s->has_hbm) {
-			slot = cache_lookup(&s->ddr, key);
+			slot = cache_lookup(ddr, key);
 			if (slot == CACHE_NONE)
-				s->ddr.st.misses++;
+				ddr->st.misses++;
 			if (slot != CACHE_NONE) {
-				s->ddr.st.hits++;
-				cache_pin(&s->ddr, slot, s->bcur);
-				ret = place_row(
-				    s, key, cache_row(&s->ddr, slot), rb, slot,
-				    cache_dirty(&s->ddr, slot), s->bcur, &where,
-				    &slot);
+				ddr->st.hits++;
+				cache_pin(ddr, slot, s->bcur);
+				ret =
+				    place_row(s, key, cache_row(ddr, slot), rb,
+					      slot, cache_dirty(ddr, slot),
+					      s->bcur, &where, &slot);
 				if (ret)
 					return ret;
 				if ((where & ~K_CONFLICT) == K_HBM)
-					s->hbm.keys[slot] |= CACHE_PF;
+					cl->hbm.keys[slot] |= CACHE_PF;
 				continue;
 			}
 		}
@@ -1925,6 +2136,8 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	ret = drain(s);
 	if (s->failed)
 		return ET_EFAILED;
+	if (!ret)
+		ret = caches_ensure(s);
 	if (ret)
 		return ret;
 	s->pf.calls++;
@@ -2021,13 +2234,13 @@ int et_flush(et_store *s)
 	if (ret)
 		return ret;
 	s->failed = 0;
-	if (s->caches_ready) {
+	for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
 		if (s->has_hbm) {
-			ret = flush_cache(s, &s->hbm);
+			ret = flush_cache(s, &s->cls[i].hbm);
 			if (ret)
 				return ret;
 		}
-		ret = flush_cache(s, &s->ddr);
+		ret = flush_cache(s, &s->cls[i].ddr);
 		if (ret)
 			return ret;
 	}
@@ -2099,20 +2312,21 @@ int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
 
 /* ---------------------------------------------------------------- stats */
 
+/* Adds one class's instance of a tier to the tier's counters. */
 static void tier_stats(const struct cache *c, struct et_tier_stats *ts)
 {
-	memset(ts, 0, sizeof(*ts));
-	if (!c->keys)
-		return;
-	ts->capacity_rows = cache_slots(c);
-	ts->resident_rows = c->used;
-	ts->dirty_rows = c->dirty;
-	ts->hits = c->st.hits;
-	ts->misses = c->st.misses;
-	ts->inserts = c->st.inserts;
-	ts->evictions = c->st.evictions;
-	ts->bytes_in = c->st.bytes_in;
-	ts->bytes_out = c->st.bytes_out;
+	ts->capacity_rows += cache_slots(c);
+	ts->resident_rows += c->used;
+	ts->dirty_rows += c->dirty;
+	ts->row_bytes += c->row_bytes;
+	ts->alloc_bytes +=
+	    cache_slots(c) * ((uint64_t)c->slot_bytes + ET_SLOT_META_BYTES);
+	ts->hits += c->st.hits;
+	ts->misses += c->st.misses;
+	ts->inserts += c->st.inserts;
+	ts->evictions += c->st.evictions;
+	ts->bytes_in += c->st.bytes_in;
+	ts->bytes_out += c->st.bytes_out;
 }
 
 static void add_table(struct et_stats *st, const struct table *t)
@@ -2147,16 +2361,22 @@ static void add_table(struct et_stats *st, const struct table *t)
 
 int et_get_stats(et_store *s, int table, struct et_stats *st)
 {
+	int ret;
+
 	err_clear();
 	if (!s || !st)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "st");
 	/* The table files' counters are the I/O thread's while it works. */
 	if (s->pl_pending) {
-		int ret = drain(s);
-
+		ret = drain(s);
 		if (ret)
 			return ret;
 	}
+	if (table != -1 && !table_get(s, table))
+		return no_table(s, table);
+	ret = caches_ensure(s);
+	if (ret)
+		return ret;
 	memset(st, 0, sizeof(*st));
 	if (table != -1) {
 		struct table *t = table_get(s, table);
@@ -2168,9 +2388,13 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 		for (uint32_t i = 0; i < s->ntables; i++)
 			add_table(st, &s->tables[i]);
 	}
-	if (s->has_hbm)
-		tier_stats(&s->hbm, &st->hbm);
-	tier_stats(&s->ddr, &st->ddr);
+	for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
+		if (s->has_hbm)
+			tier_stats(&s->cls[i].hbm, &st->hbm);
+		tier_stats(&s->cls[i].ddr, &st->ddr);
+	}
+	st->hbm.capacity_bytes = s->cfg.hbm_bytes;
+	st->ddr.capacity_bytes = s->cfg.ddr_bytes;
 	st->prefetch_calls = s->pf.calls;
 	st->prefetch_rows = s->pf.rows;
 	st->prefetch_reads = s->pf.reads;

@@ -786,6 +786,45 @@ static void test_usage_error(void **state)
 	}
 }
 
+/* --dim takes a list, one dim per table: a short run over tables of dims
+ * 4, 64 and 16 reports them and the tiers' capacity efficiency; a zero in
+ * the list, or a list for mrc, is a usage error. */
+static void test_tool_dims(void **state)
+{
+	const char *run[] = {"-q",	   "--tables",
+			     "3",	   "--rows",
+			     "1000",	   "--dim",
+			     "4,64,16",	   "--ddr",
+			     "1M",	   "--materialize",
+			     "none",	   "--no-limits",
+			     "--no-pread", "--no-rocksdb",
+			     "--batches",  "3",
+			     "--warmup",   "1",
+			     "--json",	   "--op",
+			     "gather",	   NULL};
+	const char *bad[] = {"--dim", "16,0", NULL};
+	const char *mrc[] = {"mrc", "--dim", "16,32", NULL};
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	run_tool(&r, run);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "\"dims\":[4,64,16]"));
+	assert_non_null(strstr(r.out, "\"capacity_efficiency\":{\"hbm\":-1"));
+	run_free(&r);
+	run_tool(&r, bad);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run_tool(&r, mrc);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "mrc takes one --dim"));
+	run_free(&r);
+}
+
 static void test_tool_convert_and_gen(void **state)
 {
 	const char *in = tu_path("cli.txt"), *out = tu_path("cli.trace");
@@ -868,6 +907,7 @@ int main(void)
 	    cmocka_unit_test(test_help),
 	    cmocka_unit_test(test_usage_error),
 	    cmocka_unit_test(test_tool_convert_and_gen),
+	    cmocka_unit_test(test_tool_dims),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

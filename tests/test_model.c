@@ -36,7 +36,10 @@
  *
  * Transparency: one sequence of operations on four stores at once (all in
  * DDR; tiny HBM and DDR; tiny DDR alone; tiny HBM and DDR with prefetch)
- * gives identical gathers and, after close, identical table files.
+ * gives identical gathers and, after close, identical table files; once
+ * with two tables, once with four of dims 4, 256, 16 and 128 (each row size
+ * a size class of its own, or two joined by slot_bytes), so that the tiers
+ * are divided among classes. Most cases mix two row sizes as well.
  *
  * Bounded memory: et_get_stats().mem_bytes never exceeds hbm_bytes +
  * ddr_bytes + the overhead README.md documents ("Memory") + a small slack
@@ -75,10 +78,10 @@
 #include "util.h"
 
 #define DEFAULT_OPS 200000ULL
-#define NT	    2  /* tables per store */
+#define NT	    4  /* tables per store at most */
 #define MAXST	    4  /* stores run side by side */
 #define MAXB	    64 /* ids per batch at most */
-#define MAXDIM	    32
+#define MAXDIM	    256
 #define NHOT	    96	/* hot rows per table */
 #define IO_DEPTH    128 /* the default io_depth, which every case uses */
 #define HBM_SLOTS   64
@@ -113,7 +116,7 @@ struct mcase {
 	unsigned share; /* of the ET_MODEL_OPS budget, in parts */
 	int nst;
 	struct scfg st[MAXST];
-	struct tspec t[NT];
+	struct tspec t[NT]; /* a case has 2 unless it names more */
 };
 
 /* One case per paragraph: store configurations {name, HBM slots, DDR
@@ -161,6 +164,12 @@ static const struct mcase model_cases[] = {
 	  { { "ddr256-lfu/w1", 0, DDR_SLOTS, 0, LFU, 1, 0, false } },
 	  { { "a", 120000, 9, ET_F32, ADA, UNI, 0.2f, 71 },
 	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 } } },
+	{ "dims_w16_f32", 0x1009, 2, 1,
+	  { { "hbm64-lfu/ddr256-lru/w16/prefetch", HBM_SLOTS, DDR_SLOTS,
+	      LFU, LRU, 16, 0, true } },
+	  { { "d64", 100000, 64, ET_F32, ADA, UNI, 0.2f, 91 },
+	    { "d4", 200000, 4, ET_BF16, SGD, NRM, 0, 92 },
+	    { "d128", 50000, 128, ET_F16, SGD, UNI, 0.1f, 93 } } },
 	{ "lfu_w16_f32", 0x1008, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16", HBM_SLOTS, DDR_SLOTS,
 	      LFU, LRU, 16, 0, false } },
@@ -180,6 +189,22 @@ static const struct mcase transparency_case = {
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
 };
 
+/* Tables of four row sizes in one store, created in no order of size;
+ * the fourth store joins the two smallest in slots of 64 bytes. */
+static const struct mcase dims_transparency_case = {
+	"dims_transparency", 0x2002, 6, 4,
+	{ { "all-in-ddr", 0, 1 << 17, 0, LRU, 16, 0, false },
+	  { "hbm64-lfu/ddr256-lru/w4", HBM_SLOTS, DDR_SLOTS,
+	    LFU, LRU, 4, 0, false },
+	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false },
+	  { "hbm64-lru/ddr256-lfu/w4/slot64/prefetch", HBM_SLOTS, DDR_SLOTS,
+	    LRU, LFU, 4, 64, true } },
+	{ { "d4", 200000, 4, ET_F32, SGD, UNI, 0.5f, 95 },
+	  { "d256", 20000, 256, ET_BF16, ADA, NRM, 0, 96 },
+	  { "d16", 100000, 16, ET_F16, ADA, UNI, 0.25f, 97 },
+	  { "d128", 30000, 128, ET_F32, SGD, NRM, 0.1f, 98 } },
+};
+
 static const struct mcase memory_case = {
 	"memory", 0x3001, 2, 1,
 	{ { "hbm64-lru/ddr256-lfu/w4", HBM_SLOTS, DDR_SLOTS,
@@ -192,7 +217,8 @@ static const struct mcase memory_case = {
 /* Parts of the budget that the cases above add up to. */
 static unsigned total_shares(void)
 {
-	unsigned s = transparency_case.share + memory_case.share;
+	unsigned s = transparency_case.share + dims_transparency_case.share +
+		     memory_case.share;
 
 	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
 	     i++)
@@ -370,6 +396,7 @@ struct harness {
 	uint64_t budget;    /* ET_MODEL_OPS's share for this case */
 	const char *opname; /* the one in progress */
 	struct mtable t[NT];
+	int nt; /* tables of the case */
 	struct mstore st[MAXST];
 	int nst;
 	uint64_t mem_bound; /* bound on mem_bytes, 0: not checked */
@@ -416,15 +443,17 @@ static uint32_t row_bytes_of(const struct tspec *sp)
 	       (sp->optim == ET_OPT_ROWWISE_ADAGRAD ? 4 : 0);
 }
 
-/* Capacity in bytes of n slots of the largest row of the case (rounded to
- * 4 bytes, as a slot is) plus their metadata. */
+/* Bytes of n slots of the largest row of the case (rounded to 4 bytes, as
+ * a slot is) plus their metadata: a tier's capacity. With tables of several
+ * row sizes, the store divides it among their size classes, so it holds
+ * more rows than n. */
 static uint64_t slots_bytes(const struct harness *h, const struct scfg *c,
 			    uint64_t n)
 {
 	uint32_t slot = c->slot_bytes;
 
 	if (!slot)
-		for (int k = 0; k < NT; k++)
+		for (int k = 0; k < h->nt; k++)
 			if (row_bytes_of(&h->mc->t[k]) > slot)
 				slot = row_bytes_of(&h->mc->t[k]);
 	slot = (slot + 3) & ~3u;
@@ -449,11 +478,10 @@ static void store_open(struct harness *h, struct mstore *ms, bool create)
 
 	h->opname = create ? "create" : "reopen";
 	h_rc(h, ms, et_store_open(ms->dir, &ms->ec, &ms->s));
-	/* The largest row first, so that slot_bytes 0 sizes slots for both. */
-	for (int k = 0; k < NT; k++) {
-		int o = row_bytes_of(&h->mc->t[0]) >= row_bytes_of(&h->mc->t[1])
-			    ? k
-			    : NT - 1 - k;
+	/* Created in the case's order, opened again in the reverse one: the
+	 * order of row sizes must not matter. */
+	for (int k = 0; k < h->nt; k++) {
+		int o = create ? k : h->nt - 1 - k;
 
 		table_params(&h->mc->t[o], &p);
 		if (create)
@@ -477,9 +505,12 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 	h->mc = mc;
 	h->budget = budget_of(mc);
 	h->nst = mc->nst;
+	h->nt = 0;
+	while (h->nt < NT && mc->t[h->nt].name)
+		h->nt++;
 	h->opname = "setup";
 	tu_rng_seed(&h->rng, mc->seed);
-	for (int k = 0; k < NT; k++)
+	for (int k = 0; k < h->nt; k++)
 		model_init(&h->t[k], &mc->t[k], &h->rng);
 	h->exp = tu_calloc(MAXB * MAXDIM, sizeof(float));
 	h->out = tu_calloc(MAXB * MAXDIM, sizeof(float));
@@ -516,7 +547,7 @@ static void harness_free(struct harness *h)
 		free(h->st[i].dir);
 		h->st[i].dir = NULL;
 	}
-	for (int k = 0; k < NT; k++)
+	for (int k = 0; k < h->nt; k++)
 		model_free(&h->t[k]);
 	free(h->exp);
 	free(h->out);
@@ -571,7 +602,7 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 
 	h_rc(h, ms, et_get_stats(ms->s, -1, &st));
 	ms->blocks_io += st.blocks_read + st.blocks_written;
-	for (int k = 0; k < NT; k++) {
+	for (int k = 0; k < h->nt; k++) {
 		h_rc(h, ms, et_get_stats(ms->s, ms->id[k], &tst));
 		if (tst.calls != ms->calls[k] ||
 		    tst.requested != ms->requested[k] ||
@@ -635,24 +666,47 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 	    st.ddr.dirty_rows > st.ddr.resident_rows)
 		h_fail(h, "store %s: residency exceeds capacity",
 		       ms->cfg->name);
-	/* Capacities count a slot's row bytes and metadata, in whole sets. */
+	/* Capacities count a slot's row bytes and metadata, in whole sets,
+	 * at least one set per size class (a class per row size, rounded
+	 * to 4, unless slot_bytes joins them), within the tier's bytes;
+	 * the bytes of the rows resident lie between their count times the
+	 * smallest and the largest row. */
 	for (int tier = 0; tier < 2; tier++) {
 		const struct et_tier_stats *ts = tier ? &st.ddr : &st.hbm;
 		uint64_t bytes = tier ? ms->ec.ddr_bytes : ms->ec.hbm_bytes;
-		uint32_t rb = 0, ways = ms->ec.ways;
+		uint32_t rb = 0, rmin = UINT32_MAX, ways = ms->ec.ways;
+		uint32_t slots[NT];
+		int ncls = 0;
 
-		for (int k = 0; k < NT; k++)
-			if (row_bytes_of(h->t[k].sp) > rb)
-				rb = row_bytes_of(h->t[k].sp);
-		if (ts->capacity_rows * (rb + ET_SLOT_META_BYTES) > bytes ||
+		for (int k = 0; k < h->nt; k++) {
+			uint32_t r = row_bytes_of(h->t[k].sp);
+			uint32_t sl = (r + 3) & ~3u;
+			int j;
+
+			rb = r > rb ? r : rb;
+			rmin = r < rmin ? r : rmin;
+			if (sl < ms->ec.slot_bytes)
+				sl = (ms->ec.slot_bytes + 3) & ~3u;
+			for (j = 0; j < ncls && slots[j] != sl; j++)
+				;
+			if (j == ncls)
+				slots[ncls++] = sl;
+		}
+		if (ts->capacity_bytes != bytes || ts->alloc_bytes > bytes ||
+		    ts->capacity_rows * (rmin + ET_SLOT_META_BYTES) > bytes ||
 		    ts->capacity_rows % ways ||
-		    (bytes && ts->capacity_rows < ways))
+		    (bytes && ts->capacity_rows < (uint64_t)ways * ncls) ||
+		    ts->row_bytes < ts->resident_rows * rmin ||
+		    ts->row_bytes > ts->resident_rows * rb)
 			h_fail(h,
-			       "store %s: %s capacity_rows %llu for %llu "
-			       "bytes, rows of %u bytes, %u ways",
+			       "store %s: %s capacity_rows %llu, alloc_bytes "
+			       "%llu, row_bytes %llu for %llu bytes, rows of "
+			       "%u..%u bytes, %d classes, %u ways",
 			       ms->cfg->name, tier ? "ddr" : "hbm",
 			       (unsigned long long)ts->capacity_rows,
-			       (unsigned long long)bytes, rb, ways);
+			       (unsigned long long)ts->alloc_bytes,
+			       (unsigned long long)ts->row_bytes,
+			       (unsigned long long)bytes, rmin, rb, ncls, ways);
 	}
 }
 
@@ -908,7 +962,7 @@ static void sweep(struct harness *h, size_t max)
 {
 	uint64_t ids[MAXB];
 
-	for (int k = 0; k < NT; k++) {
+	for (int k = 0; k < h->nt; k++) {
 		struct mtable *t = &h->t[k];
 		size_t n = t->n, step = n > max ? n / max : 1;
 
@@ -1005,7 +1059,7 @@ static size_t random_ids(struct harness *h, int k, uint64_t *ids)
 
 static void random_batch(struct harness *h, struct batch *b)
 {
-	b->k = (int)tu_rng_below(&h->rng, NT);
+	b->k = (int)tu_rng_below(&h->rng, (uint64_t)h->nt);
 	b->n = random_ids(h, b->k, b->ids);
 }
 
@@ -1095,7 +1149,7 @@ static void check_files(struct harness *h)
 	for (int s = 0; s < h->nst; s++) {
 		struct mstore *ms = &h->st[s];
 
-		for (int k = 0; k < NT; k++) {
+		for (int k = 0; k < h->nt; k++) {
 			struct mtable *t = &h->t[k];
 			uint32_t dim = t->sp->dim;
 			char path[PATH_MAX];
@@ -1142,6 +1196,15 @@ static void check_files(struct harness *h)
 	}
 }
 
+static size_t rows_touched(const struct harness *h)
+{
+	size_t n = 0;
+
+	for (int k = 0; k < h->nt; k++)
+		n += h->t[k].n;
+	return n;
+}
+
 /* Runs a case: its share of the budget in random operations, a flush and
  * two close/reopen cycles along the way, then a sweep, close, and the
  * table files checked. */
@@ -1184,9 +1247,9 @@ static void run_case(const struct mcase *mc)
 		h->st[s].s = NULL;
 	}
 	check_files(h);
-	print_message("%s: %llu ops, %zu + %zu rows touched, %llu blocks "
-		      "read or written\n",
-		      mc->name, (unsigned long long)h->op, h->t[0].n, h->t[1].n,
+	print_message("%s: %llu ops, %zu rows touched, %llu blocks read or "
+		      "written\n",
+		      mc->name, (unsigned long long)h->op, rows_touched(h),
 		      (unsigned long long)h->st[0].blocks_io);
 	harness_free(h);
 	free(h);
@@ -1203,13 +1266,14 @@ static void test_model(void **state)
 	run_case(mc);
 }
 
-/* Three stores, one sequence: every gather already matched the model in
+/* Four stores, one sequence: every gather already matched the model in
  * each store (so they match each other); here the table files are also
  * compared with one another byte for byte through et_tfile_read_rows, and
- * the small stores must really have evicted and written back. */
+ * the small stores must really have evicted and written back. Run on
+ * transparency_case and dims_transparency_case. */
 static void test_transparency(void **state)
 {
-	const struct mcase *mc = &transparency_case;
+	const struct mcase *mc = *state;
 	struct harness *h = tu_calloc(1, sizeof(*h));
 	uint64_t budget = budget_of(mc), done = 0;
 	struct et_stats st[MAXST];
@@ -1242,7 +1306,7 @@ static void test_transparency(void **state)
 	check_files(h);
 
 	/* Store against store, raw: all rows touched, values and state. */
-	for (int k = 0; k < NT; k++) {
+	for (int k = 0; k < h->nt; k++) {
 		struct mtable *t = &h->t[k];
 		size_t n = t->n, dim = t->sp->dim;
 		float *v[MAXST], *sv[MAXST];
@@ -1273,8 +1337,8 @@ static void test_transparency(void **state)
 			free(sv[s]);
 		}
 	}
-	print_message("transparency: %llu ops, %zu + %zu rows touched\n",
-		      (unsigned long long)h->op, h->t[0].n, h->t[1].n);
+	print_message("%s: %llu ops, %zu rows touched\n", mc->name,
+		      (unsigned long long)h->op, rows_touched(h));
 	harness_free(h);
 	free(h);
 }
@@ -1302,7 +1366,7 @@ static uint64_t documented_overhead(struct harness *h, struct mstore *ms,
 	uint64_t sum = 0;
 	uint32_t max_rb = 0;
 
-	for (int k = 0; k < NT; k++) {
+	for (int k = 0; k < h->nt; k++) {
 		struct et_table_info info;
 		uint64_t groups;
 
@@ -1418,7 +1482,7 @@ static void test_bounded_memory_flush(void **state)
 int main(void)
 {
 	struct CMUnitTest
-	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 3];
+	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 4];
 	const char *only = getenv("ET_TEST_FILTER"); /* e.g. "lfu_w16_f32" */
 	size_t n = 0;
 
@@ -1436,8 +1500,14 @@ int main(void)
 		tests[n].initial_state = (void *)&model_cases[i];
 		n++;
 	}
-	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
+	tests[n] = (struct CMUnitTest)cmocka_unit_test_teardown(
 	    test_transparency, teardown);
+	tests[n].name = transparency_case.name;
+	tests[n++].initial_state = (void *)&transparency_case;
+	tests[n] = (struct CMUnitTest)cmocka_unit_test_teardown(
+	    test_transparency, teardown);
+	tests[n].name = dims_transparency_case.name;
+	tests[n++].initial_state = (void *)&dims_transparency_case;
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
 	    test_bounded_memory, teardown);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(

@@ -9,7 +9,9 @@
  * et_flush) runs on a store with every row in DDR and no prefetch, and side
  * by side on a prefetching store with tiny caches (HBM of a few dozen slots
  * or none, DDR of a few hundred, 2 to 8 ways) for LRU, LFU and mixed
- * policies, f32, f16 and bf16, SGD and row-wise Adagrad. Tables have 10^5
+ * policies, f32, f16 and bf16, SGD and row-wise Adagrad, and for tables
+ * of very different dims (4 and 128, 64 and 16) whose row sizes are size
+ * classes of their own in the small store. Tables have 10^5
  * rows and ids mix a hot set with a uniform tail, so rows go home to the
  * table files and the prefetches really read blocks through the I/O thread.
  * Every gather must be bit-identical, and so must every touched row (values
@@ -375,6 +377,8 @@ struct eq_case {
 	et_policy hbm_policy, ddr_policy;
 	uint32_t max_bags, max_len; /* batch shape */
 	uint64_t seed;
+	bool classes; /* the small store's slots sized per row (slot_bytes
+		       * 0): its tiers divided between two size classes */
 };
 
 struct batch {
@@ -537,7 +541,7 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 	    .hbm_policy = c->hbm_policy,
 	    .ddr_policy = c->ddr_policy,
 	    .ways = c->ways,
-	    .slot_bytes = rb,
+	    .slot_bytes = c->classes ? 0 : rb,
 	};
 	struct batch bt[EQ_STEPS + 1][2];
 	struct touched tch[2] = {{0}};
@@ -705,7 +709,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LRU,
      10,
      4,
-     101},
+     101,
+     false},
     {"lru_f32_adagrad_hbm",
      ET_F32,
      ET_OPT_ROWWISE_ADAGRAD,
@@ -717,7 +722,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LRU,
      8,
      4,
-     102},
+     102,
+     false},
     {"lfu_f16_sgd_hbm",
      ET_F16,
      ET_OPT_SGD,
@@ -729,7 +735,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LFU,
      10,
      3,
-     103},
+     103,
+     false},
     {"lfu_bf16_adagrad_ddr",
      ET_BF16,
      ET_OPT_ROWWISE_ADAGRAD,
@@ -741,7 +748,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LFU,
      8,
      4,
-     104},
+     104,
+     false},
     {"mixed_bf16_sgd_hbm_small_batches",
      ET_BF16,
      ET_OPT_SGD,
@@ -753,7 +761,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LFU,
      4,
      2,
-     105},
+     105,
+     false},
     {"mixed_f16_adagrad_hbm",
      ET_F16,
      ET_OPT_ROWWISE_ADAGRAD,
@@ -765,7 +774,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LRU,
      12,
      3,
-     106},
+     106,
+     false},
     {"lru_f32_adagrad_ddr_8way",
      ET_F32,
      ET_OPT_ROWWISE_ADAGRAD,
@@ -777,7 +787,8 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LRU,
      12,
      4,
-     107},
+     107,
+     false},
     {"lfu_f16_sgd_ddr_odd_dims",
      ET_F16,
      ET_OPT_SGD,
@@ -789,7 +800,34 @@ static const struct eq_case eq_cases[] = {
      ET_POLICY_LFU,
      8,
      3,
-     108},
+     108,
+     false},
+    {"dims_lru_f32_sgd_hbm",
+     ET_F32,
+     ET_OPT_SGD,
+     {4, 128},
+     48,
+     256,
+     4,
+     ET_POLICY_LRU,
+     ET_POLICY_LRU,
+     8,
+     4,
+     109,
+     true},
+    {"dims_lfu_bf16_adagrad_ddr",
+     ET_BF16,
+     ET_OPT_ROWWISE_ADAGRAD,
+     {64, 16},
+     0,
+     256,
+     4,
+     ET_POLICY_LFU,
+     ET_POLICY_LFU,
+     12,
+     3,
+     110,
+     true},
 };
 
 #define EQ_TEST(k)                                                             \
@@ -805,6 +843,8 @@ EQ_TEST(4)
 EQ_TEST(5)
 EQ_TEST(6)
 EQ_TEST(7)
+EQ_TEST(8)
+EQ_TEST(9)
 
 /* ------------------------------------------------------------ 2. hazards */
 
@@ -1788,6 +1828,8 @@ int main(void)
 	    T(test_equiv_5),
 	    T(test_equiv_6),
 	    T(test_equiv_7),
+	    T(test_equiv_8),
+	    T(test_equiv_9),
 	    T(test_hazard_row_in_both_batches),
 	    T(test_hazard_writeback_and_read_same_block),
 	    T(test_hazard_gather_in_flight),

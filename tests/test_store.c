@@ -217,45 +217,400 @@ static void test_open_good_config(void **state)
 	assert_int_equal(st.calls, 0);
 }
 
-/* slot_bytes 0: slots are sized by the first table; a larger table later
- * is refused and leaves no file behind; the first still works. A DDR that
- * cannot hold one set of the first table's rows is refused the same way. */
+/* A value as a table of dtype stores it. */
+static float stored(et_dtype t, float v)
+{
+	if (t == ET_F16)
+		return et_f16_to_f32(et_f32_to_f16(v));
+	if (t == ET_BF16)
+		return et_bf16_to_f32(et_f32_to_bf16(v));
+	return v;
+}
+
+/* The value written to column c of row r of table k. */
+static float dims_value(int k, uint64_t r, uint32_t c)
+{
+	return (float)((int)((k * 7919 + r * 131 + c * 17) % 2001) - 1000) /
+	       256.0f;
+}
+
+#define DIMS_ROWS 4096
+#define DIMS_IDS  48
+
+/* Row ids of table k: spread over the table, some repeated blocks. */
+static void dims_ids(int k, uint64_t *ids)
+{
+	for (int i = 0; i < DIMS_IDS; i++)
+		ids[i] = ((uint64_t)i * 83 + (uint64_t)k * 29) % DIMS_ROWS;
+}
+
+/* Gathers table k's rows and compares them with what was written and
+ * updated: one SGD or row-wise Adagrad step of gradient 1/8 on the first
+ * half of the ids (lr 0.5, eps 0.25). */
+static void dims_check(et_store *s, int id, int k,
+		       const struct et_table_params *p)
+{
+	uint64_t ids[DIMS_IDS];
+	float *out = tu_calloc((size_t)DIMS_IDS * p->dim, sizeof(float));
+
+	dims_ids(k, ids);
+	assert_int_equal(et_gather(s, id, ids, DIMS_IDS, out), 0);
+	for (int i = 0; i < DIMS_IDS; i++) {
+		float mul = 0.5f;
+
+		if (p->optim == ET_OPT_ROWWISE_ADAGRAD) {
+			float sum = 0, m;
+
+			for (uint32_t c = 0; c < p->dim; c++)
+				sum += 0.125f * 0.125f;
+			m = sum / (float)p->dim;
+			mul = 0.5f / (sqrtf(m) + 0.25f);
+		}
+		for (uint32_t c = 0; c < p->dim; c++) {
+			float want = stored(p->dtype, dims_value(k, ids[i], c));
+
+			if (i < DIMS_IDS / 2)
+				want = stored(p->dtype, want - mul * 0.125f);
+			if (memcmp(&want, &out[(size_t)i * p->dim + c], 4)) {
+				print_error("table %d (dim %u dtype %d optim "
+					    "%d) row %llu col %u: %a, want "
+					    "%a\n",
+					    k, p->dim, p->dtype, p->optim,
+					    (unsigned long long)ids[i], c,
+					    out[(size_t)i * p->dim + c], want);
+				fail();
+			}
+		}
+	}
+	free(out);
+}
+
+static const et_dtype dims_dtypes[] = {ET_F32, ET_F16, ET_BF16};
+
+/* Table k of a run over dims: dims in the given order, then each dtype
+ * and optimizer. */
+static struct et_table_params dims_params(const uint32_t *dims, int k)
+{
+	struct et_table_params p = {
+	    .rows = DIMS_ROWS,
+	    .dim = dims[k / 6],
+	    .dtype = dims_dtypes[(k / 2) % 3],
+	    .optim = k % 2 ? ET_OPT_ROWWISE_ADAGRAD : ET_OPT_SGD,
+	    .init = ET_INIT_NORMAL,
+	    .seed = (uint64_t)k,
+	};
+
+	return p;
+}
+
+/* Creates the nt tables of a run over dims in order, or opens them in the
+ * reverse order. */
+static void dims_register(et_store *s, const uint32_t *dims, int nt, int *id,
+			  bool create)
+{
+	for (int i = 0; i < nt; i++) {
+		int k = create ? i : nt - 1 - i;
+		struct et_table_params p = dims_params(dims, k);
+		char name[16];
+
+		snprintf(name, sizeof(name), "t%d", k);
+		if (create)
+			assert_int_equal(et_table_create(s, name, &p, &id[k]),
+					 0);
+		else
+			assert_int_equal(et_table_open(s, name, &p, &id[k]), 0);
+	}
+}
+
+/*
+ * A store opened with a zeroed configuration takes tables of every dim in
+ * dims (created in that order), each in f32, f16 and bf16 with SGD and
+ * row-wise Adagrad; rows written and updated read back bit for bit, before
+ * and after a close and reopen (tables opened in the reverse order).
+ */
+static void dims_run(struct fx *f, const uint32_t *dims, int ndims)
+{
+	struct et_store_config zero;
+	struct et_update_params up = {.lr = 0.5f, .eps = 0.25f};
+	int nt = ndims * 6, id[6 * 6];
+	uint64_t ids[DIMS_IDS];
+	et_store **s;
+	struct et_stats st;
+	uint64_t rows_bytes = 0;
+
+	memset(&zero, 0, sizeof(zero));
+	s = fx_open(f, &zero);
+	dims_register(*s, dims, nt, id, true);
+	for (int k = 0; k < nt; k++) {
+		struct et_table_params p = dims_params(dims, k);
+		float *v = tu_calloc((size_t)DIMS_IDS * p.dim, sizeof(float));
+		float *g = tu_calloc((size_t)DIMS_IDS * p.dim, sizeof(float));
+
+		dims_ids(k, ids);
+		for (int i = 0; i < DIMS_IDS; i++)
+			for (uint32_t c = 0; c < p.dim; c++) {
+				v[(size_t)i * p.dim + c] =
+				    dims_value(k, ids[i], c);
+				g[(size_t)i * p.dim + c] = 0.125f;
+			}
+		assert_int_equal(et_write_rows(*s, id[k], ids, DIMS_IDS, v), 0);
+		assert_int_equal(
+		    et_update(*s, id[k], ids, DIMS_IDS / 2, g, &up), 0);
+		rows_bytes +=
+		    DIMS_IDS * (p.dim * (p.dtype == ET_F32 ? 4 : 2) +
+				(p.optim == ET_OPT_ROWWISE_ADAGRAD ? 4 : 0));
+		free(v);
+		free(g);
+	}
+	for (int k = 0; k < nt; k++) {
+		struct et_table_params p = dims_params(dims, k);
+
+		dims_check(*s, id[k], k, &p);
+	}
+	/* All in DDR (256 MiB by default), each row in a slot of its own
+	 * size: the resident bytes are the rows' own. */
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.resident_rows, (uint64_t)nt * DIMS_IDS);
+	assert_int_equal(st.ddr.row_bytes, rows_bytes);
+	assert_int_equal(st.ddr.capacity_bytes, 256u << 20);
+	assert_true(st.ddr.alloc_bytes <= st.ddr.capacity_bytes);
+	assert_true(st.ddr.alloc_bytes > st.ddr.capacity_bytes / 100 * 99);
+	assert_int_equal(st.writebacks, 0);
+	assert_int_equal(et_store_close(*s), 0);
+
+	assert_int_equal(et_store_open(f->dirs[f->ndirs - 1], &zero, s), 0);
+	dims_register(*s, dims, nt, id, false);
+	for (int k = 0; k < nt; k++) {
+		struct et_table_params p = dims_params(dims, k);
+
+		dims_check(*s, id[k], k, &p);
+	}
+}
+
+static void test_mixed_dims(void **state)
+{
+	static const uint32_t up[] = {4, 8, 16, 64, 128, 256};
+	static const uint32_t down[] = {256, 128, 16, 4, 64, 8};
+
+	dims_run(*state, up, 6);
+	dims_run(*state, down, 6);
+}
+
+/*
+ * slot_bytes 0: each row size gets slots of its own size; a larger table
+ * after a smaller one is fine. slot_bytes given: rows up to it share one
+ * class of slots that big (the capacity is in slots of slot_bytes), larger
+ * rows get a class of their own. A DDR that cannot hold one set of a
+ * table's rows refuses it and leaves no file behind.
+ */
 static void test_slot_sizing(void **state)
 {
 	struct fx *f = *state;
 	struct et_table_params small = small_params(4, ET_OPT_SGD);
 	struct et_table_params big = small_params(64, ET_OPT_SGD);
 	char path[PATH_MAX];
-	float v[4];
+	float v[64];
 	uint64_t id0 = 3;
+	struct et_stats st;
 	et_store **s;
 	int a, b = -1, rc;
 
 	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20});
 	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
-	rc = et_table_create(*s, "big", &big, &b);
-	assert_true(rc < 0);
-	table_file_path(f->dirs[0], "big", path);
-	assert_false(exists(path));
+	assert_int_equal(et_table_create(*s, "big", &big, &b), 0);
 	assert_int_equal(et_gather(*s, a, &id0, 1, v), 0);
+	assert_int_equal(et_gather(*s, b, &id0, 1, v), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.row_bytes, 16 + 256);
+	assert_true(st.ddr.alloc_bytes <= 1 << 20);
 
-	/* With slot_bytes given, both fit. */
+	/* With slot_bytes 256, both share slots of 256 bytes. */
 	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20,
 						 .slot_bytes = 256});
 	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
 	assert_int_equal(et_table_create(*s, "big", &big, &b), 0);
 	assert_int_not_equal(a, b);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.capacity_rows,
+			 (1 << 20) / (256 + META) / 16 * 16);
+	/* With slot_bytes 16, they are classes of their own. */
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20,
+						 .slot_bytes = 16});
+	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
+	assert_int_equal(et_table_create(*s, "big", &big, &b), 0);
+	st = stats_of(*s, -1);
+	assert_true(st.ddr.capacity_rows > (1 << 20) / (256 + META));
 
 	/* ways 1, 100 bytes of DDR: fine for 20-byte slots, but the first
 	 * table has 256-byte rows. */
 	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 100, .ways = 1});
 	rc = et_table_create(*s, "big", &big, &b);
 	assert_int_equal(rc, ET_ECAPACITY);
-	table_file_path(f->dirs[2], "big", path);
+	table_file_path(f->dirs[3], "big", path);
 	assert_false(exists(path));
 }
 
-/* An existing plain file is not a store directory. */
+/*
+ * A table of a new size class after rows are cached and dirty: the tiers
+ * are divided again, the dirty rows written back first; nothing is lost,
+ * and a class that cannot get a set is refused with nothing changed.
+ */
+static void test_new_class_later(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params small = small_params(4, ET_OPT_SGD);
+	struct et_table_params mid = small_params(16, ET_OPT_ROWWISE_ADAGRAD);
+	struct et_table_params huge = small_params(1024, ET_OPT_SGD);
+	uint64_t ids[8] = {0, 5, 999, 7, 12, 300, 301, 302};
+	float v[8 * 16], w[8 * 16];
+	struct et_stats st;
+	et_store **s;
+	int a, b, c, rc;
+
+	for (int i = 0; i < 8 * 16; i++)
+		v[i] = (float)i - 40.5f;
+	/* a DDR with room for a set of 4 slots of 4 KiB, an HBM without */
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 80 << 10,
+						 .hbm_bytes = 8 << 10,
+						 .ways = 4});
+	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
+	assert_int_equal(et_write_rows(*s, a, ids, 8, v), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.hbm.dirty_rows + st.ddr.dirty_rows, 8);
+	assert_int_equal(st.writebacks, 0);
+	assert_int_equal(et_table_create(*s, "mid", &mid, &b), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.writebacks, 8);
+	assert_int_equal(st.hbm.resident_rows + st.ddr.resident_rows, 0);
+	assert_int_equal(et_write_rows(*s, b, ids, 8, v), 0);
+	/* 4 KiB rows: the HBM cannot give their class a set */
+	rc = et_table_create(*s, "huge", &huge, &c);
+	assert_int_equal(rc, ET_ECAPACITY);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.hbm.dirty_rows + st.ddr.dirty_rows, 8);
+	assert_int_equal(et_gather(*s, a, ids, 8, w), 0);
+	assert_memory_equal(v, w, 8 * 4 * sizeof(float));
+	assert_int_equal(et_gather(*s, b, ids, 8, w), 0);
+	assert_memory_equal(v, w, 8 * 16 * sizeof(float));
+}
+
+/*
+ * Dirty rows evicted and held in the write-back queue (a store that
+ * prefetches defers their write to the next prefetch) when a table of
+ * larger rows arrives: the queue is widened to the larger slots with its
+ * rows intact, and they reach their file.
+ */
+static void test_new_class_with_queue(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params small = small_params(4, ET_OPT_SGD);
+	struct et_table_params big = small_params(256, ET_OPT_SGD);
+	enum { N = 64 };
+	uint64_t ids[N];
+	float v[N * 4], w[N * 4];
+	struct et_batch_ids b;
+	struct et_stats st;
+	et_store **s;
+	int a, c;
+
+	for (int i = 0; i < N; i++)
+		ids[i] = (uint64_t)i * 13;
+	for (int i = 0; i < N * 4; i++)
+		v[i] = (float)i * 0.5f - 7.0f;
+	s = fx_open(f,
+		    &(struct et_store_config){.ddr_bytes = 1 << 20, .ways = 1});
+	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
+	/* a first store for the class, then one of 4 slots: most of the
+	 * written rows are evicted dirty */
+	assert_int_equal(et_store_close(*s), 0);
+	assert_int_equal(
+	    et_store_open(f->dirs[0],
+			  &(struct et_store_config){
+			      .ddr_bytes = 4 * (16 + META), .ways = 1},
+			  s),
+	    0);
+	assert_int_equal(et_table_open(*s, "small", NULL, &a), 0);
+	b = (struct et_batch_ids){a, ids, 1};
+	assert_int_equal(et_prefetch(*s, &b, 1), 0);
+	assert_int_equal(et_write_rows(*s, a, ids, N, v), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.writebacks, 0); /* queued, not yet written */
+	/* rows of 1 KiB need more than the 4 slots of 16 bytes: refused,
+	 * with the queue kept */
+	assert_int_equal(et_table_create(*s, "big", &big, &c), ET_ECAPACITY);
+	assert_int_equal(et_gather(*s, a, ids, N, w), 0);
+	assert_memory_equal(v, w, sizeof(v));
+	assert_int_equal(et_store_close(*s), 0);
+
+	/* Again with room for both classes. */
+	assert_int_equal(
+	    et_store_open(
+		f->dirs[0],
+		&(struct et_store_config){
+		    .ddr_bytes = 4 * (16 + META) + 1024 + META, .ways = 1},
+		s),
+	    0);
+	assert_int_equal(et_table_open(*s, "small", NULL, &a), 0);
+	assert_int_equal(et_prefetch(*s, &b, 1), 0);
+	for (int i = 0; i < N * 4; i++)
+		v[i] = -v[i];
+	assert_int_equal(et_write_rows(*s, a, ids, N, v), 0);
+	assert_int_equal(et_table_create(*s, "big", &big, &c), 0);
+	assert_int_equal(et_gather(*s, a, ids, N, w), 0);
+	assert_memory_equal(v, w, sizeof(v));
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	{
+		char path[PATH_MAX];
+		et_tfile *tf;
+
+		table_file_path(f->dirs[0], "small", path);
+		assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+		assert_int_equal(et_tfile_read_rows(tf, ids, N, w, NULL), 0);
+		et_tfile_close(tf);
+		assert_memory_equal(v, w, sizeof(v));
+	}
+}
+
+/*
+ * Capacity efficiency: tables of dims 16 and 256 (f32) sharing a 1 MiB
+ * DDR, more rows touched than fit: the resident row bytes are at least
+ * 0.85 of the tier (slots of the rows' own sizes; with one slot size of
+ * the largest row, dim-16 rows would use 6% of theirs).
+ */
+static void test_capacity_efficiency(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p16 = small_params(16, ET_OPT_SGD);
+	struct et_table_params p256 = small_params(256, ET_OPT_SGD);
+	enum { N = 512 };
+	uint64_t ids[N];
+	float *out = tu_calloc((size_t)N * 256, sizeof(float));
+	struct et_stats st;
+	et_store **s;
+	int a, b;
+
+	p16.rows = p256.rows = 1 << 20;
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20});
+	assert_int_equal(et_table_create(*s, "d16", &p16, &a), 0);
+	assert_int_equal(et_table_create(*s, "d256", &p256, &b), 0);
+	for (uint64_t r = 0; r < 32 * N; r += N) {
+		for (int i = 0; i < N; i++)
+			ids[i] = (r + (uint64_t)i) * 97 % (1 << 20);
+		assert_int_equal(et_gather(*s, a, ids, N, out), 0);
+		assert_int_equal(et_gather(*s, b, ids, N, out), 0);
+	}
+	st = stats_of(*s, -1);
+	print_message("ddr: %llu row bytes of %llu (%.3f), %llu rows\n",
+		      (unsigned long long)st.ddr.row_bytes,
+		      (unsigned long long)st.ddr.capacity_bytes,
+		      (double)st.ddr.row_bytes / (double)st.ddr.capacity_bytes,
+		      (unsigned long long)st.ddr.resident_rows);
+	assert_true(st.ddr.row_bytes * 100 >= st.ddr.capacity_bytes * 85);
+	assert_true(st.ddr.alloc_bytes <= st.ddr.capacity_bytes);
+	free(out);
+}
+
 static void test_open_not_dir(void **state)
 {
 	const char *p = tu_path("notdir");
@@ -1241,6 +1596,10 @@ int main(void)
 	    T(test_open_bad_config),
 	    T(test_open_good_config),
 	    T(test_slot_sizing),
+	    T(test_mixed_dims),
+	    T(test_new_class_later),
+	    T(test_new_class_with_queue),
+	    T(test_capacity_efficiency),
 	    T(test_open_not_dir),
 	    T(test_table_create_open),
 	    T(test_table_open_expect),
