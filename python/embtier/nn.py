@@ -1,0 +1,201 @@
+"""The PyTorch module: a collection of embedding bags whose weights live in
+an embtier store and whose backward is the store's fused optimizer.
+
+    ebc = EmbeddingBagCollection(store, tables, lr=0.05)
+    pooled = ebc(ids, offsets)      # [T, B, D]: bag b of table t
+    loss(model(pooled)).backward()  # the store's rows are updated here
+    ebc.prefetch(next_ids)          # the next batch's rows, one step ahead
+
+As in FBGEMM's table-batched embedding with a fused optimizer, the
+weights are not torch parameters and no dense gradient is ever made: the
+forward is one et_gather_pooled per table into one output tensor, and the
+backward hands each table's slice of the output's gradient to
+et_update_pooled, which applies the table's optimizer (SGD or row-wise
+Adagrad, fixed when the table was created) with this module's lr and eps,
+then returns no gradient for the weights.  The update happens when
+backward() reaches the module, so an optimizer step for the dense part
+and the embedding update belong to the same batch.
+
+Inputs per table t: ids[t], a 1-D int64 tensor, and offsets[t], nbags + 1
+int64 entries (bag b is ids[offsets[b]:offsets[b + 1]], as torch's
+EmbeddingBag with include_last_offset=True); or offsets None with one id
+per bag; or ids a 2-D [T, B] tensor, one id per bag and table.  Every
+table has the same number of bags B.  The output is [T, B, D] when all
+tables have dim D, else a tuple of [B, D_t] tensors.
+"""
+
+import ctypes
+
+import numpy as np
+import torch
+
+from . import _abi
+from .store import (EmbtierError, Table, _einval, _pool, as_ids,
+                    check_offsets)
+from ._abi import lib
+
+__all__ = ["EmbeddingBagCollection"]
+
+
+def _as_np(x):
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            x = x.cpu()
+        return x.detach().numpy()
+    return x
+
+
+class _Lookup(torch.autograd.Function):
+    """forward: pooled gathers; backward: fused updates, no gradient."""
+
+    @staticmethod
+    def forward(ctx, anchor, ebc, batch):
+        ctx.ebc = ebc
+        ctx.batch = batch
+        return ebc._gather(batch)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.ebc._update(ctx.batch, grad)
+        ctx.batch = None
+        return None, None, None
+
+
+class EmbeddingBagCollection(torch.nn.Module):
+    """Embedding bags over tables of an embtier store.
+
+    store: an embtier.Store; tables: Table objects or names of tables the
+    store has open; lr, eps: the fused optimizer's hyper-parameters
+    (attributes, may change between steps); mode: 'sum' or 'mean'."""
+
+    def __init__(self, store, tables, lr, eps=0.0, mode="sum"):
+        super().__init__()
+        self.store = store
+        self.tables = [t if isinstance(t, Table) else store.table(t)
+                       for t in tables]
+        if not self.tables:
+            raise _einval("EmbeddingBagCollection", "no tables")
+        self.lr = float(lr)
+        self.eps = float(eps)
+        self.mode = mode
+        self._mode = _pool(mode)
+        self._ids = [t.id for t in self.tables]
+        self.dims = [t.dim for t in self.tables]
+        self._uniform = len(set(self.dims)) == 1
+        # the autograd graph needs an input that wants a gradient; it is
+        # no parameter (a dense optimizer has nothing to do with it)
+        self._anchor = torch.zeros(0, requires_grad=True)
+        self._up = _abi.new("et_update_params")
+        self._arange = np.arange(1, dtype=np.uint64)
+        self._pf = (_abi.STRUCTS["et_batch_ids"] * len(self.tables))()
+
+    def extra_repr(self):
+        return f"tables={[t.name for t in self.tables]}, dims={self.dims}, " \
+            f"lr={self.lr}, mode={self.mode!r}"
+
+    # -- inputs
+
+    def _one_per_bag(self, n):
+        if self._arange.shape[0] < n + 1:
+            self._arange = np.arange(max(n + 1, 2 * self._arange.shape[0]),
+                                     dtype=np.uint64)
+        return self._arange[:n + 1]
+
+    def _batch(self, ids, offsets):
+        """[(ids, offsets)] per table as uint64 numpy arrays, checked."""
+        T = len(self.tables)
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            if offsets is not None:
+                raise _einval("EmbeddingBagCollection", "a 2-D ids tensor "
+                              "has one id per bag: no offsets")
+            ids = _as_np(ids)
+            ids = [ids[t] for t in range(ids.shape[0])]
+        if len(ids) != T or (offsets is not None and len(offsets) != T):
+            raise _einval("EmbeddingBagCollection",
+                          f"{T} tables, but ids/offsets for {len(ids)}")
+        batch, nbags = [], None
+        for t in range(T):
+            i = as_ids(_as_np(ids[t]), "ids")
+            o = None if offsets is None else offsets[t]
+            if o is None:
+                o = self._one_per_bag(i.shape[0])
+            else:
+                o = check_offsets(_as_np(o), i.shape[0],
+                                  "EmbeddingBagCollection")
+            if nbags is None:
+                nbags = o.shape[0] - 1
+            elif o.shape[0] - 1 != nbags:
+                raise _einval("EmbeddingBagCollection", "every table needs "
+                              "the same number of bags")
+            batch.append((i, o))
+        return batch, nbags
+
+    # -- the two halves
+
+    def _gather(self, bo):
+        batch, nbags = bo
+        total = nbags * sum(self.dims)
+        out = torch.empty(total, dtype=torch.float32)
+        p = out.data_ptr()
+        h = self.store.handle
+        for tid, dim, (i, o) in zip(self._ids, self.dims, batch):
+            ret = lib.et_gather_pooled(h, tid, i.ctypes.data, o.ctypes.data,
+                                       nbags, self._mode, p)
+            if ret:
+                raise EmbtierError(ret, "et_gather_pooled")
+            p += nbags * dim * 4
+        return out
+
+    def _update(self, bo, grad):
+        batch, nbags = bo
+        grad = grad.contiguous()
+        if grad.dtype != torch.float32:
+            grad = grad.float()
+        self._up.lr = self.lr
+        self._up.eps = self.eps
+        up = ctypes.byref(self._up)
+        p = grad.data_ptr()
+        h = self.store.handle
+        for tid, dim, (i, o) in zip(self._ids, self.dims, batch):
+            ret = lib.et_update_pooled(h, tid, i.ctypes.data, o.ctypes.data,
+                                       nbags, self._mode, p, up)
+            if ret:
+                raise EmbtierError(ret, "et_update_pooled")
+            p += nbags * dim * 4
+
+    def _shape(self, flat, nbags):
+        if self._uniform:
+            return flat.view(len(self.tables), nbags, self.dims[0])
+        parts = torch.split(flat, [nbags * d for d in self.dims])
+        return tuple(x.view(nbags, d) for x, d in zip(parts, self.dims))
+
+    def forward(self, ids, offsets=None):
+        bo = self._batch(ids, offsets)
+        if torch.is_grad_enabled() and self.training:
+            # the backward needs these ids as they are now, whatever the
+            # caller does with its buffers in between
+            batch, nbags = bo
+            bo = ([(i.copy(), o if o.base is self._arange else o.copy())
+                   for i, o in batch], nbags)
+            flat = _Lookup.apply(self._anchor, self, bo)
+        else:
+            flat = self._gather(bo)
+        return self._shape(flat, bo[1])
+
+    def prefetch(self, ids):
+        """et_prefetch of the next batch's ids (a list of per-table 1-D
+        tensors or arrays, or a [T, B] tensor); returns at once."""
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            ids = _as_np(ids)
+        if len(ids) != len(self.tables):
+            raise _einval("prefetch", f"{len(self.tables)} tables, but ids "
+                          f"for {len(ids)}")
+        keep = [as_ids(_as_np(x), "prefetch: ids") for x in ids]
+        pf = self._pf
+        for k, (tid, x) in enumerate(zip(self._ids, keep)):
+            pf[k].table = tid
+            pf[k].ids = x.ctypes.data
+            pf[k].n = x.shape[0]
+        ret = lib.et_prefetch(self.store.handle, pf, len(keep))
+        if ret:
+            raise EmbtierError(ret, "et_prefetch")
