@@ -116,19 +116,19 @@ test: $(RUN_TESTS) $(TOOLS) $(BENCH) $(if $(PY_TESTS),python) ## Build and run t
 
 # The Python package (python/embtier) loads the library with dlopen(),
 # which Debian's jemalloc refuses (initial-exec TLS): `make python` builds
-# it again in build-python/ with libc malloc, with the C side of the
+# it again in build-python/ with libc malloc, and the C side of the
 # package's benchmark (python/bench_overhead.py) linked to that same .so.
 PYTHON ?= /usr/bin/python3
 PYBUILD := build-python
 
 python: ## Build the library for the Python package (in build-python/)
 	$(Q)$(MAKE) --no-print-directory BUILD=$(PYBUILD) NO_JEMALLOC=1 SAN= \
-		lib $(PYBUILD)/python/c_baseline
+		lib $(PYBUILD)/python/libc_baseline.so
 
-$(BUILD)/python/c_baseline: python/bench/c_baseline.c $(SHARED)
+$(BUILD)/python/libc_baseline.so: python/bench/c_baseline.c $(SHARED)
 	$(call msg,LD,$@)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD) -lembtier \
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -shared -o $@ $< -L$(BUILD) -lembtier \
 		-Wl,-rpath,'$$ORIGIN/..' $(ET_LDFLAGS) $(LDFLAGS)
 
 demo: all ## The main job: a short training run over a huge lazy table

@@ -1,29 +1,26 @@
 /*
- * c_baseline.c - the C side of python/bench_overhead.py: the same store
- * calls as the Python package makes, made directly, on the same ids.
+ * c_baseline.c - the C side of python/bench_overhead.py: the store calls
+ * the Python package makes, made directly from C in loops, on a store the
+ * benchmark opened through the package. Built by `make python` into
+ * build-python/python/libc_baseline.so, loaded with ctypes: the C and the
+ * Python passes then alternate in one process over one store, so they see
+ * the same cache contents, memory and machine load.
  *
- *   c_baseline step DIR IDS TABLES BATCH DIM ROWS STEPS REPEATS
- *   c_baseline gather DIR IDS TABLES BATCH DIM ROWS STEPS REPEATS
- *
- * IDS holds STEPS x TABLES x BATCH uint64 ids (native byte order), one id
- * per bag. The store in DIR (created) has TABLES tables t0, t1... of ROWS x
- * DIM f32 rows, row-wise Adagrad, uniform init with seed t, and a DDR tier
- * that holds every row (no HBM tier), as the Python side makes it.
- *
- * step: a training step's store work: et_prefetch of the next step's ids,
- * et_gather_pooled of every table into one output, et_update_pooled of
- * every table with a fixed gradient. gather: et_gather of table 0's ids.
- * Every row is read once first, so all lookups hit DDR; then the STEPS are
- * run REPEATS times and the fastest pass is printed as "ns_per_step N".
+ * Each function runs `steps` steps and returns 0 or the first error, the
+ * elapsed time in *ns (measured here: the one ctypes call that starts the
+ * loop is not counted).
  */
-#include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include <embtier.h>
+
+int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
+	     size_t batch, size_t dim, size_t steps, size_t first, size_t count,
+	     const uint64_t *offsets, const float *grad, float lr, float *out,
+	     uint64_t *ns);
+int cb_gather(et_store *s, int table, const uint64_t *ids, size_t batch,
+	      size_t steps, float *out, uint64_t *ns);
 
 static uint64_t now_ns(void)
 {
@@ -33,134 +30,91 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int fail(const char *what, int ret)
+/*
+ * Steps first .. first + count - 1 of a training step's store work, step
+ * k: et_prefetch of step k + 1's ids (of step 0 after the last),
+ * et_gather_pooled of every table into out (ntables x batch x dim),
+ * et_update_pooled of every table with grad (the same shape). ids is
+ * steps x ntables x batch; offsets has batch + 1 entries.
+ */
+int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
+	     size_t batch, size_t dim, size_t steps, size_t first, size_t count,
+	     const uint64_t *offsets, const float *grad, float lr, float *out,
+	     uint64_t *ns)
 {
-	fprintf(stderr, "c_baseline: %s: %s\n", what, et_strerror(ret));
-	return 1;
-}
+	struct et_update_params up = {.lr = lr};
+	struct et_batch_ids pf[ntables];
+	uint64_t t0 = now_ns();
+	int ret = 0;
 
-static uint64_t *load_ids(const char *path, size_t n)
-{
-	uint64_t *ids = malloc(n * sizeof(*ids));
-	FILE *f = fopen(path, "rb");
+	for (size_t k = first; !ret && k < first + count && k < steps; k++) {
+		const uint64_t *cur = ids + k * ntables * batch;
+		const uint64_t *next = ids + (k + 1) % steps * ntables * batch;
 
-	if (!ids || !f || fread(ids, sizeof(*ids), n, f) != n) {
-		fprintf(stderr, "c_baseline: cannot read %zu ids from %s\n", n,
-			path);
-		exit(1);
-	}
-	fclose(f);
-	return ids;
-}
-
-int main(int argc, char **argv)
-{
-	struct et_store_config cfg = {0};
-	struct et_update_params up = {.lr = 0.01f};
-	uint64_t *ids, *offsets, *all, best = UINT64_MAX;
-	size_t ntables, batch, dim, rows, steps, repeats;
-	struct et_batch_ids *pf;
-	float *out, *grad;
-	int *tid, ret;
-	bool step;
-	et_store *s;
-
-	if (argc != 10) {
-		fprintf(stderr, "usage: c_baseline step|gather DIR IDS TABLES "
-				"BATCH DIM ROWS STEPS REPEATS\n");
-		return 2;
-	}
-	step = !strcmp(argv[1], "step");
-	ntables = strtoull(argv[4], NULL, 0);
-	batch = strtoull(argv[5], NULL, 0);
-	dim = strtoull(argv[6], NULL, 0);
-	rows = strtoull(argv[7], NULL, 0);
-	steps = strtoull(argv[8], NULL, 0);
-	repeats = strtoull(argv[9], NULL, 0);
-	if (!ntables || !batch || !dim || !rows || !steps || !repeats)
-		return 2;
-	ids = load_ids(argv[3], steps * ntables * batch);
-	/* row data + state + slot metadata, with room to spare */
-	cfg.ddr_bytes = (uint64_t)ntables * rows * ((dim + 1) * 4 + 64) * 5 / 4;
-	ret = et_store_open(argv[2], &cfg, &s);
-	if (ret)
-		return fail("et_store_open", ret);
-	tid = calloc(ntables, sizeof(*tid));
-	offsets = malloc((batch + 1) * sizeof(*offsets));
-	out = malloc(ntables * batch * dim * sizeof(*out));
-	grad = malloc(ntables * batch * dim * sizeof(*grad));
-	all = malloc(rows * sizeof(*all));
-	pf = calloc(ntables, sizeof(*pf));
-	if (!tid || !offsets || !out || !grad || !all || !pf)
-		return fail("malloc", -ENOMEM);
-	for (size_t b = 0; b <= batch; b++)
-		offsets[b] = b;
-	for (size_t i = 0; i < ntables * batch * dim; i++)
-		grad[i] = 1e-3f * (float)(i % 7);
-	for (size_t r = 0; r < rows; r++)
-		all[r] = r;
-	for (size_t t = 0; t < ntables; t++) {
-		struct et_table_params p = {
-		    .rows = rows,
-		    .dim = (uint32_t)dim,
-		    .optim = ET_OPT_ROWWISE_ADAGRAD,
-		    .init = ET_INIT_UNIFORM,
-		    .seed = t,
-		};
-		char name[32];
-		float *tmp = malloc(rows * dim * sizeof(*tmp));
-
-		snprintf(name, sizeof(name), "t%zu", t);
-		ret = et_table_create(s, name, &p, &tid[t]);
-		if (!ret && tmp)
-			ret = et_gather(s, tid[t], all, rows, tmp);
-		free(tmp);
-		if (ret)
-			return fail("et_table_create", ret);
-	}
-	for (size_t r = 0; r < repeats; r++) {
-		uint64_t t0 = now_ns(), dt;
-
-		for (size_t k = 0; k < steps; k++) {
-			const uint64_t *sid = ids + k * ntables * batch;
-
-			if (!step) {
-				ret = et_gather(s, tid[0], sid, batch, out);
-				if (ret)
-					return fail("et_gather", ret);
-				continue;
-			}
-			for (size_t t = 0; t < ntables; t++) {
-				pf[t].table = tid[t];
-				pf[t].ids =
-				    ids + ((k + 1) % steps) * ntables * batch +
-				    t * batch;
-				pf[t].n = batch;
-			}
-			ret = et_prefetch(s, pf, ntables);
-			for (size_t t = 0; !ret && t < ntables; t++)
-				ret = et_gather_pooled(
-				    s, tid[t], sid + t * batch, offsets, batch,
-				    ET_POOL_SUM, out + t * batch * dim);
-			for (size_t t = 0; !ret && t < ntables; t++)
-				ret = et_update_pooled(
-				    s, tid[t], sid + t * batch, offsets, batch,
-				    ET_POOL_SUM, grad + t * batch * dim, &up);
-			if (ret)
-				return fail("step", ret);
+		for (size_t t = 0; t < ntables; t++) {
+			pf[t].table = tid[t];
+			pf[t].ids = next + t * batch;
+			pf[t].n = batch;
 		}
-		dt = now_ns() - t0;
-		if (dt < best)
-			best = dt;
+		ret = et_prefetch(s, pf, ntables);
+		for (size_t t = 0; !ret && t < ntables; t++)
+			ret = et_gather_pooled(s, tid[t], cur + t * batch,
+					       offsets, batch, ET_POOL_SUM,
+					       out + t * batch * dim);
+		for (size_t t = 0; !ret && t < ntables; t++)
+			ret = et_update_pooled(s, tid[t], cur + t * batch,
+					       offsets, batch, ET_POOL_SUM,
+					       grad + t * batch * dim, &up);
 	}
-	printf("ns_per_step %.1f\n", (double)best / (double)steps);
-	ret = et_store_close(s);
-	free(ids);
-	free(tid);
-	free(offsets);
-	free(out);
-	free(grad);
-	free(all);
-	free(pf);
-	return ret ? fail("et_store_close", ret) : 0;
+	*ns = now_ns() - t0;
+	return ret;
+}
+
+/* et_gather of ids[k * batch ..][0 .. batch) into out, for each step k. */
+int cb_gather(et_store *s, int table, const uint64_t *ids, size_t batch,
+	      size_t steps, float *out, uint64_t *ns)
+{
+	uint64_t t0 = now_ns();
+	int ret = 0;
+
+	for (size_t k = 0; !ret && k < steps; k++)
+		ret = et_gather(s, table, ids + k * batch, batch, out);
+	*ns = now_ns() - t0;
+	return ret;
+}
+
+/*
+ * The same signatures as et_gather_pooled, et_update_pooled and
+ * et_prefetch, doing nothing: the benchmark puts them in the package's
+ * place of the library's to time what the binding alone costs.
+ */
+int cb_nop_gather_pooled(et_store *s, int table, const uint64_t *ids,
+			 const uint64_t *offsets, size_t nbags, et_pool mode,
+			 float *out);
+int cb_nop_update_pooled(et_store *s, int table, const uint64_t *ids,
+			 const uint64_t *offsets, size_t nbags, et_pool mode,
+			 const float *bag_grads,
+			 const struct et_update_params *up);
+int cb_nop_prefetch(et_store *s, const struct et_batch_ids *batch,
+		    size_t ntables);
+
+int cb_nop_gather_pooled(et_store *s, int table, const uint64_t *ids,
+			 const uint64_t *offsets, size_t nbags, et_pool mode,
+			 float *out)
+{
+	return 0;
+}
+
+int cb_nop_update_pooled(et_store *s, int table, const uint64_t *ids,
+			 const uint64_t *offsets, size_t nbags, et_pool mode,
+			 const float *bag_grads,
+			 const struct et_update_params *up)
+{
+	return 0;
+}
+
+int cb_nop_prefetch(et_store *s, const struct et_batch_ids *batch,
+		    size_t ntables)
+{
+	return 0;
 }

@@ -268,6 +268,23 @@ def new(name, **fields):
     return st
 
 
+def numpy_dtype(name):
+    """A numpy structured dtype laid out as struct `name` (scalar fields
+    only), to fill arrays of it without a Python loop."""
+    import numpy as np
+    cls = STRUCTS[name]
+    names, formats, offsets = [], [], []
+    for f, t in cls._fields_:
+        if issubclass(t, ctypes.Structure):
+            raise TypeError(f"struct {name}: nested struct {f}")
+        names.append(f)
+        formats.append(np.dtype(np.uintp) if t is ctypes.c_void_p
+                       else np.dtype(t))
+        offsets.append(getattr(cls, f).offset)
+    return np.dtype({"names": names, "formats": formats,
+                     "offsets": offsets, "itemsize": ctypes.sizeof(cls)})
+
+
 def to_dict(st):
     """A struct (nested structs too) as a dict of its fields."""
     out = {}

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from . import _abi
-from .store import (EmbtierError, Table, _einval, _pool, as_ids,
+from .store import (EmbtierError, Table, _einval, _pool, _ptr, as_ids,
                     check_offsets)
 from ._abi import lib
 
@@ -85,9 +85,17 @@ class EmbeddingBagCollection(torch.nn.Module):
         # the autograd graph needs an input that wants a gradient; it is
         # no parameter (a dense optimizer has nothing to do with it)
         self._anchor = torch.zeros(0, requires_grad=True)
+        self._width = sum(self.dims)
         self._up = _abi.new("et_update_params")
+        self._up_ref = ctypes.byref(self._up)
         self._arange = np.arange(1, dtype=np.uint64)
-        self._pf = (_abi.STRUCTS["et_batch_ids"] * len(self.tables))()
+        # et_prefetch's argument, filled as a numpy array of its layout
+        T = len(self.tables)
+        self._pf = (_abi.STRUCTS["et_batch_ids"] * T)()
+        self._pf_np = np.frombuffer(self._pf, _abi.numpy_dtype(
+            "et_batch_ids"))
+        self._pf_np["table"] = self._ids
+        self._steps = np.arange(T, dtype=np.uintp) * 8
 
     def extra_repr(self):
         return f"tables={[t.name for t in self.tables]}, dims={self.dims}, " \
@@ -101,64 +109,88 @@ class EmbeddingBagCollection(torch.nn.Module):
                                      dtype=np.uint64)
         return self._arange[:n + 1]
 
-    def _batch(self, ids, offsets):
-        """[(ids, offsets)] per table as uint64 numpy arrays, checked."""
+    def _batch(self, ids, offsets, copy):
+        """(ids, offsets) per table as (keep, [(ids ptr, offsets ptr)],
+        nbags): uint64 arrays, checked; with copy, the ids are the
+        module's own copy (the backward needs them as they are now,
+        whatever the caller does with its buffers in between)."""
         T = len(self.tables)
         if isinstance(ids, torch.Tensor) and ids.dim() == 2:
             if offsets is not None:
                 raise _einval("EmbeddingBagCollection", "a 2-D ids tensor "
                               "has one id per bag: no offsets")
-            ids = _as_np(ids)
-            ids = [ids[t] for t in range(ids.shape[0])]
+            a = self._ids2d(ids, copy)
+            nbags = a.shape[1]
+            o = self._one_per_bag(nbags)
+            base, optr = _ptr(a), _ptr(o)
+            step = nbags * 8
+            return ((a, o), [(base + t * step, optr) for t in range(T)],
+                    nbags)
         if len(ids) != T or (offsets is not None and len(offsets) != T):
             raise _einval("EmbeddingBagCollection",
                           f"{T} tables, but ids/offsets for {len(ids)}")
-        batch, nbags = [], None
+        keep, ptrs, nbags = [], [], None
         for t in range(T):
             i = as_ids(_as_np(ids[t]), "ids")
+            if copy:
+                i = i.copy()
             o = None if offsets is None else offsets[t]
             if o is None:
                 o = self._one_per_bag(i.shape[0])
             else:
                 o = check_offsets(_as_np(o), i.shape[0],
                                   "EmbeddingBagCollection")
+                if copy:
+                    o = o.copy()
             if nbags is None:
                 nbags = o.shape[0] - 1
             elif o.shape[0] - 1 != nbags:
                 raise _einval("EmbeddingBagCollection", "every table needs "
                               "the same number of bags")
-            batch.append((i, o))
-        return batch, nbags
+            keep += (i, o)
+            ptrs.append((_ptr(i), _ptr(o)))
+        return keep, ptrs, nbags
+
+    def _ids2d(self, ids, copy):
+        """A [T, B] tensor of ids as a C-contiguous uint64 array."""
+        a = _as_np(ids)
+        if a.shape[0] != len(self.tables):
+            raise _einval("EmbeddingBagCollection", f"{len(self.tables)} "
+                          f"tables, but ids for {a.shape[0]}")
+        if a.dtype.kind not in "iu":
+            raise _einval("ids", f"integer ids expected, not {a.dtype}")
+        if a.dtype.itemsize != 8 or not a.flags.c_contiguous:
+            return np.ascontiguousarray(a, dtype=np.int64).view(np.uint64)
+        return (a.copy() if copy else a).view(np.uint64)
 
     # -- the two halves
 
-    def _gather(self, bo):
-        batch, nbags = bo
-        total = nbags * sum(self.dims)
-        out = torch.empty(total, dtype=torch.float32)
+    def _gather(self, batch):
+        _, ptrs, nbags = batch
+        out = torch.empty(nbags * self._width, dtype=torch.float32)
         p = out.data_ptr()
         h = self.store.handle
-        for tid, dim, (i, o) in zip(self._ids, self.dims, batch):
-            ret = lib.et_gather_pooled(h, tid, i.ctypes.data, o.ctypes.data,
-                                       nbags, self._mode, p)
+        mode = self._mode
+        for tid, dim, (i, o) in zip(self._ids, self.dims, ptrs):
+            ret = lib.et_gather_pooled(h, tid, i, o, nbags, mode, p)
             if ret:
                 raise EmbtierError(ret, "et_gather_pooled")
             p += nbags * dim * 4
         return out
 
-    def _update(self, bo, grad):
-        batch, nbags = bo
-        grad = grad.contiguous()
+    def _update(self, batch, grad):
+        _, ptrs, nbags = batch
         if grad.dtype != torch.float32:
             grad = grad.float()
+        grad = grad.contiguous()
         self._up.lr = self.lr
         self._up.eps = self.eps
-        up = ctypes.byref(self._up)
+        up = self._up_ref
         p = grad.data_ptr()
         h = self.store.handle
-        for tid, dim, (i, o) in zip(self._ids, self.dims, batch):
-            ret = lib.et_update_pooled(h, tid, i.ctypes.data, o.ctypes.data,
-                                       nbags, self._mode, p, up)
+        mode = self._mode
+        for tid, dim, (i, o) in zip(self._ids, self.dims, ptrs):
+            ret = lib.et_update_pooled(h, tid, i, o, nbags, mode, p, up)
             if ret:
                 raise EmbtierError(ret, "et_update_pooled")
             p += nbags * dim * 4
@@ -170,32 +202,32 @@ class EmbeddingBagCollection(torch.nn.Module):
         return tuple(x.view(nbags, d) for x, d in zip(parts, self.dims))
 
     def forward(self, ids, offsets=None):
-        bo = self._batch(ids, offsets)
         if torch.is_grad_enabled() and self.training:
-            # the backward needs these ids as they are now, whatever the
-            # caller does with its buffers in between
-            batch, nbags = bo
-            bo = ([(i.copy(), o if o.base is self._arange else o.copy())
-                   for i, o in batch], nbags)
-            flat = _Lookup.apply(self._anchor, self, bo)
+            batch = self._batch(ids, offsets, True)
+            flat = _Lookup.apply(self._anchor, self, batch)
         else:
-            flat = self._gather(bo)
-        return self._shape(flat, bo[1])
+            batch = self._batch(ids, offsets, False)
+            flat = self._gather(batch)
+        return self._shape(flat, batch[2])
 
     def prefetch(self, ids):
         """et_prefetch of the next batch's ids (a list of per-table 1-D
         tensors or arrays, or a [T, B] tensor); returns at once."""
+        T = len(self.tables)
+        pf = self._pf_np
         if isinstance(ids, torch.Tensor) and ids.dim() == 2:
-            ids = _as_np(ids)
-        if len(ids) != len(self.tables):
-            raise _einval("prefetch", f"{len(self.tables)} tables, but ids "
-                          f"for {len(ids)}")
-        keep = [as_ids(_as_np(x), "prefetch: ids") for x in ids]
-        pf = self._pf
-        for k, (tid, x) in enumerate(zip(self._ids, keep)):
-            pf[k].table = tid
-            pf[k].ids = x.ctypes.data
-            pf[k].n = x.shape[0]
-        ret = lib.et_prefetch(self.store.handle, pf, len(keep))
+            a = self._ids2d(ids, False)
+            pf["ids"] = _ptr(a) + self._steps * a.shape[1]
+            pf["n"] = a.shape[1]
+            keep = a
+        else:
+            if len(ids) != T:
+                raise _einval("prefetch", f"{T} tables, but ids for "
+                              f"{len(ids)}")
+            keep = [as_ids(_as_np(x), "prefetch: ids") for x in ids]
+            pf["ids"] = [_ptr(x) for x in keep]
+            pf["n"] = [x.shape[0] for x in keep]
+        ret = lib.et_prefetch(self.store.handle, self._pf, T)
+        del keep
         if ret:
             raise EmbtierError(ret, "et_prefetch")
