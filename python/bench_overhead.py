@@ -219,7 +219,7 @@ def main():
           f"{(py_torch / c_step - 1) * 100:+.1f}%")
     print(f"  numpy API     {py_numpy / 1e3:9.1f} us/step   overhead "
           f"{(py_numpy / c_step - 1) * 100:+.1f}%")
-    print(f"  the binding alone (library calls replaced by no-ops):")
+    print("  the binding alone (library calls replaced by no-ops):")
     print(f"  torch module  {bind_torch / 1e3:9.1f} us/step   "
           f"= {bind_torch / c_step * 100:.1f}% of the C step")
     print(f"  numpy API     {bind_numpy / 1e3:9.1f} us/step   "

@@ -41,8 +41,14 @@ _C_TYPES = {
     "int32_t": ctypes.c_int32,
     "uint16_t": ctypes.c_uint16,
     "uint8_t": ctypes.c_uint8,
+    "int16_t": ctypes.c_int16,
+    "int8_t": ctypes.c_int8,
+    "char": ctypes.c_char,
     "int": ctypes.c_int,
     "unsigned": ctypes.c_uint,
+    "unsigned int": ctypes.c_uint,
+    "long": ctypes.c_long,
+    "unsigned long": ctypes.c_ulong,
     "float": ctypes.c_float,
     "double": ctypes.c_double,
     "size_t": ctypes.c_size_t,
@@ -62,8 +68,9 @@ def _int_expr(expr, known):
     names = re.findall(r"[A-Za-z_]\w*", expr)
     if any(n not in known for n in names):
         return None
-    if not re.fullmatch(r"[\w\s()+\-*<>|&~]*", expr):
+    if not re.fullmatch(r"[\w\s()+\-*/<>|&~]*", expr) or "//" in expr:
         return None
+    expr = expr.replace("/", "//")
     try:
         return int(eval(expr, {"__builtins__": {}}, dict(known)))
     except Exception:
@@ -108,31 +115,51 @@ class Header:
             self.consts.update(vals)
         self.enum_types = {n for n in self.enums if n}
         self.enum_types |= set(re.findall(r"typedef\s+enum\s+\w*\s*\{.*?\}\s*(\w+)\s*;", body, re.S))
-        self.structs = {}  # name -> [(field, base type, is pointer)]
+        self.pointer_types = set(re.findall(
+            r"typedef[^;{}]*\(\s*\*\s*(\w+)\s*\)", body))
+        # name -> [(field, base type, is pointer, array length or None)]
+        self.structs = {}
+        self.bad = {}  # struct -> why it cannot be mirrored
         for m in re.finditer(r"struct\s+(\w+)\s*\{(.*?)\}\s*;", body, re.S):
-            self.structs[m.group(1)] = self._fields(m.group(1), m.group(2))
+            try:
+                self.structs[m.group(1)] = self._fields(m.group(2))
+            except ValueError as e:
+                self.bad[m.group(1)] = str(e)
 
-    def _fields(self, sname, block):
+    def _fields(self, block):
+        if "{" in block:
+            raise ValueError("nested braces")
         fields = []
         for decl in block.split(";"):
             decl = " ".join(decl.split())
             if not decl:
                 continue
-            m = re.match(r"(?:const\s+)?(struct\s+\w+|\w+)\s+(.*)$", decl)
+            fp = re.match(r".*\(\s*\*\s*(\w+)\s*\)\s*\(.*\)$", decl)
+            if fp:  # a function pointer
+                fields.append((fp.group(1), "void", True, None))
+                continue
+            m = re.match(r"(?:const\s+)?(struct\s+\w+|unsigned\s+\w+|\w+)"
+                         r"\s+(.*)$", decl)
             if not m:
-                raise ImportError(f"{self.path}: struct {sname}: cannot "
-                                  f"parse {decl!r}")
-            base, names = m.group(1), m.group(2)
+                raise ValueError(f"cannot parse {decl!r}")
+            base, names = " ".join(m.group(1).split()), m.group(2)
             for name in names.split(","):
                 name = name.strip()
                 ptr = name.startswith("*")
                 name = name.lstrip("* ").strip()
-                fields.append((name, base, ptr))
+                n = None
+                arr = re.match(r"(\w+)\s*\[(.*)\]$", name)
+                if arr:
+                    name = arr.group(1)
+                    n = _int_expr(arr.group(2), self.consts)
+                    if n is None:
+                        raise ValueError(f"array size {arr.group(2)!r}")
+                fields.append((name, base, ptr, n))
         return fields
 
     def field_enum(self, struct, field):
         """The enum type of struct.field, or None."""
-        for f, base, ptr in self.structs[struct]:
+        for f, base, ptr, _ in self.structs.get(struct, ()):
             if f == field and not ptr and base in self.enum_types:
                 return base
         return None
@@ -141,24 +168,33 @@ class Header:
         """{member name: value} of a named enum."""
         return self.enums.get(enum, {})
 
-    def ctype(self, base, ptr, built):
-        if ptr:
-            return ctypes.c_void_p
-        if base.startswith("struct "):
-            return built[base.split()[1]]
-        if base in _C_TYPES:
-            return _C_TYPES[base]
-        if base in self.enum_types or base.startswith("et_"):
-            return ctypes.c_int  # every et_ enum fits an int
-        raise ImportError(f"{self.path}: unknown field type {base}")
+    def ctype(self, base, ptr, n, built):
+        if ptr or base in self.pointer_types:
+            t = ctypes.c_void_p
+        elif base.startswith("struct "):
+            t = built.get(base.split()[1])
+            if t is None:
+                raise ValueError(f"{base} not mirrored")
+        elif base in _C_TYPES:
+            t = _C_TYPES[base]
+        elif base in self.enum_types:
+            t = ctypes.c_int  # every et_ enum fits an int
+        else:
+            raise ValueError(f"unknown field type {base}")
+        return t * n if n is not None else t
 
     def build_structs(self):
+        """ctypes classes of every struct that can be mirrored; the others
+        are in self.bad, and fail only when used."""
         built = {}
         for name, fields in self.structs.items():
-            cls = type(name, (ctypes.Structure,), {
-                "_fields_": [(f, self.ctype(b, p, built))
-                             for f, b, p in fields]})
-            built[name] = cls
+            try:
+                ff = [(f, self.ctype(b, p, n, built))
+                      for f, b, p, n in fields]
+            except ValueError as e:
+                self.bad[name] = str(e)
+                continue
+            built[name] = type(name, (ctypes.Structure,), {"_fields_": ff})
         return built
 
 
@@ -253,10 +289,18 @@ if HEADER.version_string and HEADER.version_string != LIB_VERSION:
                       f"{LIB_VERSION}")
 
 
+def struct_class(name):
+    cls = STRUCTS.get(name)
+    if cls is None:
+        raise ImportError(f"embtier: struct {name} of {HEADER.path} cannot "
+                          f"be mirrored: {HEADER.bad.get(name, 'not found')}")
+    return cls
+
+
 def new(name, **fields):
     """A zero-padded instance of struct `name`, fields set from kwargs
     (unknown names are a TypeError: a typo must not pass silently)."""
-    cls = STRUCTS[name]
+    cls = struct_class(name)
     buf = (ctypes.c_char * (ctypes.sizeof(cls) + PAD))()
     st = cls.from_buffer(buf)  # keeps buf alive
     names = {f[0] for f in cls._fields_}
@@ -272,7 +316,7 @@ def numpy_dtype(name):
     """A numpy structured dtype laid out as struct `name` (scalar fields
     only), to fill arrays of it without a Python loop."""
     import numpy as np
-    cls = STRUCTS[name]
+    cls = struct_class(name)
     names, formats, offsets = [], [], []
     for f, t in cls._fields_:
         if issubclass(t, ctypes.Structure):

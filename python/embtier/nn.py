@@ -91,7 +91,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         self._arange = np.arange(1, dtype=np.uint64)
         # et_prefetch's argument, filled as a numpy array of its layout
         T = len(self.tables)
-        self._pf = (_abi.STRUCTS["et_batch_ids"] * T)()
+        self._pf = (_abi.struct_class("et_batch_ids") * T)()
         self._pf_np = np.frombuffer(self._pf, _abi.numpy_dtype(
             "et_batch_ids"))
         self._pf_np["table"] = self._ids

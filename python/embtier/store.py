@@ -199,8 +199,8 @@ def check_offsets(offsets, n, where):
     offsets = as_ids(offsets, where + ": offsets")
     if offsets.shape[0] < 1:
         raise _einval(where, "offsets needs nbags + 1 entries")
-    if offsets[-1] > n:
-        raise _einval(where, f"the last offset {int(offsets[-1])} is past "
+    if offsets.item(-1) > n:
+        raise _einval(where, f"the last offset {offsets.item(-1)} is past "
                       f"the {n} ids")
     return offsets
 
@@ -496,7 +496,7 @@ _BATCH_TYPES = {}
 def _batch_array(n):
     t = _BATCH_TYPES.get(n)
     if t is None:
-        t = _BATCH_TYPES[n] = _abi.STRUCTS["et_batch_ids"] * n
+        t = _BATCH_TYPES[n] = _abi.struct_class("et_batch_ids") * n
     return t
 
 
@@ -514,7 +514,7 @@ def _name(name):
 def _check_stats_size(h):
     """The library writes sizeof(struct et_stats) bytes: it must be the
     size parsed from the header, else the bindings would misread it."""
-    size = ctypes.sizeof(_abi.STRUCTS["et_stats"])
+    size = ctypes.sizeof(_abi.struct_class("et_stats"))
     buf = (ctypes.c_ubyte * (size + _abi.PAD))()
     ctypes.memset(buf, 0xA5, len(buf))
     _check(lib.et_get_stats(h, -1, buf), "et_get_stats")

@@ -33,6 +33,17 @@ def test_header_changes_are_followed(tmp_path):
                         "uint64_t evictions;\n\tuint64_t new_counter; /* x */")
     text = text.replace("ET_ERR_BASE = -4000", "ET_ERR_BASE = -5000")
     text = text.replace("ET_EMAGIC = -4001", "ET_EMAGIC = ET_ERR_BASE - 1")
+    # fields of other kinds: arrays, function pointers, unknown types
+    text = text.replace("struct et_batch_ids {", """struct et_more {
+	char name[ET_MAX_DIM / 1024];
+	et_progress_fn progress;
+	int (*fn)(void *arg, int x);
+	unsigned int u, v[2];
+};
+struct et_odd {
+	mystery_t m;
+};
+struct et_batch_ids {""")
     p = tmp_path / "embtier.h"
     p.write_text(text)
     h = _abi.Header(str(p))
@@ -43,6 +54,11 @@ def test_header_changes_are_followed(tmp_path):
     import ctypes
     assert ctypes.sizeof(s["et_stats"]) == ctypes.sizeof(old) + 16
     assert h.consts["ET_EMAGIC"] == -5001
+    more = s["et_more"]
+    assert ctypes.sizeof(more) == 64 + 8 + 8 + 4 + 8 + 4  # + padding
+    assert [f[0] for f in more._fields_] == ["name", "progress", "fn", "u",
+                                              "v"]
+    assert "et_odd" not in s and "mystery_t" in h.bad["et_odd"]
 
 
 def test_round_trip(store_dir):

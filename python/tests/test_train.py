@@ -32,3 +32,35 @@ def test_training_learns(store_dir):
     assert res["eval_auc"] > 0.70, res
     assert res["eval_auc"] > frozen["eval_auc"] + 0.03, (res, frozen)
     assert res["eval_auc"] < res["teacher_auc"]
+
+
+def test_criteo_tsv(store_dir, tmp_path):
+    """The example reads Criteo TSV: empty fields, a malformed line."""
+    import numpy as np
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(600):
+        label = int(rng.random() < 0.3)
+        ints = [str(rng.integers(0, 50)) if rng.random() < 0.8 else ""
+                for _ in range(13)]
+        cats = [f"{rng.integers(0, 2**32):08x}" if rng.random() < 0.9
+                else "" for _ in range(26)]
+        lines.append("\t".join([str(label)] + ints + cats))
+    lines.insert(100, "not\ta\tcriteo\tline")
+    path = tmp_path / "train.txt"
+    path.write_text("\n".join(lines) + "\n")
+    dlrm = load_example()
+    args = dlrm.parse_args([
+        "--data", str(path), "--rows", "1000", "--dim", "4", "--batch", "64",
+        "--steps", "20", "--eval-samples", "128", "--log-every", "0",
+        "--ddr-mb", "4", "--hbm-mb", "0", "--dir", store_dir])
+    seen = []
+    res = dlrm.train(args, out=seen.append)
+    assert 0.0 <= res["eval_auc"] <= 1.0
+    assert "malformed-lines: 1" in seen
+    c = dlrm.Criteo(str(path), [1000] * 26)
+    b = c.next(3)
+    assert b.dense.shape == (3, 13) and len(b.ids) == 26
+    assert all(o.shape == (4,) and int(o[-1]) == len(i)
+               for i, o in zip(b.ids, b.offsets))
+    assert all(0 <= int(x) < 1000 for i in b.ids for x in i)
