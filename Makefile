@@ -116,14 +116,22 @@ test: $(RUN_TESTS) $(TOOLS) $(BENCH) $(if $(PY_TESTS),python) ## Build and run t
 
 # The Python package (python/embtier) loads the library with dlopen(),
 # which Debian's jemalloc refuses (initial-exec TLS): `make python` builds
-# it again in build-python/ with libc malloc, and the C side of the
-# package's benchmark (python/bench_overhead.py) linked to that same .so.
+# it again in build-python/ with libc malloc, the package's table-batched
+# calls (python/embtier/_tables.c) and the C side of its benchmark
+# (python/bench_overhead.py), both linked to that same .so.
 PYTHON ?= /usr/bin/python3
 PYBUILD := build-python
 
 python: ## Build the library for the Python package (in build-python/)
 	$(Q)$(MAKE) --no-print-directory BUILD=$(PYBUILD) NO_JEMALLOC=1 SAN= \
-		lib $(PYBUILD)/python/libc_baseline.so
+		lib $(PYBUILD)/python/libc_baseline.so \
+		$(PYBUILD)/python/libembtier_tables.so
+
+$(BUILD)/python/libembtier_tables.so: python/embtier/_tables.c $(SHARED)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -shared -o $@ $< -L$(BUILD) -lembtier \
+		-Wl,-rpath,'$$ORIGIN/..' $(ET_LDFLAGS) $(LDFLAGS)
 
 $(BUILD)/python/libc_baseline.so: python/bench/c_baseline.c $(SHARED)
 	$(call msg,LD,$@)
@@ -272,7 +280,8 @@ uninstall: ## Remove what install put in place
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
 C_SOURCES = include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] \
-	tests/*.[ch] fuzz/*.c python/bench/*.c
+	tests/*.[ch] fuzz/*.c python/bench/*.c \
+	python/embtier/*.c
 
 format: ## Format the C sources with clang-format
 	clang-format -i $(C_SOURCES)

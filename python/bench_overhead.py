@@ -18,20 +18,23 @@ step    a training step's store work at --batch bags x --tables tables
 gather  et_gather of --gather-batch ids of one table into a preallocated
         array: Store.gather(ids, out=...) against the C call.
 
-C and Python alternate step by step (gather: pass by pass) over the same
-store, so that both see the same machine load, and each keeps its fastest
-of --passes passes: the machine is shared, and the minimum is what the
-code costs when little else interferes.  The binding's own cost is also
+C and Python alternate pass by pass over the same store, and each keeps
+its fastest of --passes passes: the machine is shared, and the minimum is
+what the code costs when little else interferes.  (--interleave step
+alternates step by step, which shares the load more evenly but lets each
+way find the rows the one before it just read in the CPU's caches.)  The binding's own cost is also
 timed alone, with the library's three calls replaced by no-ops.
 """
 
 import argparse
 import ctypes
+from contextlib import nullcontext
 import os
 import shutil
 import sys
 import tempfile
 import time
+import types
 
 import numpy as np
 
@@ -55,23 +58,27 @@ def load_baseline():
     return cb
 
 
-def make_store(d, ntables, rows, dim):
-    s = embtier.Store(d, ddr_bytes=ntables * rows * ((dim + 1) * 4 + 64)
-                      * 5 // 4)
-    tables = [s.create_table(f"t{t}", rows=rows, dim=dim,
+def make_store(d, rows, dim, hbm_bytes=0, ddr_bytes=0):
+    """Tables of rows[t] rows; without ddr_bytes, a DDR tier that holds
+    every row, each read once (so that all lookups hit DDR)."""
+    warm = not ddr_bytes
+    if warm:
+        ddr_bytes = sum(rows) * ((dim + 1) * 4 + 64) * 5 // 4
+    s = embtier.Store(d, hbm_bytes=hbm_bytes, ddr_bytes=ddr_bytes)
+    tables = [s.create_table(f"t{t}", rows=r, dim=dim,
                              optim="rowwise_adagrad", init="uniform", seed=t)
-              for t in range(ntables)]
-    every = np.arange(rows, dtype=np.uint64)
-    for t in tables:
-        t.gather(every)
+              for t, r in enumerate(rows)]
+    for t, r in zip(tables, rows):
+        if warm:
+            t.gather(np.arange(r, dtype=np.uint64))
     return s, tables
 
 
 def timed(fn, steps):
-    t0 = time.perf_counter_ns()
+    t0 = time.thread_time_ns()
     for k in range(steps):
         fn(k)
-    return time.perf_counter_ns() - t0
+    return time.thread_time_ns() - t0
 
 
 def c_pass(fn, *args):
@@ -82,13 +89,13 @@ def c_pass(fn, *args):
     return ns.value
 
 
-def bench_step(cb, d, ids, a):
-    """ns per step: C, the torch module, the numpy API."""
+def bench_step(cb, s, tables, ids, a):
+    """ns per step: C, the torch module, the numpy API, and the last two
+    with the library's calls replaced by no-ops."""
     import torch
     from embtier.nn import EmbeddingBagCollection
     torch.set_num_threads(1)
     steps, T, B = ids.shape
-    s, tables = make_store(d, T, a.rows, a.dim)
     ebc = EmbeddingBagCollection(s, tables, lr=0.01)
     grad = torch.from_numpy(
         (1e-3 * (np.arange(T * B * a.dim) % 7)).astype(np.float32)
@@ -120,22 +127,32 @@ def bench_step(cb, d, ids, a):
                       gnp.ctypes.data, 0.01, out.ctypes.data)
 
     def one(fn, k):
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         fn(k)
-        return time.perf_counter_ns() - t0
+        return time.thread_time_ns() - t0
 
-    # step by step, C and Python alternate: both see the same load
-    best = [float("inf")] * 5
+    def c_run(k):
+        c_run.ns += c_step(k)
+
     nop = binding_only(cb)
+    runs = [c_run, torch_step, numpy_step, torch_step, numpy_step]
+    best = [float("inf")] * 5
     for _ in range(a.passes):
         tot = [0] * 5
-        for k in range(steps):
-            tot[0] += c_step(k)
-            tot[1] += one(torch_step, k)
-            tot[2] += one(numpy_step, k)
-            with nop:
-                tot[3] += one(torch_step, k)
-                tot[4] += one(numpy_step, k)
+        if a.interleave == "step":
+            # every step runs right after the same step of another way,
+            # which brought its rows into the CPU's caches: flattering
+            for k in range(steps):
+                for i, fn in enumerate(runs):
+                    with nop if i >= 3 else nullcontext():
+                        c_run.ns = 0
+                        tot[i] += one(fn, k) if i else (c_run(k), c_run.ns)[1]
+        else:
+            for i, fn in enumerate(runs):
+                with nop if i >= 3 else nullcontext():
+                    c_run.ns = 0
+                    t = sum(one(fn, k) for k in range(steps))
+                    tot[i] = c_run.ns if i == 0 else t
         best = [min(b, t / steps) for b, t in zip(best, tot)]
     s.close()
     return best
@@ -143,8 +160,9 @@ def bench_step(cb, d, ids, a):
 
 class binding_only:
     """Within it, the package's et_gather_pooled, et_update_pooled and
-    et_prefetch do nothing (c_baseline.c's no-ops of the same signatures):
-    a step then costs what Python, ctypes and torch add, alone."""
+    et_prefetch, and its table-batched calls (_tables.c), do nothing
+    (c_baseline.c's no-ops of the same signatures): a step then costs
+    what Python, ctypes and torch add, alone."""
 
     NAMES = ("et_gather_pooled", "et_update_pooled", "et_prefetch")
 
@@ -155,19 +173,31 @@ class binding_only:
         lib = embtier._abi.lib
         self.saved = [getattr(lib, n) for n in self.NAMES]
         for n, f in zip(self.NAMES, self.saved):
-            nop = getattr(self.cb, "cb_nop_" + n[3:])
-            nop.argtypes, nop.restype = f.argtypes, f.restype
-            setattr(lib, n, nop)
+            setattr(lib, n, self.nop("cb_nop_" + n[3:], f))
+        self.tables = embtier._abi.tables_lib
+        if self.tables is not None:
+            nops = types.SimpleNamespace()
+            for n in ("etpy_gather_pooled", "etpy_update_pooled",
+                      "etpy_prefetch"):
+                setattr(nops, n, self.nop("cb_nop_" + n,
+                                          getattr(self.tables, n)))
+            embtier._abi.tables_lib = nops
+
+    def nop(self, name, f):
+        nop = getattr(self.cb, name)
+        nop.argtypes, nop.restype = f.argtypes, f.restype
+        return nop
 
     def __exit__(self, *exc):
         for n, f in zip(self.NAMES, self.saved):
             setattr(embtier._abi.lib, n, f)
+        embtier._abi.tables_lib = self.tables
 
 
 def bench_gather(cb, d, ids, a):
     """ns per gather: C, the numpy API."""
     steps, _, B = ids.shape
-    s, (t,) = make_store(d, 1, a.gather_rows, a.gather_dim)
+    s, (t,) = make_store(d, [a.gather_rows], a.gather_dim)
     out = np.empty((B, a.gather_dim), np.float32)
 
     def gather(k):
@@ -183,6 +213,22 @@ def bench_gather(cb, d, ids, a):
     return best
 
 
+def report_step(title, res, a):
+    c_step, py_torch, py_numpy, bind_torch, bind_numpy = res
+    print(f"{title}: {a.tables} tables, batch {a.batch}, dim {a.dim}; "
+          f"prefetch + pooled gather + fused update")
+    print(f"  C             {c_step / 1e3:9.1f} us/step")
+    print(f"  torch module  {py_torch / 1e3:9.1f} us/step   overhead "
+          f"{(py_torch / c_step - 1) * 100:+.1f}%")
+    print(f"  numpy API     {py_numpy / 1e3:9.1f} us/step   overhead "
+          f"{(py_numpy / c_step - 1) * 100:+.1f}%")
+    print("  the binding alone (library calls replaced by no-ops):")
+    print(f"  torch module  {bind_torch / 1e3:9.1f} us/step   "
+          f"= {bind_torch / c_step * 100:.1f}% of the C step")
+    print(f"  numpy API     {bind_numpy / 1e3:9.1f} us/step   "
+          f"= {bind_numpy / c_step * 100:.1f}% of the C step")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tables", type=int, default=26)
@@ -195,35 +241,43 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--passes", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--interleave", choices=("pass", "step"), default="pass",
+                    help="alternate C and Python pass by pass (default) or "
+                    "step by step")
     a = ap.parse_args()
     cb = load_baseline()
     rng = np.random.default_rng(a.seed)
     tmp = tempfile.mkdtemp(prefix="embtier-bench.", dir=os.environ.get(
         "TMPDIR", "/var/tmp"))
     try:
+        # the example's workload: its store, tables and synthetic ids
+        sys.path.insert(0, os.path.join(HERE, "examples"))
+        import dlrm
+        ex = dlrm.parse_args(["--tables", str(a.tables), "--dim",
+                              str(a.dim)])
+        rows = dlrm.table_rows(ex)
+        src = dlrm.Synthetic(rows, ex.hot, ex.zipf, ex.seed, 0)
+        ex_ids = np.stack([np.stack(src.next(a.batch).ids)
+                           for _ in range(a.steps)]).astype(np.uint64)
+        s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
+                               int(ex.hbm_mb * 2**20), int(ex.ddr_mb * 2**20))
+        example = bench_step(cb, s, tables, ex_ids, a)
         step_ids = rng.integers(0, a.rows, (a.steps, a.tables, a.batch),
                                 dtype=np.uint64)
+        s, tables = make_store(os.path.join(tmp, "s1"), [a.rows] * a.tables,
+                               a.dim)
+        ddr = bench_step(cb, s, tables, step_ids, a)
         gather_ids = rng.integers(0, a.gather_rows,
                                   (a.steps, 1, a.gather_batch),
                                   dtype=np.uint64)
-        c_step, py_torch, py_numpy, bind_torch, bind_numpy = bench_step(
-            cb, os.path.join(tmp, "s1"), step_ids, a)
         c_gather, py_g = bench_gather(cb, os.path.join(tmp, "s2"),
                                       gather_ids, a)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"step: {a.tables} tables, batch {a.batch}, dim {a.dim}, "
-          f"DDR hits (prefetch + pooled gather + fused update)")
-    print(f"  C             {c_step / 1e3:9.1f} us/step")
-    print(f"  torch module  {py_torch / 1e3:9.1f} us/step   overhead "
-          f"{(py_torch / c_step - 1) * 100:+.1f}%")
-    print(f"  numpy API     {py_numpy / 1e3:9.1f} us/step   overhead "
-          f"{(py_numpy / c_step - 1) * 100:+.1f}%")
-    print("  the binding alone (library calls replaced by no-ops):")
-    print(f"  torch module  {bind_torch / 1e3:9.1f} us/step   "
-          f"= {bind_torch / c_step * 100:.1f}% of the C step")
-    print(f"  numpy API     {bind_numpy / 1e3:9.1f} us/step   "
-          f"= {bind_numpy / c_step * 100:.1f}% of the C step")
+    report_step(f"step, the example's store and data ({ex.hbm_mb:g} MiB "
+                f"HBM, {ex.ddr_mb:g} MiB DDR, Zipf ids)", example, a)
+    report_step(f"step, all DDR hits ({a.rows} rows a table, uniform ids)",
+                ddr, a)
     print(f"gather: batch {a.gather_batch}, dim {a.gather_dim}, DDR hits")
     rate = lambda ns: a.gather_batch / ns * 1e3  # noqa: E731
     print(f"  C             {rate(c_gather):9.2f} M ids/s")

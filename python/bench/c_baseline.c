@@ -26,7 +26,7 @@ static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -115,6 +115,37 @@ int cb_nop_update_pooled(et_store *s, int table, const uint64_t *ids,
 
 int cb_nop_prefetch(et_store *s, const struct et_batch_ids *batch,
 		    size_t ntables)
+{
+	return 0;
+}
+
+/* No-ops of python/embtier/_tables.c's calls, for the same purpose. */
+#define TABLE_ARGS                                                             \
+	et_store *s, size_t ntables, const int *tid, const uint32_t *dims,     \
+	    const uint64_t *const *ids, const uint64_t *ids_base,              \
+	    size_t ids_stride, const uint64_t *const *offsets,                 \
+	    const uint64_t *offsets_base, size_t nbags, et_pool mode
+
+int cb_nop_etpy_gather_pooled(TABLE_ARGS, float *out, size_t *failed);
+int cb_nop_etpy_update_pooled(TABLE_ARGS, const float *grads,
+			      const struct et_update_params *up,
+			      size_t *failed);
+int cb_nop_etpy_prefetch(et_store *s, size_t ntables, const int *tid,
+			 const uint64_t *ids_base, size_t n);
+
+int cb_nop_etpy_gather_pooled(TABLE_ARGS, float *out, size_t *failed)
+{
+	return 0;
+}
+
+int cb_nop_etpy_update_pooled(TABLE_ARGS, const float *grads,
+			      const struct et_update_params *up, size_t *failed)
+{
+	return 0;
+}
+
+int cb_nop_etpy_prefetch(et_store *s, size_t ntables, const int *tid,
+			 const uint64_t *ids_base, size_t n)
 {
 	return 0;
 }

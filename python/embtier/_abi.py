@@ -271,6 +271,31 @@ for _name, (_res, _args) in FUNCTIONS.items():
     _f.restype = _res
     _f.argtypes = _args
 
+
+def _load_tables():
+    """build-python/python/libembtier_tables.so (_tables.c), or None: the
+    package then makes the per-table calls itself."""
+    if os.environ.get("EMBTIER_NO_TABLES"):
+        return None
+    for d in (os.path.dirname(os.path.realpath(LIB_PATH)),
+              os.path.join(_REPO, "build-python")):
+        path = os.path.join(d, "python", "libembtier_tables.so")
+        if os.path.exists(path):
+            break
+    else:
+        return None
+    t = ctypes.CDLL(path)
+    common = [_P, _Z, _P, _P, _P, _P, _Z, _P, _P, _Z, _I]
+    t.etpy_gather_pooled.argtypes = common + [_P, _P]
+    t.etpy_update_pooled.argtypes = common + [_P, _P, _P]
+    t.etpy_prefetch.argtypes = [_P, _Z, _P, _P, _Z]
+    for f in (t.etpy_gather_pooled, t.etpy_update_pooled, t.etpy_prefetch):
+        f.restype = _I
+    return t
+
+
+tables_lib = _load_tables()
+
 HEADER = Header(_find_header(LIB_PATH))
 STRUCTS = HEADER.build_structs()
 CONSTS = HEADER.consts

@@ -96,6 +96,13 @@ class EmbeddingBagCollection(torch.nn.Module):
             "et_batch_ids"))
         self._pf_np["table"] = self._ids
         self._steps = np.arange(T, dtype=np.uintp) * 8
+        # the table-batched calls' arguments (_tables.c)
+        self._tid_np = np.array(self._ids, np.intc)
+        self._dims_np = np.array(self.dims, np.uint32)
+        self._tid_ptr = _ptr(self._tid_np)
+        self._dims_ptr = _ptr(self._dims_np)
+        self._failed = ctypes.c_size_t()
+        self._failed_ref = ctypes.byref(self._failed)
 
     def extra_repr(self):
         return f"tables={[t.name for t in self.tables]}, dims={self.dims}, " \
@@ -110,26 +117,26 @@ class EmbeddingBagCollection(torch.nn.Module):
         return self._arange[:n + 1]
 
     def _batch(self, ids, offsets, copy):
-        """(ids, offsets) per table as (keep, [(ids ptr, offsets ptr)],
-        nbags): uint64 arrays, checked; with copy, the ids are the
-        module's own copy (the backward needs them as they are now,
-        whatever the caller does with its buffers in between)."""
+        """(keep, ids pointers, ids base, offsets pointers, offsets base,
+        nbags), checked: a [T, B] tensor as its base address (table k's ids
+        at base + k * B ids, every table's offsets at one base), else each
+        table's ids and offsets as uint64 arrays with their addresses in
+        two uintp arrays; keep holds what the addresses point into. With
+        copy, the ids are the module's own copy (the backward needs them as
+        they are now, whatever the caller does with its buffers)."""
         T = len(self.tables)
         if isinstance(ids, torch.Tensor) and ids.dim() == 2:
             if offsets is not None:
                 raise _einval("EmbeddingBagCollection", "a 2-D ids tensor "
                               "has one id per bag: no offsets")
-            a = self._ids2d(ids, copy)
-            nbags = a.shape[1]
+            ids = self._ids2d(ids, copy)
+            nbags = ids.shape[1]
             o = self._one_per_bag(nbags)
-            base, optr = _ptr(a), _ptr(o)
-            step = nbags * 8
-            return ((a, o), [(base + t * step, optr) for t in range(T)],
-                    nbags)
+            return (ids, o), None, ids.data_ptr(), None, _ptr(o), nbags
         if len(ids) != T or (offsets is not None and len(offsets) != T):
             raise _einval("EmbeddingBagCollection",
                           f"{T} tables, but ids/offsets for {len(ids)}")
-        keep, ptrs, nbags = [], [], None
+        keep, ip, op, nbags = [], [], [], None
         for t in range(T):
             i = as_ids(_as_np(ids[t]), "ids")
             if copy:
@@ -148,52 +155,73 @@ class EmbeddingBagCollection(torch.nn.Module):
                 raise _einval("EmbeddingBagCollection", "every table needs "
                               "the same number of bags")
             keep += (i, o)
-            ptrs.append((_ptr(i), _ptr(o)))
-        return keep, ptrs, nbags
+            ip.append(_ptr(i))
+            op.append(_ptr(o))
+        return (keep, np.array(ip, np.uintp), 0, np.array(op, np.uintp), 0,
+                nbags)
 
     def _ids2d(self, ids, copy):
-        """A [T, B] tensor of ids as a C-contiguous uint64 array."""
-        a = _as_np(ids)
-        if a.shape[0] != len(self.tables):
+        """A [T, B] tensor of ids as a C-contiguous int64 CPU tensor (its
+        bits are the uint64 ids: a negative id is out of range)."""
+        if ids.shape[0] != len(self.tables):
             raise _einval("EmbeddingBagCollection", f"{len(self.tables)} "
-                          f"tables, but ids for {a.shape[0]}")
-        if a.dtype.kind not in "iu":
-            raise _einval("ids", f"integer ids expected, not {a.dtype}")
-        if a.dtype.itemsize != 8 or not a.flags.c_contiguous:
-            return np.ascontiguousarray(a, dtype=np.int64).view(np.uint64)
-        return (a.copy() if copy else a).view(np.uint64)
+                          f"tables, but ids for {ids.shape[0]}")
+        if ids.dtype != torch.int64 or ids.device.type != "cpu" or \
+                not ids.is_contiguous():
+            if ids.is_floating_point() or ids.is_complex() or \
+                    ids.dtype == torch.bool:
+                raise _einval("ids", f"integer ids expected, not "
+                              f"{ids.dtype}")
+            return ids.to(device="cpu", dtype=torch.int64).contiguous()
+        return ids.clone() if copy else ids
 
-    # -- the two halves
+    # -- the two halves: one call into _tables.c each, or a Python loop
 
     def _gather(self, batch):
-        _, ptrs, nbags = batch
-        out = torch.empty(nbags * self._width, dtype=torch.float32)
-        p = out.data_ptr()
-        h = self.store.handle
-        mode = self._mode
-        for tid, dim, (i, o) in zip(self._ids, self.dims, ptrs):
-            ret = lib.et_gather_pooled(h, tid, i, o, nbags, mode, p)
-            if ret:
-                raise EmbtierError(ret, "et_gather_pooled")
-            p += nbags * dim * 4
+        nbags = batch[5]
+        # numpy's allocation: torch's maps and faults in fresh pages for
+        # every output this size (100+ us a step at batch 256 x 26 x 16)
+        out = torch.from_numpy(np.empty(nbags * self._width, np.float32))
+        self._call("et_gather_pooled", batch, out.data_ptr(), None)
         return out
 
     def _update(self, batch, grad):
-        _, ptrs, nbags = batch
         if grad.dtype != torch.float32:
             grad = grad.float()
         grad = grad.contiguous()
         self._up.lr = self.lr
         self._up.eps = self.eps
-        up = self._up_ref
-        p = grad.data_ptr()
+        self._call("et_update_pooled", batch, grad.data_ptr(), self._up_ref)
+
+    def _call(self, name, batch, data, up):
+        """et_gather_pooled (up None) or et_update_pooled over every
+        table, table k's block of data after table k - 1's."""
+        _, ip, ibase, op, obase, nbags = batch
         h = self.store.handle
-        mode = self._mode
-        for tid, dim, (i, o) in zip(self._ids, self.dims, ptrs):
-            ret = lib.et_update_pooled(h, tid, i, o, nbags, mode, p, up)
+        tl = _abi.tables_lib
+        if tl is not None:
+            args = (h, len(self._ids), self._tid_ptr, self._dims_ptr,
+                    None if ip is None else _ptr(ip), ibase, nbags,
+                    None if op is None else _ptr(op), obase, nbags,
+                    self._mode, data)
+            if up is None:
+                ret = tl.etpy_gather_pooled(*args, self._failed_ref)
+            else:
+                ret = tl.etpy_update_pooled(*args, up, self._failed_ref)
             if ret:
-                raise EmbtierError(ret, "et_update_pooled")
-            p += nbags * dim * 4
+                t = self.tables[self._failed.value]
+                raise EmbtierError(ret, name, f"table {t.name!r}")
+            return
+        fn = getattr(lib, name)
+        for k, (tid, dim) in enumerate(zip(self._ids, self.dims)):
+            i = ibase + k * nbags * 8 if ip is None else int(ip[k])
+            o = obase if op is None else int(op[k])
+            args = (h, tid, i, o, nbags, self._mode, data)
+            ret = fn(*args) if up is None else fn(*args, up)
+            if ret:
+                raise EmbtierError(ret, name,
+                                   f"table {self.tables[k].name!r}")
+            data += nbags * dim * 4
 
     def _shape(self, flat, nbags):
         if self._uniform:
@@ -208,18 +236,25 @@ class EmbeddingBagCollection(torch.nn.Module):
         else:
             batch = self._batch(ids, offsets, False)
             flat = self._gather(batch)
-        return self._shape(flat, batch[2])
+        return self._shape(flat, batch[5])
 
     def prefetch(self, ids):
         """et_prefetch of the next batch's ids (a list of per-table 1-D
         tensors or arrays, or a [T, B] tensor); returns at once."""
         T = len(self.tables)
         pf = self._pf_np
+        tl = _abi.tables_lib
         if isinstance(ids, torch.Tensor) and ids.dim() == 2:
-            a = self._ids2d(ids, False)
-            pf["ids"] = _ptr(a) + self._steps * a.shape[1]
-            pf["n"] = a.shape[1]
-            keep = a
+            keep = self._ids2d(ids, False)
+            n = keep.shape[1]
+            if tl is not None:
+                ret = tl.etpy_prefetch(self.store.handle, T, self._tid_ptr,
+                                       keep.data_ptr(), n)
+                if ret:
+                    raise EmbtierError(ret, "et_prefetch")
+                return
+            pf["ids"] = keep.data_ptr() + self._steps * n
+            pf["n"] = n
         else:
             if len(ids) != T:
                 raise _einval("prefetch", f"{T} tables, but ids for "

@@ -39,9 +39,20 @@ def batches(rng, ntables, nbags, steps):
         yield ids, offs
 
 
+@pytest.fixture(params=["batched", "per-table"])
+def calls(request, monkeypatch):
+    """The module's two ways to call the library: _tables.c's
+    table-batched calls, or one ctypes call per table."""
+    if request.param == "per-table":
+        monkeypatch.setattr(embtier._abi, "tables_lib", None)
+    elif embtier._abi.tables_lib is None:
+        pytest.fail("libembtier_tables.so not built: run `make python`")
+    return request.param
+
+
 @pytest.mark.parametrize("optim", ["sgd", "rowwise_adagrad"])
 @pytest.mark.parametrize("mode", ["sum", "mean"])
-def test_against_dense_embedding_bag(store_dir, optim, mode):
+def test_against_dense_embedding_bag(store_dir, optim, mode, calls):
     torch.manual_seed(0)
     rng = np.random.default_rng(5)
     with embtier.Store(store_dir, ddr_bytes=4 << 20, hbm_bytes=2 << 10) as s:
@@ -57,8 +68,16 @@ def test_against_dense_embedding_bag(store_dir, optim, mode):
             opts.append(torch.optim.SGD(bag.parameters(), lr=LR)
                         if optim == "sgd" else RowwiseAdagrad(bag.weight, LR))
         head = torch.randn(len(tables), DIM)
-        for ids, offs in batches(rng, len(tables), 8, 6):
-            out = ebc(ids, offs)
+        for step, (ids, offs) in enumerate(batches(rng, len(tables), 8, 6)):
+            if step % 2:  # one id per bag, as a [T, B] tensor
+                ids = [torch.from_numpy(rng.integers(0, ROWS, 8))
+                       for _ in tables]
+                offs = [torch.arange(9) for _ in tables]
+                out = ebc(torch.stack(ids))
+                ebc.prefetch(torch.stack(ids))
+            else:
+                out = ebc(ids, offs)
+                ebc.prefetch(ids)
             ref = torch.stack([b(i, o) for b, i, o in zip(dense, ids, offs)])
             torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
             # a loss that gives every bag a different gradient
@@ -75,7 +94,7 @@ def test_against_dense_embedding_bag(store_dir, optim, mode):
                 np.arange(ROWS))), b.weight.detach(), rtol=1e-5, atol=1e-6)
 
 
-def test_forms_of_input(store_dir):
+def test_forms_of_input(store_dir, calls):
     # slot_bytes: room for the larger rows of b, created second
     with embtier.Store(store_dir, ddr_bytes=4 << 20, slot_bytes=32) as s:
         a = s.create_table("a", rows=100, dim=4, init="uniform")
@@ -108,6 +127,17 @@ def test_forms_of_input(store_dir):
         with pytest.raises(embtier.EmbtierError) as e:
             ebc(torch.tensor([[1], [100]]))
         assert e.value.code == embtier.ET_EROWRANGE
+        assert "'a'" in str(e.value)  # names the table
+        with pytest.raises(embtier.EmbtierError):
+            ebc(torch.tensor([[1], [-1]]))
+        with pytest.raises(embtier.EmbtierError):
+            ebc(torch.tensor([[1.0], [2.0]]))
+        with pytest.raises(embtier.EmbtierError):
+            ebc(torch.tensor([[1], [2], [3]]))
+        with torch.no_grad():  # any integer type; strided is fine
+            narrow = torch.tensor([[4, 9, 5], [6, 9, 7]], dtype=torch.int32)
+            np.testing.assert_array_equal(ebc(narrow[:, ::2])[1].numpy(),
+                                          a.gather([6, 7]))
         ebc.prefetch(torch.tensor([[5, 6], [7, 8]]))
         ebc.prefetch([np.array([1]), [2, 3]])
         assert s.stats()["prefetch_calls"] == 2
