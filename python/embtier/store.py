@@ -455,8 +455,9 @@ class Store:
     def checkpoint(self, dense=b""):
         """et_checkpoint, with dense (any bytes-like: bytes, a numpy
         array...) saved beside the tables, atomically."""
-        buf = np.frombuffer(memoryview(dense).cast("B"), np.uint8) \
-            if len(memoryview(dense).cast("B")) else None
+        mv = memoryview(dense)
+        raw = mv.cast("B") if mv.c_contiguous else mv.tobytes()
+        buf = np.frombuffer(raw, np.uint8) if len(raw) else None
         _check(lib.et_checkpoint(self.handle,
                                  _ptr(buf) if buf is not None else None,
                                  buf.shape[0] if buf is not None else 0),

@@ -186,6 +186,9 @@ def test_checkpoint(store_dir):
         assert s.checkpoint_read() == (2, b"two")
         s.checkpoint()
         assert s.checkpoint_read() == (3, b"")
+        two_d = np.arange(12, dtype=np.float32).reshape(3, 4)
+        s.checkpoint(two_d[:, ::2])  # not contiguous: its bytes in order
+        assert s.checkpoint_read()[1] == two_d[:, ::2].tobytes()
         s.flush()
 
 
