@@ -97,7 +97,7 @@ TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: FORCE all lib tools bench demo cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
-	format-check check-symbols clean help
+	format-check check-symbols clean help python
 
 all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
 
@@ -107,11 +107,39 @@ tools: $(TOOLS) ## Build embtier-build and embtier-inspect
 
 tests: $(TESTS) $(TOOLS) $(BENCH)
 
-# T="test_a test_b" runs only those programs.
-RUN_TESTS := $(if $(T),$(addprefix $(BUILD)/tests/,$(T)),$(TESTS))
+# T="test_a test_b" runs only those programs; T=python only the Python
+# package's pytest tests, which the full suite runs last (not in sanitizer
+# builds: the interpreter does not load their runtimes).
+RUN_TESTS := $(if $(T),$(addprefix $(BUILD)/tests/,$(filter-out python,$(T))),$(TESTS))
+PY_TESTS := $(if $(SAN),,$(if $(T),$(if $(filter python,$(T)),python/tests),python/tests))
 
-test: $(RUN_TESTS) $(TOOLS) $(BENCH) ## Build and run the test suite (T="test_x ..." for some)
-	$(Q)BUILD=$(BUILD) tests/run.sh $(RUN_TESTS)
+test: $(RUN_TESTS) $(TOOLS) $(BENCH) $(if $(PY_TESTS),python) ## Build and run the test suite (T="test_x ..." for some, T=python)
+	$(Q)BUILD=$(BUILD) ET_PYTEST=$(PY_TESTS) ET_PYTHON=$(PYTHON) tests/run.sh $(RUN_TESTS)
+
+# The Python package (python/embtier) loads the library with dlopen(),
+# which Debian's jemalloc refuses (initial-exec TLS): `make python` builds
+# it again in build-python/ with libc malloc, the package's table-batched
+# calls (python/embtier/_tables.c) and the C side of its benchmark
+# (python/bench_overhead.py), both linked to that same .so.
+PYTHON ?= /usr/bin/python3
+PYBUILD := build-python
+
+python: ## Build the library for the Python package (in build-python/)
+	$(Q)$(MAKE) --no-print-directory BUILD=$(PYBUILD) NO_JEMALLOC=1 SAN= \
+		lib $(PYBUILD)/python/libc_baseline.so \
+		$(PYBUILD)/python/libembtier_tables.so
+
+$(BUILD)/python/libembtier_tables.so: python/embtier/_tables.c $(SHARED)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -shared -o $@ $< -L$(BUILD) -lembtier \
+		-Wl,-rpath,'$$ORIGIN/..' $(ET_LDFLAGS) $(LDFLAGS)
+
+$(BUILD)/python/libc_baseline.so: python/bench/c_baseline.c $(SHARED)
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -shared -o $@ $< -L$(BUILD) -lembtier \
+		-Wl,-rpath,'$$ORIGIN/..' $(ET_LDFLAGS) $(LDFLAGS)
 
 demo: all ## The main job: a short training run over a huge lazy table
 ifneq ($(TRAIN_SRCS),)
@@ -282,7 +310,8 @@ uninstall: ## Remove what install put in place
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
 C_SOURCES = include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] \
-	tests/*.[ch] fuzz/*.c
+	tests/*.[ch] fuzz/*.c python/bench/*.c \
+	python/embtier/*.c
 
 format: ## Format the C sources with clang-format
 	clang-format -i $(C_SOURCES)
@@ -291,7 +320,7 @@ format-check: ## Fail if any C source is not formatted
 	clang-format --dry-run -Werror $(C_SOURCES)
 
 clean: ## Remove every build directory
-	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda
+	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda build-python
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | expand -t16

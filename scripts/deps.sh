@@ -2,9 +2,12 @@
 # Installs the Debian packages embtier needs to build, test and run, if any
 # is missing. Safe to run again: it installs nothing when all are present.
 # Set ET_DEPS_EXTRA to add packages (CI adds the sanitizer runtime).
+# The Python package (python/) uses Debian's numpy, torch and pytest, for
+# Debian's interpreter, /usr/bin/python3.
 set -eu
 pkgs="build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev
-libcmocka-dev libopenblas-dev ${ET_DEPS_EXTRA:-}"
+libcmocka-dev libopenblas-dev python3 python3-numpy python3-torch
+python3-pytest ${ET_DEPS_EXTRA:-}"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -1,0 +1,289 @@
+#!/usr/bin/python3
+"""What the Python package costs over calling libembtier from C.
+
+    make python && /usr/bin/python3 python/bench_overhead.py
+
+Two measurements, each the same calls on the same ids from Python and from
+C (python/bench/c_baseline.c, loaded into this process and driving the same
+store), every row resident in DDR (read once before timing) so that the
+library's own work is as small as it gets and the binding's share as
+large:
+
+step    a training step's store work at --batch bags x --tables tables
+        (one id per bag, dim --dim): in Python, EmbeddingBagCollection's
+        prefetch of the next batch, forward (one et_gather_pooled per
+        table) and backward (one et_update_pooled per table, through
+        torch's autograd), and the same through the numpy API; in C, the
+        same et_prefetch, et_gather_pooled and et_update_pooled calls.
+gather  et_gather of --gather-batch ids of one table into a preallocated
+        array: Store.gather(ids, out=...) against the C call.
+
+C and Python alternate pass by pass over the same store, and each keeps
+its fastest of --passes passes: the machine is shared, and the minimum is
+what the code costs when little else interferes.  (--interleave step
+alternates step by step, which shares the load more evenly but lets each
+way find the rows the one before it just read in the CPU's caches.)  The binding's own cost is also
+timed alone, with the library's three calls replaced by no-ops.
+"""
+
+import argparse
+import ctypes
+from contextlib import nullcontext
+import os
+import shutil
+import sys
+import tempfile
+import time
+import types
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import embtier  # noqa: E402
+
+C_BASELINE = os.path.join(os.path.dirname(HERE), "build-python", "python",
+                          "libc_baseline.so")
+P = ctypes.c_void_p
+Z = ctypes.c_size_t
+
+
+def load_baseline():
+    if not os.path.exists(C_BASELINE):
+        sys.exit(f"{C_BASELINE} missing: run `make python` first")
+    cb = ctypes.CDLL(C_BASELINE)
+    cb.cb_steps.argtypes = [P, P, Z, P, Z, Z, Z, Z, Z, P, P, ctypes.c_float,
+                            P, P]
+    cb.cb_gather.argtypes = [P, ctypes.c_int, P, Z, Z, P, P]
+    return cb
+
+
+def make_store(d, rows, dim, hbm_bytes=0, ddr_bytes=0):
+    """Tables of rows[t] rows; without ddr_bytes, a DDR tier that holds
+    every row, each read once (so that all lookups hit DDR)."""
+    warm = not ddr_bytes
+    if warm:
+        ddr_bytes = sum(rows) * ((dim + 1) * 4 + 64) * 5 // 4
+    s = embtier.Store(d, hbm_bytes=hbm_bytes, ddr_bytes=ddr_bytes)
+    tables = [s.create_table(f"t{t}", rows=r, dim=dim,
+                             optim="rowwise_adagrad", init="uniform", seed=t)
+              for t, r in enumerate(rows)]
+    for t, r in zip(tables, rows):
+        if warm:
+            t.gather(np.arange(r, dtype=np.uint64))
+    return s, tables
+
+
+def timed(fn, steps):
+    t0 = time.thread_time_ns()
+    for k in range(steps):
+        fn(k)
+    return time.thread_time_ns() - t0
+
+
+def c_pass(fn, *args):
+    ns = ctypes.c_uint64()
+    ret = fn(*args, ctypes.byref(ns))
+    if ret:
+        raise embtier.EmbtierError(ret, "c_baseline")
+    return ns.value
+
+
+def bench_step(cb, s, tables, ids, a):
+    """ns per step: C, the torch module, the numpy API, and the last two
+    with the library's calls replaced by no-ops."""
+    import torch
+    from embtier.nn import EmbeddingBagCollection
+    torch.set_num_threads(1)
+    steps, T, B = ids.shape
+    ebc = EmbeddingBagCollection(s, tables, lr=0.01)
+    grad = torch.from_numpy(
+        (1e-3 * (np.arange(T * B * a.dim) % 7)).astype(np.float32)
+        .reshape(T, B, a.dim))
+    tids = [torch.from_numpy(ids[k].astype(np.int64)) for k in range(steps)]
+
+    def torch_step(k):
+        ebc.prefetch(tids[(k + 1) % steps])
+        out = ebc(tids[k])
+        out.backward(grad)
+
+    offsets = np.arange(B + 1, dtype=np.uint64)
+    gnp = grad.numpy()
+    out = np.empty((T, B, a.dim), np.float32)
+
+    def numpy_step(k):
+        s.prefetch([(t, ids[(k + 1) % steps, i]) for i, t in
+                    enumerate(tables)])
+        for i, t in enumerate(tables):
+            s.gather_pooled(t, ids[k, i], offsets, out=out[i])
+        for i, t in enumerate(tables):
+            s.update_pooled(t, ids[k, i], offsets, gnp[i], lr=0.01)
+
+    tid = (ctypes.c_int * T)(*[t.id for t in tables])
+
+    def c_step(k):
+        return c_pass(cb.cb_steps, s.handle, tid, T, ids.ctypes.data, B,
+                      a.dim, steps, k, 1, offsets.ctypes.data,
+                      gnp.ctypes.data, 0.01, out.ctypes.data)
+
+    def one(fn, k):
+        t0 = time.thread_time_ns()
+        fn(k)
+        return time.thread_time_ns() - t0
+
+    def c_run(k):
+        c_run.ns += c_step(k)
+
+    nop = binding_only(cb)
+    runs = [c_run, torch_step, numpy_step, torch_step, numpy_step]
+    best = [float("inf")] * 5
+    for _ in range(a.passes):
+        tot = [0] * 5
+        if a.interleave == "step":
+            # every step runs right after the same step of another way,
+            # which brought its rows into the CPU's caches: flattering
+            for k in range(steps):
+                for i, fn in enumerate(runs):
+                    with nop if i >= 3 else nullcontext():
+                        c_run.ns = 0
+                        tot[i] += one(fn, k) if i else (c_run(k), c_run.ns)[1]
+        else:
+            for i, fn in enumerate(runs):
+                with nop if i >= 3 else nullcontext():
+                    c_run.ns = 0
+                    t = sum(one(fn, k) for k in range(steps))
+                    tot[i] = c_run.ns if i == 0 else t
+        best = [min(b, t / steps) for b, t in zip(best, tot)]
+    s.close()
+    return best
+
+
+class binding_only:
+    """Within it, the package's et_gather_pooled, et_update_pooled and
+    et_prefetch, and its table-batched calls (_tables.c), do nothing
+    (c_baseline.c's no-ops of the same signatures): a step then costs
+    what Python, ctypes and torch add, alone."""
+
+    NAMES = ("et_gather_pooled", "et_update_pooled", "et_prefetch")
+
+    def __init__(self, cb):
+        self.cb = cb
+
+    def __enter__(self):
+        lib = embtier._abi.lib
+        self.saved = [getattr(lib, n) for n in self.NAMES]
+        for n, f in zip(self.NAMES, self.saved):
+            setattr(lib, n, self.nop("cb_nop_" + n[3:], f))
+        self.tables = embtier._abi.tables_lib
+        if self.tables is not None:
+            nops = types.SimpleNamespace()
+            for n in ("etpy_gather_pooled", "etpy_update_pooled",
+                      "etpy_prefetch"):
+                setattr(nops, n, self.nop("cb_nop_" + n,
+                                          getattr(self.tables, n)))
+            embtier._abi.tables_lib = nops
+
+    def nop(self, name, f):
+        nop = getattr(self.cb, name)
+        nop.argtypes, nop.restype = f.argtypes, f.restype
+        return nop
+
+    def __exit__(self, *exc):
+        for n, f in zip(self.NAMES, self.saved):
+            setattr(embtier._abi.lib, n, f)
+        embtier._abi.tables_lib = self.tables
+
+
+def bench_gather(cb, d, ids, a):
+    """ns per gather: C, the numpy API."""
+    steps, _, B = ids.shape
+    s, (t,) = make_store(d, [a.gather_rows], a.gather_dim)
+    out = np.empty((B, a.gather_dim), np.float32)
+
+    def gather(k):
+        t.gather(ids[k, 0], out=out)
+
+    best = [float("inf")] * 2
+    for _ in range(a.passes):
+        c = c_pass(cb.cb_gather, s.handle, t.id, ids.ctypes.data, B, steps,
+                   out.ctypes.data)
+        for i, ns in enumerate((c, timed(gather, steps))):
+            best[i] = min(best[i], ns / steps)
+    s.close()
+    return best
+
+
+def report_step(title, res, a):
+    c_step, py_torch, py_numpy, bind_torch, bind_numpy = res
+    print(f"{title}: {a.tables} tables, batch {a.batch}, dim {a.dim}; "
+          f"prefetch + pooled gather + fused update")
+    print(f"  C             {c_step / 1e3:9.1f} us/step")
+    print(f"  torch module  {py_torch / 1e3:9.1f} us/step   overhead "
+          f"{(py_torch / c_step - 1) * 100:+.1f}%")
+    print(f"  numpy API     {py_numpy / 1e3:9.1f} us/step   overhead "
+          f"{(py_numpy / c_step - 1) * 100:+.1f}%")
+    print("  the binding alone (library calls replaced by no-ops):")
+    print(f"  torch module  {bind_torch / 1e3:9.1f} us/step   "
+          f"= {bind_torch / c_step * 100:.1f}% of the C step")
+    print(f"  numpy API     {bind_numpy / 1e3:9.1f} us/step   "
+          f"= {bind_numpy / c_step * 100:.1f}% of the C step")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tables", type=int, default=26)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--dim", type=int, default=16)
+    ap.add_argument("--rows", type=int, default=20000)
+    ap.add_argument("--gather-batch", type=int, default=4096)
+    ap.add_argument("--gather-dim", type=int, default=64)
+    ap.add_argument("--gather-rows", type=int, default=200000)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--passes", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--interleave", choices=("pass", "step"), default="pass",
+                    help="alternate C and Python pass by pass (default) or "
+                    "step by step")
+    a = ap.parse_args()
+    cb = load_baseline()
+    rng = np.random.default_rng(a.seed)
+    tmp = tempfile.mkdtemp(prefix="embtier-bench.", dir=os.environ.get(
+        "TMPDIR", "/var/tmp"))
+    try:
+        # the example's workload: its store, tables and synthetic ids
+        sys.path.insert(0, os.path.join(HERE, "examples"))
+        import dlrm
+        ex = dlrm.parse_args(["--tables", str(a.tables), "--dim",
+                              str(a.dim)])
+        rows = dlrm.table_rows(ex)
+        src = dlrm.Synthetic(rows, ex.hot, ex.zipf, ex.seed, 0)
+        ex_ids = np.stack([np.stack(src.next(a.batch).ids)
+                           for _ in range(a.steps)]).astype(np.uint64)
+        s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
+                               int(ex.hbm_mb * 2**20), int(ex.ddr_mb * 2**20))
+        example = bench_step(cb, s, tables, ex_ids, a)
+        step_ids = rng.integers(0, a.rows, (a.steps, a.tables, a.batch),
+                                dtype=np.uint64)
+        s, tables = make_store(os.path.join(tmp, "s1"), [a.rows] * a.tables,
+                               a.dim)
+        ddr = bench_step(cb, s, tables, step_ids, a)
+        gather_ids = rng.integers(0, a.gather_rows,
+                                  (a.steps, 1, a.gather_batch),
+                                  dtype=np.uint64)
+        c_gather, py_g = bench_gather(cb, os.path.join(tmp, "s2"),
+                                      gather_ids, a)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report_step(f"step, the example's store and data ({ex.hbm_mb:g} MiB "
+                f"HBM, {ex.ddr_mb:g} MiB DDR, Zipf ids)", example, a)
+    report_step(f"step, all DDR hits ({a.rows} rows a table, uniform ids)",
+                ddr, a)
+    print(f"gather: batch {a.gather_batch}, dim {a.gather_dim}, DDR hits")
+    rate = lambda ns: a.gather_batch / ns * 1e3  # noqa: E731
+    print(f"  C             {rate(c_gather):9.2f} M ids/s")
+    print(f"  numpy API     {rate(py_g):9.2f} M ids/s   ratio "
+          f"{c_gather / py_g:.3f}")
+
+
+if __name__ == "__main__":
+    main()

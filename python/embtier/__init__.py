@@ -1,0 +1,29 @@
+"""embtier: Python bindings of libembtier, the tiered (HBM / DDR / NVMe)
+embedding store.
+
+    import embtier
+    with embtier.Store("/data/store", ddr_bytes=1 << 30) as s:
+        t = s.create_table("user", rows=1 << 33, dim=64,
+                           optim="rowwise_adagrad", init="uniform")
+        out = t.gather_pooled(ids, offsets)          # numpy in, numpy out
+        t.update_pooled(ids, offsets, grads, lr=0.01)
+
+embtier.nn.EmbeddingBagCollection is the PyTorch module (import
+embtier.nn; it needs torch, the rest only numpy).  Constants (ET_F16,
+ET_ENOTABLE, ...) are read from include/embtier.h at import.
+"""
+
+from . import _abi
+from .store import (EmbtierError, Store, Table, as_ids, error_name,
+                    strerror)
+
+__version__ = _abi.LIB_VERSION
+LIB_PATH = _abi.LIB_PATH
+HEADER_PATH = _abi.HEADER.path
+
+globals().update({k: v for k, v in _abi.CONSTS.items()
+                  if k.startswith("ET_")})
+
+__all__ = ["EmbtierError", "Store", "Table", "as_ids", "error_name",
+           "strerror", "LIB_PATH", "HEADER_PATH"] + \
+    [k for k in _abi.CONSTS if k.startswith("ET_")]

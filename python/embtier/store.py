@@ -1,0 +1,525 @@
+"""The numpy API: a Store of tables, rows in and out as numpy arrays.
+
+Every method maps onto one call of include/embtier.h and keeps its
+contract: results never depend on tier sizes, bad input changes nothing,
+and an error raises EmbtierError carrying the library's code (a negative
+errno or an ET_ code) and et_strerror's text.  Input arrays of the right
+type and layout are passed to the library as they are, and so are `out`
+arrays: with a preallocated out, a gather copies each row once, from the
+cache straight into the caller's array.
+
+Ids are uint64 (int64 arrays are viewed as uint64 without a copy, so a
+negative id is a huge one and the library answers ET_EROWRANGE); values
+and gradients float32, C-contiguous.
+
+A Store, like the C handle, is used by one thread at a time.
+"""
+
+import ctypes
+import errno as _errno
+
+import numpy as np
+
+from . import _abi
+from ._abi import CONSTS, HEADER, lib
+
+# ------------------------------------------------------------------ errors
+
+
+def _error_names():
+    names = {}
+    for enum in HEADER.enums.values():
+        if "ET_ERR_BASE" not in enum:
+            continue
+        for name, v in enum.items():
+            if name not in ("ET_ERR_BASE", "ET_ERR_LAST"):
+                names.setdefault(v, name)
+    return names
+
+
+ERROR_NAMES = _error_names()
+
+
+def strerror(code):
+    """et_strerror(code)."""
+    return lib.et_strerror(int(code)).decode()
+
+
+def error_name(code):
+    """'ET_ENOTABLE', 'ENOENT', ... for a code the library returns."""
+    if code in ERROR_NAMES:
+        return ERROR_NAMES[code]
+    return _errno.errorcode.get(-code, str(code))
+
+
+class EmbtierError(Exception):
+    """A call failed.  code: what the library returned (a negative errno or
+    an ET_ code); errno: the positive errno, or None for an ET_ code;
+    name: the code's symbolic name; message: et_strerror(code)."""
+
+    def __init__(self, code, where="", detail=""):
+        self.code = code
+        self.name = error_name(code)
+        self.message = strerror(code)
+        self.errno = None if code in ERROR_NAMES else -code
+        self.where = where
+        text = f"{where}: " if where else ""
+        text += f"{self.message} ({self.name} {code})"
+        if detail:
+            text += f": {detail}"
+        super().__init__(text)
+
+
+def _check(ret, where):
+    if ret:
+        raise EmbtierError(ret, where)
+
+
+def _einval(where, detail):
+    return EmbtierError(-_errno.EINVAL, where, detail)
+
+
+# ---------------------------------------------------------------- enums
+
+
+def _enum_arg(struct, field, value):
+    """An enum field from an int, its C name ('ET_POLICY_LFU') or its
+    short name ('lfu'), the short names derived from the header."""
+    if isinstance(value, str):
+        members = HEADER.enum_values(HEADER.field_enum(struct, field))
+        if value in members:
+            return members[value]
+        short = {k.lower(): v for k, v in _short_names(members).items()}
+        if value.lower() in short:
+            return short[value.lower()]
+        raise _einval(f"{struct}.{field}",
+                      f"{value!r} is none of {', '.join(sorted(short))}")
+    return int(value)
+
+
+def _short_names(members):
+    """ET_POLICY_LRU, ET_POLICY_LFU -> LRU, LFU: the common prefix, cut
+    after an underscore, removed."""
+    names = list(members)
+    if len(names) < 2:
+        return {n.split("_", 1)[-1]: v for n, v in members.items()}
+    pre = names[0]
+    for n in names[1:]:
+        while not n.startswith(pre):
+            pre = pre[:-1]
+    pre = pre[:pre.rfind("_") + 1]
+    return {n[len(pre):]: v for n, v in members.items()}
+
+
+def _struct(name, fields, where):
+    args = {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        if HEADER.field_enum(name, k):
+            v = _enum_arg(name, k, v)
+        args[k] = v
+    try:
+        return _abi.new(name, **args)
+    except TypeError as e:
+        raise _einval(where, str(e)) from None
+
+
+POOL = {"sum": CONSTS["ET_POOL_SUM"], "mean": CONSTS["ET_POOL_MEAN"]}
+
+
+def _pool(mode):
+    if isinstance(mode, str):
+        try:
+            return POOL[mode]
+        except KeyError:
+            raise _einval("mode", f"{mode!r}: 'sum' or 'mean'") from None
+    return int(mode)
+
+
+# --------------------------------------------------------------- arrays
+
+
+def as_ids(a, where="ids"):
+    """A 1-D C-contiguous uint64 view or copy of a."""
+    if type(a) is not np.ndarray:
+        a = np.asarray(a)
+        if a.size == 0:
+            a = a.astype(np.uint64)
+    dt = a.dtype
+    if dt is not _U64:
+        if dt == np.int64 or dt == np.uint64:
+            a = a.view(np.uint64) if a.flags.c_contiguous else \
+                np.ascontiguousarray(a).view(np.uint64)
+        elif dt.kind in "iu":
+            a = a.astype(np.int64).view(np.uint64)
+        else:
+            raise _einval(where, f"integer ids expected, not {dt}")
+    elif not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    if a.ndim != 1:
+        raise _einval(where, f"a 1-D array expected, not shape {a.shape}")
+    return a
+
+
+_U64 = np.dtype(np.uint64)
+_F32 = np.dtype(np.float32)
+
+
+def as_f32(a, shape, where):
+    """A C-contiguous float32 array of the given shape (converted if need
+    be: this is input)."""
+    if type(a) is not np.ndarray or a.dtype is not _F32 or \
+            not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a, dtype=np.float32)
+    if a.shape != shape:
+        if a.size == shape[0] * shape[1] and a.ndim >= 1 and \
+                a.shape[-1] == shape[1]:
+            a = a.reshape(shape)
+        else:
+            raise _einval(where, f"shape {shape} expected, not {a.shape}")
+    return a
+
+
+def check_out(out, shape, where):
+    """out must be written in place: C-contiguous, writable float32."""
+    if type(out) is not np.ndarray or out.dtype is not _F32 or \
+            not out.flags.c_contiguous or not out.flags.writeable:
+        raise _einval(where, "out must be a C-contiguous, writable float32 "
+                      "numpy array")
+    if out.shape != shape:
+        raise _einval(where, f"out has shape {out.shape}, not {shape}")
+
+
+def check_offsets(offsets, n, where):
+    """Offsets of nbags + 1 entries, the first 0 and the last <= n (the
+    library checks that they never decrease; it cannot know n)."""
+    offsets = as_ids(offsets, where + ": offsets")
+    if offsets.shape[0] < 1:
+        raise _einval(where, "offsets needs nbags + 1 entries")
+    if offsets.item(-1) > n:
+        raise _einval(where, f"the last offset {offsets.item(-1)} is past "
+                      f"the {n} ids")
+    return offsets
+
+
+def _ptr(a):
+    return a.__array_interface__["data"][0]
+
+
+# ----------------------------------------------------------------- store
+
+
+class Table:
+    """A table of a store: id, name and its header fields (rows, dim,
+    dtype...).  Store methods take a Table or its integer id."""
+
+    __slots__ = ("store", "id", "name", "rows", "dim")
+
+    def __init__(self, store, tid, name):
+        self.store = store
+        self.id = tid
+        self.name = name
+        info = store.table_info(tid)
+        self.rows = info["rows"]
+        self.dim = info["dim"]
+
+    def __index__(self):
+        return self.id
+
+    def __repr__(self):
+        return f"<embtier.Table {self.name!r} id {self.id} rows {self.rows} " \
+            f"dim {self.dim}>"
+
+    def info(self):
+        return self.store.table_info(self.id)
+
+    def gather(self, ids, out=None):
+        return self.store.gather(self.id, ids, out)
+
+    def gather_pooled(self, ids, offsets, mode="sum", out=None):
+        return self.store.gather_pooled(self.id, ids, offsets, mode, out)
+
+    def update(self, ids, grads, lr, eps=0.0):
+        return self.store.update(self.id, ids, grads, lr, eps)
+
+    def update_pooled(self, ids, offsets, grads, lr, eps=0.0, mode="sum"):
+        return self.store.update_pooled(self.id, ids, offsets, grads, lr,
+                                        eps, mode)
+
+    def write_rows(self, ids, vals):
+        return self.store.write_rows(self.id, ids, vals)
+
+
+class Store:
+    """An embtier store: Store(dir, hbm_bytes=..., ddr_bytes=...,
+    hbm_policy='lru', ...), keywords as the fields of struct
+    et_store_config (enum fields also take short names: 'lru', 'lfu',
+    'sim', 'cuda').  A context manager: leaving it closes the store, which
+    writes back every dirty row."""
+
+    def __init__(self, path, **config):
+        self._h = None
+        cfg = _struct("et_store_config", config, "et_store_open")
+        h = ctypes.c_void_p()
+        _check(lib.et_store_open(_fsenc(path), ctypes.byref(cfg),
+                                 ctypes.byref(h)), "et_store_open")
+        self._h = h.value
+        self.path = path
+        self._dims = {}
+        self._tables = {}
+        self._up = _abi.new("et_update_params")
+        self._up_ref = ctypes.byref(self._up)
+        try:
+            _check_stats_size(self._h)
+        except Exception:
+            self.close()
+            raise
+
+    # -- lifetime
+
+    def close(self):
+        """et_store_close: flushes and frees.  Closing twice is harmless."""
+        h, self._h = self._h, None
+        if h:
+            _check(lib.et_store_close(h), "et_store_close")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    @property
+    def handle(self):
+        """The et_store pointer, as an int (for ctypes callers)."""
+        if not self._h:
+            raise _einval("store", "the store is closed")
+        return self._h
+
+    # -- tables
+
+    def create_table(self, name, **params):
+        """et_table_create: keywords as struct et_table_params (dtype 'f32',
+        'f16', 'bf16'; optim 'sgd', 'rowwise_adagrad'; init 'zeros',
+        'uniform', 'normal').  Returns a Table."""
+        p = _struct("et_table_params", params, "et_table_create")
+        tid = ctypes.c_int()
+        _check(lib.et_table_create(self.handle, _name(name), ctypes.byref(p),
+                                   ctypes.byref(tid)), "et_table_create")
+        return self._register(tid.value, name)
+
+    def open_table(self, name, **expect):
+        """et_table_open; keywords given must match the file's header
+        (else ET_EMISMATCH)."""
+        p = _struct("et_table_params", expect, "et_table_open") \
+            if expect else None
+        tid = ctypes.c_int()
+        _check(lib.et_table_open(self.handle, _name(name),
+                                 ctypes.byref(p) if p is not None else None,
+                                 ctypes.byref(tid)), "et_table_open")
+        return self._register(tid.value, name)
+
+    def _register(self, tid, name):
+        t = Table(self, tid, name)
+        self._dims[tid] = t.dim
+        self._tables[name] = t
+        return t
+
+    @property
+    def tables(self):
+        """{name: Table} of the tables opened or created here."""
+        return dict(self._tables)
+
+    def table(self, name):
+        return self._tables[name]
+
+    def table_info(self, table):
+        """et_table_info as a dict."""
+        info = _abi.new("et_table_info")
+        _check(lib.et_table_info(self.handle, int(table), ctypes.byref(info)),
+               "et_table_info")
+        return _abi.to_dict(info)
+
+    def _dim(self, table, where):
+        try:
+            return self._dims[table]
+        except KeyError:
+            try:
+                return self._dims[table.__index__()]
+            except (AttributeError, KeyError):
+                raise EmbtierError(CONSTS["ET_ENOTABLE"], where,
+                                   f"table {table!r}") from None
+
+    # -- rows
+
+    def gather(self, table, ids, out=None):
+        """et_gather: rows ids of table into out (n x dim float32, made if
+        None); returns out."""
+        dim = self._dim(table, "et_gather")
+        ids = as_ids(ids)
+        n = ids.shape[0]
+        if out is None:
+            out = np.empty((n, dim), np.float32)
+        else:
+            check_out(out, (n, dim), "et_gather")
+        _check(lib.et_gather(self.handle, int(table), _ptr(ids), n,
+                             _ptr(out)), "et_gather")
+        return out
+
+    def gather_pooled(self, table, ids, offsets, mode="sum", out=None):
+        """et_gather_pooled: bag b is ids[offsets[b]:offsets[b + 1]]
+        (offsets has nbags + 1 entries); out nbags x dim, made if None."""
+        dim = self._dim(table, "et_gather_pooled")
+        ids = as_ids(ids)
+        offsets = check_offsets(offsets, ids.shape[0], "et_gather_pooled")
+        nbags = offsets.shape[0] - 1
+        if out is None:
+            out = np.empty((nbags, dim), np.float32)
+        else:
+            check_out(out, (nbags, dim), "et_gather_pooled")
+        _check(lib.et_gather_pooled(self.handle, int(table), _ptr(ids),
+                                    _ptr(offsets), nbags, _pool(mode),
+                                    _ptr(out)), "et_gather_pooled")
+        return out
+
+    def _update_params(self, lr, eps):
+        self._up.lr = lr
+        self._up.eps = eps
+        return self._up_ref
+
+    def update(self, table, ids, grads, lr, eps=0.0):
+        """et_update: the table's optimizer applies grads (n x dim) to rows
+        ids (a repeated id's gradients are summed)."""
+        dim = self._dim(table, "et_update")
+        ids = as_ids(ids)
+        grads = as_f32(grads, (ids.shape[0], dim), "et_update")
+        _check(lib.et_update(self.handle, int(table), _ptr(ids),
+                             ids.shape[0], _ptr(grads),
+                             self._update_params(lr, eps)), "et_update")
+
+    def update_pooled(self, table, ids, offsets, grads, lr, eps=0.0,
+                      mode="sum"):
+        """et_update_pooled: the backward of gather_pooled with the
+        table's optimizer; grads is nbags x dim."""
+        dim = self._dim(table, "et_update_pooled")
+        ids = as_ids(ids)
+        offsets = check_offsets(offsets, ids.shape[0], "et_update_pooled")
+        nbags = offsets.shape[0] - 1
+        grads = as_f32(grads, (nbags, dim), "et_update_pooled")
+        _check(lib.et_update_pooled(self.handle, int(table), _ptr(ids),
+                                    _ptr(offsets), nbags, _pool(mode),
+                                    _ptr(grads),
+                                    self._update_params(lr, eps)),
+               "et_update_pooled")
+
+    def write_rows(self, table, ids, vals):
+        """et_write_rows: overwrite the values (n x dim) of rows ids."""
+        dim = self._dim(table, "et_write_rows")
+        ids = as_ids(ids)
+        vals = as_f32(vals, (ids.shape[0], dim), "et_write_rows")
+        _check(lib.et_write_rows(self.handle, int(table), _ptr(ids),
+                                 ids.shape[0], _ptr(vals)), "et_write_rows")
+
+    def prefetch(self, batch):
+        """et_prefetch of the next batch: {table: ids} or [(table, ids)],
+        any number of tables; returns at once."""
+        items = list(batch.items() if isinstance(batch, dict) else batch)
+        arr = _batch_array(len(items))()
+        keep = []
+        for i, (t, ids) in enumerate(items):
+            self._dim(t, "et_prefetch")
+            ids = as_ids(ids, "et_prefetch: ids")
+            keep.append(ids)
+            arr[i].table = int(t)
+            arr[i].ids = _ptr(ids)
+            arr[i].n = ids.shape[0]
+        _check(lib.et_prefetch(self.handle, arr, len(items)), "et_prefetch")
+
+    # -- durability
+
+    def flush(self):
+        """et_flush: write back every dirty row and sync."""
+        _check(lib.et_flush(self.handle), "et_flush")
+
+    def checkpoint(self, dense=b""):
+        """et_checkpoint, with dense (any bytes-like: bytes, a numpy
+        array...) saved beside the tables, atomically."""
+        mv = memoryview(dense)
+        raw = mv.cast("B") if mv.c_contiguous else mv.tobytes()
+        buf = np.frombuffer(raw, np.uint8) if len(raw) else None
+        _check(lib.et_checkpoint(self.handle,
+                                 _ptr(buf) if buf is not None else None,
+                                 buf.shape[0] if buf is not None else 0),
+               "et_checkpoint")
+
+    def checkpoint_read(self):
+        """et_checkpoint_read: (id, dense bytes) of the last checkpoint;
+        id 0 (and b'') if there is none."""
+        cid = ctypes.c_uint64()
+        dense = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        _check(lib.et_checkpoint_read(self.handle, ctypes.byref(cid),
+                                      ctypes.byref(dense), ctypes.byref(n)),
+               "et_checkpoint_read")
+        try:
+            data = ctypes.string_at(dense.value, n.value) if dense.value \
+                else b""
+        finally:
+            _abi.libc_free(dense.value)
+        return cid.value, data
+
+    # -- counters
+
+    def stats(self, table=None):
+        """et_get_stats as a dict (hbm and ddr as dicts of struct
+        et_tier_stats): the whole store, or one table."""
+        st = _abi.new("et_stats")
+        _check(lib.et_get_stats(self.handle, -1 if table is None
+                                else int(table), ctypes.byref(st)),
+               "et_get_stats")
+        return _abi.to_dict(st)
+
+
+_BATCH_TYPES = {}
+
+
+def _batch_array(n):
+    t = _BATCH_TYPES.get(n)
+    if t is None:
+        t = _BATCH_TYPES[n] = _abi.struct_class("et_batch_ids") * n
+    return t
+
+
+def _fsenc(path):
+    import os
+    return os.fsencode(path)
+
+
+def _name(name):
+    if not isinstance(name, str):
+        raise _einval("table name", f"a str expected, not {name!r}")
+    return name.encode()
+
+
+def _check_stats_size(h):
+    """The library writes sizeof(struct et_stats) bytes: it must be the
+    size parsed from the header, else the bindings would misread it."""
+    size = ctypes.sizeof(_abi.struct_class("et_stats"))
+    buf = (ctypes.c_ubyte * (size + _abi.PAD))()
+    ctypes.memset(buf, 0xA5, len(buf))
+    _check(lib.et_get_stats(h, -1, buf), "et_get_stats")
+    raw = bytes(buf)
+    if raw[size:] != b"\xa5" * _abi.PAD or raw[size - 8:size] == \
+            b"\xa5" * 8:
+        raise ImportError(f"embtier: struct et_stats of {_abi.LIB_PATH} is "
+                          f"not the {size} bytes of {HEADER.path}: header "
+                          f"and library differ")
