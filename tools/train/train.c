@@ -901,7 +901,8 @@ static int checkpoint_load(struct trainer *tr)
 		ret = dist_checkpoint_read(tr->dist, &id, &dense, &len, msg,
 					   sizeof(msg));
 		if (ret) {
-			cli_error("%s: %s", tr->o.dir, msg);
+			if (tr->o.rank == 0) /* every rank has the verdict */
+				cli_error("%s: %s", tr->o.dir, msg);
 			return ret;
 		}
 		id = 1;
@@ -1059,7 +1060,8 @@ static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 			o->ntables, o->batch, tr->tid, msg, sizeof(msg));
 	free(dt);
 	if (ret) {
-		cli_error("%s: %s", tr->dir, msg);
+		if (o->rank == 0) /* every rank has the verdict */
+			cli_error("%s: %s", tr->dir, msg);
 		return ret;
 	}
 	tr->store = dist_store(tr->dist);

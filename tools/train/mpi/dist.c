@@ -6,10 +6,16 @@
  * Traffic. The figures printed per step are the training steps' bytes:
  * the all-to-alls of the evaluation passes (each rank scores the whole
  * held-out set) are taken out.
+ *
+ * Test seam. ET_MPI_TEST_KILL="R:S" makes rank R kill itself (SIGKILL)
+ * as its S-th step of this run begins its update; "R:S:ckpt" kills it at
+ * the S-th checkpoint of this run instead, before its store commits, so
+ * the other ranks commit a step it never does.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +34,17 @@ struct dist {
 	float **out;		 /* ntables */
 	const float **grads;	 /* ntables */
 	struct etm_traffic eval; /* traffic of evaluation passes */
+	uint64_t steps, ckpts;	 /* of this run, for the test seam */
+	int kill_rank;		 /* ET_MPI_TEST_KILL, or -1 */
+	uint64_t kill_at;
+	bool kill_ckpt;
 };
+
+static void test_kill(struct dist *d, bool ckpt, uint64_t n)
+{
+	if (d->rank == d->kill_rank && ckpt == d->kill_ckpt && n == d->kill_at)
+		raise(SIGKILL);
+}
 
 /* The last error a collective hook returned on every rank. */
 static int g_agreed;
@@ -137,6 +153,18 @@ int dist_open(struct dist **out, const char *dir,
 	}
 	for (int t = 0; t < ntables; t++)
 		tid[t] = etm_local_table(d->m, t);
+	d->kill_rank = -1;
+	{
+		const char *k = getenv("ET_MPI_TEST_KILL");
+		unsigned long long at;
+		int r, used = 0;
+
+		if (k && sscanf(k, "%d:%llu%n", &r, &at, &used) == 2) {
+			d->kill_rank = r;
+			d->kill_at = at;
+			d->kill_ckpt = !strcmp(k + used, ":ckpt");
+		}
+	}
 	*out = d;
 	return 0;
 }
@@ -263,6 +291,7 @@ int dist_backward(struct dist *d, const float *grad, size_t stride, float lr)
 {
 	struct et_update_params up = {.lr = lr};
 
+	test_kill(d, false, ++d->steps);
 	for (int t = 0; t < d->ntables; t++)
 		d->grads[t] = grad + (size_t)t * stride;
 	return agreed(etm_backward(d->m, d->grads, &up));
@@ -292,6 +321,7 @@ int dist_owned_ids(struct dist *d, int t, const uint64_t **ids, size_t *n)
 
 int dist_checkpoint(struct dist *d, uint64_t step, const void *buf, size_t len)
 {
+	test_kill(d, true, ++d->ckpts);
 	return agreed(etm_checkpoint(d->m, step, buf, len));
 }
 
