@@ -247,7 +247,7 @@ mpi: ## Build libembtier_mpi, embtier-train-mpi and the MPI test (needs mpicc)
 ifneq ($(HAVE_MPI),1)
 	@echo "mpi: $(MPICC) not found (Debian: openmpi-bin libopenmpi-dev)"; exit 1
 endif
-	$(Q)$(MAKE) --no-print-directory $(MPI_LIB) $(BUILD)/embtier-train-mpi $(MPI_TEST)
+	$(Q)$(MAKE) -s --no-print-directory $(MPI_LIB) $(BUILD)/embtier-train-mpi $(MPI_TEST)
 
 test-mpi: mpi ## Run the MPI tests at 1, 2 and 4 ranks (mpirun)
 	$(Q)BUILD=$(BUILD) MPIRUN=$(MPIRUN) tests/mpi/run.sh
