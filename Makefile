@@ -91,15 +91,31 @@ BENCH_CFLAGS := -DET_HAVE_ROCKSDB
 BENCH_LIBS := -lrocksdb
 endif
 
+# MPI: libembtier_mpi (src/mpi/, include/embtier_mpi.h) and
+# embtier-train-mpi, built when an MPI compiler wrapper is found; the core
+# library and the plain trainer never depend on MPI.
+MPICC ?= mpicc
+MPIRUN ?= mpirun
+HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
+MPI_SRCS := $(wildcard src/mpi/*.c)
+MPI_OBJS := $(MPI_SRCS:%.c=$(BUILD)/%.o)
+MPI_LIB := $(BUILD)/libembtier_mpi.a
+MPI_TRAIN_OBJS := $(TRAIN_SRCS:%.c=$(BUILD)/mpi-train/%.o) \
+	$(BUILD)/mpi-train/tools/train/mpi/dist.o
+MPI_TEST := $(BUILD)/tests/mpi/test_mpi
+ifeq ($(HAVE_MPI),1)
+MPI_ALL := $(MPI_LIB) $(BUILD)/embtier-train-mpi $(MPI_TEST)
+endif
+
 TEST_SRCS := $(wildcard tests/test_*.c)
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: FORCE all lib tools bench demo cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
+.PHONY: FORCE all lib tools bench demo mpi test-mpi cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
 	format-check check-symbols clean help python
 
-all: lib tools $(BENCH) ## Build the library, the tools and the benchmark (default)
+all: lib tools $(BENCH) $(MPI_ALL) ## Build the library, the tools and the benchmark (default)
 
 lib: $(STATIC) $(SHARED) $(BUILD)/embtier.pc ## Build libembtier.a, .so and embtier.pc
 
@@ -284,6 +300,40 @@ $(BUILD)/bench/%.o: bench/%.c
 
 bench: $(BENCH) ## Build embtier-bench (RocksDB peer if librocksdb-dev is installed)
 
+mpi: ## Build libembtier_mpi, embtier-train-mpi and the MPI test (needs mpicc)
+ifneq ($(HAVE_MPI),1)
+	@echo "mpi: $(MPICC) not found (Debian: openmpi-bin libopenmpi-dev)"; exit 1
+endif
+	$(Q)$(MAKE) -s --no-print-directory $(MPI_LIB) $(BUILD)/embtier-train-mpi $(MPI_TEST)
+
+test-mpi: mpi ## Run the MPI tests at 1, 2 and 4 ranks (mpirun)
+	$(Q)BUILD=$(BUILD) MPIRUN=$(MPIRUN) tests/mpi/run.sh
+
+$(BUILD)/src/mpi/%.o: src/mpi/%.c
+	$(call msg,MPICC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(MPI_LIB): $(MPI_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/mpi-train/%.o: %.c
+	$(call msg,MPICC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_CFLAGS) -DET_WITH_MPI -Itools -Itools/train \
+		$(BLAS_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/embtier-train-mpi: $(MPI_TRAIN_OBJS) $(TOOL_COMMON_OBJS) $(MPI_LIB) $(STATIC)
+	$(call msg,LD,$@)
+	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(BLAS_LIBS)
+
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIB) $(STATIC)
+	$(call msg,MPICC,$<)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_CFLAGS) $(CFLAGS) -o $@ $< $(MPI_LIB) $(STATIC) \
+		$(ET_LDFLAGS) $(ET_LDLIBS)
+
 # Tests reach internals (io.h, mem_host.h, ...): they link the objects.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB_OBJS)
 	$(call msg,LD,$@)
@@ -309,9 +359,9 @@ uninstall: ## Remove what install put in place
 	rm -f $(DESTDIR)$(INCDIR)/embtier.h $(DESTDIR)$(PKGDIR)/embtier.pc
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
-C_SOURCES = include/*.h src/*.[ch] tools/*.[ch] tools/train/*.[ch] bench/*.[ch] \
-	tests/*.[ch] fuzz/*.c python/bench/*.c \
-	python/embtier/*.c
+C_SOURCES = include/*.h src/*.[ch] src/mpi/*.[ch] tools/*.[ch] tools/train/*.[ch] \
+	tools/train/mpi/*.c bench/*.[ch] tests/*.[ch] tests/mpi/*.c fuzz/*.c \
+	python/bench/*.c python/embtier/*.c
 
 format: ## Format the C sources with clang-format
 	clang-format -i $(C_SOURCES)
@@ -330,5 +380,6 @@ help: ## List the targets
 FORCE:
 
 -include $(LIB_OBJS:.o=.d) $(TOOL_COMMON_OBJS:.o=.d) $(TRAIN_OBJS:.o=.d) \
-	$(BENCH_OBJS:.o=.d) $(BUILD)/tools/build.d \
+	$(BENCH_OBJS:.o=.d) $(BUILD)/tools/build.d $(MPI_OBJS:.o=.d) \
+	$(MPI_TRAIN_OBJS:.o=.d) \
 	$(BUILD)/tools/inspect.d $(TESTS:=.d) $(TEST_HELPER_OBJS:.o=.d)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages embtier needs to build, test and run, if any
 # is missing. Safe to run again: it installs nothing when all are present.
-# Set ET_DEPS_EXTRA to add packages (CI adds the sanitizer runtime).
+# Set ET_DEPS_EXTRA to add packages (CI adds the sanitizer runtime and
+# Open MPI for the MPI tests).
 # The Python package (python/) uses Debian's numpy, torch and pytest, for
 # Debian's interpreter, /usr/bin/python3.
 set -eu

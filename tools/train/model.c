@@ -236,7 +236,7 @@ double model_logloss(float logit, float label)
 	return (z > 0 ? z : 0) - (double)label * z + log1p(exp(-fabs(z)));
 }
 
-double model_loss(struct model *m, const float *labels, int n)
+double model_loss_part(struct model *m, const float *labels, int n, int total)
 {
 	double sum = 0;
 
@@ -245,9 +245,14 @@ double model_loss(struct model *m, const float *labels, int n)
 		float p = 1.0f / (1.0f + expf(-z));
 
 		sum += model_logloss(z, labels[b]);
-		m->dlogit[b] = (p - labels[b]) / (float)n;
+		m->dlogit[b] = (p - labels[b]) / (float)total;
 	}
-	return sum / n;
+	return sum;
+}
+
+double model_loss(struct model *m, const float *labels, int n)
+{
+	return model_loss_part(m, labels, n, n) / n;
 }
 
 /* ----------------------------------------------------------- backward */
@@ -369,4 +374,16 @@ float *model_state_array(struct model *m, int i, size_t *len)
 	}
 	*len = l->out;
 	return state ? l->sb : l->b;
+}
+
+float *model_grad_array(struct model *m, int i, size_t *len)
+{
+	struct layer *l = layer_at(m, i / 2);
+
+	if (i % 2 == 0) {
+		*len = (size_t)l->in * l->out;
+		return l->gw;
+	}
+	*len = l->out;
+	return l->gb;
 }

@@ -95,6 +95,12 @@ void model_interact(struct model *m, int n);
  * its gradient at the logits. Returns the loss. */
 double model_loss(struct model *m, const float *labels, int n);
 
+/* The same for n samples of a batch of total: returns the sum (not the
+ * mean) of their losses, and the gradient at each logit is
+ * (sigmoid(z) - y) / total, so that slices of a batch give the whole
+ * batch's per-sample gradients. */
+double model_loss_part(struct model *m, const float *labels, int n, int total);
+
 /* Backward through everything after model_loss(): gradients of the MLP
  * weights, and dvec[b][1 + t], the gradient of each pooled bag. */
 void model_backward(struct model *m, int n);
@@ -115,5 +121,10 @@ double model_logloss(float logit, float label);
  */
 int model_state_count(const struct model *m, int params_only);
 float *model_state_array(struct model *m, int i, size_t *len);
+
+/* The gradients of the weights in the same order as the weights in
+ * model_state_array(i, ...), i < model_state_count(m, 1): what
+ * model_backward() filled and model_step() applies. */
+float *model_grad_array(struct model *m, int i, size_t *len);
 
 #endif

@@ -58,13 +58,20 @@
 #include "cli.h"
 #include "data.h"
 #include "embtier.h"
+#include "gradsum.h"
 #include "idset.h"
 #include "model.h"
 #include "progress.h"
+#ifdef ET_WITH_MPI
+#include "dist.h"
+#endif
 
 #define CKPT_MAGIC   "ETTRAIN1"
 #define CKPT_VERSION 1
 #define MAX_TABLES   1024
+
+/* This process's rank and the rank count (0 and 1 without MPI). */
+static int g_rank, g_nranks = 1;
 
 /* ------------------------------------------------------------- options */
 
@@ -102,6 +109,9 @@ struct opts {
 	uint64_t hot;
 	double zipf;
 	double dense_weight;
+	int slices;	  /* the dense gradient's fixed summation tree */
+	bool row_wise;	  /* MPI: every table sharded by rows */
+	int rank, nranks; /* MPI; 0 and 1 alone */
 };
 
 static void preset_common(struct opts *o)
@@ -119,6 +129,14 @@ static void preset_common(struct opts *o)
 	o->lr = 0.05f;
 	o->nbot = 1;
 	o->ntop = 1;
+#ifdef ET_WITH_MPI
+	/* 8 slices: the same bits at 1, 2, 4 and 8 ranks */
+	o->slices = 8;
+#else
+	o->slices = 1;
+#endif
+	o->rank = g_rank;
+	o->nranks = g_nranks;
 }
 
 static int apply_preset(struct opts *o, const char *name)
@@ -209,6 +227,13 @@ static void usage(FILE *f)
 	    "--keep)\n"
 	    "  --keep               keep the default store directory\n"
 	    "  --no-prefetch        do not prefetch the next batch\n"
+	    "  --slices N           cut each batch into N slices whose MLP\n"
+	    "                       gradients add along a fixed tree (1)\n"
+#ifdef ET_WITH_MPI
+	    "  --plan NAME          table (whole tables per rank) or row\n"
+	    "                       (each table's rows over all ranks)\n"
+#endif
+
 	    "run:\n"
 	    "  --threads N          BLAS threads (default: CPUs - 1, at least "
 	    "1)\n"
@@ -258,6 +283,8 @@ enum {
 	OPT_ZIPF,
 	OPT_TEACHER_DENSE,
 	OPT_INIT_SCALE,
+	OPT_SLICES,
+	OPT_PLAN,
 };
 
 static const struct option long_opts[] = {
@@ -294,6 +321,10 @@ static const struct option long_opts[] = {
     {"zipf", required_argument, NULL, OPT_ZIPF},
     {"teacher-dense", required_argument, NULL, OPT_TEACHER_DENSE},
     {"init-scale", required_argument, NULL, OPT_INIT_SCALE},
+    {"slices", required_argument, NULL, OPT_SLICES},
+#ifdef ET_WITH_MPI
+    {"plan", required_argument, NULL, OPT_PLAN},
+#endif
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -529,6 +560,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			ret = parse_real("teacher-dense", optarg, -100, 100,
 					 &o->dense_weight);
 			break;
+		case OPT_SLICES:
+			ret = parse_int_opt("slices", optarg, 1, 1 << 20,
+					    &o->slices);
+			break;
+		case OPT_PLAN:
+			if (!strcmp(optarg, "table"))
+				o->row_wise = false;
+			else if (!strcmp(optarg, "row"))
+				o->row_wise = true;
+			else
+				return bad_value("plan", optarg);
+			break;
 		case 'q':
 			o->quiet = true;
 			break;
@@ -564,10 +607,36 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		cli_usage_error("--eval-data needs --data");
 		return -EINVAL;
 	}
+	if (o->batch % o->slices) {
+		cli_usage_error("--slices: %d does not divide the batch (%d)",
+				o->slices, o->batch);
+		return -EINVAL;
+	}
+	if (o->nranks > 1 || o->slices > 1) {
+		int per = o->slices / o->nranks;
+
+		/* each rank's slices must be one node of the fixed tree */
+		if (o->slices % o->nranks || (o->nranks & (o->nranks - 1)) ||
+		    (per & (per - 1))) {
+			cli_usage_error(
+			    "--slices: %d ranks need a power-of-two "
+			    "count of slices per rank (--slices "
+			    "%d = %d x a power of two)",
+			    o->nranks, o->slices, o->nranks);
+			return -EINVAL;
+		}
+	}
+	if (o->data && o->nranks > 1) {
+		cli_usage_error("--data: Criteo files are not yet read by "
+				"ranks (synthetic data only)");
+		return -EINVAL;
+	}
 	if (!o->emb_lr)
 		o->emb_lr = o->lr;
+	if (o->rank != 0)
+		o->quiet = true;
 	if (!o->threads) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		long n = sysconf(_SC_NPROCESSORS_ONLN) / o->nranks;
 
 		o->threads = n > 1 ? (int)n - 1 : 1;
 	}
@@ -619,6 +688,9 @@ struct trainer {
 	double eval_logloss, eval_auc;
 	double teacher_logloss, teacher_auc; /* synthetic: the planted truth */
 	float *scores, *labels;		     /* eval_n */
+	struct gradsum gs;		     /* the slices' MLP gradients */
+	float *rowvals;			     /* MPI checksum: a table's rows */
+	struct dist *dist;		     /* MPI: the sharded store */
 };
 
 static int fail(const char *what, int err)
@@ -673,6 +745,10 @@ static uint64_t config_fingerprint(const struct trainer *tr)
 	h = fnv_u64(h, (uint64_t)o->batch);
 	h = fnv_u64(h, o->seed);
 	h = fnv_u64(h, (uint64_t)o->mlp_optim);
+	if (o->slices > 1 || o->row_wise) {
+		h = fnv_u64(h, (uint64_t)o->slices);
+		h = fnv_u64(h, o->row_wise ? 1 : 0);
+	}
 	h = fnv_u64(h, (uint64_t)o->nbot);
 	for (int i = 0; i < o->nbot; i++)
 		h = fnv_u64(h, (uint64_t)o->bot[i]);
@@ -781,7 +857,12 @@ static int checkpoint_write(struct trainer *tr)
 		free(ids);
 	}
 	if (!ret) {
-		ret = et_checkpoint(tr->store, buf, len);
+#ifdef ET_WITH_MPI
+		if (tr->dist)
+			ret = dist_checkpoint(tr->dist, tr->step, buf, len);
+		else
+#endif
+			ret = et_checkpoint(tr->store, buf, len);
 		if (ret)
 			fail("checkpoint", ret);
 	}
@@ -817,7 +898,21 @@ static int checkpoint_load(struct trainer *tr)
 	int ret;
 
 	/* et_table_open has rolled every table back to the checkpoint */
-	ret = et_checkpoint_read(tr->store, &id, &dense, &len);
+#ifdef ET_WITH_MPI
+	if (tr->dist) {
+		char msg[256];
+
+		ret = dist_checkpoint_read(tr->dist, &id, &dense, &len, msg,
+					   sizeof(msg));
+		if (ret) {
+			if (tr->o.rank == 0) /* every rank has the verdict */
+				cli_error("%s: %s", tr->o.dir, msg);
+			return ret;
+		}
+		id = 1;
+	} else
+#endif
+		ret = et_checkpoint_read(tr->store, &id, &dense, &len);
 	if (ret)
 		return fail("read checkpoint", ret);
 	buf = dense;
@@ -914,6 +1009,16 @@ static int make_dir(struct trainer *tr)
 		snprintf(tr->dir, sizeof(tr->dir), "%s", tr->o.dir);
 		return 0;
 	}
+#ifdef ET_WITH_MPI
+	{
+		int ret = dist_make_dir(tr->dir, sizeof(tr->dir));
+
+		if (ret)
+			return fail("/var/tmp", ret);
+		tr->dir_made = true;
+		return 0;
+	}
+#endif
 	snprintf(tr->dir, sizeof(tr->dir), "/var/tmp/embtier-train.XXXXXX");
 	if (!mkdtemp(tr->dir))
 		return fail("/var/tmp", -errno);
@@ -943,6 +1048,49 @@ static void remove_dir(struct trainer *tr)
 		cli_error("%s: cannot remove: %s", tr->dir, strerror(errno));
 }
 
+static void table_params(const struct opts *o, const uint64_t *rows, int t,
+			 struct et_table_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->rows = rows[t];
+	p->dim = (uint32_t)o->dim;
+	p->dtype = o->dtype;
+	p->optim = ET_OPT_ROWWISE_ADAGRAD;
+	p->init = ET_INIT_UNIFORM;
+	p->init_scale = o->init_scale;
+	p->seed = data_mix64(o->seed ^ (0x7461626cULL << 32)) + (uint64_t)t;
+}
+
+#ifdef ET_WITH_MPI
+/* The MPI build: this rank's shard of every table (dist.h). */
+static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
+		     double t0)
+{
+	const struct opts *o = &tr->o;
+	struct dist_table *dt = calloc(o->ntables, sizeof(*dt));
+	char msg[256];
+	int ret;
+
+	if (!dt)
+		return fail("setup", -ENOMEM);
+	for (int t = 0; t < o->ntables; t++) {
+		snprintf(dt[t].name, sizeof(dt[t].name), "t%02d", t);
+		table_params(o, tr->rows, t, &dt[t].p);
+	}
+	ret = dist_open(&tr->dist, tr->dir, cfg, o->resume, o->row_wise, dt,
+			o->ntables, o->batch, tr->tid, msg, sizeof(msg));
+	free(dt);
+	if (ret) {
+		if (o->rank == 0) /* every rank has the verdict */
+			cli_error("%s: %s", tr->dir, msg);
+		return ret;
+	}
+	tr->store = dist_store(tr->dist);
+	tr->open_s = cli_now() - t0;
+	return 0;
+}
+#endif
+
 static int open_store(struct trainer *tr)
 {
 	const struct opts *o = &tr->o;
@@ -960,22 +1108,17 @@ static int open_store(struct trainer *tr)
 		cli_usage_error("--ddr-mb: the DDR tier cannot be empty");
 		return -EINVAL;
 	}
+#ifdef ET_WITH_MPI
+	return open_dist(tr, &cfg, t0);
+#endif
 	ret = et_store_open(tr->dir, &cfg, &tr->store);
 	if (ret)
 		return fail(tr->dir, ret);
 	for (int t = 0; t < o->ntables; t++) {
-		struct et_table_params p = {
-		    .rows = tr->rows[t],
-		    .dim = (uint32_t)o->dim,
-		    .dtype = o->dtype,
-		    .optim = ET_OPT_ROWWISE_ADAGRAD,
-		    .init = ET_INIT_UNIFORM,
-		    .init_scale = o->init_scale,
-		    .seed = data_mix64(o->seed ^ (0x7461626cULL << 32)) +
-			    (uint64_t)t,
-		};
+		struct et_table_params p;
 		char name[32];
 
+		table_params(o, tr->rows, t, &p);
 		snprintf(name, sizeof(name), "t%02d", t);
 		if (o->resume) {
 			ret = et_table_open(tr->store, name, &p, &tr->tid[t]);
@@ -1043,7 +1186,8 @@ static int open_data(struct trainer *tr)
 		left -= (uint64_t)cap;
 	}
 	for (int i = 0; i < 2; i++) {
-		ret = batch_alloc(&tr->bat[i], o->batch, o->ntables,
+		/* this rank's share of the global batch */
+		ret = batch_alloc(&tr->bat[i], o->batch / o->nranks, o->ntables,
 				  o->data ? 1 : o->bag);
 		if (ret)
 			return fail("batch", ret);
@@ -1151,6 +1295,8 @@ static int setup(struct trainer *tr)
 		tr->rows[t] = table_rows(o, t);
 	tr->fingerprint = config_fingerprint(tr);
 	ret = model_init(&tr->m, &mc);
+	if (!ret)
+		ret = gradsum_init(&tr->gs, &tr->m, o->slices);
 	if (ret)
 		return fail("model", ret);
 	ret = open_data(tr);
@@ -1170,6 +1316,7 @@ static int setup(struct trainer *tr)
 static void teardown(struct trainer *tr)
 {
 	model_free(&tr->m);
+	gradsum_free(&tr->gs);
 	data_close(&tr->train);
 	for (int i = 0; i < 2; i++)
 		batch_free(&tr->bat[i]);
@@ -1186,6 +1333,9 @@ static void teardown(struct trainer *tr)
 	free(tr->grad);
 	free(tr->scores);
 	free(tr->labels);
+	free(tr->rowvals);
+	if (tr->log && tr->log != stdout && tr->log != stderr)
+		fclose(tr->log);
 }
 
 /* ---------------------------------------------------------------- eval */
@@ -1246,6 +1396,16 @@ static int forward_batch(struct trainer *tr, const struct batch *b,
 	double t0 = cli_now();
 	int ret;
 
+#ifdef ET_WITH_MPI
+	/* the training batch's ids went ahead with the step before */
+	ret = dist_forward(tr->dist, stall ? NULL : b, tr->emb,
+			   (size_t)o->batch * d);
+	if (ret)
+		return fail("gather", ret);
+	if (stall)
+		*stall += cli_now() - t0;
+	return 0;
+#endif
 	for (int t = 0; t < o->ntables; t++) {
 		ret = et_gather_pooled(tr->store, tr->tid[t], b->ids[t],
 				       b->offsets[t], (size_t)b->n, ET_POOL_SUM,
@@ -1258,15 +1418,16 @@ static int forward_batch(struct trainer *tr, const struct batch *b,
 	return 0;
 }
 
-/* Copies the gathered bags into the model's interaction input. */
-static void bags_in(struct trainer *tr, int n)
+/* Copies gathered bags lo .. lo + n - 1 into the model's interaction
+ * input. */
+static void bags_in(struct trainer *tr, int lo, int n)
 {
 	size_t d = (size_t)tr->o.dim, nv = (size_t)tr->m.nvec;
 
 	for (int t = 0; t < tr->o.ntables; t++)
 		for (int b = 0; b < n; b++)
 			memcpy(tr->m.vec + ((size_t)b * nv + 1 + t) * d,
-			       tr->emb + ((size_t)t * tr->o.batch + b) * d,
+			       tr->emb + ((size_t)t * tr->o.batch + lo + b) * d,
 			       d * sizeof(float));
 }
 
@@ -1283,7 +1444,7 @@ static int evaluate(struct trainer *tr)
 		if (ret)
 			return ret;
 		model_forward(&tr->m, b->dense, b->n);
-		bags_in(tr, b->n);
+		bags_in(tr, 0, b->n);
 		model_interact(&tr->m, b->n);
 		for (int j = 0; j < b->n; j++, k++) {
 			tr->scores[k] = tr->m.logit[j];
@@ -1299,50 +1460,122 @@ static int evaluate(struct trainer *tr)
 
 /* ----------------------------------------------------------- training */
 
-static int train_step(struct trainer *tr)
+/* The next batch of this process: the whole batch, or a rank's share. */
+static int next_batch(struct trainer *tr, struct batch *b)
+{
+	int ret;
+
+#ifdef ET_WITH_MPI
+	ret = dist_next_batch(tr->dist, &tr->train, b);
+#else
+	ret = data_next(&tr->train, b);
+#endif
+	if (ret)
+		return data_fail(tr->o.data ? tr->o.data : "data", &tr->train,
+				 ret);
+	return 0;
+}
+
+/* Starts reading batch b's rows; under MPI its ids go to their owners,
+ * which prefetch them. */
+static int prefetch_batch(struct trainer *tr, const struct batch *b)
 {
 	const struct opts *o = &tr->o;
-	struct batch *cur = &tr->bat[0], *nxt = &tr->bat[1], tmp;
-	struct et_update_params up = {.lr = o->emb_lr};
-	size_t d = (size_t)o->dim, nv = (size_t)tr->m.nvec;
-	double t0 = cli_now(), stall = 0, t1, loss;
-	int n = cur->n, ret;
+	int ret;
 
-	ret = forward_batch(tr, cur, &stall);
-	if (ret)
-		return ret;
-	if (tr->step + 1 < o->steps) {
-		ret = data_next(&tr->train, nxt);
-		if (ret)
-			return data_fail(o->data ? o->data : "data", &tr->train,
-					 ret);
-		if (o->prefetch) {
-			for (int t = 0; t < o->ntables; t++) {
-				tr->pf[t].table = tr->tid[t];
-				tr->pf[t].ids = nxt->ids[t];
-				tr->pf[t].n = nxt->offsets[t][nxt->n];
-			}
-			t1 = cli_now();
-			ret =
-			    et_prefetch(tr->store, tr->pf, (size_t)o->ntables);
-			stall += cli_now() - t1;
-			if (ret)
-				return fail("prefetch", ret);
-		}
+#ifdef ET_WITH_MPI
+	ret = dist_send_ids(tr->dist, b, o->prefetch);
+	return ret ? fail("prefetch", ret) : 0;
+#endif
+	if (!o->prefetch)
+		return 0;
+	for (int t = 0; t < o->ntables; t++) {
+		tr->pf[t].table = tr->tid[t];
+		tr->pf[t].ids = b->ids[t];
+		tr->pf[t].n = b->offsets[t][b->n];
 	}
+	ret = et_prefetch(tr->store, tr->pf, (size_t)o->ntables);
+	return ret ? fail("prefetch", ret) : 0;
+}
 
-	model_forward(&tr->m, cur->dense, n);
-	bags_in(tr, n);
-	model_interact(&tr->m, n);
-	loss = model_loss(&tr->m, cur->label, n);
-	model_backward(&tr->m, n);
-	for (int t = 0; t < o->ntables; t++)
-		for (int b = 0; b < n; b++)
-			memcpy(tr->grad + ((size_t)t * o->batch + b) * d,
-			       tr->m.dvec + ((size_t)b * nv + 1 + t) * d,
-			       d * sizeof(float));
+/*
+ * Forward and backward of the dense model over the n samples of cur,
+ * slice by slice: the bags' gradients land in tr->grad, the MLP's in the
+ * model, summed over slices (and ranks) along the fixed tree of
+ * gradsum.h. Returns the global batch's mean loss.
+ */
+static double dense_step(struct trainer *tr, const struct batch *cur, int n,
+			 int *err)
+{
+	const struct opts *o = &tr->o;
+	int per = o->slices / o->nranks, sl = n / per;
+	size_t d = (size_t)o->dim, nv = (size_t)tr->m.nvec;
+	bool tree = o->slices > 1 || tr->dist;
+	double loss = 0;
 
-	t1 = cli_now();
+	*err = 0;
+	for (int j = 0; j < per; j++) {
+		int lo = j * sl;
+
+		model_forward(&tr->m, cur->dense + (size_t)lo * DATA_NDENSE,
+			      sl);
+		bags_in(tr, lo, sl);
+		model_interact(&tr->m, sl);
+		loss += model_loss_part(&tr->m, cur->label + lo, sl, o->batch);
+		model_backward(&tr->m, sl);
+		for (int t = 0; t < o->ntables; t++)
+			for (int b = 0; b < sl; b++)
+				memcpy(tr->grad +
+					   ((size_t)t * o->batch + lo + b) * d,
+				       tr->m.dvec +
+					   ((size_t)b * nv + 1 + t) * d,
+				       d * sizeof(float));
+		if (tree)
+			gradsum_push(&tr->gs, &tr->m);
+	}
+	if (tree) {
+		float *g = gradsum_result(&tr->gs);
+
+#ifdef ET_WITH_MPI
+		*err = dist_allreduce(tr->dist, g, tr->gs.n);
+		if (*err) {
+			fail("all-reduce", *err);
+			return NAN;
+		}
+		loss = dist_sum(loss);
+#endif
+		gradsum_store(&tr->gs, &tr->m, g);
+	}
+	return loss / o->batch;
+}
+
+/* The bags' gradients to the store (under MPI, to the owners). */
+static int update_batch(struct trainer *tr, const struct batch *cur, int n)
+{
+	const struct opts *o = &tr->o;
+	struct et_update_params up = {.lr = o->emb_lr};
+	size_t d = (size_t)o->dim;
+	int ret;
+
+#ifdef ET_WITH_MPI
+	ret =
+	    dist_backward(tr->dist, tr->grad, (size_t)o->batch * d, o->emb_lr);
+	if (ret)
+		return fail("update", ret);
+	/* the rows this rank owns are the ones its checkpoint and
+	 * checksum speak for */
+	for (int t = 0; t < o->ntables; t++) {
+		const uint64_t *ids;
+		size_t k;
+
+		ret = dist_owned_ids(tr->dist, t, &ids, &k);
+		if (!ret)
+			ret = idset_add(&tr->touched[t], ids, k);
+		if (ret)
+			return fail("touched ids", ret);
+	}
+	return 0;
+#endif
 	for (int t = 0; t < o->ntables; t++) {
 		ret =
 		    et_update_pooled(tr->store, tr->tid[t], cur->ids[t],
@@ -1351,14 +1584,45 @@ static int train_step(struct trainer *tr)
 		if (ret)
 			return fail("update", ret);
 	}
-	stall += cli_now() - t1;
-	model_step(&tr->m);
 	for (int t = 0; t < o->ntables; t++) {
 		ret =
 		    idset_add(&tr->touched[t], cur->ids[t], cur->offsets[t][n]);
 		if (ret)
 			return fail("touched ids", ret);
 	}
+	return 0;
+}
+
+static int train_step(struct trainer *tr)
+{
+	const struct opts *o = &tr->o;
+	struct batch *cur = &tr->bat[0], *nxt = &tr->bat[1], tmp;
+	double t0 = cli_now(), stall = 0, t1, loss;
+	int n = cur->n, ret;
+
+	ret = forward_batch(tr, cur, &stall);
+	if (ret)
+		return ret;
+	if (tr->step + 1 < o->steps) {
+		ret = next_batch(tr, nxt);
+		if (ret)
+			return ret;
+		t1 = cli_now();
+		ret = prefetch_batch(tr, nxt);
+		stall += cli_now() - t1;
+		if (ret)
+			return ret;
+	}
+
+	loss = dense_step(tr, cur, n, &ret);
+	if (ret)
+		return ret;
+	t1 = cli_now();
+	ret = update_batch(tr, cur, n);
+	stall += cli_now() - t1;
+	if (ret)
+		return ret;
+	model_step(&tr->m);
 
 	tr->next_pos = cur->end;
 	/* the batch read ahead becomes the current one */
@@ -1377,7 +1641,7 @@ static int train_step(struct trainer *tr)
 	tr->iv.stall_s += stall;
 	tr->iv.loss += loss;
 	tr->iv.steps++;
-	tr->iv.samples += (uint64_t)n;
+	tr->iv.samples += (uint64_t)n * (uint64_t)o->nranks;
 	return 0;
 }
 
@@ -1446,6 +1710,37 @@ static int log_line(struct trainer *tr)
  * read back with et_gather. Values are what the API returns (f32), so the
  * checksum is the same whatever the tiers held when it was taken.
  */
+#ifdef ET_WITH_MPI
+/* Table t's touched rows of every rank, on rank 0: *ids (replaced) and
+ * tr->rowvals, in increasing id order. */
+static int dist_checksum_rows(struct trainer *tr, int t, uint64_t **ids,
+			      uint64_t *n)
+{
+	size_t k = (size_t)*n, all_n = 0;
+	float *vals = malloc((k ? k : 1) * tr->o.dim * sizeof(float));
+	uint64_t *all_ids = NULL;
+	int ret = vals ? 0 : -ENOMEM;
+
+	if (!ret && k)
+		ret = et_gather(tr->store, tr->tid[t], *ids, k, vals);
+	if (ret) {
+		free(vals);
+		return fail("checksum gather", ret);
+	}
+	free(tr->rowvals);
+	tr->rowvals = NULL;
+	ret = dist_table_rows(tr->dist, *ids, vals, k, tr->o.dim, &all_ids,
+			      &tr->rowvals, &all_n);
+	free(vals);
+	if (ret)
+		return fail("checksum", ret);
+	free(*ids);
+	*ids = all_ids;
+	*n = all_n;
+	return 0;
+}
+#endif
+
 static int weights_checksum(struct trainer *tr, uint64_t *out)
 {
 	const size_t chunk = 4096;
@@ -1470,12 +1765,22 @@ static int weights_checksum(struct trainer *tr, uint64_t *out)
 			fail("checksum", ret);
 			break;
 		}
+#ifdef ET_WITH_MPI
+		ret = dist_checksum_rows(tr, t, &ids, &n);
+		if (ret)
+			break;
+#endif
 		h = fnv_u64(h, (uint64_t)t);
 		h = fnv_u64(h, n);
-		for (uint64_t i = 0; i < n; i += chunk) {
+		for (uint64_t i = 0; i < n && tr->o.rank == 0; i += chunk) {
 			size_t k = n - i < chunk ? (size_t)(n - i) : chunk;
 
+#ifdef ET_WITH_MPI
+			memcpy(buf, tr->rowvals + i * tr->o.dim,
+			       k * tr->o.dim * sizeof(float));
+#else
 			ret = et_gather(tr->store, tr->tid[t], ids + i, k, buf);
+#endif
 			if (ret) {
 				fail("checksum gather", ret);
 				break;
@@ -1491,6 +1796,9 @@ static int weights_checksum(struct trainer *tr, uint64_t *out)
 }
 
 struct results {
+#ifdef ET_WITH_MPI
+	struct dist_figures mine; /* this rank's, before the sums */
+#endif
 	uint64_t checksum;
 	uint64_t logical_params, rows_touched, rows_bound, blocks_written;
 	uint64_t disk_bytes, logical_bytes, maxrss;
@@ -1506,9 +1814,14 @@ static int collect(struct trainer *tr, struct results *r)
 	for (int t = 0; t < tr->o.ntables; t++) {
 		struct et_table_info ti;
 
+		if (tr->tid[t] < 0)
+			continue; /* MPI: not this rank's */
 		ret = et_table_info(tr->store, tr->tid[t], &ti);
 		if (ret)
 			return fail("table info", ret);
+#ifdef ET_WITH_MPI
+		ti.rows = dist_owned_rows(tr->dist, t);
+#endif
 		r->logical_params += ti.rows * ti.dim;
 		r->rows_touched += tr->touched[t].n;
 		r->blocks_written += ti.blocks_written;
@@ -1521,6 +1834,35 @@ static int collect(struct trainer *tr, struct results *r)
 		return fail("stats", ret);
 	if (!getrusage(RUSAGE_SELF, &ru))
 		r->maxrss = (uint64_t)ru.ru_maxrss * 1024;
+#ifdef ET_WITH_MPI
+	{
+		struct dist_figures *f = &r->mine;
+		uint64_t v[6] = {r->logical_params, r->rows_touched,
+				 r->rows_bound,	    r->blocks_written,
+				 r->disk_bytes,	    r->logical_bytes};
+
+		f->step_s = tr->step_s;
+		f->stall_s = tr->stall_s;
+		f->samples =
+		    (double)(tr->step - tr->step0) * tr->o.batch / tr->o.nranks;
+		f->hbm_hit = tr->o.hbm_mb > 0
+				 ? ratio(r->st.hbm.hits, r->st.hbm.misses)
+				 : NAN;
+		f->ddr_hit = ratio(r->st.ddr.hits, r->st.ddr.misses);
+		f->owned_params = r->logical_params;
+		f->rows_touched = r->rows_touched;
+		f->disk_bytes = r->disk_bytes;
+		f->mem_peak = r->st.mem_peak_bytes;
+		f->maxrss = r->maxrss;
+		dist_sum_u64(v, 6);
+		r->logical_params = v[0];
+		r->rows_touched = v[1];
+		r->rows_bound = v[2];
+		r->blocks_written = v[3];
+		r->disk_bytes = v[4];
+		r->logical_bytes = v[5];
+	}
+#endif
 	return 0;
 }
 
@@ -1646,13 +1988,25 @@ static int run(struct trainer *tr)
 	int ret;
 
 	tr->log = o->json ? stderr : stdout;
+	if (o->rank != 0) {
+		/* rank 0 speaks for the run */
+		tr->log = fopen("/dev/null", "w");
+		if (!tr->log)
+			return fail("/dev/null", -errno);
+	}
 	if (!o->resume)
 		tr->next_pos = data_tell(&tr->train);
 	if (tr->step < o->steps) {
-		ret = data_next(&tr->train, &tr->bat[0]);
+		ret = next_batch(tr, &tr->bat[0]);
+#ifdef ET_WITH_MPI
+		/* the first batch's ids go now, later ones a step ahead */
+		if (!ret)
+			ret = dist_send_ids(tr->dist, &tr->bat[0], false);
 		if (ret)
-			return data_fail(o->data ? o->data : "data", &tr->train,
-					 ret);
+			return fail("send ids", ret);
+#endif
+		if (ret)
+			return ret;
 	}
 	snprintf(tr->prog_label, sizeof(tr->prog_label), "training");
 	progress_start(&tr->prog, tr->prog_label, "samples",
@@ -1714,7 +2068,11 @@ static int run(struct trainer *tr)
 	ret = collect(tr, &r);
 	if (ret)
 		return ret;
-	report(tr, &r);
+	if (o->rank == 0)
+		report(tr, &r);
+#ifdef ET_WITH_MPI
+	dist_report(tr->dist, &r.mine, tr->log);
+#endif
 	return 0;
 }
 
@@ -1724,6 +2082,12 @@ int main(int argc, char **argv)
 	int ret, status;
 
 	cli_init("embtier-train");
+#ifdef ET_WITH_MPI
+	if (dist_init(&argc, &argv, &g_rank, &g_nranks)) {
+		cli_error("MPI could not start");
+		return CLI_EXIT_FAIL;
+	}
+#endif
 	tr = calloc(1, sizeof(*tr));
 	if (!tr) {
 		cli_error("out of memory");
@@ -1732,6 +2096,9 @@ int main(int argc, char **argv)
 	tr->teacher_logloss = tr->teacher_auc = NAN;
 	if (parse_args(argc, argv, &tr->o)) {
 		free(tr);
+#ifdef ET_WITH_MPI
+		dist_end(false); /* every rank parsed the same flags */
+#endif
 		return CLI_EXIT_USAGE;
 	}
 	openblas_set_num_threads(tr->o.threads);
@@ -1740,6 +2107,21 @@ int main(int argc, char **argv)
 		ret = run(tr);
 	progress_end(&tr->prog);
 	status = ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+#ifdef ET_WITH_MPI
+	if (ret && !dist_agreed(ret)) {
+		/* a failure of this rank alone: the others may wait for it
+		 * in a collective */
+		dist_end(true);
+	}
+	if (tr->dist) {
+		ret = dist_close(tr->dist);
+		tr->store = NULL;
+		if (ret) {
+			cli_error_code("close store", ret);
+			status = CLI_EXIT_FAIL;
+		}
+	}
+#endif
 	if (tr->store) {
 		ret = et_store_close(tr->store);
 		if (ret) {
@@ -1747,11 +2129,20 @@ int main(int argc, char **argv)
 			status = CLI_EXIT_FAIL;
 		}
 	}
+#ifdef ET_WITH_MPI
+	if (tr->dir_made && !tr->o.keep) {
+		dist_remove_dirs(tr->dir);
+		tr->dir_made = false;
+	}
+#endif
 	if (tr->dir_made && !tr->o.keep)
 		remove_dir(tr);
-	else if (tr->dir_made && !tr->o.json)
+	else if (tr->dir_made && !tr->o.json && tr->o.rank == 0)
 		cli_note("store kept in %s", tr->dir);
 	teardown(tr);
 	free(tr);
+#ifdef ET_WITH_MPI
+	dist_end(false);
+#endif
 	return status;
 }

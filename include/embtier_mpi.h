@@ -1,0 +1,202 @@
+/*
+ * embtier_mpi.h - embtier sharded over MPI ranks (libembtier_mpi, built
+ * when an MPI compiler is present; libembtier itself has no MPI in it).
+ *
+ * Every rank opens its own et_store over its shard, in DIR/rank-R, and the
+ * ranks together serve the tables of one model. Each table has a plan:
+ *
+ *  - table-wise: the whole table lives on one rank. Tables are placed
+ *    greedily, largest rows x dim first (ties: lower index), each on the
+ *    least loaded rank (ties: lower rank): the same placement on every rank
+ *    and in every run with the same tables and rank count.
+ *  - row-wise: row r of a table of R rows lives on rank floor(r * N / R)
+ *    (contiguous ranges of equal size). Each rank's table file has the
+ *    table's full logical size and keeps rows at their global index, so
+ *    the initializer (a function of the global row) gives the same values
+ *    whatever the rank count; rows a rank does not own are never written
+ *    and cost nothing (table files are sparse).
+ *
+ * One training step, for the local share of a global batch (bags in global
+ * sample order: rank 0's samples first, then rank 1's...):
+ *
+ *   etm_send_ids(next)     ids go to their owners (all-to-all), which keep
+ *                          them for the step that uses them and, if asked,
+ *                          et_prefetch them: one batch ahead, as alone
+ *   etm_forward(NULL)      owners gather and answer (all-to-all): pooled
+ *                          bags (table-wise) or the rows (row-wise), which
+ *                          the requester pools in id order
+ *   etm_backward(grads)    gradients go to the owners (all-to-all), which
+ *                          apply the optimizer with et_update_pooled
+ *   etm_allreduce(dense)   sum of the ranks' dense gradients, fixed order
+ *
+ * Results are the same bits at any rank count: an owner sees the bags of
+ * the global batch concatenated in rank order, i.e. in global sample order,
+ * so a row receives its gradients in the same order as in a single store,
+ * and a pooled bag is summed in id order exactly as et_gather_pooled does.
+ * Row-wise owners return rows rather than partial sums for that reason
+ * (a bag spread over k owners costs k - 1 more vectors; bags of one id,
+ * the common case, cost nothing more). etm_allreduce sums the rank buffers
+ * along a balanced binary tree over ranks in rank order, whatever the
+ * timing.
+ *
+ * Every function is collective over the communicator unless it says
+ * otherwise: all ranks call it, in the same order, with the same table
+ * arguments. Functions return 0 or a negative errno / embtier code
+ * (et_strerror explains it); the error is the same on every rank where
+ * it says so, otherwise a caller should MPI_Abort on error.
+ */
+#ifndef EMBTIER_MPI_H
+#define EMBTIER_MPI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "embtier.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct etm etm;
+
+typedef enum etm_plan {
+	ETM_TABLE_WISE = 0,
+	ETM_ROW_WISE = 1,
+} etm_plan;
+
+/* One table of the sharded model, as the whole model sees it. */
+struct etm_table_spec {
+	const char *name;	  /* as for et_table_create */
+	struct et_table_params p; /* global shape; rows are global */
+	etm_plan plan;
+};
+
+#define ETM_OPEN_RESUME                                                        \
+	0x1u /* the shard directories must exist; the                          \
+	      * global checkpoint record must say this                         \
+	      * rank count (else ET_ECONFIG, on every                          \
+	      * rank, before anything is created) */
+
+/*
+ * Opens rank R's store in dir/rank-R (creating dir and it unless
+ * ETM_OPEN_RESUME). cfg is each rank's own tiers. comm is duplicated.
+ */
+int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
+	     unsigned flags, etm **out);
+
+/* Closes the local store (et_store_close) and frees m. Not collective.
+ * NULL is harmless. */
+int etm_close(etm *m);
+
+/*
+ * Declares the model's n tables (1..4096) and creates (create) or opens
+ * the local shard of each: a table-wise table only on its owner, a
+ * row-wise one on every rank. Called once, after etm_open.
+ */
+int etm_tables(etm *m, const struct etm_table_spec *spec, int n, bool create);
+
+/* Not collective. */
+int etm_rank(const etm *m);
+int etm_nranks(const etm *m);
+et_store *etm_store(etm *m); /* the local store */
+/* The local store's table id of table t, or -1 if this rank holds none. */
+int etm_local_table(const etm *m, int t);
+/* Owner of row id of table t. */
+int etm_owner(const etm *m, int t, uint64_t id);
+/* Rows of table t this rank owns. */
+uint64_t etm_owned_rows(const etm *m, int t);
+
+/* One table's bags of the local batch (as for et_gather_pooled). */
+struct etm_bags {
+	const uint64_t *ids;
+	const uint64_t *offsets; /* nbags + 1 */
+	size_t nbags;
+};
+
+/*
+ * Sends the ids of the local batch (bags[t] for every table) to their
+ * owners, for the next etm_forward(m, NULL, ...); with prefetch, each owner
+ * then calls et_prefetch with all the rows it received. The buffers are
+ * copied.
+ */
+int etm_send_ids(etm *m, const struct etm_bags *bags, bool prefetch);
+
+/*
+ * Pooled bags of every table: out[t] receives bags[t].nbags x dim f32.
+ * bags NULL: the batch of the last etm_send_ids (each batch's ids then
+ * travel once); else the ids go now, and are not prefetched. mode is
+ * the pooling of every table.
+ */
+int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
+		float *const *out);
+
+/*
+ * The backward of the last etm_forward: grads[t] holds nbags x dim f32
+ * per table, the gradient of each pooled bag. Owners apply them with
+ * et_update_pooled.
+ */
+int etm_backward(etm *m, const float *const *grads,
+		 const struct et_update_params *up);
+
+/*
+ * The ids of table t this rank owns in the batch of the last etm_forward,
+ * in the order its store saw them (global sample order). Valid until the
+ * next etm_forward or etm_send_ids. Not collective.
+ */
+int etm_owned_ids(const etm *m, int t, const uint64_t **ids, size_t *n);
+
+/*
+ * Replaces buf (n floats, the same n on every rank) by the sum of every
+ * rank's buf, on every rank: a reduce-scatter then an all-gather, each
+ * chunk summed along a balanced binary tree over ranks in rank order
+ * (split at lo + (hi - lo) / 2), so the bits depend on the buffers only.
+ */
+int etm_allreduce(etm *m, float *buf, size_t n);
+
+/* Bytes this rank sent to other ranks (its own share excluded), and the
+ * analytic minimum of the same traffic: 8 bytes per id sent to a remote
+ * owner, one dim-vector per (bag, remote owner) each way, and
+ * 2 (N - 1) / N x 4 bytes per all-reduced float. */
+struct etm_traffic {
+	uint64_t ids;	  /* ids sent to owners */
+	uint64_t meta;	  /* counts, headers, bag lengths */
+	uint64_t vectors; /* pooled bags or rows sent back */
+	uint64_t grads;	  /* gradients sent to owners */
+	uint64_t reduce;  /* all-reduce */
+	uint64_t min_ids, min_vectors, min_grads, min_reduce;
+	uint64_t steps; /* etm_backward calls */
+};
+
+/* Not collective. */
+void etm_get_traffic(const etm *m, struct etm_traffic *t);
+
+/*
+ * A checkpoint of all ranks, committed by all or none: each rank makes an
+ * et_checkpoint of its store with len bytes of its dense state and step;
+ * once every rank has, rank 0 writes (atomically) the global record
+ * dir/etm-checkpoint naming step and the rank count. A crash before that
+ * leaves the previous global record, and etm_checkpoint_read refuses the
+ * ranks whose store went past it.
+ */
+int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len);
+
+/*
+ * The last global checkpoint: *step, and this rank's dense state in *dense
+ * (malloc()ed, free() it) of *len bytes. Every rank gets the same verdict:
+ * -ENOENT if there is none, ET_ECONFIG if it was written by another rank
+ * count, ET_EMISMATCH if some rank's store holds another step (a crash
+ * between a rank's commit and the global record; stores keep only their
+ * last checkpoint, so such a run cannot be resumed). On error a message
+ * saying which is in msg (if non-NULL, msglen bytes).
+ */
+int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
+			char *msg, size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EMBTIER_MPI_H */

@@ -1,0 +1,84 @@
+/*
+ * etm_impl.h - the inside of an etm handle (embtier_mpi.h), shared by the
+ * files of libembtier_mpi: shard.c (opening, plans, checkpoints),
+ * exchange.c (the all-to-all steps) and allreduce.c.
+ *
+ * A handle is used by one thread at a time, like a store.
+ */
+#ifndef ETM_IMPL_H
+#define ETM_IMPL_H
+
+#include <stdint.h>
+
+#include "embtier_mpi.h"
+
+/* A buffer that grows by doubling and is never shrunk. */
+struct etm_vec {
+	void *p;
+	size_t cap; /* bytes */
+};
+
+int etm_vec_reserve(struct etm_vec *v, size_t bytes);
+void etm_vec_free(struct etm_vec *v);
+
+struct etm_tbl {
+	uint64_t rows;
+	uint32_t dim;
+	etm_plan plan;
+	int owner; /* table-wise: its rank */
+	int local; /* local store table id, or -1 */
+};
+
+/*
+ * One table of one batch as routed. Requester side: its bags cut into
+ * sub-bags, one per (bag, owner) with ids there, grouped by owner rank
+ * (in bag order within an owner); gids holds their ids in the same
+ * order, id_loc[i] the place of local id i in gids. Owner side: the
+ * sub-bags received, concatenated in source rank order (global sample
+ * order), with per-source prefix counts.
+ */
+struct etm_rt_table {
+	size_t nbags;
+	struct etm_vec offsets; /* u64 nbags + 1, the caller's, copied */
+	struct etm_vec sub_bag; /* u32 per sub-bag: its local bag */
+	struct etm_vec sub_len; /* u32 per sub-bag: ids in it */
+	struct etm_vec gids;	/* u64 per id, grouped by owner */
+	struct etm_vec id_loc;	/* u32 per local id: index in gids */
+	struct etm_vec dst;	/* u32 x 2 (N + 1): sub-bag and id prefix
+				 * counts per owner */
+	/* owner side */
+	struct etm_vec oids; /* u64 ids received */
+	struct etm_vec ooff; /* u64 offsets of the sub-bags received */
+	struct etm_vec src;  /* u32 x 2 (N + 1): sub-bag and id prefix
+			      * counts per source */
+};
+
+struct etm_route {
+	bool valid;
+	struct etm_rt_table *t; /* ntables */
+};
+
+struct etm {
+	MPI_Comm comm;
+	int rank, nranks;
+	char dir[4096];
+	et_store *store;
+	int ntables;
+	struct etm_tbl *tbl;
+	/* routes: the batch sent ahead, the one of the last forward, and
+	 * a spare one for forwards given their ids directly */
+	struct etm_route route[3];
+	int next, cur, spare; /* indices into route */
+	et_pool mode;	      /* of the last forward */
+	/* scratch */
+	struct etm_vec sbuf, rbuf, out, grad;
+	int *scount, *sdispl, *rcount, *rdispl; /* nranks each */
+	struct etm_traffic traffic;
+};
+
+/* The same error on every rank: the most negative of the ranks' ret. */
+int etm_agree(etm *m, int ret);
+
+void etm_route_free(struct etm_route *r, int ntables);
+
+#endif

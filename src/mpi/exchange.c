@@ -1,0 +1,728 @@
+/*
+ * exchange.c - the all-to-all steps of a sharded store: ids to their
+ * owners, pooled bags (or rows) back, gradients to the owners.
+ *
+ * Routing. A table's local bags are cut into sub-bags, one for each
+ * (bag, owner) pair that has ids: a table-wise table has one owner, so its
+ * sub-bags are its non-empty bags; a row-wise bag spread over k ranks
+ * gives k sub-bags. Sub-bags for one owner keep bag order, ids keep their
+ * order within a bag.
+ *
+ * Messages, for each (source, destination) pair, list the tables the
+ * destination serves in increasing index:
+ *
+ *   ids       per table: u32 nsub (bit 31: every sub-bag has one id, no
+ *             lengths follow), u32 nids, u32 length x nsub, u64 id x nids
+ *   forward   per table: f32 dim-vectors, one per sub-bag (table-wise,
+ *             pooled by the owner) or per id (row-wise, rows)
+ *   backward  per table: f32 dim-vectors, one per sub-bag
+ *
+ * Only the ids message needs its sizes sent ahead (an MPI_Alltoall of one
+ * int per pair); both sides of the other two know them from the routing.
+ * An owner sees the sub-bags of all sources concatenated in rank order,
+ * which is global sample order: its et_update_pooled sums each row's
+ * gradients in the same order as one store given the whole batch would.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "etm_impl.h"
+
+#define ALL_ONES 0x80000000u
+
+void etm_route_free(struct etm_route *r, int ntables)
+{
+	for (int t = 0; r->t && t < ntables; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+
+		etm_vec_free(&rt->offsets);
+		etm_vec_free(&rt->sub_bag);
+		etm_vec_free(&rt->sub_len);
+		etm_vec_free(&rt->gids);
+		etm_vec_free(&rt->id_loc);
+		etm_vec_free(&rt->dst);
+		etm_vec_free(&rt->oids);
+		etm_vec_free(&rt->ooff);
+		etm_vec_free(&rt->src);
+	}
+	free(r->t);
+	r->t = NULL;
+}
+
+static bool serves(const etm *m, int t, int d)
+{
+	return m->tbl[t].plan == ETM_ROW_WISE || m->tbl[t].owner == d;
+}
+
+/* Prefix counts per owner (dst) or source (src): sub-bags then ids. */
+static uint32_t *sub_prefix(struct etm_vec *v)
+{
+	return v->p;
+}
+
+static uint32_t *id_prefix(const etm *m, struct etm_vec *v)
+{
+	return (uint32_t *)v->p + m->nranks + 1;
+}
+
+/* Cuts table t's local bags into sub-bags per owner (see the top). */
+static int route_table(etm *m, int t, struct etm_rt_table *rt,
+		       const struct etm_bags *b)
+{
+	int nr = m->nranks;
+	size_t n;
+	uint32_t *ds, *di, *cs, *ci, *last, *sb, *sl, *loc;
+	uint64_t *gids;
+	int ret;
+
+	if (!b->offsets || b->offsets[0] != 0 || b->nbags >= UINT32_MAX)
+		return -EINVAL;
+	for (size_t k = 0; k < b->nbags; k++)
+		if (b->offsets[k + 1] < b->offsets[k])
+			return -EINVAL;
+	n = b->offsets[b->nbags];
+	if (n >= UINT32_MAX || (n && !b->ids))
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if (b->ids[i] >= m->tbl[t].rows)
+			return ET_EROWRANGE;
+	ret = etm_vec_reserve(&rt->offsets, (b->nbags + 1) * sizeof(uint64_t));
+	if (!ret)
+		ret = etm_vec_reserve(&rt->sub_bag, (n + 1) * sizeof(uint32_t));
+	if (!ret)
+		ret = etm_vec_reserve(&rt->sub_len, (n + 1) * sizeof(uint32_t));
+	if (!ret)
+		ret = etm_vec_reserve(&rt->gids, (n + 1) * sizeof(uint64_t));
+	if (!ret)
+		ret = etm_vec_reserve(&rt->id_loc, (n + 1) * sizeof(uint32_t));
+	/* prefixes, then cursors and each owner's last bag + 1 */
+	if (!ret)
+		ret = etm_vec_reserve(&rt->dst, (2 * (nr + 1) + 3 * nr) *
+						    sizeof(uint32_t));
+	if (ret)
+		return ret;
+	rt->nbags = b->nbags;
+	memcpy(rt->offsets.p, b->offsets, (b->nbags + 1) * sizeof(uint64_t));
+	ds = sub_prefix(&rt->dst);
+	di = id_prefix(m, &rt->dst);
+	cs = di + nr + 1;
+	ci = cs + nr;
+	last = ci + nr;
+	memset(ds, 0, (2 * (nr + 1) + 3 * nr) * sizeof(uint32_t));
+	for (size_t k = 0; k < b->nbags; k++)
+		for (uint64_t i = b->offsets[k]; i < b->offsets[k + 1]; i++) {
+			int d = etm_owner(m, t, b->ids[i]);
+
+			ds[d + 1] += last[d] != k + 1;
+			di[d + 1]++;
+			last[d] = (uint32_t)k + 1;
+		}
+	for (int d = 0; d < nr; d++) {
+		ds[d + 1] += ds[d];
+		di[d + 1] += di[d];
+		cs[d] = ds[d];
+		ci[d] = di[d];
+		last[d] = 0;
+	}
+	sb = rt->sub_bag.p;
+	sl = rt->sub_len.p;
+	gids = rt->gids.p;
+	loc = rt->id_loc.p;
+	for (size_t k = 0; k < b->nbags; k++)
+		for (uint64_t i = b->offsets[k]; i < b->offsets[k + 1]; i++) {
+			int d = etm_owner(m, t, b->ids[i]);
+
+			if (last[d] != k + 1) {
+				sb[cs[d]] = (uint32_t)k;
+				sl[cs[d]] = 0;
+				cs[d]++;
+				last[d] = (uint32_t)k + 1;
+			}
+			sl[cs[d] - 1]++;
+			gids[ci[d]] = b->ids[i];
+			loc[i] = ci[d]++;
+		}
+	return 0;
+}
+
+static bool all_ones(const uint32_t *len, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (len[i] != 1)
+			return false;
+	return true;
+}
+
+static void put(unsigned char **p, const void *src, size_t n)
+{
+	if (n)
+		memcpy(*p, src, n);
+	*p += n;
+}
+
+/* Displacements from counts; fails if the total exceeds an int. */
+static int displs(const int *count, int *displ, int n, size_t *total)
+{
+	size_t s = 0;
+
+	for (int i = 0; i < n; i++) {
+		displ[i] = (int)s;
+		s += (size_t)count[i];
+		if (s > INT32_MAX)
+			return -E2BIG;
+	}
+	*total = s;
+	return 0;
+}
+
+static int alltoallv(etm *m)
+{
+	return MPI_Alltoallv(m->sbuf.p, m->scount, m->sdispl, MPI_BYTE,
+			     m->rbuf.p, m->rcount, m->rdispl, MPI_BYTE,
+			     m->comm) == MPI_SUCCESS
+		   ? 0
+		   : -EIO;
+}
+
+/* Size of table t's ids section for owner d. */
+static size_t ids_bytes(const etm *m, struct etm_rt_table *rt, int d)
+{
+	uint32_t *ds = sub_prefix(&rt->dst), *di = id_prefix(m, &rt->dst);
+	uint32_t ns = ds[d + 1] - ds[d], ni = di[d + 1] - di[d];
+	bool ones = all_ones((uint32_t *)rt->sub_len.p + ds[d], ns);
+
+	return 8 + (ones ? 0 : 4 * (size_t)ns) + 8 * (size_t)ni;
+}
+
+/* Reads what one source sent for table t into the owner side. */
+static int take_ids(const etm *m, struct etm_rt_table *rt, int s,
+		    const unsigned char **p, const unsigned char *end)
+{
+	uint32_t hdr[2], ns, ni, *ss = sub_prefix(&rt->src);
+	uint32_t *si = id_prefix(m, &rt->src);
+	uint64_t *off;
+	bool ones;
+	int ret;
+
+	if (end - *p < 8)
+		return -EPROTO;
+	memcpy(hdr, *p, 8);
+	*p += 8;
+	ones = hdr[0] & ALL_ONES;
+	ns = hdr[0] & ~ALL_ONES;
+	ni = hdr[1];
+	if ((size_t)(end - *p) < (ones ? 0 : 4 * (size_t)ns) + 8 * (size_t)ni ||
+	    (ones && ns != ni))
+		return -EPROTO;
+	ret = etm_vec_reserve(&rt->oids, (si[s] + (size_t)ni) * 8);
+	if (!ret)
+		ret = etm_vec_reserve(&rt->ooff, (ss[s] + (size_t)ns + 1) * 8);
+	if (ret)
+		return ret;
+	off = rt->ooff.p;
+	for (uint32_t k = 0; k < ns; k++) {
+		uint32_t len = 1;
+
+		if (!ones) {
+			memcpy(&len, *p, 4);
+			*p += 4;
+		}
+		off[ss[s] + k + 1] = off[ss[s] + k] + len;
+	}
+	if (off[ss[s] + ns] != si[s] + (uint64_t)ni)
+		return -EPROTO;
+	memcpy((uint64_t *)rt->oids.p + si[s], *p, 8 * (size_t)ni);
+	*p += 8 * (size_t)ni;
+	ss[s + 1] = ss[s] + ns;
+	si[s + 1] = si[s] + ni;
+	return 0;
+}
+
+/* Routes bags, sends every owner its ids, and fills the owner side of r. */
+static int exchange_ids(etm *m, struct etm_route *r,
+			const struct etm_bags *bags)
+{
+	int nr = m->nranks, ret = 0;
+	struct etm_traffic *tr = &m->traffic;
+	size_t stotal, rtotal;
+
+	r->valid = false;
+	for (int t = 0; t < m->ntables && !ret; t++)
+		ret = route_table(m, t, &r->t[t], &bags[t]);
+	for (int t = 0; t < m->ntables && !ret; t++)
+		ret = etm_vec_reserve(&r->t[t].src,
+				      2 * (nr + 1) * sizeof(uint32_t));
+	ret = etm_agree(m, ret);
+	if (ret)
+		return ret;
+	for (int d = 0; d < nr; d++) {
+		size_t s = 0;
+
+		for (int t = 0; t < m->ntables; t++)
+			if (serves(m, t, d))
+				s += ids_bytes(m, &r->t[t], d);
+		if (s > INT32_MAX)
+			ret = -E2BIG;
+		m->scount[d] = (int)s;
+	}
+	ret = etm_agree(m, ret);
+	if (ret)
+		return ret;
+	if (MPI_Alltoall(m->scount, 1, MPI_INT, m->rcount, 1, MPI_INT,
+			 m->comm) != MPI_SUCCESS)
+		return -EIO;
+	tr->meta += 4 * (uint64_t)(nr - 1);
+	ret = displs(m->scount, m->sdispl, nr, &stotal);
+	if (!ret)
+		ret = displs(m->rcount, m->rdispl, nr, &rtotal);
+	if (!ret)
+		ret = etm_vec_reserve(&m->sbuf, stotal + 1);
+	if (!ret)
+		ret = etm_vec_reserve(&m->rbuf, rtotal + 1);
+	ret = etm_agree(m, ret);
+	if (ret)
+		return ret;
+	for (int d = 0; d < nr; d++) {
+		unsigned char *p = (unsigned char *)m->sbuf.p + m->sdispl[d];
+
+		for (int t = 0; t < m->ntables; t++) {
+			struct etm_rt_table *rt = &r->t[t];
+			uint32_t *ds = sub_prefix(&rt->dst);
+			uint32_t *di = id_prefix(m, &rt->dst);
+			uint32_t hdr[2] = {ds[d + 1] - ds[d],
+					   di[d + 1] - di[d]};
+			const uint32_t *len = (uint32_t *)rt->sub_len.p + ds[d];
+			bool ones = all_ones(len, hdr[0]);
+
+			if (!serves(m, t, d))
+				continue;
+			if (ones)
+				hdr[0] |= ALL_ONES;
+			put(&p, hdr, 8);
+			if (!ones)
+				put(&p, len, 4 * (size_t)(ds[d + 1] - ds[d]));
+			put(&p, (uint64_t *)rt->gids.p + di[d],
+			    8 * (size_t)hdr[1]);
+			if (d != m->rank) {
+				tr->ids += 8 * (uint64_t)hdr[1];
+				tr->min_ids += 8 * (uint64_t)hdr[1];
+				tr->meta +=
+				    8 +
+				    (ones ? 0
+					  : 4 * (uint64_t)(ds[d + 1] - ds[d]));
+			}
+		}
+	}
+	ret = alltoallv(m);
+	if (ret)
+		return ret;
+	for (int t = 0; t < m->ntables; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+
+		memset(rt->src.p, 0, 2 * (nr + 1) * sizeof(uint32_t));
+		if (m->tbl[t].local >= 0)
+			ret = etm_vec_reserve(&rt->ooff, 8);
+		if (ret)
+			break;
+		if (m->tbl[t].local >= 0)
+			((uint64_t *)rt->ooff.p)[0] = 0;
+	}
+	for (int s = 0; s < nr && !ret; s++) {
+		const unsigned char *p =
+		    (const unsigned char *)m->rbuf.p + m->rdispl[s];
+		const unsigned char *end = p + m->rcount[s];
+
+		for (int t = 0; t < m->ntables && !ret; t++)
+			if (m->tbl[t].local >= 0)
+				ret = take_ids(m, &r->t[t], s, &p, end);
+		if (!ret && p != end)
+			ret = -EPROTO;
+	}
+	ret = etm_agree(m, ret);
+	if (!ret)
+		r->valid = true;
+	return ret;
+}
+
+int etm_send_ids(etm *m, const struct etm_bags *bags, bool prefetch)
+{
+	struct etm_route *r;
+	struct et_batch_ids *pf;
+	size_t npf = 0;
+	int ret;
+
+	if (!m || !bags || !m->tbl)
+		return -EINVAL;
+	r = &m->route[m->next];
+	ret = exchange_ids(m, r, bags);
+	if (ret || !prefetch)
+		return ret;
+	pf = calloc(m->ntables, sizeof(*pf));
+	if (!pf)
+		ret = -ENOMEM;
+	for (int t = 0; t < m->ntables && pf; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+
+		if (m->tbl[t].local < 0)
+			continue;
+		pf[npf].table = m->tbl[t].local;
+		pf[npf].ids = rt->oids.p;
+		pf[npf].n = id_prefix(m, &rt->src)[m->nranks];
+		npf++;
+	}
+	if (!ret && npf)
+		ret = et_prefetch(m->store, pf, npf);
+	free(pf);
+	return etm_agree(m, ret);
+}
+
+/* Floats of table t's answer from owner d to this rank (forward). */
+static size_t answer_floats(const etm *m, struct etm_rt_table *rt, int t, int d)
+{
+	const uint32_t *p = m->tbl[t].plan == ETM_ROW_WISE
+				? id_prefix(m, &rt->dst)
+				: sub_prefix(&rt->dst);
+
+	return (size_t)(p[d + 1] - p[d]) * m->tbl[t].dim;
+}
+
+/* Floats of table t's answer from this owner to source s. */
+static size_t served_floats(const etm *m, struct etm_rt_table *rt, int t, int s)
+{
+	const uint32_t *p = m->tbl[t].plan == ETM_ROW_WISE
+				? id_prefix(m, &rt->src)
+				: sub_prefix(&rt->src);
+
+	return (size_t)(p[s + 1] - p[s]) * m->tbl[t].dim;
+}
+
+/* Owners gather what the route asks of them into m->out, table after
+ * table; *at receives each local table's offset there (floats). */
+static int owner_gather(etm *m, struct etm_route *r, et_pool mode, size_t *at)
+{
+	size_t total = 0;
+	int ret;
+
+	for (int t = 0; t < m->ntables; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+		const uint32_t *p;
+
+		at[t] = total;
+		if (m->tbl[t].local < 0)
+			continue;
+		p = m->tbl[t].plan == ETM_ROW_WISE ? id_prefix(m, &rt->src)
+						   : sub_prefix(&rt->src);
+		total += (size_t)p[m->nranks] * m->tbl[t].dim;
+	}
+	ret = etm_vec_reserve(&m->out, total * sizeof(float) + 1);
+	for (int t = 0; t < m->ntables && !ret; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+		float *o = (float *)m->out.p + at[t];
+		const uint32_t *ss = sub_prefix(&rt->src);
+
+		if (m->tbl[t].local < 0)
+			continue;
+		if (m->tbl[t].plan == ETM_ROW_WISE)
+			ret = et_gather(m->store, m->tbl[t].local, rt->oids.p,
+					id_prefix(m, &rt->src)[m->nranks], o);
+		else
+			ret = et_gather_pooled(m->store, m->tbl[t].local,
+					       rt->oids.p, rt->ooff.p,
+					       ss[m->nranks], mode, o);
+	}
+	return ret;
+}
+
+/* Pools row-wise bag rows in id order, as et_gather_pooled does. */
+static void pool_rows(etm *m, int t, struct etm_rt_table *rt,
+		      float *const *base, et_pool mode, float *out)
+{
+	const uint64_t *off = rt->offsets.p, *gids = rt->gids.p;
+	const uint32_t *loc = rt->id_loc.p, *di = id_prefix(m, &rt->dst);
+	uint32_t dim = m->tbl[t].dim;
+
+	for (size_t b = 0; b < rt->nbags; b++) {
+		float *o = out + b * dim;
+		uint64_t len = off[b + 1] - off[b];
+
+		memset(o, 0, dim * sizeof(*o));
+		for (uint64_t i = off[b]; i < off[b + 1]; i++) {
+			int d = etm_owner(m, t, gids[loc[i]]);
+			const float *row =
+			    base[d] + (size_t)(loc[i] - di[d]) * dim;
+
+			for (uint32_t c = 0; c < dim; c++)
+				o[c] += row[c];
+		}
+		if (mode == ET_POOL_MEAN && len)
+			for (uint32_t c = 0; c < dim; c++)
+				o[c] /= (float)len;
+	}
+}
+
+int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
+		float *const *out)
+{
+	int nr = m ? m->nranks : 0, ret = 0, tmp;
+	struct etm_traffic *tr;
+	struct etm_route *r;
+	size_t *at, *cur, stotal, rtotal;
+	float **base;
+
+	if (!m || !out || !m->tbl ||
+	    (mode != ET_POOL_SUM && mode != ET_POOL_MEAN))
+		return -EINVAL;
+	tr = &m->traffic;
+	if (bags) {
+		ret = exchange_ids(m, &m->route[m->spare], bags);
+		if (ret)
+			return ret;
+		tmp = m->cur;
+		m->cur = m->spare;
+		m->spare = tmp;
+	} else {
+		if (!m->route[m->next].valid)
+			return -EINVAL; /* the same on every rank */
+		tmp = m->cur;
+		m->cur = m->next;
+		m->next = tmp;
+		m->route[m->next].valid = false;
+	}
+	r = &m->route[m->cur];
+	m->mode = mode;
+	at = calloc(m->ntables, sizeof(*at));
+	cur = calloc(nr, sizeof(*cur));
+	base = calloc((size_t)nr, sizeof(*base));
+	if (!at || !cur || !base)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = owner_gather(m, r, mode, at);
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto out;
+
+	for (int s = 0; s < nr; s++) {
+		size_t f = 0;
+
+		for (int t = 0; t < m->ntables; t++)
+			if (m->tbl[t].local >= 0)
+				f += served_floats(m, &r->t[t], t, s);
+		m->scount[s] = (int)(f * sizeof(float));
+		f = 0;
+		for (int t = 0; t < m->ntables; t++)
+			if (serves(m, t, s))
+				f += answer_floats(m, &r->t[t], t, s);
+		m->rcount[s] = (int)(f * sizeof(float));
+	}
+	ret = displs(m->scount, m->sdispl, nr, &stotal);
+	if (!ret)
+		ret = displs(m->rcount, m->rdispl, nr, &rtotal);
+	if (!ret)
+		ret = etm_vec_reserve(&m->sbuf, stotal + 1);
+	if (!ret)
+		ret = etm_vec_reserve(&m->rbuf, rtotal + 1);
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto out;
+	for (int s = 0; s < nr; s++) {
+		unsigned char *p = (unsigned char *)m->sbuf.p + m->sdispl[s];
+
+		for (int t = 0; t < m->ntables; t++) {
+			struct etm_rt_table *rt = &r->t[t];
+			const uint32_t *pre;
+			size_t f;
+
+			if (m->tbl[t].local < 0)
+				continue;
+			pre = m->tbl[t].plan == ETM_ROW_WISE
+				  ? id_prefix(m, &rt->src)
+				  : sub_prefix(&rt->src);
+			f = served_floats(m, rt, t, s);
+			put(&p,
+			    (float *)m->out.p + at[t] +
+				(size_t)pre[s] * m->tbl[t].dim,
+			    f * sizeof(float));
+			if (s != m->rank) {
+				const uint32_t *ss = sub_prefix(&rt->src);
+
+				tr->vectors += f * sizeof(float);
+				tr->min_vectors +=
+				    (uint64_t)(ss[s + 1] - ss[s]) *
+				    m->tbl[t].dim * sizeof(float);
+			}
+		}
+	}
+	ret = alltoallv(m);
+	if (ret)
+		goto out;
+	for (int d = 0; d < nr; d++)
+		cur[d] = (size_t)m->rdispl[d];
+	for (int t = 0; t < m->ntables; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+		uint32_t dim = m->tbl[t].dim;
+
+		for (int d = 0; d < nr; d++) {
+			base[d] = NULL;
+			if (!serves(m, t, d))
+				continue;
+			base[d] = (float *)((char *)m->rbuf.p + cur[d]);
+			cur[d] += answer_floats(m, rt, t, d) * sizeof(float);
+		}
+		if (m->tbl[t].plan == ETM_ROW_WISE) {
+			pool_rows(m, t, rt, base, mode, out[t]);
+		} else {
+			int d = m->tbl[t].owner;
+			const uint32_t *ds = sub_prefix(&rt->dst);
+			const uint32_t *sb = rt->sub_bag.p;
+
+			memset(out[t], 0, rt->nbags * dim * sizeof(float));
+			for (uint32_t k = ds[d]; k < ds[d + 1]; k++)
+				memcpy(out[t] + (size_t)sb[k] * dim,
+				       base[d] + (size_t)(k - ds[d]) * dim,
+				       dim * sizeof(float));
+		}
+	}
+out:
+	free(at);
+	free(cur);
+	free(base);
+	return ret;
+}
+
+int etm_backward(etm *m, const float *const *grads,
+		 const struct et_update_params *up)
+{
+	int nr = m ? m->nranks : 0, ret = 0;
+	struct etm_traffic *tr;
+	struct etm_route *r;
+	size_t *cur = NULL, stotal, rtotal, total = 0;
+
+	if (!m || !grads || !up || !m->tbl || !m->route[m->cur].valid)
+		return -EINVAL;
+	tr = &m->traffic;
+	r = &m->route[m->cur];
+	for (int d = 0; d < nr; d++) {
+		size_t f = 0;
+
+		for (int t = 0; t < m->ntables; t++) {
+			const uint32_t *ds = sub_prefix(&r->t[t].dst);
+
+			if (serves(m, t, d))
+				f +=
+				    (size_t)(ds[d + 1] - ds[d]) * m->tbl[t].dim;
+		}
+		m->scount[d] = (int)(f * sizeof(float));
+		f = 0;
+		for (int t = 0; t < m->ntables; t++) {
+			const uint32_t *ss = sub_prefix(&r->t[t].src);
+
+			if (m->tbl[t].local >= 0)
+				f +=
+				    (size_t)(ss[d + 1] - ss[d]) * m->tbl[t].dim;
+		}
+		m->rcount[d] = (int)(f * sizeof(float));
+	}
+	ret = displs(m->scount, m->sdispl, nr, &stotal);
+	if (!ret)
+		ret = displs(m->rcount, m->rdispl, nr, &rtotal);
+	if (!ret)
+		ret = etm_vec_reserve(&m->sbuf, stotal + 1);
+	if (!ret)
+		ret = etm_vec_reserve(&m->rbuf, rtotal + 1);
+	if (!ret)
+		ret = etm_vec_reserve(&m->grad, rtotal + 1);
+	cur = calloc(nr, sizeof(*cur));
+	if (!cur)
+		ret = -ENOMEM;
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto out;
+	for (int d = 0; d < nr; d++) {
+		float *p = (float *)((char *)m->sbuf.p + m->sdispl[d]);
+
+		for (int t = 0; t < m->ntables; t++) {
+			struct etm_rt_table *rt = &r->t[t];
+			const uint32_t *ds = sub_prefix(&rt->dst);
+			const uint32_t *sb = rt->sub_bag.p;
+			const uint64_t *off = rt->offsets.p;
+			uint32_t dim = m->tbl[t].dim;
+			bool mean = m->mode == ET_POOL_MEAN &&
+				    m->tbl[t].plan == ETM_ROW_WISE;
+
+			if (!serves(m, t, d))
+				continue;
+			for (uint32_t k = ds[d]; k < ds[d + 1]; k++) {
+				const float *g = grads[t] + (size_t)sb[k] * dim;
+				/* as et_update_pooled divides a mean's
+				 * gradient by the whole bag's size */
+				float div =
+				    (float)(off[sb[k] + 1] - off[sb[k]]);
+
+				if (mean)
+					for (uint32_t c = 0; c < dim; c++)
+						p[c] = g[c] / div;
+				else
+					memcpy(p, g, dim * sizeof(float));
+				p += dim;
+			}
+			if (d != m->rank) {
+				uint64_t b = (uint64_t)(ds[d + 1] - ds[d]) *
+					     dim * sizeof(float);
+
+				tr->grads += b;
+				tr->min_grads += b;
+			}
+		}
+	}
+	ret = alltoallv(m);
+	if (ret)
+		goto out;
+	/* each local table's gradients, in source order, contiguous */
+	for (int s = 0; s < nr; s++)
+		cur[s] = (size_t)m->rdispl[s];
+	for (int t = 0; t < m->ntables && !ret; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+		const uint32_t *ss = sub_prefix(&rt->src);
+		uint32_t dim = m->tbl[t].dim;
+		float *g = (float *)((char *)m->grad.p + total);
+		et_pool mode =
+		    m->tbl[t].plan == ETM_ROW_WISE ? ET_POOL_SUM : m->mode;
+
+		if (m->tbl[t].local < 0)
+			continue;
+		for (int s = 0; s < nr; s++) {
+			size_t b =
+			    (size_t)(ss[s + 1] - ss[s]) * dim * sizeof(float);
+
+			memcpy((char *)g + (size_t)ss[s] * dim * sizeof(float),
+			       (char *)m->rbuf.p + cur[s], b);
+			cur[s] += b;
+		}
+		total += (size_t)ss[nr] * dim * sizeof(float);
+		ret = et_update_pooled(m->store, m->tbl[t].local, rt->oids.p,
+				       rt->ooff.p, ss[nr], mode, g, up);
+	}
+	ret = etm_agree(m, ret);
+	tr->steps++;
+out:
+	free(cur);
+	return ret;
+}
+
+int etm_owned_ids(const etm *m, int t, const uint64_t **ids, size_t *n)
+{
+	const struct etm_route *r;
+
+	if (!m || t < 0 || t >= m->ntables || !ids || !n)
+		return -EINVAL;
+	r = &m->route[m->cur];
+	if (!r->valid || m->tbl[t].local < 0) {
+		*ids = NULL;
+		*n = 0;
+		return 0;
+	}
+	*ids = r->t[t].oids.p;
+	*n = ((const uint32_t *)r->t[t].src.p)[2 * m->nranks + 1];
+	return 0;
+}

@@ -1,0 +1,550 @@
+/*
+ * shard.c - a sharded store's life: opening each rank's store in its own
+ * directory, the sharding plans (which rank owns which rows), and
+ * checkpoints that every rank commits or none does.
+ *
+ * Two-phase checkpoint. Phase one: each rank et_checkpoint()s its store
+ * with a small header (rank, rank count, step) before the caller's dense
+ * state; the ranks agree that all succeeded. Phase two: rank 0 writes the
+ * global record dir/etm-checkpoint (magic, rank count, step, FNV-1a of
+ * those) to a temporary file, fsyncs it, renames it over the old one and
+ * fsyncs the directory. The global record is the commit point: at resume
+ * every rank's store must hold exactly its step. A crash inside phase one
+ * leaves ranks that committed the new step beside ranks that did not;
+ * since a store keeps only its last checkpoint, that is detected and
+ * refused rather than repaired.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "etm_impl.h"
+
+#define GLOBAL_NAME  "etm-checkpoint"
+#define GLOBAL_MAGIC "ETMGLOB1"
+#define SHARD_MAGIC  "ETMSHRD1"
+#define MAX_TABLES   4096
+
+int etm_vec_reserve(struct etm_vec *v, size_t bytes)
+{
+	size_t cap = v->cap ? v->cap : 64;
+	void *p;
+
+	if (bytes <= v->cap)
+		return 0;
+	while (cap < bytes)
+		cap *= 2;
+	p = realloc(v->p, cap);
+	if (!p)
+		return -ENOMEM;
+	v->p = p;
+	v->cap = cap;
+	return 0;
+}
+
+void etm_vec_free(struct etm_vec *v)
+{
+	free(v->p);
+	v->p = NULL;
+	v->cap = 0;
+}
+
+int etm_agree(etm *m, int ret)
+{
+	int all = ret;
+
+	if (MPI_Allreduce(&ret, &all, 1, MPI_INT, MPI_MIN, m->comm) !=
+	    MPI_SUCCESS)
+		return -EIO;
+	return all;
+}
+
+/* ------------------------------------------------------- global record */
+
+struct global_rec {
+	char magic[8];
+	uint32_t nranks;
+	uint32_t pad;
+	uint64_t step;
+	uint64_t sum; /* FNV-1a of the fields above */
+};
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= c[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+static int fsync_path(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd))
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
+static int global_write(const char *dir, uint32_t nranks, uint64_t step)
+{
+	struct global_rec g = {0};
+	char tmp[4200], path[4200];
+	int fd, ret = 0;
+
+	memcpy(g.magic, GLOBAL_MAGIC, 8);
+	g.nranks = nranks;
+	g.step = step;
+	g.sum = fnv1a(&g, offsetof(struct global_rec, sum));
+	snprintf(tmp, sizeof(tmp), "%s/%s.tmp", dir, GLOBAL_NAME);
+	snprintf(path, sizeof(path), "%s/%s", dir, GLOBAL_NAME);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, &g, sizeof(g)) != (ssize_t)sizeof(g))
+		ret = errno ? -errno : -EIO;
+	if (!ret && fsync(fd))
+		ret = -errno;
+	close(fd);
+	if (!ret && rename(tmp, path))
+		ret = -errno;
+	if (!ret)
+		ret = fsync_path(dir, O_RDONLY | O_DIRECTORY);
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
+/* 0 and the record, -ENOENT, or ET_EHDRSUM for a damaged one. */
+static int global_read(const char *dir, struct global_rec *g)
+{
+	char path[4200];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, GLOBAL_NAME);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, g, sizeof(*g));
+	close(fd);
+	if (n != (ssize_t)sizeof(*g) || memcmp(g->magic, GLOBAL_MAGIC, 8) ||
+	    g->sum != fnv1a(g, offsetof(struct global_rec, sum)))
+		return ET_EHDRSUM;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- open */
+
+static int mkdir_p(const char *dir)
+{
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static void etm_free(etm *m)
+{
+	if (!m)
+		return;
+	for (int i = 0; i < 3; i++)
+		etm_route_free(&m->route[i], m->ntables);
+	etm_vec_free(&m->sbuf);
+	etm_vec_free(&m->rbuf);
+	etm_vec_free(&m->out);
+	etm_vec_free(&m->grad);
+	free(m->scount);
+	free(m->sdispl);
+	free(m->rcount);
+	free(m->rdispl);
+	free(m->tbl);
+	if (m->comm != MPI_COMM_NULL)
+		MPI_Comm_free(&m->comm);
+	free(m);
+}
+
+int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
+	     unsigned flags, etm **out)
+{
+	char sub[4200];
+	struct stat st;
+	etm *m;
+	int ret = 0;
+
+	if (!dir || !out || (flags & ~ETM_OPEN_RESUME) ||
+	    strlen(dir) > sizeof(m->dir) - 32)
+		return -EINVAL;
+	*out = NULL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->comm = MPI_COMM_NULL;
+	if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
+		free(m);
+		return -EIO;
+	}
+	MPI_Comm_rank(m->comm, &m->rank);
+	MPI_Comm_size(m->comm, &m->nranks);
+	snprintf(m->dir, sizeof(m->dir), "%s", dir);
+	m->next = 0;
+	m->cur = 1;
+	m->spare = 2;
+	m->scount = calloc(m->nranks, sizeof(int));
+	m->sdispl = calloc(m->nranks, sizeof(int));
+	m->rcount = calloc(m->nranks, sizeof(int));
+	m->rdispl = calloc(m->nranks, sizeof(int));
+	if (!m->scount || !m->sdispl || !m->rcount || !m->rdispl)
+		ret = -ENOMEM;
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto err;
+
+	if (flags & ETM_OPEN_RESUME) {
+		/* rank 0 checks the global record before anything is made */
+		struct global_rec g;
+
+		if (m->rank == 0) {
+			ret = global_read(dir, &g);
+			if (!ret && g.nranks != (uint32_t)m->nranks)
+				ret = ET_ECONFIG;
+		}
+		MPI_Bcast(&ret, 1, MPI_INT, 0, m->comm);
+		if (ret)
+			goto err;
+	} else if (m->rank == 0) {
+		ret = mkdir_p(dir);
+	}
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto err;
+	snprintf(sub, sizeof(sub), "%s/rank-%d", dir, m->rank);
+	if (flags & ETM_OPEN_RESUME) {
+		if (stat(sub, &st))
+			ret = -errno;
+		else if (!S_ISDIR(st.st_mode))
+			ret = -ENOTDIR;
+	} else {
+		ret = mkdir_p(sub);
+	}
+	if (!ret)
+		ret = et_store_open(sub, cfg, &m->store);
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto err;
+	*out = m;
+	return 0;
+err:
+	if (m->store)
+		et_store_close(m->store);
+	etm_free(m);
+	return ret;
+}
+
+int etm_close(etm *m)
+{
+	int ret;
+
+	if (!m)
+		return 0;
+	ret = et_store_close(m->store);
+	etm_free(m);
+	return ret;
+}
+
+/* --------------------------------------------------------------- plans */
+
+static unsigned __int128 table_load(const struct etm_table_spec *s)
+{
+	return (unsigned __int128)s->p.rows * s->p.dim;
+}
+
+/* Table-wise placement: largest first, each on the least loaded rank. */
+static int place_tables(etm *m, const struct etm_table_spec *spec, int n)
+{
+	unsigned __int128 *load = calloc(m->nranks, sizeof(*load));
+	int *order = malloc(n * sizeof(*order));
+
+	if (!load || !order) {
+		free(load);
+		free(order);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < n; i++)
+		order[i] = i;
+	/* insertion sort: stable, n is small */
+	for (int i = 1; i < n; i++) {
+		int k = order[i], j = i;
+
+		while (j > 0 &&
+		       table_load(&spec[order[j - 1]]) < table_load(&spec[k])) {
+			order[j] = order[j - 1];
+			j--;
+		}
+		order[j] = k;
+	}
+	for (int i = 0; i < n; i++) {
+		int t = order[i], best = 0;
+
+		if (spec[t].plan != ETM_TABLE_WISE)
+			continue;
+		for (int r = 1; r < m->nranks; r++)
+			if (load[r] < load[best])
+				best = r;
+		m->tbl[t].owner = best;
+		load[best] += table_load(&spec[t]);
+	}
+	free(load);
+	free(order);
+	return 0;
+}
+
+int etm_tables(etm *m, const struct etm_table_spec *spec, int n, bool create)
+{
+	int ret = 0;
+
+	if (!m || !spec || n < 1 || n > MAX_TABLES || m->tbl)
+		return -EINVAL;
+	for (int t = 0; t < n; t++)
+		if (spec[t].plan != ETM_TABLE_WISE &&
+		    spec[t].plan != ETM_ROW_WISE)
+			return -EINVAL;
+	m->tbl = calloc(n, sizeof(*m->tbl));
+	for (int i = 0; i < 3 && m->tbl; i++) {
+		m->route[i].t = calloc(n, sizeof(*m->route[i].t));
+		if (!m->route[i].t)
+			ret = -ENOMEM;
+	}
+	if (!m->tbl)
+		ret = -ENOMEM;
+	if (!ret) {
+		m->ntables = n;
+		ret = place_tables(m, spec, n);
+	}
+	for (int t = 0; t < n && !ret; t++) {
+		struct etm_tbl *tb = &m->tbl[t];
+
+		tb->rows = spec[t].p.rows;
+		tb->dim = spec[t].p.dim;
+		tb->plan = spec[t].plan;
+		tb->local = -1;
+		if (tb->plan == ETM_TABLE_WISE && tb->owner != m->rank)
+			continue;
+		if (create)
+			ret = et_table_create(m->store, spec[t].name,
+					      &spec[t].p, &tb->local);
+		else
+			ret = et_table_open(m->store, spec[t].name, &spec[t].p,
+					    &tb->local);
+	}
+	return etm_agree(m, ret);
+}
+
+int etm_rank(const etm *m)
+{
+	return m->rank;
+}
+
+int etm_nranks(const etm *m)
+{
+	return m->nranks;
+}
+
+et_store *etm_store(etm *m)
+{
+	return m->store;
+}
+
+int etm_local_table(const etm *m, int t)
+{
+	return t >= 0 && t < m->ntables ? m->tbl[t].local : -1;
+}
+
+int etm_owner(const etm *m, int t, uint64_t id)
+{
+	const struct etm_tbl *tb = &m->tbl[t];
+
+	if (tb->plan == ETM_TABLE_WISE)
+		return tb->owner;
+	return (int)((unsigned __int128)id * (unsigned)m->nranks / tb->rows);
+}
+
+/* First row of rank r's range: ceil(r * rows / N). */
+static uint64_t range_start(const struct etm_tbl *tb, int r, int nranks)
+{
+	unsigned __int128 x = (unsigned __int128)r * tb->rows;
+
+	return (uint64_t)((x + (unsigned)nranks - 1) / (unsigned)nranks);
+}
+
+uint64_t etm_owned_rows(const etm *m, int t)
+{
+	const struct etm_tbl *tb = &m->tbl[t];
+
+	if (tb->plan == ETM_TABLE_WISE)
+		return tb->owner == m->rank ? tb->rows : 0;
+	return range_start(tb, m->rank + 1, m->nranks) -
+	       range_start(tb, m->rank, m->nranks);
+}
+
+void etm_get_traffic(const etm *m, struct etm_traffic *t)
+{
+	*t = m->traffic;
+}
+
+/* ---------------------------------------------------------- checkpoint */
+
+struct shard_hdr {
+	char magic[8];
+	uint32_t rank, nranks;
+	uint64_t step;
+};
+
+int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len)
+{
+	struct shard_hdr h = {0};
+	unsigned char *blob;
+	int ret = 0;
+
+	memcpy(h.magic, SHARD_MAGIC, 8);
+	h.rank = (uint32_t)m->rank;
+	h.nranks = (uint32_t)m->nranks;
+	h.step = step;
+	blob = malloc(sizeof(h) + len);
+	if (!blob)
+		ret = -ENOMEM;
+	if (!ret) {
+		memcpy(blob, &h, sizeof(h));
+		if (len)
+			memcpy(blob + sizeof(h), dense, len);
+		ret = et_checkpoint(m->store, blob, sizeof(h) + len);
+	}
+	free(blob);
+	/* phase one done everywhere, or nobody writes the record */
+	ret = etm_agree(m, ret);
+	if (ret)
+		return ret;
+	if (m->rank == 0)
+		ret = global_write(m->dir, (uint32_t)m->nranks, step);
+	MPI_Bcast(&ret, 1, MPI_INT, 0, m->comm);
+	return ret;
+}
+
+int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
+			char *msg, size_t msglen)
+{
+	struct global_rec g = {0};
+	struct shard_hdr h = {0};
+	uint64_t mine[2] = {0, 0}, *all; /* has one, step */
+	size_t blen = 0;
+	void *blob = NULL;
+	uint64_t id = 0;
+	int ret, gret = 0;
+	char dummy[8];
+
+	if (!msg) {
+		msg = dummy;
+		msglen = sizeof(dummy);
+	}
+	msg[0] = 0;
+	if (m->rank == 0)
+		gret = global_read(m->dir, &g);
+	MPI_Bcast(&gret, 1, MPI_INT, 0, m->comm);
+	MPI_Bcast(&g, sizeof(g), MPI_BYTE, 0, m->comm);
+
+	ret = et_checkpoint_read(m->store, &id, &blob, &blen);
+	if (!ret && id) {
+		if (blen < sizeof(h)) {
+			ret = ET_EHEADER;
+		} else {
+			memcpy(&h, blob, sizeof(h));
+			if (memcmp(h.magic, SHARD_MAGIC, 8) ||
+			    h.rank != (uint32_t)m->rank)
+				ret = ET_EHEADER;
+		}
+		mine[0] = 1;
+		mine[1] = h.step;
+	}
+	ret = etm_agree(m, ret);
+	if (ret) {
+		snprintf(msg, msglen,
+			 "a rank's store checkpoint is unreadable "
+			 "or not a shard of this model");
+		goto out;
+	}
+	all = malloc(2 * sizeof(*all) * m->nranks);
+	if (!all) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, m->comm);
+	if (gret == -ENOENT) {
+		int any = 0;
+
+		for (int r = 0; r < m->nranks; r++)
+			any |= all[2 * r] != 0;
+		ret = any ? ET_EMISMATCH : -ENOENT;
+		snprintf(msg, msglen, "%s",
+			 any ? "no global checkpoint record, though some ranks "
+			       "committed a checkpoint: the first checkpoint "
+			       "never completed"
+			     : "no checkpoint to resume from");
+	} else if (gret) {
+		ret = gret;
+		snprintf(msg, msglen,
+			 "the global checkpoint record is "
+			 "damaged");
+	} else if (g.nranks != (uint32_t)m->nranks) {
+		ret = ET_ECONFIG;
+		snprintf(msg, msglen,
+			 "the checkpoint was written by %u ranks; this run "
+			 "has %d (resuming on another rank count is not "
+			 "supported)",
+			 g.nranks, m->nranks);
+	} else {
+		for (int r = 0; r < m->nranks && !ret; r++) {
+			if (all[2 * r] && all[2 * r + 1] == g.step)
+				continue;
+			ret = ET_EMISMATCH;
+			if (all[2 * r])
+				snprintf(msg, msglen,
+					 "rank %d's store committed step %llu "
+					 "but the last global checkpoint is "
+					 "step %llu: a crash came between the "
+					 "ranks' commits, and a store cannot "
+					 "roll back past its last checkpoint",
+					 r, (unsigned long long)all[2 * r + 1],
+					 (unsigned long long)g.step);
+			else
+				snprintf(msg, msglen,
+					 "rank %d's store has no checkpoint "
+					 "but the global record says step %llu",
+					 r, (unsigned long long)g.step);
+		}
+	}
+	free(all);
+	if (!ret) {
+		*step = g.step;
+		*len = blen - sizeof(h);
+		*dense = malloc(*len ? *len : 1);
+		if (!*dense)
+			ret = -ENOMEM;
+		else
+			memcpy(*dense, (char *)blob + sizeof(h), *len);
+		ret = etm_agree(m, ret);
+	}
+out:
+	free(blob);
+	return ret;
+}

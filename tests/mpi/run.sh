@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The MPI tests (make test-mpi): the library test program at 1, 2 and 4
+# ranks, then embtier-train-mpi: the same weights checksum at 1, 2 and 4
+# ranks as the plain trainer with the same --slices, for both plans; a
+# checkpoint, kill -9 of one rank, resume; and the resumes that must be
+# refused. Ends with "N passed, N failed".
+set -u
+B=${BUILD:-build}
+MPIRUN=${MPIRUN:-mpirun}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# no busy polling while a rank waits: 4 ranks share 2 cores here
+export OMPI_MCA_mpi_yield_when_idle=1
+T=$(mktemp -d "${TMPDIR:-/var/tmp}/embtier-mpi.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+passed=0
+failed=0
+
+ok() {
+	echo "PASS: $1"
+	passed=$((passed + 1))
+}
+bad() {
+	echo "FAIL: $1"
+	failed=$((failed + 1))
+}
+run() { # NP ARGS...: mpirun quietly
+	local np=$1
+	shift
+	"$MPIRUN" --oversubscribe -np "$np" "$@"
+}
+checksum() {
+	sed -n 's/^weights-checksum: //p' "$1"
+}
+
+# 1. the library's own test program
+for np in 1 2 4; do
+	out=$(ET_TEST_DIR="$T" run "$np" "$B/tests/mpi/test_mpi" 2>&1)
+	rc=$?
+	if [ $rc -eq 0 ]; then
+		ok "test_mpi at $np ranks"
+	else
+		printf '%s\n' "$out" | tail -20
+		bad "test_mpi at $np ranks (exit $rc)"
+	fi
+done
+
+# 2. the same bits at any rank count, both plans (bags of 2 ids: row-wise
+# bags spread over owners)
+F="--tables 5 --rows 20000 --hot 4000 --bag 2 --steps 40 --batch 64 --slices 4
+--hbm-mb 0.1 --ddr-mb 0.4 --threads 1 --eval-samples 256 --eval-every 0
+--log-every 0 -q"
+# shellcheck disable=SC2086
+"$B/embtier-train" $F >"$T/plain.out" 2>&1
+want=$(checksum "$T/plain.out")
+[ -n "$want" ] || bad "plain trainer produced no checksum"
+for plan in table row; do
+	for np in 1 2 4; do
+		# shellcheck disable=SC2086
+		run "$np" "$B/embtier-train-mpi" $F --plan "$plan" >"$T/o" 2>&1
+		got=$(checksum "$T/o")
+		if [ -n "$want" ] && [ "$got" = "$want" ]; then
+			ok "$plan-wise at $np ranks: checksum $got"
+		else
+			tail -5 "$T/o"
+			bad "$plan-wise at $np ranks: checksum '$got', want '$want'"
+		fi
+	done
+done
+
+# 3. checkpoint every 20 steps, rank 1 killed (SIGKILL) at step 50,
+# resume: the checksum of the run never stopped
+C="--checkpoint-every 20"
+for plan in table row; do
+	# shellcheck disable=SC2086
+	ET_MPI_TEST_KILL=1:50 run 2 "$B/embtier-train-mpi" $F $C --steps 80 \
+		--plan "$plan" --dir "$T/k-$plan" >"$T/o" 2>&1
+	killed=$?
+	# shellcheck disable=SC2086
+	run 2 "$B/embtier-train-mpi" $F $C --steps 80 --plan "$plan" \
+		--dir "$T/a2-$plan" >"$T/o" 2>&1
+	want=$(checksum "$T/o")
+	# shellcheck disable=SC2086
+	run 2 "$B/embtier-train-mpi" $F $C --steps 80 --plan "$plan" \
+		--dir "$T/k-$plan" --resume >"$T/o" 2>&1
+	got=$(checksum "$T/o")
+	if [ $killed -ne 0 ] && [ -n "$want" ] && [ "$got" = "$want" ] &&
+		grep -q "in this run" "$T/o"; then
+		ok "$plan-wise: kill -9 of rank 1, resume: checksum $got"
+	else
+		tail -5 "$T/o"
+		bad "$plan-wise kill/resume: '$got' (killed run exit $killed), want '$want'"
+	fi
+done
+
+# 4. resumes that must be refused, with the reason, changing nothing
+ls -R "$T/k-table" >"$T/before"
+# shellcheck disable=SC2086
+run 4 "$B/embtier-train-mpi" $F $C --steps 80 --plan table \
+	--dir "$T/k-table" --resume >"$T/o" 2>&1
+rc=$?
+ls -R "$T/k-table" >"$T/after"
+if [ $rc -ne 0 ] && grep -q "another rank count" "$T/o" &&
+	cmp -s "$T/before" "$T/after"; then
+	ok "resume at 4 ranks of a 2-rank checkpoint is refused"
+else
+	tail -5 "$T/o"
+	bad "resume on another rank count (exit $rc)"
+fi
+# rank 1 dies inside the 2nd checkpoint, before its store commits: rank 0
+# has committed a step the global record never names
+# shellcheck disable=SC2086
+ET_MPI_TEST_KILL=1:2:ckpt run 2 "$B/embtier-train-mpi" $F $C --plan table \
+	--dir "$T/p" >"$T/o" 2>&1
+# shellcheck disable=SC2086
+run 2 "$B/embtier-train-mpi" $F $C --plan table --dir "$T/p" --resume \
+	>"$T/o" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "committed step 40 but the last global checkpoint is step 20" "$T/o"; then
+	ok "a checkpoint some ranks never committed is refused at resume"
+else
+	tail -5 "$T/o"
+	bad "half-committed checkpoint (exit $rc)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
