@@ -10,6 +10,7 @@
  *   peers.c     pread from threads; RocksDB (with ET_HAVE_ROCKSDB)
  *   mrc.c       miss-ratio curves: LRU and LFU in the store, Belady
  *   pipeline.c  a training loop with and without et_prefetch
+ *   flush.c     write-back rate beside the disk's sequential writes
  *   report.c    tables for people, JSON and CSV for scripts
  *   workload.c  generators and traces; belady.c the offline optimum
  *   util.c      clocks, sizes, row values, device counters
@@ -277,5 +278,6 @@ void json_str(const char *s);
 int cmd_run(const struct bench_opts *o);
 int cmd_mrc(const struct bench_opts *o);
 int cmd_pipeline(const struct bench_opts *o);
+int cmd_flush(const struct bench_opts *o);
 
 #endif

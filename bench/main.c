@@ -34,6 +34,16 @@ static void usage(void)
 	    "       embtier-bench convert [-f] [--pooling L] IN.txt OUT.trace\n"
 	    "       embtier-bench gen [options] OUT.trace   write a generated "
 	    "workload\n"
+	    "       embtier-bench flush [options]           write-back rate "
+	    "beside\n"
+	    "                                               sequential writes\n"
+	    "\n"
+	    "flush: a DDR tier (--ddr, default 1G) full of dirty rows of "
+	    "--tables\n"
+	    "(default 8) lazy tables of --rows (default 2^30) x --dim (default "
+	    "64),\n"
+	    "then et_flush, then the same again and et_checkpoint; beside raw\n"
+	    "sequential 1 MiB O_DIRECT writes of as many bytes + fdatasync.\n"
 	    "\n"
 	    "run: a warm-up (not measured), then batches of et_gather_pooled "
 	    "over\n"
@@ -299,7 +309,7 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-enum { CMD_RUN, CMD_MRC, CMD_PIPELINE, CMD_CONVERT, CMD_GEN };
+enum { CMD_RUN, CMD_MRC, CMD_PIPELINE, CMD_CONVERT, CMD_GEN, CMD_FLUSH };
 
 static void defaults(struct bench_opts *o, int cmd)
 {
@@ -334,6 +344,12 @@ static void defaults(struct bench_opts *o, int cmd)
 	o->lr = 0.01f;
 	if (cmd == CMD_GEN)
 		o->batches = 10;
+	if (cmd == CMD_FLUSH) {
+		o->wl.tables = 8;
+		o->wl.rows = 1ULL << 30;
+		o->dim = o->dims[0] = 64;
+		o->ddr_bytes = 1ULL << 30;
+	}
 }
 
 static int bad(const char *opt, const char *arg)
@@ -764,8 +780,8 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = {"run", "mrc", "pipeline", "convert",
-					    "gen"};
+	static const char *const names[] = {"run",     "mrc", "pipeline",
+					    "convert", "gen", "flush"};
 	struct sigaction sa;
 	struct bench_opts o;
 	int cmd = CMD_RUN, ret;
@@ -773,7 +789,7 @@ int main(int argc, char **argv)
 	cli_init("embtier-bench");
 	if (argc > 1 && argv[1][0] != '-') {
 		cmd = -1;
-		for (int i = 0; i < 5; i++)
+		for (int i = 0; i < 6; i++)
 			if (!strcmp(argv[1], names[i]))
 				cmd = i;
 		if (cmd < 0) {
@@ -792,7 +808,8 @@ int main(int argc, char **argv)
 	}
 	if (ret < 0)
 		return CLI_EXIT_USAGE;
-	if ((cmd == CMD_RUN || cmd == CMD_MRC || cmd == CMD_PIPELINE) &&
+	if ((cmd == CMD_RUN || cmd == CMD_MRC || cmd == CMD_PIPELINE ||
+	     cmd == CMD_FLUSH) &&
 	    optind != argc) {
 		cli_usage_error("unexpected argument '%s'", argv[optind]);
 		return CLI_EXIT_USAGE;
@@ -813,6 +830,8 @@ int main(int argc, char **argv)
 		return cmd_convert(&o, argc - optind, argv + optind);
 	case CMD_GEN:
 		return cmd_gen(&o, argc - optind, argv + optind);
+	case CMD_FLUSH:
+		return cmd_flush(&o);
 	default:
 		return cmd_run(&o);
 	}
