@@ -49,4 +49,12 @@ static inline uint64_t hash_mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/* Checksum of a byte range bound to a key (row log records: the key is
+ * the row id): XXH3-64 of the bytes, xor the key mixed. One shot; XXH3's
+ * seeded form would derive a secret per call. */
+static inline uint64_t hash_bytes_key(const void *p, size_t n, uint64_t key)
+{
+	return XXH3_64bits(p, n) ^ hash_mix(key);
+}
+
 #endif

@@ -4,7 +4,7 @@
  * PATH.log is an array of segments of seg_bytes. A segment holds rps
  * records of rec_bytes, one after the other from its start:
  *
- *   record: u64 row | u64 XXH3(row as 8 LE bytes, then the row) | row
+ *   record: u64 row | u64 XXH3 of the row xor splitmix64(row id) | row
  *           (row_bytes, padded with zeros to a multiple of 8)
  *
  * A record is named by its number, recno = segment * rps + slot. Records
@@ -46,6 +46,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,8 @@
 #define RL_READ_BATCH  256
 #define RL_CLEAN_CHUNK (1u << 20)
 #define RL_CLEAN_MAX   4 /* segments cleaned per append call, at most */
+
+enum { W_FREE = 0, W_BUSY = 1, W_FAILED = 2 };
 
 static double rl_max_amp = 1.3;
 static uint32_t rl_seg_bytes = RL_SEG_DEFAULT;
@@ -99,15 +102,23 @@ struct rowlog {
 	uint32_t nsegs, segcap;
 	bool head_ok;
 	uint32_t hseg, hslot;
-	/* the append buffer: file bytes [wb_off, wb_off + RL_ABUF) */
+	/* the append buffer: file bytes [wb_off, wb_off + RL_ABUF); it is
+	 * one of two, the other holding the window before while its write
+	 * is in flight on wio (or failed, to be written again) */
 	char *abuf;
+	char *bufs[2];
+	int cur;
 	uint64_t wb_off;
-	uint64_t done_off; /* file bytes below it are on disk */
+	uint64_t done_off; /* bytes below it are written, or being written */
+	io_ctx *wio;	   /* the log's own ring, for the window in flight */
+	struct io_req wreq;
+	int wstate; /* W_* of the other buffer */
 	/* rows changed since the last commit */
 	uint64_t *chg;
 	size_t nchg, chgcap;
 	uint64_t jbytes; /* journal length */
 	bool snap;	 /* PATH.idx.new awaits the record */
+	bool defer;	 /* appends leave the buffer's tail to the sync */
 	/* read and clean staging */
 	char *rbuf;
 	size_t rbuf_bytes;
@@ -310,6 +321,76 @@ static int staging(struct rowlog *l)
 	return 0;
 }
 
+/*
+ * Finishes the write of the other buffer: waits for it, and writes it
+ * again (synchronously) if it failed. Until this returns 0 its bytes are
+ * only in memory: nothing reads them from the disk, and no write of the
+ * block it shares with the current window is sent before it.
+ */
+static int other_settle(struct rowlog *l, io_ctx *io)
+{
+	int ret;
+
+	if (l->wstate == W_BUSY) {
+		while (l->wreq.res == INT_MIN) {
+			ret = io_wait(l->wio, 1);
+			if (ret < 0)
+				return ret;
+		}
+		l->wstate = io_req_result(&l->wreq) ? W_FAILED : W_FREE;
+		if (l->wstate == W_FREE)
+			l->st.bytes_written += l->wreq.len;
+	}
+	if (l->wstate == W_FAILED) {
+		ret = rl_io(io, IO_WRITE, l->fd, l->wreq.buf, l->wreq.len,
+			    l->wreq.off);
+		if (ret)
+			return ret;
+		l->st.bytes_written += l->wreq.len;
+		l->wstate = W_FREE;
+	}
+	return 0;
+}
+
+/* Sends the current window's bytes below upto (rounded up to the
+ * alignment, from where the last write ended) without waiting, and makes
+ * the other buffer, which now holds the block at upto, the window. */
+static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
+{
+	uint64_t a = align_down(l->done_off, l->off_align);
+	uint64_t b = align_up(upto, l->off_align);
+	uint64_t nb = align_down(upto, l->off_align);
+	char *next;
+	int ret;
+
+	ret = other_settle(l, io);
+	if (ret)
+		return ret;
+	if (a < l->wb_off)
+		a = l->wb_off;
+	if (b > a) {
+		l->wreq = (struct io_req){.op = IO_WRITE,
+					  .fd = l->fd,
+					  .buf = l->abuf + (a - l->wb_off),
+					  .len = (uint32_t)(b - a),
+					  .off = a};
+		io_queue(l->wio, &l->wreq);
+		l->wreq.res = INT_MIN;	  /* until its completion says */
+		ret = io_wait(l->wio, 0); /* sends it */
+		l->wstate = W_BUSY;
+		if (ret < 0)
+			return ret; /* settled (written again) next time */
+	}
+	next = l->bufs[l->cur ^ 1];
+	memcpy(next, l->abuf + (nb - l->wb_off), upto - nb);
+	memset(next + (upto - nb), 0, RL_ABUF - (upto - nb));
+	l->cur ^= 1;
+	l->abuf = next;
+	l->wb_off = nb;
+	l->done_off = upto;
+	return 0;
+}
+
 /* Writes the buffer's bytes up to the file offset upto (rounded up to
  * the alignment), from where the last write ended (rounded down): only
  * what is new, and the partial block it continues. */
@@ -319,6 +400,9 @@ static int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto)
 	uint64_t b = align_up(upto, l->off_align);
 	int ret;
 
+	ret = other_settle(l, io);
+	if (ret)
+		return ret;
 	if (a < l->wb_off)
 		a = l->wb_off;
 	if (b <= a || upto <= l->done_off)
@@ -417,23 +501,18 @@ static int append_one(struct rowlog *l, io_ctx *io, uint64_t row,
 	}
 	off = head_off(l);
 	if (off + l->rec_bytes > l->wb_off + RL_ABUF) {
-		uint64_t nb = align_down(off, l->off_align);
-
-		ret = abuf_write(l, io, off);
+		ret = prealloc(l, align_down(off, l->off_align));
 		if (!ret)
-			ret = prealloc(l, nb);
+			ret = window_next(l, io, off);
 		if (ret)
 			return ret;
-		memmove(l->abuf, l->abuf + (nb - l->wb_off), off - nb);
-		memset(l->abuf + (off - nb), 0, RL_ABUF - (off - nb));
-		l->wb_off = nb;
 	}
 	ret = idx_slot(l, row, &slot, &isnew);
 	if (ret)
 		return ret;
 	recno = l->hseg * l->rps + l->hslot;
 	put64(h, row);
-	put64(h + 8, hash_bytes2(h, 8, src, l->row_bytes));
+	put64(h + 8, hash_bytes_key(src, l->row_bytes, row));
 	memcpy(l->abuf + (off - l->wb_off), h, RL_REC_HDR);
 	memcpy(l->abuf + (off - l->wb_off) + RL_REC_HDR, src, l->row_bytes);
 	old = l->vals[slot];
@@ -463,6 +542,16 @@ static int append_one(struct rowlog *l, io_ctx *io, uint64_t row,
 	l->hslot++;
 	l->st.rows_appended++;
 	return 0;
+}
+
+static void bufs_free(struct rowlog *l)
+{
+	for (int i = 0; i < 2; i++) {
+		if (l->bufs[i])
+			mem_free(l->bufs[i], RL_ABUF, l->mem_align);
+		l->bufs[i] = NULL;
+	}
+	l->abuf = NULL;
 }
 
 /* ------------------------------------------------------------- cleaner */
@@ -503,8 +592,10 @@ static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
 {
 	uint32_t per = RL_CLEAN_CHUNK / l->rec_bytes;
 	char *tmp;
-	int ret = 0;
+	int ret = other_settle(l, io);
 
+	if (ret)
+		return ret;
 	tmp = mem_alloc(l->row_bytes, 0);
 	if (!tmp)
 		return -ENOMEM;
@@ -533,7 +624,7 @@ static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
 			k = idx_find(l, row);
 			if (k < 0 || (l->vals[k] & RL_MAXREC) != recno)
 				continue;
-			if (hash_bytes2(r, 8, r + RL_REC_HDR, l->row_bytes) !=
+			if (hash_bytes_key(r + RL_REC_HDR, l->row_bytes, row) !=
 			    get64(r + 8)) {
 				ret = ET_EBLOCKSUM;
 				break;
@@ -592,29 +683,41 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	ret = log_file(l);
 	if (!ret)
 		ret = staging(l);
+	if (!ret && !l->wio)
+		ret = io_open(4, &l->wio, NULL);
 	if (!ret && !l->abuf) {
-		l->abuf = mem_alloc(RL_ABUF, l->mem_align);
-		if (!l->abuf)
+		l->bufs[0] = mem_alloc(RL_ABUF, l->mem_align);
+		l->bufs[1] = mem_alloc(RL_ABUF, l->mem_align);
+		l->cur = 0;
+		l->abuf = l->bufs[0];
+		if (!l->bufs[0] || !l->bufs[1])
 			ret = -ENOMEM;
 		else if (l->head_ok)
 			ret = abuf_load(l, io);
-		if (ret && l->abuf) {
-			/* not loaded: the next append must read it again,
-			 * or it would write zeros over committed records */
-			mem_free(l->abuf, RL_ABUF, l->mem_align);
-			l->abuf = NULL;
-		}
+		if (ret)
+			bufs_free(l); /* the next append loads it again, or
+				       * it would write zeros over records */
 	}
-	for (size_t i = 0; i < n && !ret; i++)
+	for (size_t i = 0; i < n && !ret; i++) {
+		/* the index slots of rows a few ahead: random memory */
+		if (i + 8 < n && l->cap)
+			__builtin_prefetch(&l->keys[idx_slot0(l, rows[i + 8])]);
 		ret = append_one(l, io, rows[i],
 				 (const char *)src + i * l->row_bytes);
+	}
 	if (!ret)
 		ret = maybe_clean(l, io);
 	/* What a write-back returned 0 for is on the disk (not yet synced),
 	 * as it was when rows were written in place. */
-	if (!ret && l->head_ok)
+	if (!ret && l->head_ok && !l->defer)
 		ret = abuf_write(l, io, head_off(l));
 	return ret;
+}
+
+void rowlog_defer(struct rowlog *l, bool on)
+{
+	if (l)
+		l->defer = on;
 }
 
 int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
@@ -625,6 +728,8 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 
 	if (!ret)
 		ret = staging(l);
+	if (!ret && l->wstate != W_FREE)
+		ret = other_settle(l, io); /* never read what is in flight */
 	if (ret)
 		return ret;
 	span = align_up(l->rec_bytes, l->off_align) + l->off_align;
@@ -692,8 +797,8 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 				    (unsigned char *)q[j].buf + (off - lo[j]);
 
 				if (get64(r) != row ||
-				    hash_bytes2(r, 8, r + RL_REC_HDR,
-						l->row_bytes) != get64(r + 8))
+				    hash_bytes_key(r + RL_REC_HDR, l->row_bytes,
+						   row) != get64(r + 8))
 					return ET_EBLOCKSUM;
 				memcpy((char *)dst +
 					   (size_t)idx[qb[j]] * l->row_bytes,
@@ -1128,6 +1233,9 @@ void rowlog_close(struct rowlog *l)
 {
 	if (!l)
 		return;
+	/* a window in flight finishes before its file and buffer go (a
+	 * close without a sync keeps nothing it did not commit anyway) */
+	io_close(l->wio);
 	if (l->fd >= 0)
 		close(l->fd);
 	if (l->jfd >= 0)
@@ -1137,8 +1245,7 @@ void rowlog_close(struct rowlog *l)
 	mem_free(l->live, l->segcap * sizeof(*l->live), 0);
 	mem_free(l->live_c, l->segcap * sizeof(*l->live_c), 0);
 	mem_free(l->punched, l->segcap, 0);
-	if (l->abuf)
-		mem_free(l->abuf, RL_ABUF, l->mem_align);
+	bufs_free(l);
 	mem_free(l->chg, l->chgcap * sizeof(*l->chg), 0);
 	if (l->rbuf)
 		mem_free(l->rbuf, l->rbuf_bytes, l->mem_align);

@@ -66,6 +66,10 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 /* Whether the index changed since the last commit. */
 bool rowlog_changed(const struct rowlog *l);
 
+/* While on, rowlog_append writes only full buffer windows, not what is
+ * new at its end: for a caller that syncs next (a flush). */
+void rowlog_defer(struct rowlog *l, bool on);
+
 /* Writes what is buffered and syncs the log. */
 int rowlog_sync(struct rowlog *l, io_ctx *io);
 

@@ -178,6 +178,7 @@ struct et_store {
 	struct sbuf widx;   /* u32 hash index over wkeys: position + 1 */
 	size_t widx_cap;    /* entries in widx, a power of two */
 	struct sbuf wsort;  /* u32 order for write-back grouping */
+	struct sbuf wcount; /* size_t per table + 1: counting sort */
 	struct sbuf wrows;  /* u64 rows of one table for write-back */
 	struct sbuf wraw;   /* their bytes, grouped */
 	struct sbuf bypass; /* u32 unique indexes served from the bypass */
@@ -827,11 +828,11 @@ static void store_free(et_store *s)
 	caches_drop(s);
 	mem_free(s->cls, s->clscap * sizeof(*s->cls), 0);
 	io_close(s->io);
-	struct sbuf *bufs[] = {&s->uniq,   &s->inv,   &s->last,	 &s->map,
-			       &s->ptrs,   &s->kind,  &s->mrows, &s->midx,
-			       &s->mbuf,   &s->acc,   &s->tmp,	 &s->wkeys,
-			       &s->wbuf,   &s->wsort, &s->wrows, &s->wraw,
-			       &s->bypass, &s->slots, &s->widx};
+	struct sbuf *bufs[] = {&s->uniq, &s->inv,    &s->last,	 &s->map,
+			       &s->ptrs, &s->kind,   &s->mrows,	 &s->midx,
+			       &s->mbuf, &s->acc,    &s->tmp,	 &s->wkeys,
+			       &s->wbuf, &s->wsort,  &s->wcount, &s->wrows,
+			       &s->wraw, &s->bypass, &s->slots,	 &s->widx};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
@@ -1005,29 +1006,37 @@ struct wb_ord {
 	size_t pos;
 };
 
-static int wb_cmp(const void *a, const void *b)
-{
-	uint64_t x = ((const struct wb_ord *)a)->key;
-	uint64_t y = ((const struct wb_ord *)b)->key;
-
-	return x < y ? -1 : x > y;
-}
-
+/*
+ * The queue in table order (a stable counting sort: within a table, in
+ * queue order). The row log appends rows wherever they are, so only the
+ * grouping by table matters, and it costs O(n + tables).
+ */
 static int wb_sort(et_store *s, struct wb_ord **out)
 {
 	const uint64_t *keys = s->wkeys.p;
 	struct wb_ord *o;
+	size_t *at;
 	int ret;
 
 	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(*o));
+	if (!ret)
+		ret = sbuf_reserve(&s->wcount,
+				   ((size_t)s->ntables + 1) * sizeof(*at));
 	if (ret)
 		return ret;
 	o = s->wsort.p;
+	at = s->wcount.p;
+	memset(at, 0, ((size_t)s->ntables + 1) * sizeof(*at));
+	for (size_t i = 0; i < s->nwb; i++)
+		at[cache_key_table(keys[i]) + 1]++;
+	for (uint32_t t = 0; t < s->ntables; t++)
+		at[t + 1] += at[t];
 	for (size_t i = 0; i < s->nwb; i++) {
-		o[i].key = keys[i];
-		o[i].pos = i;
+		struct wb_ord *e = &o[at[cache_key_table(keys[i])]++];
+
+		e->key = keys[i];
+		e->pos = i;
 	}
-	qsort(o, s->nwb, sizeof(*o), wb_cmp);
 	*out = o;
 	return 0;
 }
@@ -2234,16 +2243,20 @@ int et_flush(et_store *s)
 	if (ret)
 		return ret;
 	s->failed = 0;
-	for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
-		if (s->has_hbm) {
+	/* The sync below writes what the logs buffer: appends need not go
+	 * out batch by batch, only a full buffer at a time. */
+	for (uint32_t i = 0; i < s->ntables; i++)
+		tf_log_defer(s->tables[i].tf, true);
+	for (uint32_t i = 0; s->caches_ready && i < s->ncls && !ret; i++) {
+		if (s->has_hbm)
 			ret = flush_cache(s, &s->cls[i].hbm);
-			if (ret)
-				return ret;
-		}
-		ret = flush_cache(s, &s->cls[i].ddr);
-		if (ret)
-			return ret;
+		if (!ret)
+			ret = flush_cache(s, &s->cls[i].ddr);
 	}
+	for (uint32_t i = 0; i < s->ntables; i++)
+		tf_log_defer(s->tables[i].tf, false);
+	if (ret)
+		return ret;
 	for (uint32_t i = 0; i < s->ntables; i++) {
 		ret = et_tfile_sync(s->tables[i].tf);
 		if (ret) {
