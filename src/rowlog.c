@@ -8,7 +8,7 @@
  *           (row_bytes, padded with zeros to a multiple of 8)
  *
  * A record is named by its number, recno = segment * rps + slot. Records
- * are written through an append buffer of RL_ABUF bytes that mirrors the
+ * are written through an append buffer of abuf_bytes that mirrors the
  * file from an aligned offset in the head segment: when the next record
  * does not fit, the buffer goes out in one O_DIRECT write and what is left
  * of its last partial block moves to its front, so the disk sees large
@@ -61,7 +61,7 @@
 #include "rowlog.h"
 
 #define RL_SEG_DEFAULT (8u << 20)
-#define RL_ABUF	       (1u << 20)
+#define RL_ABUF	       (1u << 20) /* the append buffer's window, default */
 #define RL_REC_HDR     16
 #define RL_JHDR	       32
 #define RL_JENT	       16
@@ -76,11 +76,17 @@ enum { W_FREE = 0, W_BUSY = 1, W_FAILED = 2 };
 
 static double rl_max_amp = 1.3;
 static uint32_t rl_seg_bytes = RL_SEG_DEFAULT;
+static uint32_t rl_abuf_bytes = RL_ABUF;
 
 void rowlog_set_tuning(double max_amp, uint32_t segment_bytes)
 {
 	rl_max_amp = max_amp > 1.0 ? max_amp : 1.3;
 	rl_seg_bytes = segment_bytes ? segment_bytes : RL_SEG_DEFAULT;
+}
+
+void rowlog_set_window(uint32_t bytes)
+{
+	rl_abuf_bytes = bytes >= 16384 ? bytes / 4096 * 4096 : RL_ABUF;
 }
 
 struct rowlog {
@@ -102,10 +108,11 @@ struct rowlog {
 	uint32_t nsegs, segcap;
 	bool head_ok;
 	uint32_t hseg, hslot;
-	/* the append buffer: file bytes [wb_off, wb_off + RL_ABUF); it is
+	/* the append buffer: file bytes [wb_off, wb_off + abuf_bytes); it is
 	 * one of two, the other holding the window before while its write
 	 * is in flight on wio (or failed, to be written again) */
 	char *abuf;
+	uint32_t abuf_bytes;
 	char *bufs[2];
 	int cur;
 	uint64_t wb_off;
@@ -118,7 +125,6 @@ struct rowlog {
 	size_t nchg, chgcap;
 	uint64_t jbytes; /* journal length */
 	bool snap;	 /* PATH.idx.new awaits the record */
-	bool defer;	 /* appends leave the buffer's tail to the sync */
 	/* read and clean staging */
 	char *rbuf;
 	size_t rbuf_bytes;
@@ -291,6 +297,16 @@ static int log_file(struct rowlog *l)
 	ret = io_file_align(l->fd, &l->mem_align, &l->off_align);
 	if (!ret && (l->seg_bytes % l->off_align || l->off_align > 65536))
 		ret = ET_EHEADER;
+	/* a window holds a record and the partial blocks at both ends (the
+	 * buffers are allocated after this, at the first append) */
+	if (!ret && !l->abuf &&
+	    l->abuf_bytes <
+		align_up(l->rec_bytes, l->off_align) + 2 * l->off_align)
+		l->abuf_bytes =
+		    (uint32_t)(align_up(l->rec_bytes, l->off_align) +
+			       2 * l->off_align);
+	if (!ret)
+		l->abuf_bytes = (uint32_t)align_up(l->abuf_bytes, l->off_align);
 	if (ret) {
 		close(l->fd);
 		l->fd = -1;
@@ -322,10 +338,11 @@ static int staging(struct rowlog *l)
 }
 
 /*
- * Finishes the write of the other buffer: waits for it, and writes it
- * again (synchronously) if it failed. Until this returns 0 its bytes are
- * only in memory: nothing reads them from the disk, and no write of the
- * block it shares with the current window is sent before it.
+ * Finishes the write of the other buffer: waits for it; if it failed,
+ * returns its error once, and writes it again (synchronously) at the next
+ * call. Until this returns 0 its bytes are only in memory: nothing reads
+ * them from the disk, and no write of the block it shares with the
+ * current window is sent before it.
  */
 static int other_settle(struct rowlog *l, io_ctx *io)
 {
@@ -337,9 +354,11 @@ static int other_settle(struct rowlog *l, io_ctx *io)
 			if (ret < 0)
 				return ret;
 		}
-		l->wstate = io_req_result(&l->wreq) ? W_FAILED : W_FREE;
-		if (l->wstate == W_FREE)
-			l->st.bytes_written += l->wreq.len;
+		ret = io_req_result(&l->wreq);
+		l->wstate = ret ? W_FAILED : W_FREE;
+		if (ret)
+			return ret;
+		l->st.bytes_written += l->wreq.len;
 	}
 	if (l->wstate == W_FAILED) {
 		ret = rl_io(io, IO_WRITE, l->fd, l->wreq.buf, l->wreq.len,
@@ -383,7 +402,7 @@ static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
 	}
 	next = l->bufs[l->cur ^ 1];
 	memcpy(next, l->abuf + (nb - l->wb_off), upto - nb);
-	memset(next + (upto - nb), 0, RL_ABUF - (upto - nb));
+	memset(next + (upto - nb), 0, l->abuf_bytes - (upto - nb));
 	l->cur ^= 1;
 	l->abuf = next;
 	l->wb_off = nb;
@@ -428,7 +447,7 @@ static uint64_t head_off(const struct rowlog *l)
 static int prealloc(struct rowlog *l, uint64_t off)
 {
 	uint64_t end = (off / l->seg_bytes + 1) * l->seg_bytes;
-	uint64_t len = end - off < RL_ABUF ? end - off : RL_ABUF;
+	uint64_t len = end - off < l->abuf_bytes ? end - off : l->abuf_bytes;
 
 	if (fallocate(l->fd, 0, (off_t)off, (off_t)len) && errno != EOPNOTSUPP)
 		return -errno;
@@ -462,7 +481,7 @@ static int new_head(struct rowlog *l)
 	l->hslot = 0;
 	l->head_ok = true;
 	l->wb_off = l->done_off = (uint64_t)s * l->seg_bytes;
-	memset(l->abuf, 0, RL_ABUF);
+	memset(l->abuf, 0, l->abuf_bytes);
 	return 0;
 }
 
@@ -474,7 +493,7 @@ static int abuf_load(struct rowlog *l, io_ctx *io)
 
 	l->wb_off = align_down(off, l->off_align);
 	l->done_off = off;
-	memset(l->abuf, 0, RL_ABUF);
+	memset(l->abuf, 0, l->abuf_bytes);
 	if (off == l->wb_off)
 		return 0;
 	return rl_io(io, IO_READ, l->fd, l->abuf, l->off_align, l->wb_off);
@@ -500,7 +519,7 @@ static int append_one(struct rowlog *l, io_ctx *io, uint64_t row,
 			return ret;
 	}
 	off = head_off(l);
-	if (off + l->rec_bytes > l->wb_off + RL_ABUF) {
+	if (off + l->rec_bytes > l->wb_off + l->abuf_bytes) {
 		ret = prealloc(l, align_down(off, l->off_align));
 		if (!ret)
 			ret = window_next(l, io, off);
@@ -548,7 +567,7 @@ static void bufs_free(struct rowlog *l)
 {
 	for (int i = 0; i < 2; i++) {
 		if (l->bufs[i])
-			mem_free(l->bufs[i], RL_ABUF, l->mem_align);
+			mem_free(l->bufs[i], l->abuf_bytes, l->mem_align);
 		l->bufs[i] = NULL;
 	}
 	l->abuf = NULL;
@@ -686,8 +705,8 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	if (!ret && !l->wio)
 		ret = io_open(4, &l->wio, NULL);
 	if (!ret && !l->abuf) {
-		l->bufs[0] = mem_alloc(RL_ABUF, l->mem_align);
-		l->bufs[1] = mem_alloc(RL_ABUF, l->mem_align);
+		l->bufs[0] = mem_alloc(l->abuf_bytes, l->mem_align);
+		l->bufs[1] = mem_alloc(l->abuf_bytes, l->mem_align);
 		l->cur = 0;
 		l->abuf = l->bufs[0];
 		if (!l->bufs[0] || !l->bufs[1])
@@ -707,17 +726,10 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	}
 	if (!ret)
 		ret = maybe_clean(l, io);
-	/* What a write-back returned 0 for is on the disk (not yet synced),
-	 * as it was when rows were written in place. */
-	if (!ret && l->head_ok && !l->defer)
-		ret = abuf_write(l, io, head_off(l));
+	/* What is buffered goes out with the next full window or sync:
+	 * reads find it in the buffer meanwhile, and a failed write keeps it
+	 * there for the next try. */
 	return ret;
-}
-
-void rowlog_defer(struct rowlog *l, bool on)
-{
-	if (l)
-		l->defer = on;
 }
 
 int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
@@ -1169,6 +1181,8 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		l->seg_bytes = (uint32_t)align_up(l->rec_bytes, 1u << 20);
 	l->rps = l->seg_bytes / l->rec_bytes;
 	l->mem_align = l->off_align = 4096;
+	l->abuf_bytes = rl_abuf_bytes;
+
 	ret = paths(l, tf_path);
 	if (ret)
 		goto err;

@@ -58,17 +58,15 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 		const uint32_t *idx, size_t n, void *dst);
 
 /* Appends n rows (row_bytes each from src); a repeated row: the last one
- * wins. May run the cleaner. On error some rows may have been appended;
- * appending them again is harmless. */
+ * wins. Full windows of the append buffer are written as they fill (and
+ * may fail here); the rest waits for the next window or rowlog_sync. May
+ * run the cleaner. On error some rows may have been appended; appending
+ * them again is harmless. */
 int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 		  const void *src);
 
 /* Whether the index changed since the last commit. */
 bool rowlog_changed(const struct rowlog *l);
-
-/* While on, rowlog_append writes only full buffer windows, not what is
- * new at its end: for a caller that syncs next (a flush). */
-void rowlog_defer(struct rowlog *l, bool on);
 
 /* Writes what is buffered and syncs the log. */
 int rowlog_sync(struct rowlog *l, io_ctx *io);
@@ -93,5 +91,10 @@ uint64_t rowlog_disk_bytes(const struct rowlog *l);
  * use over live record bytes (default 1.3; tests lower the segment size
  * with rowlog_set_segment_bytes to force cleaning). Process-wide. */
 void rowlog_set_tuning(double max_amp, uint32_t segment_bytes);
+
+/* The append buffer's window for logs opened from now on (tests make it
+ * small so that write-backs fill windows; default 1 MiB, at least 16 KiB).
+ * Process-wide. */
+void rowlog_set_window(uint32_t bytes);
 
 #endif

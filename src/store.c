@@ -2243,18 +2243,12 @@ int et_flush(et_store *s)
 	if (ret)
 		return ret;
 	s->failed = 0;
-	/* The sync below writes what the logs buffer: appends need not go
-	 * out batch by batch, only a full buffer at a time. */
-	for (uint32_t i = 0; i < s->ntables; i++)
-		tf_log_defer(s->tables[i].tf, true);
 	for (uint32_t i = 0; s->caches_ready && i < s->ncls && !ret; i++) {
 		if (s->has_hbm)
 			ret = flush_cache(s, &s->cls[i].hbm);
 		if (!ret)
 			ret = flush_cache(s, &s->cls[i].ddr);
 	}
-	for (uint32_t i = 0; i < s->ntables; i++)
-		tf_log_defer(s->tables[i].tf, false);
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < s->ntables; i++) {

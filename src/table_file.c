@@ -746,11 +746,6 @@ void tf_log_writes(et_tfile *tf, bool on)
 	tf->log_writes = on;
 }
 
-void tf_log_defer(et_tfile *tf, bool on)
-{
-	rowlog_defer(tf->log, on);
-}
-
 int tf_commit_prepare(et_tfile *tf, uint64_t commit)
 {
 	io_ctx *io;

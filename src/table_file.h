@@ -80,8 +80,6 @@ void tf_get_stats(const et_tfile *tf, struct tf_stats *st);
  * (tf_write_rows_raw appends); others write blocks in place, and refuse
  * (-EBUSY) once the log holds rows. */
 void tf_log_writes(et_tfile *tf, bool on);
-/* While on, appends write only full buffers; the next sync the rest. */
-void tf_log_defer(et_tfile *tf, bool on);
 /* Two-phase commit of the log: before and after the store's record. */
 int tf_commit_prepare(et_tfile *tf, uint64_t commit);
 int tf_commit_done(et_tfile *tf);

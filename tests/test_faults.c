@@ -17,7 +17,9 @@
  * optimizer state) must be the same, bit for bit.
  *
  * Rows written back go to each table's row log (src/rowlog.h): appends
- * end with an O_DIRECT write of what is new; a commit (et_checkpoint, or
+ * fill an append buffer whose full windows are written as they fill (on
+ * the log's own ring, while the next window fills), the rest at the next
+ * flush or commit; a commit (et_checkpoint, or
  * a clean close that wrote anything) syncs every log and writes and syncs
  * a journal batch of index changes per table, then the record. Where the
  * files are compared, it is after a successful commit (an offline reader
@@ -26,8 +28,10 @@
  * Sites: a read of logged rows by a gather or an update (-EIO, not
  * sticky); a short read (ET_ESHORTIO); the cleaner's read of a segment
  * during a flush's append (-EIO, short: the flush fails, the retry cleans);
- * the log write ending a write-back (-EIO, -ENOSPC, short: ET_EFAILED from
- * then on until et_flush succeeds); every write and fsync of et_flush (log
+ * the write of buffered write-backs at the next flush (-EIO, -ENOSPC,
+ * short: ET_EFAILED from then on until et_flush succeeds); a full window
+ * of the append buffer written during write-back (test_window_fault);
+ * every write and fsync of et_flush (log
  * appends, log and block file syncs); every write and fsync inside
  * et_checkpoint (its flush, then each table's log sync, journal batch
  * write and journal fsync: all before the record, so nothing is
@@ -172,6 +176,7 @@ static int teardown(void **state)
 
 	io_fault_clear();
 	rowlog_set_tuning(0, 0); /* the defaults */
+	rowlog_set_window(0);
 	for (int i = 0; i < f->n; i++) {
 		struct pair *p = &f->p[i];
 
@@ -475,18 +480,6 @@ static void assert_refused(struct pair *p)
 			 ET_EFAILED);
 }
 
-/*
- * An operation that did its own work but whose write-back at the end
- * failed with err either returns err, or returns 0 and leaves the failure
- * to every later call (assert_refused checks those): both keep the
- * promise, for a gather (which changes nothing the reference could skip).
- */
-static void assert_wb_failed(int ret, int err)
-{
-	if (ret != 0)
-		assert_int_equal(ret, err);
-}
-
 static void checkpoint(struct pair *p, uint64_t want_id)
 {
 	uint64_t id;
@@ -671,12 +664,12 @@ static void test_cleaner_short_read(void **state)
 /*
  * 8 dirty rows fill the one-set DDR; a gather of 8 rows never written
  * evicts them all and writes them back at its end: one append to the row
- * log of table a, ended by one write of what is new, which fails with err.
- * The gather returns err (see assert_wb_failed; the reference skips it),
- * then every writing operation is refused with ET_EFAILED; with the fault
- * cleared, et_flush succeeds and the store works again; nothing is lost.
- * With ckpt, each round ends with a checkpoint, after which the files must
- * give the reference's rows.
+ * log of table a, held in its append buffer (a write-back writes only full
+ * windows). The next et_flush writes it, and that write fails with err:
+ * the flush returns err, then every operation is refused with ET_EFAILED;
+ * with the fault cleared, et_flush succeeds and the store works again;
+ * nothing is lost. With ckpt, each round ends with a checkpoint, after
+ * which the files must give the reference's rows.
  */
 static void writeback_fault(struct fx *f, int err, bool ckpt)
 {
@@ -694,17 +687,16 @@ static void writeback_fault(struct fx *f, int err, bool ckpt)
 		lazy_rows(p, 1, lz, 8, 68 + (uint64_t)round * 10);
 		both_update(p, 0, d, 8, 80 + round);
 		assert_int_equal(et_get_stats(p->s[TS], -1, &s0), 0);
-		io_fault_set(IO_WRITE, 1, err, 0);
-		assert_wb_failed(gather(p, TS, 1, lz, 8, out), -err);
-		assert_true(io_fault_fired());
+		assert_int_equal(gather(p, TS, 1, lz, 8, out), 0);
 		assert_int_equal(et_get_stats(p->s[TS], -1, &s1), 0);
-		assert_int_equal(s1.writebacks, s0.writebacks);
+		assert_int_equal(s1.writebacks, s0.writebacks + 8);
+		io_fault_set(IO_WRITE, 1, err, 0);
+		assert_int_equal(et_flush(p->s[TS]), -err);
+		assert_true(io_fault_fired());
 		assert_refused(p);
 		io_fault_clear();
 		assert_refused(p); /* until a flush succeeds */
 		assert_int_equal(et_flush(p->s[TS]), 0);
-		assert_int_equal(et_get_stats(p->s[TS], -1, &s1), 0);
-		assert_int_equal(s1.writebacks, s0.writebacks + 8);
 		both_gather(p, 0, d, 8);
 		both_gather(p, 1, lz, 8);
 		both_update(p, 1, lz, 8, 90 + round);
@@ -727,11 +719,11 @@ static void test_enospc_writeback(void **state)
 }
 
 /*
- * The same fault, but the operation whose write-back fails is an update of
- * the rows that evict the dirty ones. If it returns an error, the API says
- * nothing visible changed: the reference skips it, and the final tables
- * must agree. (If it returns 0, its update counts and the failure must
- * show at the next operation.)
+ * The same fault, but the write-back is of an update of the rows that
+ * evict the dirty ones, and the write that fails is the flush's. If the
+ * update returns an error, the API says nothing visible changed: the
+ * reference skips it, and the final tables must agree. (If it returns 0,
+ * its update counts, and the failure must show at the flush.)
  */
 static void test_write_error_update_contract(void **state)
 {
@@ -746,12 +738,14 @@ static void test_write_error_update_contract(void **state)
 	both_update(p, 0, d, 8, 100);
 	io_fault_set(IO_WRITE, 1, EIO, 0);
 	ret = update(p, TS, 1, lz, 8, 101);
+	if (ret == 0) {
+		assert_int_equal(update(p, RF, 1, lz, 8, 101), 0);
+		assert_int_equal(et_flush(p->s[TS]), -EIO);
+	} else {
+		assert_int_equal(ret, -EIO);
+	}
 	assert_true(io_fault_fired());
 	io_fault_clear();
-	if (ret == 0)
-		assert_int_equal(update(p, RF, 1, lz, 8, 101), 0);
-	else
-		assert_int_equal(ret, -EIO);
 	assert_refused(p);
 	assert_int_equal(et_flush(p->s[TS]), 0);
 	assert_int_equal(gather(p, TS, 1, lz, 8, a), 0);
@@ -766,9 +760,10 @@ static void test_write_error_update_contract(void **state)
 
 /*
  * A log write that transfers less than asked (torn on the device): the
- * write-back fails with ET_ESHORTIO, the store refuses writes, and after
- * io_fault_clear et_flush must write the rows again and lose nothing, also
- * across a commit (the torn records must not shadow good ones).
+ * flush that writes the buffered write-back fails with ET_ESHORTIO, the
+ * store refuses writes, and after io_fault_clear et_flush must write the
+ * rows again and lose nothing, also across a commit (the torn records must
+ * not shadow good ones).
  */
 static void test_short_write_writeback(void **state)
 {
@@ -783,8 +778,9 @@ static void test_short_write_writeback(void **state)
 		d[j] += 2;
 	spread(lz, 8, 14200);
 	both_update(p, 0, d, 8, 110);
+	assert_int_equal(gather(p, TS, 1, lz, 8, out), 0);
 	io_fault_set(IO_WRITE, 1, 0, 512);
-	assert_wb_failed(gather(p, TS, 1, lz, 8, out), ET_ESHORTIO);
+	assert_int_equal(et_flush(p->s[TS]), ET_ESHORTIO);
 	assert_true(io_fault_fired());
 	io_fault_clear();
 	assert_refused(p);
@@ -798,6 +794,64 @@ static void test_short_write_writeback(void **state)
 	reopen(p, TS);
 	both_gather(p, 0, d, 8);
 	pair_finish(p);
+}
+
+/*
+ * Full windows of the append buffer written by write-backs: with 16 KiB
+ * windows, 160 updates of 8 rows each, every one evicting the 8 before,
+ * fill several windows, each sent on the log's own ring while the next
+ * fills. The nth log write fails, for n = 1..4. The error surfaces once:
+ * -EIO at a read that had to wait for that window (not sticky, like a
+ * read error: nothing applied), or at the write-back that met it, whose
+ * operation had done its work and returned 0, so the next one gets
+ * ET_EFAILED and writes stay refused until et_flush succeeds. Either way
+ * the window is written again (by the next write or the flush), nothing
+ * is lost, and after a commit the files agree. The reference skips every
+ * operation that failed.
+ */
+static void test_window_fault(void **state)
+{
+	struct fx *f = *state;
+	uint64_t ids[8];
+
+	rowlog_set_window(16384);
+	for (uint32_t n = 1; n <= 4; n++) {
+		struct pair *p = pair_new(f, one_set());
+		uint32_t b, nb = 160;
+		int ret = 0;
+
+		history(p);
+		io_fault_set(IO_WRITE, n, EIO, 0);
+		for (b = 0; b < nb && !ret; b++) {
+			spread(ids, 8, 3000 + b);
+			ret = update(p, TS, 0, ids, 8, 500 + b);
+			if (!ret)
+				assert_int_equal(
+				    update(p, RF, 0, ids, 8, 500 + b), 0);
+		}
+		if (!ret)
+			ret = et_flush(p->s[TS]);
+		assert_true(io_fault_fired());
+		/* -EIO from the operation that met it, or ET_EFAILED from the
+		 * one after a write-back that met it (that one did its work
+		 * and returned 0), which keeps writes refused until a flush */
+		if (ret == ET_EFAILED) {
+			io_fault_clear();
+			assert_refused(p);
+		} else {
+			assert_int_equal(ret, -EIO);
+			io_fault_clear();
+		}
+		assert_int_equal(et_flush(p->s[TS]), 0);
+		for (uint32_t k = 0; k < b; k++) {
+			spread(ids, 8, 3000 + k);
+			both_gather(p, 0, ids, 8);
+		}
+		assert_int_equal(et_checkpoint(p->s[TS], NULL, 0), 0);
+		files_check(p, "files after a failed window write");
+		pair_finish(p);
+	}
+	rowlog_set_window(0);
 }
 
 /* ------------------------------------------------------------- 3. flush */
@@ -1141,12 +1195,12 @@ static void test_prefetch_read_error(void **state)
 
 /*
  * A prefetch evicts 8 dirty rows; their write-back runs on the I/O thread
- * (an append to the row log of table a, ended by its write), which fails
- * with -EIO (variant 0), short (1) or -ENOSPC (2). The prefetch has
- * returned 0; the next operation is refused with ET_EFAILED, and so is
- * every write until et_flush succeeds; nothing is lost; a later checkpoint
- * succeeds and the files agree. Then the same with a crash instead of the
- * flush: back to the checkpoint.
+ * (an append to the row log of table a, buffered). The flush that writes
+ * it fails with -EIO (variant 0), short (1) or -ENOSPC (2); every
+ * operation is then refused with ET_EFAILED until et_flush succeeds;
+ * nothing is lost; a later checkpoint succeeds and the files agree. Then
+ * the same with a crash instead of the second flush: back to the
+ * checkpoint.
  */
 static void test_prefetch_write_error(void **state)
 {
@@ -1177,13 +1231,17 @@ static void test_prefetch_write_error(void **state)
 			both_update(p, 0, d, 8, 250 + v);
 			assert_int_equal(et_get_stats(p->s[TS], -1, &st), 0);
 			assert_int_equal(st.ddr.dirty_rows, 8);
+			assert_int_equal(prefetch(p, TS, 1, lz, 8), 0);
+			assert_int_equal(gather(p, TS, 1, lz, 8, out), 0);
+			assert_int_equal(et_get_stats(p->s[TS], -1, &st), 0);
+			assert_true(st.writebacks >= 8);
 			if (v == 1)
 				io_fault_set(IO_WRITE, 1, 0, 512);
 			else
 				io_fault_set(IO_WRITE, 1, v ? ENOSPC : EIO, 0);
-			assert_int_equal(prefetch(p, TS, 1, lz, 8), 0);
-			assert_int_equal(gather(p, TS, 1, lz, 8, out),
-					 ET_EFAILED);
+			assert_int_equal(et_flush(p->s[TS]),
+					 v == 1 ? ET_ESHORTIO
+						: (v ? -ENOSPC : -EIO));
 			assert_true(io_fault_fired());
 			io_fault_clear();
 			assert_refused(p);
@@ -1217,6 +1275,7 @@ int main(void)
 	    T(test_enospc_writeback),
 	    T(test_write_error_update_contract),
 	    T(test_short_write_writeback),
+	    T(test_window_fault),
 	    T(test_write_error_flush),
 	    T(test_fsync_error_flush),
 	    T(test_write_error_checkpoint),
