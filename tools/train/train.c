@@ -682,6 +682,13 @@ struct trainer {
 	double loss_sum; /* over this run's steps */
 	double loss_avg; /* moving average, for the progress bar */
 	struct interval iv;
+	/* samples and step time by phase, from the log lines: [0] before the
+	 * DDR tier was full at two log lines in a row, [1] after */
+	struct {
+		double samples, step_s;
+		uint64_t steps;
+	} phase[2];
+	bool ddr_was_full;
 	struct progress prog;
 	char prog_label[64];
 	FILE *log; /* stdout, or stderr under --json */
@@ -1696,6 +1703,17 @@ static int log_line(struct trainer *tr)
 		ddr, iv->step_s > 0 ? iv->stall_s / iv->step_s : 0.0,
 		(double)(st.prefetch_wait_ns - iv->st.prefetch_wait_ns) / 1e6);
 	fflush(tr->log);
+	{
+		bool full =
+		    st.ddr.capacity_rows &&
+		    st.ddr.resident_rows * 100 >= st.ddr.capacity_rows * 99;
+		int ph = full && tr->ddr_was_full;
+
+		tr->phase[ph].samples += (double)iv->samples;
+		tr->phase[ph].step_s += iv->step_s;
+		tr->phase[ph].steps += iv->steps;
+		tr->ddr_was_full = full;
+	}
 	memset(iv, 0, sizeof(*iv));
 	iv->t0 = now;
 	iv->st = st;
@@ -1949,6 +1967,16 @@ static void report(struct trainer *tr, const struct results *r)
 	       tr->run_s, tr->step_s, tr->stall_s, tr->ckpt_s, tr->flush_s);
 	printf("ms-per-step: %.3f\n", steps ? 1e3 * tr->step_s / steps : 0.0);
 	printf("samples-per-second: %.0f\n", sps);
+	if (tr->phase[1].steps && tr->phase[0].step_s > 0 &&
+	    tr->phase[1].step_s > 0) {
+		double a = tr->phase[0].samples / tr->phase[0].step_s;
+		double b = tr->phase[1].samples / tr->phase[1].step_s;
+
+		printf("samples-per-second-by-phase: %.0f until the DDR tier "
+		       "filled (%" PRIu64 " steps), %.0f with it full (%" PRIu64
+		       " steps): %.2fx\n",
+		       a, tr->phase[0].steps, b, tr->phase[1].steps, b / a);
+	}
 	printf("stall-fraction: %.3f\n", stall);
 	printf("prefetch-wait-ms: %.1f\n", (double)st->prefetch_wait_ns / 1e6);
 	fmt_ratio(b1, sizeof(b1), hbm);
