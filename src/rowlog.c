@@ -1220,6 +1220,14 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		for (uint64_t i = 0; i < l->cap; i++)
 			if (l->keys[i] && l->vals[i] / l->rps + 1 > ns)
 				ns = l->vals[i] / l->rps + 1;
+		/* The journal may name only records the log has room for: a
+		 * damaged one could ask for any number of segments. */
+		if (stat(l->plog, &st) ||
+		    (uint64_t)ns > ((uint64_t)st.st_size + l->seg_bytes - 1) /
+				       l->seg_bytes) {
+			ret = ET_EHEADER;
+			goto err;
+		}
 		ret = segs_reserve(l, ns);
 		if (ret)
 			goto err;
