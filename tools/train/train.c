@@ -682,8 +682,9 @@ struct trainer {
 	double loss_sum; /* over this run's steps */
 	double loss_avg; /* moving average, for the progress bar */
 	struct interval iv;
-	/* samples and step time by phase, from the log lines: [0] before the
-	 * DDR tier was full at two log lines in a row, [1] after */
+	/* samples and step time by phase, from the log lines: [1] the
+	 * intervals in which the DDR tier evicted, as in the one before (it
+	 * is full and rows come back from NVMe), [0] the others */
 	struct {
 		double samples, step_s;
 		uint64_t steps;
@@ -1704,9 +1705,9 @@ static int log_line(struct trainer *tr)
 		(double)(st.prefetch_wait_ns - iv->st.prefetch_wait_ns) / 1e6);
 	fflush(tr->log);
 	{
-		bool full =
-		    st.ddr.capacity_rows &&
-		    st.ddr.resident_rows * 100 >= st.ddr.capacity_rows * 99;
+		/* full: it evicted in this interval (a set-associative
+		 * tier evicts before every slot is taken) */
+		bool full = st.ddr.evictions > iv->st.ddr.evictions;
 		int ph = full && tr->ddr_was_full;
 
 		tr->phase[ph].samples += (double)iv->samples;
