@@ -358,11 +358,13 @@ ET_API int et_flush(et_store *s);
  *    since are lost, whole (et_flush alone commits nothing);
  *  - nothing in between is ever torn.
  *
- * A commit is one small record written atomically (write, fsync, rename,
- * fsync the directory) after every table file is flushed and synced. From
- * the first checkpoint on, table files keep undo logs of the blocks
- * overwritten since the last commit; et_store_open rolls every table file
- * of the directory back to it after a crash.
+ * The store never overwrites a table file's blocks: rows it writes back
+ * are appended to the table's row log (docs/FORMAT.md). A commit syncs
+ * every row log and its journal of index changes, then writes one small
+ * record atomically (write, fsync, rename, fsync the directory) that names
+ * it. After a crash, et_store_open cuts every table's journal back to the
+ * record, so each table returns to exactly that commit, and before the
+ * first commit to its state at creation (or bulk load).
  *
  * A clean close after a checkpoint commits the tables as they are, keeping
  * the checkpoint's id and dense state: the tables have then moved on past
@@ -451,11 +453,9 @@ struct et_stats {
 					  * evictable way in the top tier */
 	uint64_t conflict_misses;	 /* the same, duplicates counted */
 	/* NVMe tier */
-	uint64_t nvme_rows_read;  /* rows read from table files */
-	uint64_t rows_lazy;	  /* rows served from the initializer */
-	uint64_t writebacks;	  /* dirty rows written back */
-	uint64_t undo_records;	  /* unused since the row log: 0 */
-	uint64_t blocks_restored; /* unused since the row log: 0 */
+	uint64_t nvme_rows_read; /* rows read from table files */
+	uint64_t rows_lazy;	 /* rows served from the initializer */
+	uint64_t writebacks;	 /* dirty rows written back */
 	uint64_t blocks_read, blocks_written; /* block files (bulk loads) */
 	uint64_t bytes_read, bytes_written;   /* block files */
 	/* the row log, where the store writes rows (docs/FORMAT.md) */

@@ -2,7 +2,7 @@
  * checkpoint.c - the commit record (see checkpoint.h).
  *
  *   0   8  "ETCKPT02"
- *   8   8  commit (1, 2, ...): what the undo logs are tagged with
+ *   8   8  commit (1, 2, ...): journal batches up to it are replayed
  *  16   8  checkpoint id: et_checkpoint calls so far
  *  24   4  flags: bit 0, the tables moved on since the checkpoint
  *  28   4  zero
@@ -13,10 +13,10 @@
  * Version 1 ("ETCKPT01": id, length, XXH3 of [0, 24) and the state, then
  * the state at 32) is still read, as commit = id and no flags.
  *
- * The table files are flushed and synced before the record is written;
- * their undo logs are emptied for the new commit after it is durable. So at
- * every moment the record names a commit the files either are at, or can be
- * rolled back to with the undo logs tagged with it.
+ * Every table's row log and its journal batch for the commit are synced
+ * before the record is written. So at every moment the record names a
+ * commit each journal holds, and batches after it (a crash between the
+ * journals and the record) are cut off at the next open.
  */
 #include <errno.h>
 #include <fcntl.h>

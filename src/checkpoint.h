@@ -1,6 +1,7 @@
 /*
  * checkpoint.h - the commit record of a store: the commit the table files
- * are at (their undo logs belong to it), the last et_checkpoint and the
+ * are at (their row log journals are replayed up to it), the last
+ * et_checkpoint and the
  * caller's dense state saved with it, and whether the tables moved on since
  * that checkpoint (a clean close committed writes made after it). Written
  * atomically (temporary file, fsync, rename, fsync of the directory), so a

@@ -1,6 +1,7 @@
 /*
  * endian.h - little-endian integers in byte buffers: every on-disk format
- * of the project (table files, undo logs, checkpoint records, traces) is
+ * of the project (table files, row logs and journals, checkpoint records,
+ * traces) is
  * little-endian whatever the host. Pure inlines, any thread.
  */
 #ifndef ET_ENDIAN_H

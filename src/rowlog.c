@@ -371,22 +371,31 @@ static int other_settle(struct rowlog *l, io_ctx *io)
 	return 0;
 }
 
+/* The file range [*a, *b) of the current window that holds what is not
+ * yet written below upto: from the block where the last write ended,
+ * rounded out to the alignment. */
+static void window_span(const struct rowlog *l, uint64_t upto, uint64_t *a,
+			uint64_t *b)
+{
+	*a = align_down(l->done_off, l->off_align);
+	if (*a < l->wb_off)
+		*a = l->wb_off;
+	*b = align_up(upto, l->off_align);
+}
+
 /* Sends the current window's bytes below upto (rounded up to the
  * alignment, from where the last write ended) without waiting, and makes
  * the other buffer, which now holds the block at upto, the window. */
 static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
 {
-	uint64_t a = align_down(l->done_off, l->off_align);
-	uint64_t b = align_up(upto, l->off_align);
-	uint64_t nb = align_down(upto, l->off_align);
+	uint64_t nb = align_down(upto, l->off_align), a, b;
 	char *next;
 	int ret;
 
 	ret = other_settle(l, io);
 	if (ret)
 		return ret;
-	if (a < l->wb_off)
-		a = l->wb_off;
+	window_span(l, upto, &a, &b);
 	if (b > a) {
 		l->wreq = (struct io_req){.op = IO_WRITE,
 					  .fd = l->fd,
@@ -415,15 +424,13 @@ static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
  * what is new, and the partial block it continues. */
 static int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto)
 {
-	uint64_t a = align_down(l->done_off, l->off_align);
-	uint64_t b = align_up(upto, l->off_align);
+	uint64_t a, b;
 	int ret;
 
 	ret = other_settle(l, io);
 	if (ret)
 		return ret;
-	if (a < l->wb_off)
-		a = l->wb_off;
+	window_span(l, upto, &a, &b);
 	if (b <= a || upto <= l->done_off)
 		return 0;
 	ret = rl_io(io, IO_WRITE, l->fd, l->abuf + (a - l->wb_off), b - a, a);
@@ -747,14 +754,17 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 	span = align_up(l->rec_bytes, l->off_align) + l->off_align;
 	for (size_t b = 0; b < n;) {
 		size_t k = 0, first = b;
-		uint32_t at[RL_READ_BATCH];
-		uint64_t lo[RL_READ_BATCH];
+		uint32_t at[RL_READ_BATCH];  /* the read's index in idx */
+		uint32_t rel[RL_READ_BATCH]; /* the record's offset in it */
+		unsigned nq = 0;
 
-		for (; b < n && k < RL_READ_BATCH; b++) {
+		/* Records still in the append buffer are copied; the others
+		 * are read, each with the aligned span around it. */
+		for (; b < n && k < RL_READ_BATCH; b++, k++) {
 			uint64_t row = rows[idx[b]];
 			int64_t e = idx_find(l, row);
 			uint32_t recno;
-			uint64_t off;
+			uint64_t off, lo;
 			char *d = (char *)dst + (size_t)idx[b] * l->row_bytes;
 
 			if (e < 0)
@@ -766,57 +776,36 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 				memcpy(d,
 				       l->abuf + (off - l->wb_off) + RL_REC_HDR,
 				       l->row_bytes);
-				at[k] = UINT32_MAX;
-				k++;
 				continue;
 			}
-			lo[k] = align_down(off, l->off_align);
-			l->rreq[k] = (struct io_req){
+			lo = align_down(off, l->off_align);
+			l->rreq[nq] = (struct io_req){
 			    .op = IO_READ,
 			    .fd = l->fd,
-			    .buf = l->rbuf + k * span,
+			    .buf = l->rbuf + nq * span,
 			    .len = (uint32_t)(align_up(off + l->rec_bytes,
 						       l->off_align) -
-					      lo[k]),
-			    .off = lo[k]};
-			at[k] = (uint32_t)b;
-			k++;
+					      lo),
+			    .off = lo};
+			at[nq] = (uint32_t)b;
+			rel[nq] = (uint32_t)(off - lo);
+			nq++;
 		}
-		/* compact the requests that go to the disk */
-		{
-			struct io_req *q = l->rreq;
-			unsigned nq = 0;
-			uint32_t qb[RL_READ_BATCH];
+		ret = nq ? io_run(io, l->rreq, nq) : 0;
+		if (ret)
+			return ret;
+		for (unsigned q = 0; q < nq; q++) {
+			uint64_t row = rows[idx[at[q]]];
+			const unsigned char *r =
+			    (unsigned char *)l->rreq[q].buf + rel[q];
 
-			for (size_t j = 0; j < k; j++) {
-				if (at[j] == UINT32_MAX)
-					continue;
-				if (nq != j)
-					q[nq] = q[j];
-				qb[nq] = at[j];
-				lo[nq] = lo[j];
-				nq++;
-			}
-			ret = nq ? io_run(io, q, nq) : 0;
-			if (ret)
-				return ret;
-			for (unsigned j = 0; j < nq; j++) {
-				uint64_t row = rows[idx[qb[j]]];
-				int64_t e = idx_find(l, row);
-				uint64_t off =
-				    rec_off(l, l->vals[e] & RL_MAXREC);
-				const unsigned char *r =
-				    (unsigned char *)q[j].buf + (off - lo[j]);
-
-				if (get64(r) != row ||
-				    hash_bytes_key(r + RL_REC_HDR, l->row_bytes,
-						   row) != get64(r + 8))
-					return ET_EBLOCKSUM;
-				memcpy((char *)dst +
-					   (size_t)idx[qb[j]] * l->row_bytes,
-				       r + RL_REC_HDR, l->row_bytes);
-				l->st.bytes_read += q[j].len;
-			}
+			if (get64(r) != row ||
+			    hash_bytes_key(r + RL_REC_HDR, l->row_bytes, row) !=
+				get64(r + 8))
+				return ET_EBLOCKSUM;
+			memcpy((char *)dst + (size_t)idx[at[q]] * l->row_bytes,
+			       r + RL_REC_HDR, l->row_bytes);
+			l->st.bytes_read += l->rreq[q].len;
 		}
 		l->st.rows_read += b - first;
 	}

@@ -2354,7 +2354,6 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->blocks_written += f.blocks_written;
 	st->bytes_read += f.bytes_read;
 	st->bytes_written += f.bytes_written;
-	st->undo_records += f.undo_records;
 	st->log_rows_written += f.log.rows_appended;
 	st->log_rows_cleaned += f.log.rows_cleaned;
 	st->log_segments_cleaned += f.log.segs_cleaned;

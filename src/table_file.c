@@ -85,12 +85,7 @@ struct et_tfile {
 			      * block held, should its write fail */
 	char *path;
 	size_t path_len;
-	int undo_fd;	      /* the undo log, or -1 */
-	bool undo_on;	      /* log pre-images before first writes */
-	uint64_t undo_id;     /* checkpoint the log belongs to */
-	uint64_t undo_off;    /* where the next record goes */
-	struct matmap logged; /* blocks logged since the checkpoint */
-	struct torn *torn;    /* blocks whose last write failed: their image */
+	struct torn *torn; /* blocks whose last write failed: their image */
 	size_t ntorn, torn_cap;
 	struct rowlog *log; /* rows written by a store (PATH.log) */
 	bool log_writes;    /* row writes go to the log (a store's file) */
@@ -110,8 +105,6 @@ struct torn {
 	uint64_t block;
 	void *img; /* the block before the failed write */
 };
-
-static int undo_log_chunk(et_tfile *tf, const uint64_t *blocks, uint32_t nb);
 
 /* ---------------------------------------------------- materialization map */
 
@@ -358,9 +351,6 @@ static void tf_free(et_tfile *tf)
 	rowlog_close(tf->log);
 	if (tf->fd >= 0)
 		close(tf->fd);
-	if (tf->undo_fd >= 0)
-		close(tf->undo_fd);
-	map_free(&tf->logged);
 	for (size_t i = 0; i < tf->ntorn; i++)
 		mem_free(tf->torn[i].img, tf->g.block_size, 0);
 	mem_free(tf->torn, tf->torn_cap * sizeof(*tf->torn), 0);
@@ -386,7 +376,6 @@ static et_tfile *tf_new(const char *path)
 	if (!tf)
 		return NULL;
 	tf->fd = -1;
-	tf->undo_fd = -1;
 	tf->path_len = strlen(path) + 1;
 	tf->path = mem_alloc(tf->path_len, 0);
 	if (!tf->path) {
@@ -1143,8 +1132,6 @@ static bool write_needs_read(et_tfile *tf, const struct ent *e, size_t n,
 		return false;
 	if (n < present)
 		return true;
-	if (tf->undo_on && !map_test(&tf->logged, b))
-		return true; /* its pre-image goes to the undo log */
 	if (present > 512)
 		return true; /* not worth counting */
 	for (size_t i = 0; i < n; i++) {
@@ -1165,11 +1152,6 @@ static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
 	uint32_t s = 0;
 	int ret;
 
-	if (tf->undo_on) {
-		ret = undo_log_chunk(tf, blocks, nb);
-		if (ret)
-			return ret;
-	}
 	if (!tf->pre) {
 		tf->pre =
 		    mem_alloc((size_t)tf->stage_blocks * tf->g.block_size, 0);
@@ -1548,231 +1530,6 @@ out_drain:
 		if (slots[k].nb)
 			ret = wr_retire(tf, &slots[k], ret);
 	}
-	return ret;
-}
-
-/* -------------------------------------------------------------- undo log */
-
-/*
- * The undo log of a table file (PATH.undo) makes a checkpoint a point the
- * file can always return to. Between two checkpoints, the first write of
- * each block is preceded by a record of what the block held before — its
- * bytes, or the fact that it was a hole — and the log is synced before the
- * block is written. Recovery puts every logged block back and the file is
- * exactly as at the checkpoint.
- *
- *   header (64 bytes): "ETUNDO01", u64 checkpoint id, u32 block_size,
- *                      u32 0, ..., u64 XXH3 of bytes [0, 56) at 56
- *   record (32 bytes): u64 block, u32 kind (0 hole, 1 bytes), u32 length,
- *                      u64 XXH3 of (these 16 bytes, then the bytes),
- *                      u64 0; then length bytes
- *
- * Records go out in batches (one per write-back chunk) followed by one
- * fdatasync, so a torn tail is a batch whose blocks were never written:
- * recovery stops at the first record that fails its checksum. The log
- * belongs to one checkpoint id: recovery rolls back only a log whose id is
- * the committed checkpoint's (an older log means the crash came after the
- * next checkpoint was committed, when the file was already right).
- */
-#define UNDO_HDR 64
-#define UNDO_REC 32
-
-static int undo_path(const et_tfile *tf, char **out, size_t *n)
-{
-	*n = strlen(tf->path) + 6;
-	*out = mem_alloc(*n, 0);
-	if (!*out)
-		return -ENOMEM;
-	snprintf(*out, *n, "%s.undo", tf->path);
-	return 0;
-}
-
-/* Runs one buffered write or fsync of the log through the ring, so the
- * fault seam reaches it like every other I/O. */
-static int undo_io(et_tfile *tf, int op, const void *buf, uint32_t len,
-		   uint64_t off)
-{
-	struct io_req r = {.op = op,
-			   .fd = tf->undo_fd,
-			   .buf = (void *)buf,
-			   .len = len,
-			   .off = off};
-	io_ctx *io;
-	int ret = tf_io(tf, &io);
-
-	return ret ? ret : io_run(io, &r, 1);
-}
-
-static int undo_write_header(et_tfile *tf, uint64_t id)
-{
-	unsigned char h[UNDO_HDR];
-	int ret;
-
-	memset(h, 0, sizeof(h));
-	memcpy(h, "ETUNDO01", 8);
-	put64(h + 8, id);
-	put32(h + 16, tf->g.block_size);
-	put64(h + 56, hash_bytes(h, 56));
-	if (ftruncate(tf->undo_fd, 0))
-		return -errno;
-	ret = undo_io(tf, IO_WRITE, h, sizeof(h), 0);
-	if (!ret)
-		ret = undo_io(tf, IO_FSYNC, NULL, 0, 0);
-	if (ret)
-		return ret;
-	tf->undo_off = UNDO_HDR;
-	tf->undo_id = id;
-	map_free(&tf->logged);
-	return map_init(&tf->logged, tf->g.blocks);
-}
-
-int tf_undo_start(et_tfile *tf, uint64_t id)
-{
-	char *p;
-	size_t n;
-	int ret;
-
-	if (tf->rdonly)
-		return -EBADF;
-	if (tf->undo_fd < 0) {
-		ret = undo_path(tf, &p, &n);
-		if (ret)
-			return ret;
-		tf->undo_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		ret = tf->undo_fd < 0 ? -errno : 0;
-		mem_free(p, n, 0);
-		if (ret)
-			return ret;
-	}
-	ret = undo_write_header(tf, id);
-	if (ret)
-		return ret;
-	tf->undo_on = true;
-	return 0;
-}
-
-/* Logs the blocks of a write-back chunk not yet logged since the
- * checkpoint, with their contents as they are on disk now, and syncs. */
-static int undo_log_chunk(et_tfile *tf, const uint64_t *blocks, uint32_t nb)
-{
-	uint32_t bs = tf->g.block_size;
-	unsigned char *buf;
-	size_t len = 0, cap = 0;
-	int ret;
-
-	for (uint32_t s = 0; s < nb; s++)
-		if (!map_test(&tf->logged, blocks[s]))
-			cap += UNDO_REC + (tf->stage_hole[s] ? 0 : bs);
-	if (!cap)
-		return 0;
-	buf = mem_alloc(cap, 0);
-	if (!buf)
-		return -ENOMEM;
-	for (uint32_t s = 0; s < nb; s++) {
-		unsigned char *r = buf + len;
-		uint32_t dl = tf->stage_hole[s] ? 0 : bs;
-
-		if (map_test(&tf->logged, blocks[s]))
-			continue;
-		memset(r, 0, UNDO_REC);
-		put64(r, blocks[s]);
-		put32(r + 8, dl ? 1 : 0);
-		put32(r + 12, dl);
-		if (dl)
-			memcpy(r + UNDO_REC, tf->stage + (size_t)s * bs, dl);
-		put64(r + 16, hash_bytes2(r, 16, r + UNDO_REC, dl));
-		len += UNDO_REC + dl;
-	}
-	ret = undo_io(tf, IO_WRITE, buf, (uint32_t)len, tf->undo_off);
-	if (!ret)
-		ret = undo_io(tf, IO_FSYNC, NULL, 0, 0);
-	mem_free(buf, cap, 0);
-	if (ret)
-		return ret; /* no block of the chunk is written */
-	tf->undo_off += len;
-	for (uint32_t s = 0; s < nb; s++) {
-		ret = map_set(&tf->logged, blocks[s]);
-		if (ret)
-			return ret;
-	}
-	tf->st.undo_records += nb;
-	return 0;
-}
-
-int tf_undo_recover(et_tfile *tf, uint64_t committed, uint64_t *restored)
-{
-	uint32_t bs = tf->g.block_size;
-	unsigned char h[UNDO_HDR], rh[UNDO_REC];
-	unsigned char *blk = NULL;
-	uint64_t off = UNDO_HDR, n = 0;
-	struct stat st;
-	char *p;
-	size_t pn;
-	int fd, ret = 0;
-
-	*restored = 0;
-	ret = undo_path(tf, &p, &pn);
-	if (ret)
-		return ret;
-	fd = open(p, O_RDONLY | O_CLOEXEC);
-	mem_free(p, pn, 0);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (fstat(fd, &st) || pread(fd, h, UNDO_HDR, 0) != UNDO_HDR ||
-	    memcmp(h, "ETUNDO01", 8) || get64(h + 56) != hash_bytes(h, 56) ||
-	    get32(h + 16) != bs || get64(h + 8) != committed)
-		goto out; /* empty, foreign or stale: nothing to undo */
-	blk = mem_alloc(bs, tf->mem_align);
-	if (!blk) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	while (off + UNDO_REC <= (uint64_t)st.st_size) {
-		uint64_t b;
-		uint32_t kind, dl;
-
-		if (pread(fd, rh, UNDO_REC, (off_t)off) != UNDO_REC)
-			break;
-		b = get64(rh);
-		kind = get32(rh + 8);
-		dl = get32(rh + 12);
-		if (b >= tf->g.blocks || kind > 1 || dl != (kind ? bs : 0) ||
-		    off + UNDO_REC + dl > (uint64_t)st.st_size)
-			break; /* torn tail */
-		if (dl && pread(fd, blk, dl, (off_t)(off + UNDO_REC)) != dl)
-			break;
-		if (hash_bytes2(rh, 16, blk, dl) != get64(rh + 16))
-			break;
-		if (kind) {
-			if (pwrite(tf->fd, blk, bs, (off_t)block_off(tf, b)) !=
-			    (ssize_t)bs) {
-				ret = errno ? -errno : ET_ESHORTIO;
-				goto out;
-			}
-		} else if (fallocate(tf->fd,
-				     FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				     (off_t)block_off(tf, b), bs)) {
-			ret = -errno;
-			goto out;
-		}
-		n++;
-		off += UNDO_REC + dl;
-	}
-	if (n) {
-		if (fdatasync(tf->fd)) {
-			ret = -errno;
-			goto out;
-		}
-		map_free(&tf->map);
-		ret = map_init(&tf->map, tf->g.blocks);
-		if (!ret)
-			ret = map_load(tf);
-	}
-	*restored = n;
-out:
-	if (blk)
-		mem_free(blk, bs, tf->mem_align);
-	close(fd);
 	return ret;
 }
 

@@ -56,20 +56,9 @@ void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst);
  * initializer's, and reading it costs no I/O). */
 bool tf_row_materialized(const et_tfile *tf, uint64_t row);
 
-/* Undo log (crash consistency; see table_file.c). From tf_undo_start on,
- * the first write of each block after it is preceded by a synced record of
- * the block's old contents in PATH.undo, tagged with checkpoint id. Called
- * again after a checkpoint commits, it empties the log for the next id. */
-int tf_undo_start(et_tfile *tf, uint64_t id);
-
-/* If PATH.undo belongs to checkpoint committed, puts every logged block
- * back (bytes, or a hole) and syncs; *restored counts them. A log of any
- * other id, or none, leaves the file alone. */
-int tf_undo_recover(et_tfile *tf, uint64_t committed, uint64_t *restored);
-
 /* Counters since open. */
 struct tf_stats {
-	uint64_t blocks_read, blocks_written, rmw_reads, undo_records;
+	uint64_t blocks_read, blocks_written, rmw_reads;
 	uint64_t rows_lazy; /* rows served from the initializer */
 	uint64_t bytes_read, bytes_written;
 	struct rowlog_stats log; /* the row log's */

@@ -48,8 +48,9 @@
  * trial, round, seed, kill mode and delay, and the step recovered. The
  * report line gives the trials and kills, the kills inside et_checkpoint
  * (and how many of those had committed), before the first checkpoint and
- * right after a prefetch, the blocks rolled back (et_get_stats
- * blocks_restored), the steps recovered and the rows compared.
+ * right after a prefetch, the rows the recovered stores' row logs hold
+ * (et_get_stats log_index_rows), the steps recovered and the rows
+ * compared.
  *     ET_CRASH_TRIALS=200 build/tests/test_crash
  */
 #include <errno.h>
@@ -499,7 +500,7 @@ static void dense_check(et_store *s, uint64_t seed, uint64_t *id, uint64_t *ops)
 struct totals {
 	unsigned trials, kills, exact, mid_ckpt, mid_committed, before_first;
 	unsigned after_prefetch;
-	uint64_t restored, ops_sum, ops_max, compared;
+	uint64_t logged, ops_sum, ops_max, compared;
 };
 
 enum { M_SLEEP, M_AT_CKPT, M_AT_PREFETCH, M_MODES };
@@ -728,7 +729,7 @@ static uint64_t recover(struct trial *tr, const struct seen *sn,
 			assert_int_equal(id,
 					 tr->id + c / tr->k - tr->from / tr->k);
 	}
-	tot->restored += st.blocks_restored;
+	tot->logged += st.log_index_rows;
 	assert_int_equal(et_store_close(s), 0);
 	tr->id = id;
 	return c;
@@ -893,12 +894,13 @@ static void test_kill9(void **state)
 	    "crash: %u trials (seed %#llx), %u kills, %u recovered "
 	    "bit-exactly; %u kills inside et_checkpoint (%u of "
 	    "them committed), %u before the first checkpoint, %u "
-	    "right after a prefetch; %llu blocks restored; steps "
+	    "right after a prefetch; %llu rows in the recovered row logs; "
+	    "steps "
 	    "recovered: mean %.1f, max %llu; rows compared: "
 	    "%llu\n",
 	    tot.trials, (unsigned long long)base, tot.kills, tot.exact,
 	    tot.mid_ckpt, tot.mid_committed, tot.before_first,
-	    tot.after_prefetch, (unsigned long long)tot.restored,
+	    tot.after_prefetch, (unsigned long long)tot.logged,
 	    tot.kills ? (double)tot.ops_sum / tot.kills : 0.0,
 	    (unsigned long long)tot.ops_max, (unsigned long long)tot.compared);
 	assert_int_equal(tot.trials, trials);

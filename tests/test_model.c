@@ -87,6 +87,9 @@
 #define HBM_SLOTS   64
 #define DDR_SLOTS   256
 
+/* Set by main: logs of 8 KiB segments, so every case runs the cleaner. */
+static bool small_segments;
+
 /* ------------------------------------------------------------ the cases */
 
 struct tspec {
@@ -393,6 +396,8 @@ struct harness {
 	bool next_valid;
 	bool any_pf;	    /* some store prefetches */
 	uint64_t op;	    /* operations issued */
+	uint64_t cleaned;   /* segments the first store's cleaner moved,
+			     * over its reopens */
 	uint64_t budget;    /* ET_MODEL_OPS's share for this case */
 	const char *opname; /* the one in progress */
 	struct mtable t[NT];
@@ -1004,6 +1009,12 @@ static void op_reopen(struct harness *h)
 		struct mstore *ms = &h->st[s];
 
 		h_check_stats(h, ms);
+		if (s == 0) {
+			struct et_stats st;
+
+			h_rc(h, ms, et_get_stats(ms->s, -1, &st));
+			h->cleaned += st.log_segments_cleaned;
+		}
 		h->opname = "close";
 		h_rc(h, ms, et_store_close(ms->s));
 		ms->s = NULL;
@@ -1240,6 +1251,10 @@ static void run_case(const struct mcase *mc)
 			      mc->name, (unsigned long long)st.log_rows_written,
 			      (unsigned long long)st.log_segments_cleaned,
 			      (unsigned long long)st.log_rows_cleaned);
+		/* the case must really have run the cleaner */
+		if (small_segments && !h->cleaned && !st.log_segments_cleaned)
+			h_fail(h, "store %s: the cleaner never ran",
+			       h->st[0].cfg->name);
 	}
 	h->opname = "final close";
 	for (int s = 0; s < h->nst; s++) {
@@ -1490,8 +1505,10 @@ int main(void)
 		cmocka_set_test_filter(only);
 	/* Small segments and a tight space bound: every case also runs the
 	 * row log's cleaner (ET_MODEL_SEGMENT=0 keeps the defaults). */
-	if (!getenv("ET_MODEL_SEGMENT") || atoi(getenv("ET_MODEL_SEGMENT")))
-		rowlog_set_tuning(1.2, 16u << 10);
+	small_segments =
+	    !getenv("ET_MODEL_SEGMENT") || atoi(getenv("ET_MODEL_SEGMENT"));
+	if (small_segments)
+		rowlog_set_tuning(1.2, 8u << 10);
 	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
 	     i++) {
 		tests[n] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(
