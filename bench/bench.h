@@ -56,8 +56,9 @@ struct bench_opts {
 	uint64_t batches; /* measured batches; 0: by time */
 	int64_t warmup;	  /* batches; -1: until DDR is full */
 	double warmup_max_s;
-	int op;	     /* OP_* */
-	bool update; /* apply gradients after each gather */
+	int op;		     /* OP_* */
+	bool update;	     /* apply gradients after each gather */
+	bool update_vs_read; /* measure read-only, then with updates */
 	/* what else runs */
 	bool limits, pread, rocksdb;
 	double limit_seconds;
@@ -260,6 +261,7 @@ struct run_report {
 	const struct wl_gen *g;
 	uint64_t warmup;
 	struct sys_result sys[3]; /* embtier, pread, rocksdb */
+	struct sys_result upd;	  /* --update-vs-read: embtier with updates */
 	struct gather_limit gl;
 	struct uring_limit ul_pre;    /* at the store's depth, before it */
 	struct uring_limit ul;	      /* at the store's depth, after it */

@@ -137,6 +137,12 @@ static void usage(void)
 	    "(et_gather)\n"
 	    "      --update          apply an update after each gather (peers "
 	    "skipped)\n"
+	    "      --update-vs-read  measure without updates, then, in the "
+	    "same "
+	    "process\n"
+	    "                        and store, with them, for the same time "
+	    "(peers\n"
+	    "                        skipped)\n"
 	    "      --record FILE     also write the batches run to a trace\n"
 	    "\n"
 	    "Limits and peers (run):\n"
@@ -234,6 +240,7 @@ enum {
 	O_WARMUP_MAX,
 	O_OP,
 	O_UPDATE,
+	O_UPDATE_VS_READ,
 	O_RECORD,
 	O_NO_LIMITS,
 	O_LIMIT_SECONDS,
@@ -283,6 +290,7 @@ static const struct option longopts[] = {
     {"warmup-max", required_argument, NULL, O_WARMUP_MAX},
     {"op", required_argument, NULL, O_OP},
     {"update", no_argument, NULL, O_UPDATE},
+    {"update-vs-read", no_argument, NULL, O_UPDATE_VS_READ},
     {"record", required_argument, NULL, O_RECORD},
     {"no-limits", no_argument, NULL, O_NO_LIMITS},
     {"limit-seconds", required_argument, NULL, O_LIMIT_SECONDS},
@@ -564,6 +572,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			break;
 		case O_UPDATE:
 			o->update = true;
+			break;
+		case O_UPDATE_VS_READ:
+			o->update_vs_read = true;
 			break;
 		case O_RECORD:
 			o->record = a;

@@ -424,6 +424,25 @@ static void report_table(const struct run_report *rp)
 		    q.miss_dev, pct(fe.nvme, b3, sizeof(b3)),
 		    bound ? "" : ": not a miss-bound run");
 	}
+	if (rp->upd.ran) {
+		const struct sys_result *u = &rp->upd;
+		struct fig fu;
+
+		figures(u, mdim(rp), &fu);
+		printf("  training path   embtier ids/s with an update after "
+		       "each gather / without = %.2f  %s (%s vs %s ids/s; "
+		       "with updates %s of lookups went to NVMe, %s written "
+		       "back, batch p50 %.2f ms, p99 %.2f ms)\n",
+		       fe.ids_s > 0 ? fu.ids_s / fe.ids_s : 0,
+		       fe.ids_s > 0
+			   ? goal(fu.ids_s / fe.ids_s, 0.8, g, sizeof(g))
+			   : "",
+		       cli_human_count(fu.ids_s, b1, sizeof(b1)),
+		       cli_human_count(fe.ids_s, b2, sizeof(b2)),
+		       pct(fu.nvme, b3, sizeof(b3)),
+		       cli_human_bytes((double)u->bytes_written, w, sizeof(w)),
+		       u->p50_ms, u->p99_ms);
+	}
 	if (q.pread > 0)
 		printf("  vs pread        embtier ids/s / pread = %.2f\n",
 		       q.pread);
@@ -536,7 +555,12 @@ static void report_json(const struct run_report *rp)
 			putchar(',');
 		json_sys(&rp->sys[i], mdim(rp));
 	}
-	printf("],\"limits\":{\"gather\":");
+	printf("],\"update_run\":");
+	if (rp->upd.ran)
+		json_sys(&rp->upd, mdim(rp));
+	else
+		printf("null");
+	printf(",\"limits\":{\"gather\":");
 	if (rp->gl.ran)
 		printf(
 		    "{\"rows\":%" PRIu64 ",\"seconds\":%.6f,\"rows_per_s\":%.1f"
@@ -573,9 +597,12 @@ static void report_csv(const struct run_report *rp)
 	       "unique_per_batch,p50_ms,p99_ms,hbm,ddr,nvme,init,cache_hit,"
 	       "reads,reads_per_s,dev_read_iops,dev_read_lat_ms,dev_read_qd,"
 	       "dev_aqu_sz,bytes_written,io_wait_s,outputs\n");
-	for (int i = 0; i < NSYS; i++) {
-		const struct sys_result *r = &rp->sys[i];
+	for (int i = 0; i <= NSYS; i++) {
+		const struct sys_result *r = i < NSYS ? &rp->sys[i] : &rp->upd;
 		struct fig f;
+
+		if (i == NSYS && !r->ran)
+			break;
 
 		figures(r, mdim(rp), &f);
 		printf("%s,%d,%" PRIu64 ",%" PRIu64 ",%.6f,%.1f,%.4f,%.1f,%.4f,"
