@@ -14,7 +14,7 @@
  *   data   [nsets * ways] slot_bytes each, from the tier's memory
  *
  * All slots of one instance have one size: the store keeps one instance
- * per size class of rows in each tier (see store.c).
+ * per size class of rows in each tier (see struct sclass in store_impl.h).
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes

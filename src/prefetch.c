@@ -1,0 +1,254 @@
+/*
+ * prefetch.c - et_prefetch and its other half, drain: the next batch's
+ * rows are looked up and pinned, the missing ones handed to the I/O thread
+ * (after the queued write-backs), and what it read is installed in the
+ * top tier by the next operation.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "store_impl.h"
+
+/* Places a prefetched row, unless it became resident meanwhile (its cached
+ * copy is then the truth), pinned for the batch that asked for it. */
+static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
+		      bool dirty, uint32_t epoch)
+{
+	uint64_t key = cache_key(t, row), slot;
+	struct sclass *cl = &s->cls[s->tables[t].cls];
+	uint8_t where;
+	int ret;
+
+	if ((s->has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
+	    cache_lookup(&cl->ddr, key) != CACHE_NONE ||
+	    (!dirty && wb_find(s, key) >= 0))
+		return 0;
+	ret = place_row(s, key, raw, s->tables[t].g->row_bytes, CACHE_NONE,
+			dirty, epoch, &where, &slot);
+	if (ret)
+		return ret;
+	if ((where & ~K_CONFLICT) == (s->has_hbm ? K_HBM : K_DDR))
+		top_of(s, cl)->keys[slot] |= CACHE_PF;
+	else if ((where & ~K_CONFLICT) == K_BYPASS)
+		s->pf.skipped++;
+	return 0;
+}
+
+/*
+ * Installs what the I/O thread has read for earlier prefetches, and takes
+ * back the write-backs it did. Called first by every operation: afterwards
+ * the store's thread owns the table files and the ring again.
+ */
+int drain(et_store *s)
+{
+	struct pl_job *j, *next;
+	uint64_t late, waited;
+	int ret = 0;
+
+	if (!s->pl_pending)
+		return 0;
+	j = pl_drain(s->pl, &late, &waited);
+	s->pl_pending = false;
+	s->pf.late += late;
+	s->pf.wait_ns += waited;
+	for (; j; j = next) {
+		struct table *tb = &s->tables[j->table];
+
+		next = j->next;
+		if (j->kind == PL_WRITE) {
+			if (j->result) {
+				/* Not home: keep the rows in memory and
+				 * refuse to go on, as a failed write-back
+				 * in the foreground would. */
+				for (size_t i = 0; i < j->n && !ret; i++)
+					ret = wb_queue(
+					    s, cache_key(j->table, j->rows[i]),
+					    (char *)j->raw + i * j->row_bytes);
+				if (!s->failed)
+					s->failed = j->result;
+			} else {
+				tb->st.writebacks += j->n;
+			}
+		} else if (!j->result) {
+			tb->st.nvme_rows_read += j->n;
+			for (size_t i = 0; i < j->n && !ret; i++)
+				ret = pf_install(s, j->table, j->rows[i],
+						 (char *)j->raw +
+						     i * j->row_bytes,
+						 false, j->epoch);
+		}
+		/* A failed read installs nothing: the rows are read on
+		 * demand, and the error surfaces there. */
+		pl_job_free(j);
+	}
+	return ret;
+}
+
+/* Classifies one table's ids of the next batch; rows to read are appended
+ * to a new job in *job (NULL if none). */
+static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
+		    struct pl_job **job)
+{
+	struct table *tb = &s->tables[t];
+	struct sclass *cl = &s->cls[tb->cls];
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	uint32_t rb = tb->g->row_bytes;
+	const uint64_t *uniq;
+	uint64_t *mrows;
+	size_t m, nm = 0;
+	int ret;
+
+	*job = NULL;
+	ret = dedup(s, ids, n, &m);
+	if (!ret)
+		ret = sbuf_reserve(&s->mrows, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->mbuf, rb);
+	if (ret)
+		return ret;
+	uniq = s->uniq.p;
+	mrows = s->mrows.p;
+	s->pf.rows += m;
+	for (size_t i = 0; i < m; i++) {
+		uint64_t key = cache_key(t, uniq[i]);
+		uint64_t slot = cache_lookup(top, key);
+		uint8_t where;
+		int64_t at;
+
+		if (slot != CACHE_NONE) {
+			s->now++;
+			cache_touch(top, slot, s->now);
+			cache_pin(top, slot, s->bcur);
+			top->st.hits++;
+			continue;
+		}
+		top->st.misses++;
+		if (s->has_hbm) {
+			slot = cache_lookup(ddr, key);
+			if (slot == CACHE_NONE)
+				ddr->st.misses++;
+			if (slot != CACHE_NONE) {
+				ddr->st.hits++;
+				cache_pin(ddr, slot, s->bcur);
+				ret =
+				    place_row(s, key, cache_row(ddr, slot), rb,
+					      slot, cache_dirty(ddr, slot),
+					      s->bcur, &where, &slot);
+				if (ret)
+					return ret;
+				if ((where & ~K_CONFLICT) == K_HBM)
+					cl->hbm.keys[slot] |= CACHE_PF;
+				continue;
+			}
+		}
+		/* Evicted dirty, perhaps by this very prefetch: the queue
+		 * has the truth. Copied out, as placing may grow the queue. */
+		at = wb_find(s, key);
+		if (at >= 0) {
+			memcpy(s->mbuf.p,
+			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
+			       rb);
+			ret =
+			    pf_install(s, t, uniq[i], s->mbuf.p, true, s->bcur);
+			if (ret)
+				return ret;
+			continue;
+		}
+		if (!tf_row_materialized(tb->tf, uniq[i])) {
+			tf_init_row_raw(tb->tf, uniq[i], s->mbuf.p);
+			tb->st.rows_lazy++;
+			ret = pf_install(s, t, uniq[i], s->mbuf.p, false,
+					 s->bcur);
+			if (ret)
+				return ret;
+			continue;
+		}
+		mrows[nm++] = uniq[i];
+	}
+	if (nm) {
+		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
+
+		if (!j)
+			return -ENOMEM;
+		memcpy(j->rows, mrows, nm * sizeof(*mrows));
+		j->epoch = s->bcur;
+		s->pf.reads += nm;
+		*job = j;
+	}
+	return 0;
+}
+
+int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
+{
+	struct pl_job *jobs = NULL, **tail = &jobs, *j;
+	int ret = 0;
+
+	err_clear();
+	if (!s || (ntables && !batch))
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batch");
+	for (size_t k = 0; k < ntables; k++) {
+		struct table *t = table_get(s, batch[k].table);
+		char what[40];
+
+		if (!t)
+			return err_set(ET_ENOTABLE,
+				       "batch[%zu].table %d unknown: the store "
+				       "has %u",
+				       k, batch[k].table, s->ntables);
+		snprintf(what, sizeof(what), "batch[%zu].ids", k);
+		ret = ids_check(t, batch[k].table, batch[k].ids, batch[k].n,
+				what);
+		if (ret)
+			return ret;
+	}
+	ret = drain(s);
+	if (s->failed)
+		return ET_EFAILED;
+	if (!ret)
+		ret = caches_ensure(s);
+	if (ret)
+		return ret;
+	s->pf.calls++;
+	/* A new batch: its pins and the last batch's hold; older go. */
+	s->bprev = s->bcur;
+	s->bcur = s->epoch;
+	for (size_t k = 0; k < ntables && !ret; k++) {
+		ret = pf_table(s, (uint32_t)batch[k].table, batch[k].ids,
+			       batch[k].n, tail);
+		if (*tail)
+			tail = &(*tail)->next;
+	}
+	/* Victims first, then the reads: the I/O thread keeps the order. */
+	if (!ret)
+		ret = wb_submit(s);
+	while ((j = jobs)) {
+		jobs = j->next;
+		if (ret) {
+			pl_job_free(j);
+			continue;
+		}
+		pl_submit(s->pl, j);
+		s->pl_pending = true;
+	}
+	if (ret && s->nwb) {
+		/* Queued victims still go home, after the I/O thread. */
+		struct pl_job *done;
+		uint64_t late, waited;
+
+		if (s->pl_pending) {
+			done = pl_drain(s->pl, &late, &waited);
+			s->pl_pending = false;
+			while ((j = done)) { /* only write-backs were queued */
+				done = j->next;
+				if (j->result && !s->failed)
+					s->failed = j->result;
+				pl_job_free(j);
+			}
+		}
+		wb_run(s);
+	}
+	epoch_next(s);
+	return ret;
+}

@@ -1,0 +1,202 @@
+/*
+ * store_impl.h - the state of a store, shared by the files that implement
+ * it (store.c, tier.c, writeback.c, kernels.c, prefetch.c). Not installed.
+ *
+ *
+ * Every batch operation goes the same way:
+ *
+ *   ids --dedup--> unique rows --resolve--> a pointer to each row's bytes
+ *       --op--> (decode into the caller's buffer | update in place, dirty)
+ *       --writeback--> dirty victims and bypassed rows to their blocks
+ *
+ * resolve() (tier.c) makes every unique row of the batch resident in the top tier
+ * (HBM if there is one, else DDR) and pins it for the operation:
+ *
+ *   HBM hit          pin it
+ *   DDR hit          promote: copy to an HBM slot, free the DDR slot
+ *   miss             read from the table file (one batch for all misses;
+ *                    unwritten rows come from the initializer, no I/O),
+ *                    place in the top tier
+ *   HBM victim       demoted to DDR (keeping its dirty bit)
+ *   DDR victim       dropped if clean; if dirty, queued for write-back
+ *
+ * Each tier is a set of cache instances, one per size class of rows (see
+ * struct sclass): a table's rows live in its class's instances only.
+ *
+ * The hierarchy is exclusive: a row is in at most one cache tier, and if it
+ * is there and dirty that copy is the truth (DESIGN invariant 1). Rows are
+ * held in their storage type everywhere (invariant 2), so the result of any
+ * sequence of operations is the same bytes whatever the capacities,
+ * policies, or order of evictions (invariant 3).
+ *
+ * When a row cannot be placed because every way of its set is pinned by
+ * this batch (more distinct rows of the batch hash to one set than it has
+ * ways), it is served from a bypass buffer: read from its file, used, and
+ * written straight back if the operation changed it. Slower, never wrong.
+ *
+ * Write-back happens at the end of each operation, all queued rows of a
+ * table in one batch (the table file coalesces rows per block). If it fails,
+ * the queued rows stay in memory, the store refuses every operation but
+ * et_flush and et_store_close with ET_EFAILED, and a later successful flush
+ * writes them and clears the failure: nothing is lost or read stale.
+ *
+ * Scratch buffers grow to the largest batch seen and are kept; they are the
+ * store's only memory beyond the configured capacities (see README).
+ *
+ */
+#ifndef ET_STORE_IMPL_H
+#define ET_STORE_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache.h"
+#include "embtier.h"
+#include "pipeline.h"
+#include "table_file.h"
+
+#define NAME_MAX_LEN 64
+
+/* A growable scratch buffer. */
+struct sbuf {
+	void *p;
+	size_t cap;
+};
+
+int sbuf_reserve(struct sbuf *b, size_t bytes);
+void sbuf_free(struct sbuf *b);
+
+struct table {
+	et_tfile *tf;
+	const struct tf_geom *g;
+	uint32_t cls; /* its size class: s->cls[cls] */
+	char name[NAME_MAX_LEN + 1];
+	struct et_stats st; /* FBGEMM counters and NVMe counters */
+};
+
+/*
+ * A size class: the tables whose rows take slots of one size, and the
+ * cache instances of each tier holding them. Every class gets a share of
+ * each tier: one set at least, the rest in proportion to its weight, the
+ * bytes its tables would take if every row were cached (the split that
+ * gives every row the same chance to be cached). Classes are made as
+ * tables come and never go.
+ */
+struct sclass {
+	uint32_t slot_bytes;
+	double weight;	   /* sum over its tables: rows x (slot + metadata) */
+	uint64_t nsets[2]; /* sets of its HBM, DDR instance */
+	struct cache hbm, ddr;
+	struct cache_stats kept[2]; /* counters while the caches are down */
+};
+
+struct et_store {
+	char *dir;
+	struct et_store_config cfg;
+	io_ctx *io;
+	struct table *tables;
+	uint32_t ntables, tcap;
+	bool has_hbm;
+	bool caches_ready; /* every class's caches are allocated */
+	struct sclass *cls;
+	uint32_t ncls, clscap;
+	uint32_t slot_bytes; /* the largest slot: stride of the write-back
+			      * queue and of tmp */
+	uint64_t now;	     /* access count: the policies' clock */
+	uint32_t epoch;	     /* pin epoch of the operation in progress */
+	uint32_t bcur;	     /* pin epoch of the last prefetched batch, or 0 */
+	uint32_t bprev;	     /* and of the one before it */
+	int failed;	  /* first write-back error not yet recovered, or 0 */
+	uint64_t ckpt;	  /* last commit; 0: none */
+	uint64_t ckpt_id; /* et_checkpoint calls it includes */
+	uint32_t ckpt_flags; /* CKPT_* of the record */
+	struct pipeline *pl; /* the I/O thread */
+	bool pl_pending;     /* jobs handed to it and not drained */
+	struct {
+		uint64_t calls, rows, reads, hits, late, skipped, wait_ns;
+	} pf;
+
+	/* per-operation scratch */
+	struct sbuf uniq;   /* u64 unique row ids */
+	struct sbuf inv;    /* u32 per input id: index in uniq */
+	struct sbuf last;   /* u32 per unique: last input index */
+	struct sbuf map;    /* dedup hash: u64 key+1, u32 index */
+	struct sbuf ptrs;   /* void * per unique: the row's bytes */
+	struct sbuf kind;   /* u8 per unique: where it was found, then where
+			     * it is (K_*), | K_CONFLICT */
+	struct sbuf slots;  /* u64 per unique: its slot in that tier */
+	struct sbuf mrows;  /* u64 rows missing from both caches */
+	struct sbuf midx;   /* u32 unique index of each miss */
+	struct sbuf mbuf;   /* their bytes as read */
+	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
+	struct sbuf tmp;    /* one row */
+	struct sbuf wkeys;  /* u64 keys queued for write-back */
+	struct sbuf wbuf;   /* their bytes */
+	size_t nwb;	    /* rows queued for write-back */
+	struct sbuf widx;   /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;    /* entries in widx, a power of two */
+	struct sbuf wsort;  /* u32 order for write-back grouping */
+	struct sbuf wcount; /* size_t per table + 1: counting sort */
+	struct sbuf wrows;  /* u64 rows of one table for write-back */
+	struct sbuf wraw;   /* their bytes, grouped */
+	struct sbuf bypass; /* u32 unique indexes served from the bypass */
+	size_t nbypass;
+};
+
+enum {
+	K_HBM = 1,    /* in HBM */
+	K_DDR = 2,    /* in DDR */
+	K_MISS = 3,   /* in neither: read from its table file */
+	K_BYPASS = 4, /* served outside the caches */
+	K_WB = 5,     /* in neither, but queued for write-back: dirty */
+	K_CONFLICT = 0x80,
+};
+
+static inline uint32_t key_rb(const et_store *s, uint64_t key)
+{
+	return s->tables[cache_key_table(key)].g->row_bytes;
+}
+
+static inline struct sclass *class_of(const et_store *s, uint64_t key)
+{
+	return &s->cls[s->tables[cache_key_table(key)].cls];
+}
+
+/* The tier where rows are used: HBM if there is one, else DDR. */
+static inline struct cache *top_of(const et_store *s, struct sclass *c)
+{
+	return s->has_hbm ? &c->hbm : &c->ddr;
+}
+
+/* store.c: tables and caches */
+struct table *table_get(et_store *s, int id);
+int no_table(const et_store *s, int id);
+int caches_ensure(et_store *s);
+
+/* tier.c: a batch through the tiers */
+int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out);
+int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
+	      uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
+	      uint64_t *slot_out);
+int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
+	      const char *what);
+int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
+	     struct table **out);
+int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
+	       size_t *m, bool deduped);
+int op_end(et_store *s, uint32_t t, bool changed);
+void epoch_next(et_store *s);
+
+/* writeback.c: the write-back queue */
+int wb_widen(et_store *s, uint32_t slot_bytes);
+int64_t wb_find(const et_store *s, uint64_t key);
+int wb_queue(et_store *s, uint64_t key, const void *raw);
+int wb_run(et_store *s);
+bool wb_deferrable(const et_store *s);
+int wb_submit(et_store *s);
+
+/* prefetch.c: the I/O thread's results */
+int drain(et_store *s);
+
+#endif

@@ -1,0 +1,522 @@
+/*
+ * tier.c - a batch through the tiers: dedup, then resolve (lookup, one read
+ * for the misses, placement with demotion and eviction), the pins that keep
+ * a batch's rows resident, and the frame every operation runs in
+ * (op_begin, op_prepare, op_end). See store_impl.h for the overview.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "error.h"
+#include "hash.h"
+#include "store_impl.h"
+
+/* ---------------------------------------------------------------- dedup */
+
+/*
+ * Distinct ids of a batch in order of first appearance: uniq[0..m), and
+ * for each input i the index inv[i] of its id in uniq, and for each unique
+ * the index of its last appearance. Open addressing, table of at least 2n.
+ */
+int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
+{
+	size_t cap = 16, m = 0;
+	uint64_t *hk;
+	uint32_t *hv, *inv, *last;
+	uint64_t *uniq;
+	int ret;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	ret =
+	    sbuf_reserve(&s->map, cap * (sizeof(uint64_t) + sizeof(uint32_t)));
+	if (!ret)
+		ret = sbuf_reserve(&s->uniq, n * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->inv, n * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->last, n * sizeof(uint32_t));
+	if (ret)
+		return ret;
+	hk = s->map.p;
+	hv = (uint32_t *)(hk + cap);
+	memset(hk, 0, cap * sizeof(*hk));
+	uniq = s->uniq.p;
+	inv = s->inv.p;
+	last = s->last.p;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t k = ids[i] + 1;
+		size_t h = hash_mix(k) & (cap - 1);
+
+		while (hk[h] && hk[h] != k)
+			h = (h + 1) & (cap - 1);
+		if (!hk[h]) {
+			hk[h] = k;
+			hv[h] = (uint32_t)m;
+			uniq[m++] = ids[i];
+		}
+		inv[i] = hv[h];
+		last[hv[h]] = (uint32_t)i;
+	}
+	*m_out = m;
+	return 0;
+}
+
+/* -------------------------------------------------------------- resolve */
+
+/* The pins that hold now: this operation's and the last two batches'. */
+static struct pinset pins_now(const et_store *s)
+{
+	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
+
+	return ps;
+}
+
+/* Pins slot for this operation, unless a live batch pins it already (its
+ * pin must outlast the operation). */
+static void pin_op(et_store *s, struct cache *c, uint64_t slot)
+{
+	struct pinset ps = pins_now(s);
+
+	if (!cache_pinned(c, slot, &ps))
+		cache_pin(c, slot, s->epoch);
+}
+
+/* Places a row demoted from HBM (or a row with no better place) in DDR.
+ * A dirty DDR victim is queued for write-back; if every way is pinned the
+ * row itself goes home (dirty) or is dropped (clean). Returns the DDR slot
+ * or CACHE_NONE in *slot_out. */
+static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
+		     uint64_t *slot_out)
+{
+	struct cache *d = &class_of(s, key)->ddr;
+	struct pinset ps = pins_now(s);
+	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, &ps);
+	int ret;
+
+	*slot_out = slot;
+	if (slot == CACHE_NONE)
+		return dirty ? wb_queue(s, key, raw) : 0;
+	if (cache_valid(d, slot)) {
+		uint32_t vrb = key_rb(s, d->keys[slot]);
+
+		if (cache_dirty(d, slot)) {
+			ret = wb_queue(s, d->keys[slot], cache_row(d, slot));
+			if (ret)
+				return ret;
+		}
+		d->st.evictions++;
+		d->st.bytes_out += vrb;
+		cache_remove(d, slot, vrb);
+	}
+	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, key_rb(s, key),
+		   s->now);
+	return 0;
+}
+
+/*
+ * Places row key in the top tier, pinned with epoch pin, dirty or not. Its
+ * bytes are at src (rb of them); if dslot is not CACHE_NONE, src is that
+ * DDR slot, which is freed (a promotion). The top
+ * tier's victim, if any, is demoted to DDR (with an HBM tier) or goes home
+ * (without). If every top way is pinned (a set conflict), the row stays in
+ * or goes to DDR, and failing that is left where it is: *where says which
+ * (K_HBM, K_DDR or K_BYPASS, with K_CONFLICT), *slot_out the slot.
+ */
+int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
+	      uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
+	      uint64_t *slot_out)
+{
+	struct sclass *cl = class_of(s, key);
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	struct pinset ps = pins_now(s);
+	uint64_t slot;
+	int ret;
+
+	s->now++;
+	slot = cache_pick(top, key, s->now, &ps);
+	if (slot == CACHE_NONE) {
+		*where = K_CONFLICT;
+		if (dslot != CACHE_NONE) {
+			cache_touch(ddr, dslot, s->now);
+			cache_pin(ddr, dslot, pin);
+			*where |= K_DDR;
+			*slot_out = dslot;
+			return 0;
+		}
+		if (s->has_hbm) {
+			ret = ddr_place(s, key, src, dirty, slot_out);
+			if (ret)
+				return ret;
+			if (*slot_out != CACHE_NONE) {
+				cache_pin(ddr, *slot_out, pin);
+				*where |= K_DDR;
+				return 0;
+			}
+		}
+		*where |= K_BYPASS;
+		/* A dirty row no cache can take goes home now. */
+		return dirty ? wb_queue(s, key, src) : 0;
+	}
+	if (cache_valid(top, slot)) {
+		uint64_t vkey = top->keys[slot];
+		uint32_t vrb = key_rb(s, vkey);
+
+		top->st.evictions++;
+		top->st.bytes_out += vrb;
+		if (s->has_hbm) {
+			/* Copy the victim out first: placing it in DDR may
+			 * reuse the slot src is in. */
+			memcpy(s->tmp.p, cache_row(top, slot), vrb);
+			cache_remove(top, slot, vrb);
+			cache_fill(top, slot, key, dirty, src, rb, s->now);
+			if (dslot != CACHE_NONE) {
+				cache_remove(ddr, dslot, rb);
+				ddr->st.bytes_out += rb;
+			}
+			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
+					&dslot);
+			if (ret)
+				return ret;
+			goto placed;
+		}
+		if (vkey & CACHE_DIRTY) {
+			ret = wb_queue(s, vkey, cache_row(top, slot));
+			if (ret)
+				return ret;
+		}
+		cache_remove(top, slot, vrb);
+	}
+	cache_fill(top, slot, key, dirty, src, rb, s->now);
+	if (dslot != CACHE_NONE) {
+		cache_remove(ddr, dslot, rb);
+		ddr->st.bytes_out += rb;
+	}
+placed:
+	cache_pin(top, slot, pin);
+	*where = s->has_hbm ? K_HBM : K_DDR;
+	*slot_out = slot;
+	return 0;
+}
+
+static void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
+{
+	switch (where & ~K_CONFLICT) {
+	case K_HBM:
+		return cache_row(&cl->hbm, slot);
+	case K_DDR:
+		return cache_row(&cl->ddr, slot);
+	}
+	return NULL;
+}
+
+/*
+ * Step 1 of resolve: looks up each of the m unique rows of table t, top
+ * tier first. Top hits are touched, pinned and pointed at; DDR hits (with
+ * an HBM tier) are pinned so that no demotion of this batch pushes them
+ * out before their promotion; the rest are listed in mrows/midx (K_MISS,
+ * or K_WB if the write-back queue has them). Returns the number of misses.
+ */
+static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
+{
+	struct table *tb = &s->tables[t];
+	const uint64_t *uniq = s->uniq.p;
+	struct sclass *cl = &s->cls[tb->cls];
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	uint8_t *kind = s->kind.p;
+	uint64_t *slots = s->slots.p;
+	void **ptrs = s->ptrs.p;
+	uint64_t *mrows = s->mrows.p;
+	uint32_t *midx = s->midx.p;
+	size_t nm = 0;
+
+	for (size_t i = 0; i < m; i++) {
+		uint64_t key = cache_key(t, uniq[i]);
+		uint64_t slot = cache_lookup(top, key);
+
+		s->now++;
+		if (slot != CACHE_NONE) {
+			if (top->keys[slot] & CACHE_PF) {
+				top->keys[slot] &= ~CACHE_PF;
+				s->pf.hits++;
+			}
+			cache_touch(top, slot, s->now);
+			pin_op(s, top, slot);
+			ptrs[i] = cache_row(top, slot);
+			slots[i] = slot;
+			kind[i] = s->has_hbm ? K_HBM : K_DDR;
+			top->st.hits++;
+			continue;
+		}
+		top->st.misses++;
+		tb->st.unique_misses++;
+		if (s->has_hbm) {
+			slot = cache_lookup(ddr, key);
+			if (slot != CACHE_NONE) {
+				pin_op(s, ddr, slot);
+				ddr->st.hits++;
+				kind[i] = K_DDR;
+				slots[i] = slot;
+				continue;
+			}
+			ddr->st.misses++;
+		}
+		kind[i] = wb_find(s, key) >= 0 ? K_WB : K_MISS;
+		midx[nm] = (uint32_t)i;
+		mrows[nm++] = uniq[i];
+	}
+	return nm;
+}
+
+/*
+ * Step 2 of resolve: brings the nm misses of table t into mbuf, in miss
+ * order. Rows queued for write-back are copied from the queue (their file
+ * may not have them yet); the others are read in one batch.
+ */
+static int resolve_read(et_store *s, uint32_t t, size_t nm)
+{
+	struct table *tb = &s->tables[t];
+	const uint8_t *kind = s->kind.p;
+	uint64_t *mrows = s->mrows.p;
+	const uint32_t *midx = s->midx.p;
+	uint32_t rb = tb->g->row_bytes;
+	struct tf_stats t0, t1;
+	uint64_t *rr = mrows + nm; /* the rows to read: room reserved */
+	size_t nr = 0, k = 0;
+	int ret;
+
+	ret = sbuf_reserve(&s->mbuf, nm * (size_t)rb);
+	if (ret)
+		return ret;
+	for (size_t q = 0; q < nm; q++) {
+		uint64_t key = cache_key(t, mrows[q]);
+
+		if (kind[midx[q]] == K_WB)
+			memcpy((char *)s->mbuf.p + q * (size_t)rb,
+			       (char *)s->wbuf.p +
+				   (size_t)wb_find(s, key) * s->slot_bytes,
+			       rb);
+		else
+			rr[nr++] = mrows[q];
+	}
+	if (!nr)
+		return 0;
+	ret = sbuf_reserve(&s->wraw, nr * (size_t)rb);
+	if (ret)
+		return ret;
+	tf_get_stats(tb->tf, &t0);
+	ret = tf_read_rows_raw(tb->tf, rr, nr, s->wraw.p);
+	tf_get_stats(tb->tf, &t1);
+	tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
+	tb->st.nvme_rows_read += nr - (t1.rows_lazy - t0.rows_lazy);
+	if (ret)
+		return ret;
+	/* spread the rows read back to their places among the misses */
+	for (size_t q = 0; q < nm; q++)
+		if (kind[midx[q]] != K_WB)
+			memcpy((char *)s->mbuf.p + q * (size_t)rb,
+			       (char *)s->wraw.p + (k++) * (size_t)rb, rb);
+	return 0;
+}
+
+/*
+ * Step 3 of resolve: places the DDR hits (with an HBM tier) and the misses
+ * of table t in the top tier, in batch order, and points ptrs at them (or
+ * at the bypass for rows no cache could take).
+ */
+static int resolve_place(et_store *s, uint32_t t, size_t m)
+{
+	struct table *tb = &s->tables[t];
+	const uint64_t *uniq = s->uniq.p;
+	struct sclass *cl = &s->cls[tb->cls];
+	struct cache *ddr = &cl->ddr;
+	uint8_t *kind = s->kind.p;
+	uint64_t *slots = s->slots.p;
+	void **ptrs = s->ptrs.p;
+	const uint32_t *midx = s->midx.p;
+	uint32_t rb = tb->g->row_bytes;
+	int ret;
+
+	for (size_t j = 0, q = 0; j < m; j++) {
+		uint64_t dslot = CACHE_NONE;
+		const void *src;
+		bool dirty;
+
+		if (kind[j] == K_HBM || (kind[j] == K_DDR && !s->has_hbm))
+			continue;
+		if (kind[j] == K_MISS || kind[j] == K_WB) {
+			while (midx[q] != j)
+				q++;
+			src = (char *)s->mbuf.p + q * (size_t)rb;
+			dirty = kind[j] == K_WB;
+		} else {
+			dslot = slots[j];
+			src = cache_row(ddr, dslot);
+			dirty = cache_dirty(ddr, dslot);
+		}
+		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
+				s->epoch, &kind[j], &slots[j]);
+		if (ret)
+			return ret;
+		if (kind[j] & K_CONFLICT)
+			tb->st.conflict_unique_misses++;
+		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
+			ptrs[j] = (void *)src;
+			((uint32_t *)s->bypass.p)[s->nbypass++] = (uint32_t)j;
+		} else {
+			ptrs[j] = where_row(cl, kind[j], slots[j]);
+		}
+	}
+	return 0;
+}
+
+/*
+ * Makes the m unique rows of table t resident in the top tier (or the
+ * bypass), pinned for this operation, and points ptrs[i] at each one's
+ * bytes: lookup, one read for the misses, placement. Updates the stats.
+ */
+static int resolve(et_store *s, uint32_t t, size_t m)
+{
+	size_t nm;
+	int ret;
+
+	ret = sbuf_reserve(&s->ptrs, m * sizeof(void *));
+	if (!ret)
+		ret = sbuf_reserve(&s->kind, m);
+	if (!ret) /* twice: the second half holds the rows to read */
+		ret = sbuf_reserve(&s->mrows, 2 * m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->midx, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->bypass, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->slots, m * sizeof(uint64_t));
+	if (ret)
+		return ret;
+	s->nbypass = 0;
+	nm = resolve_lookup(s, t, m);
+	if (nm) {
+		ret = resolve_read(s, t, nm);
+		if (ret)
+			return ret;
+	}
+	return resolve_place(s, t, m);
+}
+
+/* Ends an operation: bypassed rows it changed join the dirty victims in the
+ * write-back queue, which is written now or (see wb_deferrable) with the
+ * next prefetch; the operation's pins are released. */
+int op_end(et_store *s, uint32_t t, bool changed)
+{
+	const void *const *ptrs = s->ptrs.p;
+	const uint32_t *by = s->bypass.p;
+	const uint64_t *uniq = s->uniq.p;
+	int ret = 0;
+
+	if (changed)
+		for (size_t i = 0; i < s->nbypass && !ret; i++)
+			ret =
+			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
+	s->nbypass = 0;
+	if (ret) {
+		if (!s->failed)
+			s->failed = ret;
+	} else if (!wb_deferrable(s)) {
+		/* The operation is done and its results stand; a failed
+		 * write-back of its victims is the store's failure, not the
+		 * call's: the rows stay queued, later calls get ET_EFAILED
+		 * and et_flush retries them. */
+		(void)wb_run(s);
+	}
+	epoch_next(s);
+	return ret;
+}
+
+/* Moves to a fresh operation epoch. Epoch 0 means "not pinned"; when the
+ * counter wraps every pin is forgotten (pins only ever cost speed). */
+void epoch_next(et_store *s)
+{
+	if (++s->epoch == 0) {
+		for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
+			if (s->has_hbm)
+				cache_unpin_all(&s->cls[i].hbm);
+			cache_unpin_all(&s->cls[i].ddr);
+		}
+		s->bcur = s->bprev = 0;
+		s->epoch = 1;
+	}
+}
+
+/* The ids of one batch for table t: what names them in a message. */
+int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
+	      const char *what)
+{
+	if (n && !ids)
+		return err_set(-EINVAL, "%s is NULL, with %zu ids", what, n);
+	if (n > UINT32_MAX)
+		return err_set(-E2BIG, "%zu ids: at most %u a call", n,
+			       UINT32_MAX);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] >= t->g->rows)
+			return err_set(ET_EROWRANGE,
+				       "%s[%zu] %llu >= rows %llu of table %d",
+				       what, i, (unsigned long long)ids[i],
+				       (unsigned long long)t->g->rows, table);
+	return 0;
+}
+
+/* Common entry checks and bookkeeping of a batch operation. */
+int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
+	     struct table **out)
+{
+	struct table *t = table_get(s, table);
+	int ret;
+
+	if (!t)
+		return no_table(s, table);
+	ret = ids_check(t, table, ids, n, "ids");
+	if (ret)
+		return ret;
+	ret = drain(s);
+	if (s->failed)
+		return ET_EFAILED;
+	if (!ret)
+		ret = caches_ensure(s);
+	if (ret)
+		return ret;
+	*out = t;
+	return 0;
+}
+
+/* Dedups and resolves; on success the unique rows are at s->ptrs. */
+int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
+	       size_t *m, bool deduped)
+{
+	uint32_t tid = (uint32_t)(t - s->tables);
+	uint64_t conflicts0 = t->st.conflict_unique_misses;
+	int ret;
+
+	ret = deduped ? 0 : dedup(s, ids, n, m);
+	if (ret)
+		return ret;
+	t->st.calls++;
+	t->st.requested += n;
+	t->st.unique += *m;
+	ret = resolve(s, tid, *m);
+	if (ret) {
+		/* Nothing changed but pins, policy words and, perhaps,
+		 * rows moved between tiers; dirty victims are queued. */
+		op_end(s, tid, false);
+		return ret;
+	}
+	/* conflict misses with duplicates counted */
+	if (t->st.conflict_unique_misses != conflicts0) {
+		const uint8_t *kind = s->kind.p;
+		const uint32_t *inv = s->inv.p;
+
+		for (size_t i = 0; i < n; i++)
+			if (kind[inv[i]] & K_CONFLICT)
+				t->st.conflict_misses++;
+	}
+	return 0;
+}

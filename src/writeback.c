@@ -1,0 +1,325 @@
+/*
+ * writeback.c - the write-back queue: dirty rows evicted from every cache
+ * (and bypassed rows an operation changed) wait here, looked up like a
+ * tier, until they are written home, in the caller's thread (wb_run), with
+ * the next prefetch by the I/O thread (wb_submit), or by et_flush.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "error.h"
+#include "hash.h"
+#include "store_impl.h"
+
+/*
+ * Makes the write-back queue's stride (and tmp) fit slots of slot_bytes.
+ * Queued rows are moved to the wider stride, last first.
+ */
+int wb_widen(et_store *s, uint32_t slot_bytes)
+{
+	size_t old = s->slot_bytes;
+	int ret;
+
+	if (slot_bytes <= old)
+		return 0;
+	ret = sbuf_reserve(&s->wbuf, s->nwb * (size_t)slot_bytes);
+	if (!ret && s->caches_ready)
+		ret = sbuf_reserve(&s->tmp, slot_bytes);
+	if (ret)
+		return ret;
+	for (size_t i = s->nwb; i-- > 0;)
+		memmove((char *)s->wbuf.p + i * slot_bytes,
+			(char *)s->wbuf.p + i * old, old);
+	s->slot_bytes = slot_bytes;
+	return 0;
+}
+
+/* ------------------------------------------------------------ write-back */
+
+/*
+ * The write-back queue is a tier of its own: a row evicted dirty is in no
+ * cache and not yet home, so until the queue is written, lookups that miss
+ * both caches must look here before the table file (wb_find). Each key is
+ * queued once; queueing it again replaces its bytes.
+ */
+static void widx_clear(et_store *s)
+{
+	if (s->widx_cap)
+		memset(s->widx.p, 0, s->widx_cap * sizeof(uint32_t));
+}
+
+int64_t wb_find(const et_store *s, uint64_t key)
+{
+	const uint64_t *keys = s->wkeys.p;
+	const uint32_t *ix = s->widx.p;
+	size_t h;
+
+	if (!s->nwb)
+		return -1;
+	key &= CACHE_KEY_MASK;
+	for (h = hash_mix(key) & (s->widx_cap - 1); ix[h];
+	     h = (h + 1) & (s->widx_cap - 1))
+		if (keys[ix[h] - 1] == key)
+			return ix[h] - 1;
+	return -1;
+}
+
+static void widx_insert(et_store *s, uint64_t key, size_t pos)
+{
+	uint32_t *ix = s->widx.p;
+	size_t h = hash_mix(key) & (s->widx_cap - 1);
+
+	while (ix[h])
+		h = (h + 1) & (s->widx_cap - 1);
+	ix[h] = (uint32_t)(pos + 1);
+}
+
+int wb_queue(et_store *s, uint64_t key, const void *raw)
+{
+	uint32_t rb;
+	int64_t at;
+	int ret;
+
+	key &= CACHE_KEY_MASK;
+	rb = s->tables[cache_key_table(key)].g->row_bytes;
+	at = wb_find(s, key);
+	if (at >= 0) {
+		memcpy((char *)s->wbuf.p + (size_t)at * s->slot_bytes, raw, rb);
+		return 0;
+	}
+	ret = sbuf_reserve(&s->wkeys, (s->nwb + 1) * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->wbuf, (s->nwb + 1) * s->slot_bytes);
+	if (ret)
+		return ret;
+	if (2 * (s->nwb + 1) > s->widx_cap) { /* grow and rebuild */
+		size_t cap = s->widx_cap ? s->widx_cap * 2 : 1024;
+
+		ret = sbuf_reserve(&s->widx, cap * sizeof(uint32_t));
+		if (ret)
+			return ret;
+		s->widx_cap = cap;
+		widx_clear(s);
+		for (size_t i = 0; i < s->nwb; i++)
+			widx_insert(s, ((uint64_t *)s->wkeys.p)[i], i);
+	}
+	((uint64_t *)s->wkeys.p)[s->nwb] = key;
+	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, rb);
+	widx_insert(s, key, s->nwb);
+	s->nwb++;
+	return 0;
+}
+
+static void wb_reset(et_store *s)
+{
+	s->nwb = 0;
+	widx_clear(s);
+}
+
+/* The write-back queue in key order: (key, position) pairs. */
+struct wb_ord {
+	uint64_t key;
+	size_t pos;
+};
+
+/*
+ * The queue in table order (a stable counting sort: within a table, in
+ * queue order). The row log appends rows wherever they are, so only the
+ * grouping by table matters, and it costs O(n + tables).
+ */
+static int wb_sort(et_store *s, struct wb_ord **out)
+{
+	const uint64_t *keys = s->wkeys.p;
+	struct wb_ord *o;
+	size_t *at;
+	int ret;
+
+	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(*o));
+	if (!ret)
+		ret = sbuf_reserve(&s->wcount,
+				   ((size_t)s->ntables + 1) * sizeof(*at));
+	if (ret)
+		return ret;
+	o = s->wsort.p;
+	at = s->wcount.p;
+	memset(at, 0, ((size_t)s->ntables + 1) * sizeof(*at));
+	for (size_t i = 0; i < s->nwb; i++)
+		at[cache_key_table(keys[i]) + 1]++;
+	for (uint32_t t = 0; t < s->ntables; t++)
+		at[t + 1] += at[t];
+	for (size_t i = 0; i < s->nwb; i++) {
+		struct wb_ord *e = &o[at[cache_key_table(keys[i])]++];
+
+		e->key = keys[i];
+		e->pos = i;
+	}
+	*out = o;
+	return 0;
+}
+
+/* Writes every queued row home, grouped by table. On failure the queue is
+ * kept whole (rewriting a row is harmless) and the store is marked failed. */
+int wb_run(et_store *s)
+{
+	struct wb_ord *o;
+	size_t i = 0;
+	int ret;
+
+	if (!s->nwb)
+		return 0;
+	ret = wb_sort(s, &o);
+	if (!ret)
+		ret = sbuf_reserve(&s->wrows, s->nwb * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->wraw, s->nwb * s->slot_bytes);
+	if (ret)
+		goto fail;
+	for (i = 0; i < s->nwb;) {
+		uint32_t t = cache_key_table(o[i].key);
+		struct table *tb = &s->tables[t];
+		uint64_t *rows = s->wrows.p;
+		size_t n = 0;
+
+		while (i < s->nwb && cache_key_table(o[i].key) == t) {
+			rows[n] = cache_key_row(o[i].key);
+			memcpy((char *)s->wraw.p + n * tb->g->row_bytes,
+			       (char *)s->wbuf.p + o[i].pos * s->slot_bytes,
+			       tb->g->row_bytes);
+			n++;
+			i++;
+		}
+		ret = tf_write_rows_raw(tb->tf, rows, n, s->wraw.p);
+		if (ret)
+			goto fail;
+		tb->st.writebacks += n;
+	}
+	wb_reset(s);
+	return 0;
+fail:
+	if (!s->failed)
+		s->failed = ret;
+	return ret;
+}
+
+/*
+ * Whether the write-back queue may wait for the next prefetch. When the
+ * caller prefetches, the queue goes to the I/O thread with the next batch's
+ * reads and is written while the caller computes, instead of now, in the
+ * caller's time. The queue is looked up like a tier meanwhile, so nothing
+ * is read stale; it is bounded by WB_DEFER_BYTES of rows.
+ */
+#define WB_DEFER_BYTES (8u << 20)
+
+bool wb_deferrable(const et_store *s)
+{
+	return s->pf.calls && s->nwb * (size_t)s->slot_bytes <= WB_DEFER_BYTES;
+}
+
+/* Hands the queued write-backs to the I/O thread as one job per table, in
+ * front of the reads that follow them. */
+int wb_submit(et_store *s)
+{
+	struct wb_ord *o;
+	int ret;
+
+	if (!s->nwb)
+		return 0;
+	ret = wb_sort(s, &o);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < s->nwb;) {
+		uint32_t t = cache_key_table(o[i].key);
+		struct table *tb = &s->tables[t];
+		size_t k = i;
+		struct pl_job *j;
+
+		while (k < s->nwb && cache_key_table(o[k].key) == t)
+			k++;
+		j = pl_job_new(PL_WRITE, tb->tf, t, k - i, tb->g->row_bytes);
+		if (!j)
+			return -ENOMEM; /* the queue is intact: wb_run later */
+		for (size_t q = i; q < k; q++) {
+			j->rows[q - i] = cache_key_row(o[q].key);
+			memcpy((char *)j->raw + (q - i) * tb->g->row_bytes,
+			       (char *)s->wbuf.p + o[q].pos * s->slot_bytes,
+			       tb->g->row_bytes);
+		}
+		/* If a later table's job cannot be made, the whole queue
+		 * stays for wb_run: rewriting rows already handed over is
+		 * harmless, as the I/O thread writes them first. */
+		pl_submit(s->pl, j);
+		s->pl_pending = true;
+		i = k;
+	}
+	wb_reset(s);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- flush */
+
+#define FLUSH_ROWS 4096
+
+/* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
+ * clears the dirty bits of what was written. */
+static int flush_cache(et_store *s, struct cache *c)
+{
+	uint64_t n = cache_slots(c), b = 0;
+	int ret;
+
+	/* Batches of up to FLUSH_ROWS dirty rows: big enough for the table
+	 * file to keep its queue full, small enough to bound the scratch. */
+	while (b < n) {
+		uint64_t e = b;
+
+		for (; e < n && s->nwb < FLUSH_ROWS; e++) {
+			if (!cache_dirty(c, e))
+				continue;
+			ret = wb_queue(s, c->keys[e], cache_row(c, e));
+			if (ret)
+				return ret;
+		}
+		ret = wb_run(s);
+		if (ret)
+			return ret;
+		for (uint64_t i = b; i < e; i++)
+			if (cache_dirty(c, i)) {
+				c->keys[i] &= ~CACHE_DIRTY;
+				c->dirty--;
+			}
+		b = e;
+	}
+	return 0;
+}
+
+int et_flush(et_store *s)
+{
+	int ret;
+
+	err_clear();
+	if (!s)
+		return err_set(-EINVAL, "s is NULL");
+	ret = drain(s);
+	if (ret)
+		return ret;
+	/* Rows left over from a failed write-back first. */
+	ret = wb_run(s);
+	if (ret)
+		return ret;
+	s->failed = 0;
+	for (uint32_t i = 0; s->caches_ready && i < s->ncls && !ret; i++) {
+		if (s->has_hbm)
+			ret = flush_cache(s, &s->cls[i].hbm);
+		if (!ret)
+			ret = flush_cache(s, &s->cls[i].ddr);
+	}
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		ret = et_tfile_sync(s->tables[i].tf);
+		if (ret) {
+			s->failed = s->failed ? s->failed : ret;
+			return ret;
+		}
+	}
+	return 0;
+}
