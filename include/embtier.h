@@ -210,10 +210,13 @@ ET_API int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 /* Called by et_tfile_verify every so often; return non-zero to stop. */
 typedef int (*et_progress_fn)(void *arg, uint64_t done, uint64_t total);
 
-/* Reads and checks every materialized block. Returns 0 if all are good,
- * ET_EBLOCKSUM if any is bad (*bad_blocks counts them, *first_bad names
- * the first), or another error. If progress stops it early, the result
- * covers the blocks checked so far. */
+/* Reads and checks every materialized block, then every record of the
+ * row log that holds a row's newest value (row id and checksum). Returns 0
+ * if all are good, ET_EBLOCKSUM if any is bad (*bad_blocks counts bad
+ * blocks and records; *first_bad names the first bad block, or, if only
+ * records are bad, the block of the first bad record's row), or another
+ * error. progress counts blocks and records; if it stops the walk early,
+ * the result covers what was checked so far. */
 ET_API int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks,
 			   uint64_t *first_bad, et_progress_fn progress,
 			   void *arg);

@@ -859,6 +859,59 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 	return 0;
 }
 
+int rowlog_verify(struct rowlog *l, io_ctx *io, uint64_t *bad,
+		  uint64_t *first_bad, int (*tick)(void *arg, uint64_t n),
+		  void *arg)
+{
+	enum { B = 256 };
+	uint64_t rows[B];
+	uint32_t idx[B];
+	char *buf;
+	int ret = 0;
+
+	*bad = 0;
+	*first_bad = UINT64_MAX;
+	if (!l->count)
+		return 0;
+	buf = mem_alloc((size_t)B * l->row_bytes, 0);
+	if (!buf)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < l->cap && !ret;) {
+		uint32_t k = 0;
+
+		for (; i < l->cap && k < B; i++)
+			if (l->keys[i]) {
+				rows[k] = l->keys[i] - 1;
+				idx[k] = k;
+				k++;
+			}
+		if (!k)
+			break;
+		ret = rowlog_read(l, io, rows, idx, k, buf);
+		/* a bad record fails its batch: find it, and any other */
+		for (uint32_t j = 0; ret == ET_EBLOCKSUM && j <= k; j++) {
+			int r;
+
+			if (j == k) {
+				ret = 0;
+				break;
+			}
+			r = rowlog_read(l, io, rows, &idx[j], 1, buf);
+			if (r == ET_EBLOCKSUM) {
+				(*bad)++;
+				if (*first_bad == UINT64_MAX)
+					*first_bad = rows[j];
+			} else if (r) {
+				ret = r;
+			}
+		}
+		if (!ret && tick && tick(arg, k))
+			break;
+	}
+	mem_free(buf, (size_t)B * l->row_bytes, 0);
+	return ret;
+}
+
 int rowlog_sync(struct rowlog *l, io_ctx *io)
 {
 	int ret;

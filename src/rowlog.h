@@ -57,6 +57,15 @@ uint64_t rowlog_count(const struct rowlog *l);
 int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 		const uint32_t *idx, size_t n, void *dst);
 
+/* Reads and checks every record the index points to (row id and
+ * checksum). *bad counts the bad ones, *first_bad is the row of the first
+ * found (UINT64_MAX: none). tick, if given, hears of every batch of n
+ * records checked and stops the walk by returning non-zero. Returns 0
+ * (bad records included) or the first error that is not a bad record. */
+int rowlog_verify(struct rowlog *l, io_ctx *io, uint64_t *bad,
+		  uint64_t *first_bad, int (*tick)(void *arg, uint64_t n),
+		  void *arg);
+
 /* Appends n rows (row_bytes each from src); a repeated row: the last one
  * wins. Full windows of the append buffer are written as they fill (and
  * may fail here); the rest waits for the next window or rowlog_sync. May

@@ -1535,18 +1535,50 @@ out_drain:
 
 /* ---------------------------------------------------------------- verify */
 
+struct verify_tick {
+	et_progress_fn fn;
+	void *arg;
+	uint64_t done, total;
+};
+
+static int verify_tick(void *arg, uint64_t n)
+{
+	struct verify_tick *v = arg;
+
+	v->done += n;
+	return v->fn ? v->fn(v->arg, v->done, v->total) : 0;
+}
+
+/* The row log's records, after the blocks: a bad record counts as a bad
+ * block, and names the block of its row if no block was bad. */
+static int verify_log(et_tfile *tf, io_ctx *io, struct verify_tick *vt,
+		      uint64_t *bad, uint64_t *fbad)
+{
+	uint64_t lbad, lfirst;
+	int ret = rowlog_verify(tf->log, io, &lbad, &lfirst, verify_tick, vt);
+
+	if (ret)
+		return ret;
+	*bad += lbad;
+	if (lbad && *fbad == UINT64_MAX)
+		*fbad = lfirst / tf->g.rows_per_block;
+	return 0;
+}
+
 int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 		    et_progress_fn progress, void *arg)
 {
 	uint64_t b = 0, done = 0, bad = 0, fbad = UINT64_MAX;
 	uint64_t total;
+	struct verify_tick vt;
+	bool stopped = false;
 	io_ctx *io;
 	int ret;
 
 	err_clear();
 	if (!tf)
 		return err_set(-EINVAL, "tf is NULL");
-	total = tf->map.count;
+	total = tf->map.count + rowlog_count(tf->log);
 	ret = tf_stage(tf);
 	if (!ret)
 		ret = tf_io(tf, &io);
@@ -1585,10 +1617,18 @@ int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks, uint64_t *first_bad,
 			}
 		}
 		done += nr;
-		if (progress && progress(arg, done, total))
+		if (progress && progress(arg, done, total)) {
+			stopped = true;
 			break;
+		}
 		if (b == UINT64_MAX)
 			break;
+	}
+	vt = (struct verify_tick){progress, arg, done, total};
+	if (!stopped && tf->log) {
+		ret = verify_log(tf, io, &vt, &bad, &fbad);
+		if (ret)
+			return ret;
 	}
 	if (bad_blocks)
 		*bad_blocks = bad;

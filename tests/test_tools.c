@@ -978,10 +978,10 @@ static void test_corrupt_block(void **state)
 
 	run(&r, inspect_tool, "--verify", p, NULL);
 	expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
-	snprintf(want, sizeof(want), "1 bad block of %" PRIu64 " written",
+	snprintf(want, sizeof(want), "1 bad of %" PRIu64 " written blocks",
 		 ti.blocks_written);
 	assert_non_null(strstr(r.err, want));
-	assert_non_null(strstr(r.err, "the first is block 2\n"));
+	assert_non_null(strstr(r.err, "the first in block 2\n"));
 	run_free(&r);
 
 	snprintf(range, sizeof(range), "%u:%u", 2 * rpb, 2 * rpb + 1);
@@ -1018,6 +1018,62 @@ static void test_corrupt_block(void **state)
 	expect_ok(&r);
 	run_free(&r);
 	unlink(p);
+}
+
+/* A table a store wrote keeps its rows in the row log: verify checks its
+ * records too, and names the block of a bad one's row. */
+static void test_corrupt_log_record(void **state)
+{
+	const struct et_table_params tp = {.rows = 1000,
+					   .dim = 8,
+					   .dtype = ET_F32,
+					   .optim = ET_OPT_SGD,
+					   .init = ET_INIT_UNIFORM,
+					   .seed = 5};
+	struct et_store_config c = {.ddr_bytes = 1 << 20};
+	char dir[PATH_MAX], tab[PATH_MAX + 16], log[PATH_MAX + 16], want[96];
+	uint64_t ids[100], first;
+	float rows[100 * 8];
+	struct et_table_info ti;
+	et_store *s;
+	struct run r;
+	int t;
+
+	(void)state;
+	tpath(dir, "logstore");
+	assert_int_equal(mkdir(dir, 0755), 0);
+	for (int i = 0; i < 100; i++) {
+		ids[i] = (uint64_t)i * 7 + 3;
+		for (int j = 0; j < 8; j++)
+			rows[i * 8 + j] = (float)(i * 8 + j);
+	}
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	assert_int_equal(et_table_create(s, "t", &tp, &t), 0);
+	assert_int_equal(et_write_rows(s, t, ids, 100, rows), 0);
+	assert_int_equal(et_table_info(s, t, &ti), 0);
+	assert_int_equal(et_store_close(s), 0);
+
+	snprintf(tab, sizeof(tab), "%s/t.et", dir);
+	snprintf(log, sizeof(log), "%s/t.et.log", dir);
+	run(&r, inspect_tool, "--verify", tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "100 row log records verified"));
+	run_free(&r);
+
+	/* The first record's row id is its first 8 bytes; a byte of its
+	 * values (after the 16-byte header) goes bad. */
+	first = 0;
+	for (int k = 7; k >= 0; k--)
+		first = first << 8 | peek(log, (uint64_t)k);
+	flip_byte(log, 16 + 2);
+	run(&r, inspect_tool, "--verify", tab, NULL);
+	expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
+	snprintf(want, sizeof(want),
+		 "1 bad of 0 written blocks and 100 row log records, the "
+		 "first in block %" PRIu64 "\n",
+		 first / ti.rows_per_block);
+	assert_non_null(strstr(r.err, want));
+	run_free(&r);
 }
 
 static void test_bad_raw_input(void **state)
@@ -1181,6 +1237,7 @@ int main(void)
 	    cmocka_unit_test(test_corrupt_header),
 	    cmocka_unit_test(test_truncated_file),
 	    cmocka_unit_test(test_corrupt_block),
+	    cmocka_unit_test(test_corrupt_log_record),
 	    cmocka_unit_test(test_bad_raw_input),
 	    cmocka_unit_test(test_bad_npy),
 	};

@@ -44,9 +44,9 @@ static void usage(void)
 	    "prints its header and disk use.\n"
 	    "\n"
 	    "  --json             the header and disk use as one JSON object\n"
-	    "  --verify           check every written block's checksum; exit "
-	    "1\n"
-	    "                     if any is bad\n"
+	    "  --verify           check every written block's checksum and "
+	    "every\n"
+	    "                     row log record's; exit 1 if any is bad\n"
 	    "  --dump A:B         print rows [A,B) as text, one per line: the\n"
 	    "                     row id, then its values (%%.9g)\n"
 	    "  --export OUT.npy   write rows as a '<f4' .npy array (n, dim)\n"
@@ -264,15 +264,16 @@ static int verify(et_tfile *tf, const struct opts *o,
 	struct progress pr;
 	int err;
 
-	progress_start(&pr, "verifying", "blocks", ti->blocks_written,
-		       o->quiet);
+	progress_start(&pr, "verifying", "blocks and records",
+		       ti->blocks_written + ti->rows_logged, o->quiet);
 	err = et_tfile_verify(tf, &bad, &first_bad, progress_callback, &pr);
 	progress_end(&pr);
 	if (err == ET_EBLOCKSUM) {
-		cli_error("%s: %s: %" PRIu64 " bad block%s of %" PRIu64
-			  " written, the first is block %" PRIu64,
-			  o->file, et_strerror(err), bad, bad == 1 ? "" : "s",
-			  ti->blocks_written, first_bad);
+		cli_error("%s: %s: %" PRIu64 " bad of %" PRIu64
+			  " written blocks and %" PRIu64
+			  " row log records, the first in block %" PRIu64,
+			  o->file, et_strerror(err), bad, ti->blocks_written,
+			  ti->rows_logged, first_bad);
 		return err;
 	}
 	if (err) {
@@ -280,9 +281,11 @@ static int verify(et_tfile *tf, const struct opts *o,
 		return err;
 	}
 	if (!o->quiet)
-		printf("%s: %" PRIu64 " written block%s verified, all good\n",
+		printf("%s: %" PRIu64 " written block%s and %" PRIu64
+		       " row log record%s verified, all good\n",
 		       o->file, ti->blocks_written,
-		       ti->blocks_written == 1 ? "" : "s");
+		       ti->blocks_written == 1 ? "" : "s", ti->rows_logged,
+		       ti->rows_logged == 1 ? "" : "s");
 	return 0;
 }
 
