@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MPI tests (make test-mpi): the library test program at 1, 2 and 4
 # ranks, then embtier-train-mpi: the same weights checksum at 1, 2 and 4
-# ranks as the plain trainer with the same --slices, for both plans; a
+# ranks as the plain trainer with the same --slices, for both plans and
+# on Criteo TSV; a
 # checkpoint, kill -9 of one rank, resume; and the resumes that must be
 # refused. Ends with "N passed, N failed".
 set -u
@@ -65,6 +66,40 @@ for plan in table row; do
 			bad "$plan-wise at $np ranks: checksum '$got', want '$want'"
 		fi
 	done
+done
+
+# 2b. Criteo TSV: every rank reads the global batch's lines and keeps its
+# share, so the checksum (and the malformed lines counted) match the plain
+# trainer's
+awk 'BEGIN { srand(3)
+	for (i = 0; i < 1500; i++) {
+		s = int(rand() * 2)
+		for (j = 0; j < 13; j++)
+			s = s "\t" (rand() < 0.12 ? "" : int(rand() * 100) - 2)
+		for (j = 0; j < 26; j++)
+			s = s "\t" (rand() < 0.1 ? "" : sprintf("%08x", int(rand() * 4294967296)))
+		print s
+		if (i % 97 == 5) print "not\ta\tline"
+	} }' >"$T/criteo.tsv"
+D="--data $T/criteo.tsv --rows 5000 --steps 40 --batch 64 --slices 4
+--hbm-mb 0.1 --ddr-mb 0.4 --threads 1 --eval-samples 256 --eval-every 0
+--log-every 0 -q"
+# shellcheck disable=SC2086
+"$B/embtier-train" $D >"$T/plain.out" 2>&1
+want=$(checksum "$T/plain.out")
+wantm=$(sed -n 's/^malformed-lines: //p' "$T/plain.out")
+[ -n "$want" ] || bad "plain trainer on Criteo produced no checksum"
+for np in 2 4; do
+	# shellcheck disable=SC2086
+	run "$np" "$B/embtier-train-mpi" $D --plan row >"$T/o" 2>&1
+	got=$(checksum "$T/o")
+	gotm=$(sed -n 's/^malformed-lines: //p' "$T/o")
+	if [ -n "$want" ] && [ "$got" = "$want" ] && [ "$gotm" = "$wantm" ]; then
+		ok "Criteo data at $np ranks: checksum $got, $gotm malformed lines"
+	else
+		tail -5 "$T/o"
+		bad "Criteo at $np ranks: checksum '$got' ($gotm malformed), want '$want' ($wantm)"
+	fi
 done
 
 # 3. checkpoint every 20 steps, rank 1 killed (SIGKILL) at step 50,

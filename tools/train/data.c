@@ -41,6 +41,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -338,6 +339,8 @@ void data_close(struct data_src *d)
 			fclose(d->c.f);
 		free(d->c.path);
 		free(d->c.line);
+		if (d->c.skip.cap)
+			batch_free(&d->c.skip);
 	}
 	memset(d, 0, sizeof(*d));
 }
@@ -439,16 +442,29 @@ int criteo_parse_line(char *line, struct batch *b, int i, const uint64_t *rows,
 	return 0;
 }
 
-static int criteo_next(struct data_src *d, struct batch *b)
+/* The next before + b->cap + after valid lines; the b->cap in the middle
+ * go to b, the others are only checked (in c->skip). */
+static int criteo_next(struct data_src *d, struct batch *b, uint64_t before,
+		       uint64_t after)
 {
 	struct criteo *c = &d->c;
 	uint64_t good_since_wrap = 1; /* unknown before the first wrap */
+	uint64_t g = 0, total = before + (uint64_t)b->cap + after;
 	int i = 0;
 
+	if ((before || after) && !c->skip.cap) {
+		int ret = batch_alloc(&c->skip, 1, b->ntables, b->max_bag);
+
+		if (ret)
+			return ret;
+	}
 	b->pos = d->pos;
 	for (int t = 0; t < b->ntables; t++)
 		b->offsets[t][0] = 0;
-	while (i < b->cap) {
+	while (g < total) {
+		bool keep = g >= before && i < b->cap;
+		struct batch *to = keep ? b : &c->skip;
+		int at = keep ? i : 0;
 		ssize_t len = getline(&c->line, &c->line_cap, c->f);
 
 		if (len < 0) {
@@ -469,13 +485,14 @@ static int criteo_next(struct data_src *d, struct batch *b)
 		       (c->line[len - 1] == '\n' || c->line[len - 1] == '\r'))
 			c->line[--len] = '\0';
 		if ((size_t)len != strlen(c->line) ||
-		    criteo_parse_line(c->line, b, i, c->rows, c->salt)) {
+		    criteo_parse_line(c->line, to, at, c->rows, c->salt)) {
 			c->malformed++;
 			continue;
 		}
-		b->truth[i] = NAN;
+		to->truth[at] = NAN;
 		good_since_wrap++;
-		i++;
+		g++;
+		i += keep;
 	}
 	b->end = d->pos;
 	b->n = i;
@@ -484,7 +501,25 @@ static int criteo_next(struct data_src *d, struct batch *b)
 
 int data_next(struct data_src *d, struct batch *b)
 {
-	return d->kind == DATA_SYNTH ? synth_next(d, b) : criteo_next(d, b);
+	return d->kind == DATA_SYNTH ? synth_next(d, b)
+				     : criteo_next(d, b, 0, 0);
+}
+
+int data_next_share(struct data_src *d, struct batch *b, uint64_t before,
+		    uint64_t after)
+{
+	uint64_t pos = d->pos;
+	int ret;
+
+	if (d->kind == DATA_CRITEO)
+		return criteo_next(d, b, before, after);
+	/* synthetic samples are indexed: generate this share alone */
+	d->pos = pos + before;
+	ret = synth_next(d, b);
+	d->pos = pos + before + (uint64_t)b->cap + after;
+	b->pos = pos;
+	b->end = d->pos;
+	return ret;
 }
 
 uint64_t data_tell(const struct data_src *d)

@@ -73,6 +73,7 @@ struct criteo {
 	uint64_t salt;
 	char *line;
 	size_t line_cap;
+	struct batch skip; /* where lines of other ranks' shares are checked */
 };
 
 enum data_kind { DATA_SYNTH, DATA_CRITEO };
@@ -101,6 +102,14 @@ void data_close(struct data_src *d);
  * start at end of file; it fails with -ENODATA if a whole pass finds no
  * valid line. Returns 0 or -errno. */
 int data_next(struct data_src *d, struct batch *b);
+
+/* Reads before + b->cap + after samples and keeps the b->cap in the middle
+ * in b (a rank's share of a global batch); b->pos and b->end span all of
+ * them. A Criteo source parses every line, so that malformed lines are
+ * skipped alike whatever the share; a synthetic one generates only its
+ * share. Returns 0 or -errno. */
+int data_next_share(struct data_src *d, struct batch *b, uint64_t before,
+		    uint64_t after);
 
 uint64_t data_tell(const struct data_src *d);
 /* Moves to a position from data_tell() (or a batch's pos). */

@@ -626,11 +626,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			return -EINVAL;
 		}
 	}
-	if (o->data && o->nranks > 1) {
-		cli_usage_error("--data: Criteo files are not yet read by "
-				"ranks (synthetic data only)");
-		return -EINVAL;
-	}
 	if (!o->emb_lr)
 		o->emb_lr = o->lr;
 	if (o->rank != 0)

@@ -225,18 +225,11 @@ void dist_remove_dirs(const char *dir)
 
 int dist_next_batch(struct dist *d, struct data_src *src, struct batch *b)
 {
-	uint64_t pos = data_tell(src);
-	int ret;
+	uint64_t before = (uint64_t)d->rank * (uint64_t)b->cap;
 
-	/* synthetic samples are indexed: read this rank's share alone */
-	ret = data_seek(src, pos + (uint64_t)d->rank * (uint64_t)b->cap);
-	if (!ret)
-		ret = data_next(src, b);
-	if (!ret)
-		ret = data_seek(src, pos + (uint64_t)d->batch);
-	b->pos = pos;
-	b->end = pos + (uint64_t)d->batch;
-	return ret;
+	/* every rank reads the whole global batch's span and keeps its share */
+	return data_next_share(src, b, before,
+			       (uint64_t)d->batch - before - (uint64_t)b->cap);
 }
 
 static void set_bags(struct dist *d, const struct batch *b)
