@@ -1993,7 +1993,8 @@ static void report(struct trainer *tr, const struct results *r)
 	if (st->log_index_rows)
 		printf(
 		    "row-log: %" PRIu64 " rows live, %s of records (disk-bytes "
-		    "%.2fx that); index %s in memory, %.1f B a row\n",
+		    "%.2fx that); index and rows changed since the last commit "
+		    "%s in memory, %.1f B a row\n",
 		    st->log_index_rows,
 		    cli_human_bytes((double)st->log_live_bytes, b1, sizeof(b1)),
 		    st->log_live_bytes
