@@ -426,20 +426,26 @@ static void report_table(const struct run_report *rp)
 	}
 	if (rp->upd.ran) {
 		const struct sys_result *u = &rp->upd;
+		double ru =
+		    u->seconds > 0 ? (double)u->nvme_rows / u->seconds : 0;
+		double re =
+		    e->seconds > 0 ? (double)e->nvme_rows / e->seconds : 0;
+		char g2[32];
 		struct fig fu;
 
 		figures(u, mdim(rp), &fu);
 		printf("  training path   embtier ids/s with an update after "
 		       "each gather / without = %.2f  %s (%s vs %s ids/s; "
-		       "with updates %s of lookups went to NVMe, %s written "
-		       "back, batch p50 %.2f ms, p99 %.2f ms)\n",
+		       "rows read from NVMe %s/s vs %s/s; with updates %s "
+		       "written back, batch p50 %.2f ms, p99 %.2f ms)\n",
 		       fe.ids_s > 0 ? fu.ids_s / fe.ids_s : 0,
 		       fe.ids_s > 0
 			   ? goal(fu.ids_s / fe.ids_s, 0.8, g, sizeof(g))
 			   : "",
 		       cli_human_count(fu.ids_s, b1, sizeof(b1)),
 		       cli_human_count(fe.ids_s, b2, sizeof(b2)),
-		       pct(fu.nvme, b3, sizeof(b3)),
+		       cli_human_count(ru, b3, sizeof(b3)),
+		       cli_human_count(re, g2, sizeof(g2)),
 		       cli_human_bytes((double)u->bytes_written, w, sizeof(w)),
 		       u->p50_ms, u->p99_ms);
 	}

@@ -825,6 +825,39 @@ static void test_tool_dims(void **state)
 	run_free(&r);
 }
 
+/* --update-vs-read measures the same store without, then with, updates:
+ * the JSON carries both runs; with --update it is a usage error. */
+static void test_tool_update_vs_read(void **state)
+{
+	const char *run[] = {"-q",	    "--tables",	  "2",
+			     "--rows",	    "4096",	  "--dim",
+			     "8",	    "--ddr",	  "64K",
+			     "--no-limits", "--no-pread", "--no-rocksdb",
+			     "--batches",   "3",	  "--warmup",
+			     "1",	    "--json",	  "--update-vs-read",
+			     NULL};
+	const char *both[] = {"--update", "--update-vs-read", NULL};
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	run_tool(&r, run);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out,
+			       "\"update_run\":{\"name\":\"embtier+update\","
+			       "\"ran\":true"));
+	assert_non_null(strstr(r.out, "\"systems\":[{\"name\":\"embtier\","
+				      "\"ran\":true"));
+	run_free(&r);
+	run_tool(&r, both);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "choose one"));
+	run_free(&r);
+}
+
 static void test_tool_convert_and_gen(void **state)
 {
 	const char *in = tu_path("cli.txt"), *out = tu_path("cli.trace");
@@ -908,6 +941,7 @@ int main(void)
 	    cmocka_unit_test(test_usage_error),
 	    cmocka_unit_test(test_tool_convert_and_gen),
 	    cmocka_unit_test(test_tool_dims),
+	    cmocka_unit_test(test_tool_update_vs_read),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
