@@ -176,12 +176,13 @@ static int64_t idx_find(const struct rowlog *l, uint64_t row)
 	}
 }
 
-/* Places key (row + 1, absent) with val, moving entries nearer their home
- * along; the slot where key went. There is a free slot. */
-static uint64_t idx_put(uint64_t *keys, uint32_t *vals, uint64_t cap,
-			uint64_t key, uint32_t val)
+/* Places key (row + 1, absent) with val, starting at slot i, d slots from
+ * its home, where the probe for it stopped; entries nearer their home move
+ * along. Returns the slot where key went. There is a free slot. */
+static uint64_t idx_put_at(uint64_t *keys, uint32_t *vals, uint64_t cap,
+			   uint64_t i, uint64_t d, uint64_t key, uint32_t val)
 {
-	uint64_t i = idx_home(cap, key - 1), d = 0, at = UINT64_MAX;
+	uint64_t at = UINT64_MAX;
 
 	for (;; d++) {
 		uint64_t h, di;
@@ -208,6 +209,12 @@ static uint64_t idx_put(uint64_t *keys, uint32_t *vals, uint64_t cap,
 		if (++i == cap)
 			i = 0;
 	}
+}
+
+static uint64_t idx_put(uint64_t *keys, uint32_t *vals, uint64_t cap,
+			uint64_t key, uint32_t val)
+{
+	return idx_put_at(keys, vals, cap, idx_home(cap, key - 1), 0, key, val);
 }
 
 static int idx_grow(struct rowlog *l)
@@ -238,20 +245,34 @@ static int idx_grow(struct rowlog *l)
  * may move other entries: slots found before it are stale after it. */
 static int idx_slot(struct rowlog *l, uint64_t row, uint64_t *slot, bool *isnew)
 {
-	int64_t k = idx_find(l, row);
+	uint64_t i, d;
 
-	*isnew = k < 0;
-	if (k >= 0) {
-		*slot = (uint64_t)k;
-		return 0;
-	}
 	if ((double)(l->count + 1) > IDX_LOAD * (double)l->cap) {
-		int ret = idx_grow(l);
+		int64_t k = idx_find(l, row);
 
-		if (ret)
-			return ret;
+		if (k >= 0) {
+			*isnew = false;
+			*slot = (uint64_t)k;
+			return 0;
+		}
+		k = idx_grow(l);
+		if (k)
+			return (int)k;
 	}
-	*slot = idx_put(l->keys, l->vals, l->cap, row + 1, 0);
+	/* one probe: the row, or where it goes */
+	for (i = idx_slot0(l, row), d = 0;; d++) {
+		if (l->keys[i] == row + 1) {
+			*isnew = false;
+			*slot = i;
+			return 0;
+		}
+		if (!l->keys[i] || idx_dist(l, i) < d)
+			break;
+		if (++i == l->cap)
+			i = 0;
+	}
+	*isnew = true;
+	*slot = idx_put_at(l->keys, l->vals, l->cap, i, d, row + 1, 0);
 	l->count++;
 	return 0;
 }
