@@ -1990,19 +1990,26 @@ static void report(struct trainer *tr, const struct results *r)
 	printf("disk-bytes: %" PRIu64 " (%s of %s logical)\n", r->disk_bytes,
 	       cli_human_bytes((double)r->disk_bytes, b1, sizeof(b1)),
 	       cli_human_bytes((double)r->logical_bytes, b2, sizeof(b2)));
-	if (st->log_index_rows)
+	if (st->log_index_rows) {
+		/* the store's own figures: under MPI, rank 0's store */
+		uint64_t disk = r->disk_bytes;
+
+#ifdef ET_WITH_MPI
+		disk = r->mine.disk_bytes;
+#endif
 		printf(
-		    "row-log: %" PRIu64 " rows live, %s of records (disk-bytes "
-		    "%.2fx that); index and rows changed since the last commit "
-		    "%s in memory, %.1f B a row\n",
-		    st->log_index_rows,
+		    "row-log%s: %" PRIu64 " rows live, %s of records "
+		    "(disk-bytes %.2fx that); index and rows changed since "
+		    "the last commit %s in memory, %.1f B a row\n",
+		    o->nranks > 1 ? " (rank 0)" : "", st->log_index_rows,
 		    cli_human_bytes((double)st->log_live_bytes, b1, sizeof(b1)),
 		    st->log_live_bytes
-			? (double)r->disk_bytes / (double)st->log_live_bytes
+			? (double)disk / (double)st->log_live_bytes
 			: 0.0,
 		    cli_human_bytes((double)st->log_index_bytes, b3,
 				    sizeof(b3)),
 		    (double)st->log_index_bytes / (double)st->log_index_rows);
+	}
 	printf("peak-memory: library %s, process max RSS %s\n",
 	       cli_human_bytes((double)st->mem_peak_bytes, b3, sizeof(b3)),
 	       cli_human_bytes((double)r->maxrss, b4, sizeof(b4)));
