@@ -8,7 +8,8 @@
  * and the table is opened read-only (the journal replayed up to the
  * record's commit) and writable (a bad tail cut off), and rows are read:
  * records the index names may be anywhere, so a read must fail its checks
- * or return what a record holds. An input whose first byte is 1 has
+ * or return what a record holds, and verifying every record the index
+ * names must count bad ones, not crash. An input whose first byte is 1 has
  * that byte dropped and each batch's checksum set right before it is
  * written, so that the replay itself (rows, record numbers, heads,
  * segment sizes, snapshots) is reached. Whatever the bytes, every call returns 0
@@ -102,9 +103,13 @@ static void read_some(et_tfile *tf)
 	static uint64_t rows[64];
 	static float out[64 * DIM];
 
+	uint64_t bad, first;
+
 	for (int i = 0; i < 64; i++)
 		rows[i] = (uint64_t)i * 15 % ROWS;
 	(void)et_tfile_read_rows(tf, rows, 64, out, NULL);
+	/* and every record the index names, as embtier-inspect --verify */
+	(void)et_tfile_verify(tf, &bad, &first, NULL, NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
