@@ -479,6 +479,16 @@ struct et_stats {
 				    * next operation began */
 	uint64_t prefetch_skipped; /* rows that found no unpinned way */
 	uint64_t prefetch_wait_ns; /* time operations waited for reads */
+	/* Where the time inside the batch calls went (store-wide): op_ns in
+	 * the gather, update, write_rows and prefetch calls, of which
+	 * miss_wait_ns reading missed rows (from the table files or the
+	 * initializer) and waiting for the I/O thread, and writeback_ns
+	 * writing dirty rows home or handing them to the I/O thread. The
+	 * rest, op_ns - miss_wait_ns - writeback_ns, is memory work: hashing,
+	 * lookups, placement, copies, pooling, the optimizer. */
+	uint64_t op_ns;
+	uint64_t miss_wait_ns;
+	uint64_t writeback_ns;
 	/* memory */
 	uint64_t mem_bytes; /* host bytes the library holds now */
 	uint64_t mem_peak_bytes;

@@ -86,6 +86,17 @@ int drain(et_store *s)
 	return ret;
 }
 
+/* drain at the start of an operation: its wait is the operation's miss
+ * wait (et_stats.miss_wait_ns). */
+int op_drain(et_store *s)
+{
+	uint64_t w0 = s->pf.wait_ns;
+	int ret = drain(s);
+
+	s->tm.miss_ns += s->pf.wait_ns - w0;
+	return ret;
+}
+
 /* Classifies one table's ids of the next batch; rows to read are appended
  * to a new job in *job (NULL if none). */
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
@@ -183,6 +194,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	struct pl_job *jobs = NULL, **tail = &jobs, *j;
+	uint64_t t0, t1, w0;
 	int ret = 0;
 
 	err_clear();
@@ -203,7 +215,8 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		if (ret)
 			return ret;
 	}
-	ret = drain(s);
+	t0 = now_ns();
+	ret = op_drain(s);
 	if (s->failed)
 		return ET_EFAILED;
 	if (!ret)
@@ -221,6 +234,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 			tail = &(*tail)->next;
 	}
 	/* Victims first, then the reads: the I/O thread keeps the order. */
+	w0 = now_ns();
 	if (!ret)
 		ret = wb_submit(s);
 	while ((j = jobs)) {
@@ -249,6 +263,9 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		}
 		wb_run(s);
 	}
+	t1 = now_ns();
+	s->tm.wb_ns += t1 - w0;
+	s->tm.op_ns += t1 - t0;
 	epoch_next(s);
 	return ret;
 }

@@ -888,6 +888,9 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 	st->prefetch_late = s->pf.late;
 	st->prefetch_skipped = s->pf.skipped;
 	st->prefetch_wait_ns = s->pf.wait_ns;
+	st->op_ns = s->tm.op_ns;
+	st->miss_wait_ns = s->tm.miss_ns;
+	st->writeback_ns = s->tm.wb_ns;
 	st->mem_bytes = mem_in_use();
 	st->mem_peak_bytes = mem_peak();
 	return 0;

@@ -50,6 +50,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "cache.h"
 #include "embtier.h"
@@ -116,6 +117,12 @@ struct et_store {
 	struct {
 		uint64_t calls, rows, reads, hits, late, skipped, wait_ns;
 	} pf;
+	struct {
+		uint64_t t0;	  /* start of the operation in progress */
+		uint64_t op_ns;	  /* et_stats.op_ns */
+		uint64_t miss_ns; /* et_stats.miss_wait_ns */
+		uint64_t wb_ns;	  /* et_stats.writeback_ns */
+	} tm;
 
 	/* per-operation scratch */
 	struct sbuf uniq;   /* u64 unique row ids */
@@ -152,6 +159,15 @@ enum {
 	K_WB = 5,     /* in neither, but queued for write-back: dirty */
 	K_CONFLICT = 0x80,
 };
+
+/* Monotonic time in ns, for the time split of et_stats. */
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static inline uint32_t key_rb(const et_store *s, uint64_t key)
 {
@@ -198,5 +214,6 @@ int wb_submit(et_store *s);
 
 /* prefetch.c: the I/O thread's results */
 int drain(et_store *s);
+int op_drain(et_store *s);
 
 #endif

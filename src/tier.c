@@ -283,6 +283,7 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 	struct tf_stats t0, t1;
 	uint64_t *rr = mrows + nm; /* the rows to read: room reserved */
 	size_t nr = 0, k = 0;
+	uint64_t w0;
 	int ret;
 
 	ret = sbuf_reserve(&s->mbuf, nm * (size_t)rb);
@@ -305,7 +306,9 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 	if (ret)
 		return ret;
 	tf_get_stats(tb->tf, &t0);
+	w0 = now_ns();
 	ret = tf_read_rows_raw(tb->tf, rr, nr, s->wraw.p);
+	s->tm.miss_ns += now_ns() - w0;
 	tf_get_stats(tb->tf, &t1);
 	tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
 	tb->st.nvme_rows_read += nr - (t1.rows_lazy - t0.rows_lazy);
@@ -426,9 +429,13 @@ int op_end(et_store *s, uint32_t t, bool changed)
 		 * write-back of its victims is the store's failure, not the
 		 * call's: the rows stay queued, later calls get ET_EFAILED
 		 * and et_flush retries them. */
+		uint64_t w0 = now_ns();
+
 		(void)wb_run(s);
+		s->tm.wb_ns += now_ns() - w0;
 	}
 	epoch_next(s);
+	s->tm.op_ns += now_ns() - s->tm.t0;
 	return ret;
 }
 
@@ -474,10 +481,11 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 
 	if (!t)
 		return no_table(s, table);
+	s->tm.t0 = now_ns(); /* op_end adds the operation's time */
 	ret = ids_check(t, table, ids, n, "ids");
 	if (ret)
 		return ret;
-	ret = drain(s);
+	ret = op_drain(s);
 	if (s->failed)
 		return ET_EFAILED;
 	if (!ret)

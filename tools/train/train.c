@@ -13,7 +13,10 @@
  *
  * so the store reads batch i+1's rows while batch i computes. Time spent
  * inside gather, prefetch and update is the "stall": what a step loses to
- * the store. Every --eval-every steps, and at the end, the model is scored
+ * the store. The store's own clocks (et_stats.miss_wait_ns, writeback_ns)
+ * split it into miss wait (reading missed rows, waiting for the I/O
+ * thread), write-back, and the rest, hit work: the memory work of the
+ * lookups, copies, pooling and optimizer. Every --eval-every steps, and at the end, the model is scored
  * on a held-out set (log loss, exact AUC).
  *
  * Checkpoints. Every --checkpoint-every steps (and at the end of a run that
@@ -645,11 +648,17 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ------------------------------------------------------------ the run */
 
+/* The store's clocks (et_stats), in seconds. */
+struct store_time {
+	double op, miss, wb; /* op_ns, miss_wait_ns, writeback_ns */
+};
+
 struct interval {
-	double t0;	/* start (monotonic s) */
-	double step_s;	/* time inside steps */
-	double stall_s; /* of which in gather, prefetch, update */
-	double loss;	/* summed batch losses */
+	double t0;		   /* start (monotonic s) */
+	double step_s;		   /* time inside steps */
+	double stall_s;		   /* of which in gather, prefetch, update */
+	struct store_time eval_tm; /* the store's time in evaluations */
+	double loss;		   /* summed batch losses */
 	uint64_t steps, samples;
 	struct et_stats st; /* store counters at the start */
 };
@@ -679,8 +688,10 @@ struct trainer {
 	bool ckpt_any;
 	double open_s; /* store and tables opened in */
 	double run_s, step_s, stall_s, flush_s, ckpt_s;
-	double loss_sum; /* over this run's steps */
-	double loss_avg; /* moving average, for the progress bar */
+	struct et_stats st0;	   /* store counters when training began */
+	struct store_time eval_tm; /* the store's time in evaluations */
+	double loss_sum;	   /* over this run's steps */
+	double loss_avg;	   /* moving average, for the progress bar */
 	struct interval iv;
 	/* samples and step time by phase, from the log lines: [1] the
 	 * intervals in which the DDR tier evicted, as in the one before (it
@@ -1439,7 +1450,61 @@ static void bags_in(struct trainer *tr, int lo, int n)
 			       d * sizeof(float));
 }
 
+/* Adds the store's clocks of b - a to *t. */
+static void store_time_add(struct store_time *t, const struct et_stats *a,
+			   const struct et_stats *b)
+{
+	t->op += (double)(b->op_ns - a->op_ns) / 1e9;
+	t->miss += (double)(b->miss_wait_ns - a->miss_wait_ns) / 1e9;
+	t->wb += (double)(b->writeback_ns - a->writeback_ns) / 1e9;
+}
+
+/*
+ * Splits stall, the time steps spent in the store's calls, by the store's
+ * clocks b - a less those of the evaluations in between (ev): miss wait,
+ * write-back and hit work (the rest), each a fraction of step_s.
+ */
+static void stall_split(double step_s, double stall, const struct et_stats *a,
+			const struct et_stats *b, const struct store_time *ev,
+			double *hit, double *miss, double *wb)
+{
+	struct store_time t = {0, 0, 0};
+
+	store_time_add(&t, a, b);
+	t.miss -= ev->miss;
+	t.wb -= ev->wb;
+	t.miss = t.miss > 0 ? t.miss : 0;
+	t.wb = t.wb > 0 ? t.wb : 0;
+	*hit = stall - t.miss - t.wb > 0 ? stall - t.miss - t.wb : 0;
+	*hit = step_s > 0 ? *hit / step_s : 0;
+	*miss = step_s > 0 ? t.miss / step_s : 0;
+	*wb = step_s > 0 ? t.wb / step_s : 0;
+}
+
+static int evaluate_batches(struct trainer *tr);
+
+/* The held-out score, with the store's time in it kept apart from the
+ * training steps'. */
 static int evaluate(struct trainer *tr)
+{
+	struct et_stats a, b;
+	int ret;
+
+	ret = et_get_stats(tr->store, -1, &a);
+	if (ret)
+		return fail("stats", ret);
+	ret = evaluate_batches(tr);
+	if (ret)
+		return ret;
+	ret = et_get_stats(tr->store, -1, &b);
+	if (ret)
+		return fail("stats", ret);
+	store_time_add(&tr->eval_tm, &a, &b);
+	store_time_add(&tr->iv.eval_tm, &a, &b);
+	return 0;
+}
+
+static int evaluate_batches(struct trainer *tr)
 {
 	size_t k = 0;
 	double loss = 0;
@@ -1682,12 +1747,14 @@ static int log_line(struct trainer *tr)
 	struct interval *iv = &tr->iv;
 	struct et_stats st;
 	char hbm[16], ddr[16];
-	double now = cli_now();
+	double now = cli_now(), hit, miss, wb;
 	int ret;
 
 	ret = et_get_stats(tr->store, -1, &st);
 	if (ret)
 		return fail("stats", ret);
+	stall_split(iv->step_s, iv->stall_s, &iv->st, &st, &iv->eval_tm, &hit,
+		    &miss, &wb);
 	fmt_ratio(hbm, sizeof(hbm),
 		  tr->o.hbm_mb > 0 ? ratio(st.hbm.hits - iv->st.hbm.hits,
 					   st.hbm.misses - iv->st.hbm.misses)
@@ -1698,10 +1765,12 @@ static int log_line(struct trainer *tr)
 	progress_clear(&tr->prog);
 	fprintf(tr->log,
 		"step %" PRIu64 " loss %.5f samples/s %.0f hbm-hit %s "
-		"ddr-hit %s stall %.3f prefetch-wait-ms %.1f\n",
+		"ddr-hit %s stall %.3f (hit %.3f miss-wait %.3f write-back "
+		"%.3f) prefetch-wait-ms %.1f\n",
 		tr->step, iv->steps ? iv->loss / (double)iv->steps : NAN,
 		iv->step_s > 0 ? (double)iv->samples / iv->step_s : 0.0, hbm,
-		ddr, iv->step_s > 0 ? iv->stall_s / iv->step_s : 0.0,
+		ddr, iv->step_s > 0 ? iv->stall_s / iv->step_s : 0.0, hit, miss,
+		wb,
 		(double)(st.prefetch_wait_ns - iv->st.prefetch_wait_ns) / 1e6);
 	fflush(tr->log);
 	{
@@ -1902,11 +1971,14 @@ static void report(struct trainer *tr, const struct results *r)
 	uint64_t samples = steps * (uint64_t)o->batch;
 	double sps = tr->step_s > 0 ? (double)samples / tr->step_s : 0;
 	double stall = tr->step_s > 0 ? tr->stall_s / tr->step_s : 0;
+	double hit, miss, wb;
 	double hbm = o->hbm_mb > 0 ? ratio(st->hbm.hits, st->hbm.misses) : NAN;
 	double ddr = ratio(st->ddr.hits, st->ddr.misses);
 	uint64_t malformed = tr->train.c.malformed + tr->eval_malformed;
 	char b1[32], b2[32], b3[32], b4[32];
 
+	stall_split(tr->step_s, tr->stall_s, &tr->st0, st, &tr->eval_tm, &hit,
+		    &miss, &wb);
 	if (o->json) {
 		printf("{\"preset\":\"%s\",\"tables\":%d,\"dim\":%d,"
 		       "\"dtype\":\"%s\",\"batch\":%d,\"steps\":%" PRIu64
@@ -1935,6 +2007,9 @@ static void report(struct trainer *tr, const struct results *r)
 		json_num("ms_per_step", steps ? 1e3 * tr->step_s / steps : NAN,
 			 true);
 		json_num("stall_fraction", stall, true);
+		json_num("hit_fraction", hit, true);
+		json_num("miss_wait_fraction", miss, true);
+		json_num("writeback_fraction", wb, true);
 		json_num("samples_per_second", sps, true);
 		json_num("flush_seconds", tr->flush_s, true);
 		json_num("hbm_hit_ratio", hbm, true);
@@ -1978,7 +2053,9 @@ static void report(struct trainer *tr, const struct results *r)
 		       " steps): %.2fx\n",
 		       a, tr->phase[0].steps, b, tr->phase[1].steps, b / a);
 	}
-	printf("stall-fraction: %.3f\n", stall);
+	printf("stall-fraction: %.3f (hit work %.3f, miss wait %.3f, "
+	       "write-back %.3f)\n",
+	       stall, hit, miss, wb);
 	printf("prefetch-wait-ms: %.1f\n", (double)st->prefetch_wait_ns / 1e6);
 	fmt_ratio(b1, sizeof(b1), hbm);
 	fmt_ratio(b2, sizeof(b2), ddr);
@@ -2046,6 +2123,7 @@ static int run(struct trainer *tr)
 	ret = et_get_stats(tr->store, -1, &tr->iv.st);
 	if (ret)
 		return fail("stats", ret);
+	tr->st0 = tr->iv.st;
 	while (tr->step < o->steps) {
 		ret = train_step(tr);
 		if (ret)
