@@ -629,7 +629,7 @@ static void report_csv(const struct run_report *rp)
 		printf("limit_gather_prefetch,1,,%" PRIu64
 		       ",%.6f,%.1f,%.4f,,,,,"
 		       ",,,,,,,,,,,,\n",
-		       rp->gl.rows, rp->gl.seconds_pf, rp->gl.rows_s_pf,
+		       rp->gl.rows_pf, rp->gl.seconds_pf, rp->gl.rows_s_pf,
 		       rp->gl.gbs_pf);
 	}
 	for (uint32_t i = 0; i <= rp->o->n_limit_qd + 1; i++) {

@@ -8,14 +8,238 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "simd.h"
 #include "error.h"
 #include "store_impl.h"
 
-/* ------------------------------------------------------------ operations */
+/* ---------------------------------------------------------- row kernels */
 
-/* Rows are touched in id order after their addresses are known: asking the
- * memory system for a row this many ids ahead hides most of its latency. */
-#define PREFETCH_AHEAD 8
+/*
+ * The row kernels work on resolved rows (ptrs: each unique row's bytes in
+ * its slot; inv: each input's unique index) and nothing else of the store,
+ * so that disjoint parts of them may run on several threads.
+ *
+ * Rows are visited in input order after their addresses are known: asking
+ * for every cache line of the row this many inputs ahead keeps several
+ * DRAM misses in flight instead of one row's at a time. Arithmetic is lane
+ * by lane (simd.h), so each output value is computed by the same
+ * operations in the same order as the plain scalar loop.
+ */
+#define PREFETCH_AHEAD 16
+
+/* o[c] += r[c] */
+static inline void row_add(float *o, const float *r, uint32_t dim)
+{
+	uint32_t c = 0;
+
+	for (; c + 2 * VLANES <= dim; c += 2 * VLANES) {
+		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
+		vf4_store(o + c + VLANES,
+			  vf4_load(o + c + VLANES) + vf4_load(r + c + VLANES));
+	}
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
+	for (; c < dim; c++)
+		o[c] += r[c];
+}
+
+/* o[c] /= d */
+static inline void row_div(float *o, float d, uint32_t dim)
+{
+	vf4 dv = vf4_splat(d);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(o + c) / dv);
+	for (; c < dim; c++)
+		o[c] /= d;
+}
+
+/* o[c] = r[c] / d */
+static inline void row_set_div(float *o, const float *r, float d,
+			       uint32_t dim)
+{
+	vf4 dv = vf4_splat(d);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(r + c) / dv);
+	for (; c < dim; c++)
+		o[c] = r[c] / d;
+}
+
+/* o[c] += r[c] / d */
+static inline void row_add_div(float *o, const float *r, float d,
+			       uint32_t dim)
+{
+	vf4 dv = vf4_splat(d);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c) / dv);
+	for (; c < dim; c++)
+		o[c] += r[c] / d;
+}
+
+/* w[c] -= mul * g[c] */
+static inline void row_axpy(float *w, float mul, const float *g, uint32_t dim)
+{
+	vf4 mv = vf4_splat(mul);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(w + c, vf4_load(w + c) - mv * vf4_load(g + c));
+	for (; c < dim; c++)
+		w[c] -= mul * g[c];
+}
+
+/* Inputs [i0, i1) decoded into out (one row of dim each, from i0). */
+static void kern_gather(const struct tf_geom *g, void *const *ptrs,
+			const uint32_t *inv, size_t i0, size_t i1, float *out)
+{
+	for (size_t i = i0; i < i1; i++) {
+		if (i + PREFETCH_AHEAD < i1)
+			prefetch_bytes(ptrs[inv[i + PREFETCH_AHEAD]],
+				       g->value_bytes);
+		dtype_decode(g->dtype, ptrs[inv[i]], out + (i - i0) * g->dim,
+			     g->dim);
+	}
+}
+
+/*
+ * Bags [b0, b1) into out (one row of dim each, from b0): each bag's rows
+ * added in id order in f32 from zero, then divided by the bag's size for a
+ * mean. tmp holds one decoded row (f16, bf16).
+ */
+static void kern_pool(const struct tf_geom *g, void *const *ptrs,
+		      const uint32_t *inv, const uint64_t *offsets, size_t b0,
+		      size_t b1, et_pool mode, float *out, float *tmp)
+{
+	uint32_t dim = g->dim;
+	size_t end = offsets[b1];
+
+	for (size_t b = b0; b < b1; b++) {
+		float *o = out + (b - b0) * dim;
+		uint64_t len = offsets[b + 1] - offsets[b];
+
+		memset(o, 0, dim * sizeof(*o));
+		for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
+			const float *r = tmp;
+
+			if (i + PREFETCH_AHEAD < end)
+				prefetch_bytes(ptrs[inv[i + PREFETCH_AHEAD]],
+					       g->value_bytes);
+			if (g->dtype == ET_F32)
+				r = ptrs[inv[i]]; /* no copy needed */
+			else
+				dtype_decode(g->dtype, ptrs[inv[i]], tmp, dim);
+			row_add(o, r, dim);
+		}
+		if (mode == ET_POOL_MEAN && len)
+			row_div(o, (float)len, dim);
+	}
+}
+
+/*
+ * Sums per-input gradients into one per unique row, in input order, for
+ * the unique rows [u0, u1): acc holds their rows (from u0). With offsets
+ * (a pooled backward), input i's gradient is its bag's, divided by the
+ * bag's size for a mean. seen: one byte per unique row of the range.
+ */
+static void kern_accumulate(uint32_t dim, const uint32_t *inv, size_t n,
+			    const float *grads, const uint64_t *offsets,
+			    et_pool mode, size_t u0, size_t u1, float *acc,
+			    uint8_t *seen)
+{
+	bool mean = offsets && mode == ET_POOL_MEAN;
+
+	memset(seen, 0, u1 - u0);
+	for (size_t b = 0, i = 0; i < n; i++) {
+		size_t u = inv[i];
+		float *a = acc + (u - u0) * dim;
+		const float *gi;
+		float div = 1.0f;
+
+		if (offsets) {
+			while (offsets[b + 1] <= i)
+				b++;
+			gi = grads + b * dim;
+			if (mode == ET_POOL_MEAN)
+				div = (float)(offsets[b + 1] - offsets[b]);
+		} else {
+			gi = grads + i * dim;
+		}
+		if (u < u0 || u >= u1)
+			continue;
+		if (!seen[u - u0]) {
+			seen[u - u0] = 1;
+			if (mean)
+				row_set_div(a, gi, div, dim);
+			else
+				memcpy(a, gi, dim * sizeof(*a));
+		} else if (mean) {
+			row_add_div(a, gi, div, dim);
+		} else {
+			row_add(a, gi, dim);
+		}
+	}
+}
+
+/*
+ * Applies the summed gradients acc (one row per unique, from u0) to the
+ * unique rows [u0, u1).
+ *
+ * SGD:        w[c] -= lr * g[c]
+ * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
+ *             s   = sum over c of g[c] * g[c]   (f32, column order)
+ *             m  += s / dim
+ *             mul = lr / (sqrtf(m) + eps)
+ *             w[c] -= mul * g[c]
+ * Each w[c] is decoded from the storage type, updated in f32, and encoded
+ * back (rounded to nearest even for f16/bf16).
+ */
+static void kern_apply(const struct tf_geom *g, void *const *ptrs, size_t u0,
+		       size_t u1, const float *acc,
+		       const struct et_update_params *up)
+{
+	float eps = up->eps ? up->eps : 1e-8f;
+	float lr = up->lr;
+	uint32_t dim = g->dim;
+	float w[256];
+
+	for (size_t i = u0; i < u1; i++) {
+		char *row = ptrs[i];
+		const float *gr = acc + (i - u0) * dim;
+		float mul = lr;
+
+		if (i + PREFETCH_AHEAD < u1)
+			prefetch_bytes(ptrs[i + PREFETCH_AHEAD], g->row_bytes);
+		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
+			float sum = 0, st;
+
+			for (uint32_t c = 0; c < dim; c++)
+				sum += gr[c] * gr[c];
+			memcpy(&st, row + g->value_bytes, sizeof(st));
+			st += sum / (float)dim;
+			memcpy(row + g->value_bytes, &st, sizeof(st));
+			mul = lr / (sqrtf(st) + eps);
+		}
+		if (g->dtype == ET_F32) {
+			row_axpy((float *)row, mul, gr, dim); /* in place */
+			continue;
+		}
+		/* decode, update, encode in pieces: no allocation */
+		for (uint32_t c0 = 0; c0 < dim; c0 += 256) {
+			uint32_t k = dim - c0 < 256 ? dim - c0 : 256;
+
+			dtype_decode(g->dtype, row + c0 * 2, w, k);
+			row_axpy(w, mul, gr + c0, k);
+			dtype_encode(g->dtype, w, row + c0 * 2, k);
+		}
+	}
+}
+
+/* ------------------------------------------------------------ operations */
 
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 {
@@ -32,19 +256,7 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	ret = op_prepare(s, t, ids, n, &m, false);
 	if (ret)
 		return ret;
-	{
-		void *const *ptrs = s->ptrs.p;
-		const uint32_t *inv = s->inv.p;
-		uint32_t dim = t->g->dim;
-
-		for (size_t i = 0; i < n; i++) {
-			if (i + PREFETCH_AHEAD < n)
-				__builtin_prefetch(
-				    ptrs[inv[i + PREFETCH_AHEAD]]);
-			dtype_decode(t->g->dtype, ptrs[inv[i]], out + i * dim,
-				     dim);
-		}
-	}
+	kern_gather(t->g, s->ptrs.p, s->inv.p, 0, n, out);
 	return op_end(s, (uint32_t)table, false);
 }
 
@@ -101,88 +313,9 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 			return ret;
 		}
 	}
-	{
-		void *const *ptrs = s->ptrs.p;
-		const uint32_t *inv = s->inv.p;
-		uint32_t dim = t->g->dim;
-		float *row = s->acc.p;
-
-		/* Bag b: rows added in id order in f32, then divided by
-		 * the bag's size for a mean. */
-		for (size_t b = 0; b < nbags; b++) {
-			float *o = out + b * dim;
-			uint64_t len = offsets[b + 1] - offsets[b];
-
-			memset(o, 0, dim * sizeof(*o));
-			for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
-				const float *r = row;
-
-				if (i + PREFETCH_AHEAD < n)
-					__builtin_prefetch(
-					    ptrs[inv[i + PREFETCH_AHEAD]]);
-				if (t->g->dtype == ET_F32)
-					r = ptrs[inv[i]]; /* no copy needed */
-				else
-					dtype_decode(t->g->dtype, ptrs[inv[i]],
-						     row, dim);
-				for (uint32_t c = 0; c < dim; c++)
-					o[c] += r[c];
-			}
-			if (mode == ET_POOL_MEAN && len)
-				for (uint32_t c = 0; c < dim; c++)
-					o[c] /= (float)len;
-		}
-	}
+	kern_pool(t->g, s->ptrs.p, s->inv.p, offsets, 0, nbags, mode, out,
+		  s->acc.p);
 	return n ? op_end(s, (uint32_t)table, false) : 0;
-}
-
-/*
- * Applies the summed gradients acc (m x dim) to the resolved rows.
- *
- * SGD:        w[c] -= lr * g[c]
- * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
- *             s   = sum over c of g[c] * g[c]   (f32, column order)
- *             m  += s / dim
- *             mul = lr / (sqrtf(m) + eps)
- *             w[c] -= mul * g[c]
- * Each w[c] is decoded from the storage type, updated in f32, and encoded
- * back (rounded to nearest even for f16/bf16).
- */
-static void apply(et_store *s, struct table *t, size_t m, const float *acc,
-		  const struct et_update_params *up)
-{
-	void *const *ptrs = s->ptrs.p;
-	const struct tf_geom *g = t->g;
-	float eps = up->eps ? up->eps : 1e-8f;
-	float lr = up->lr;
-	float w[256];
-
-	for (size_t i = 0; i < m; i++) {
-		char *row = ptrs[i];
-		const float *gr = acc + i * g->dim;
-		float mul = lr;
-
-		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
-			float sum = 0, st;
-
-			for (uint32_t c = 0; c < g->dim; c++)
-				sum += gr[c] * gr[c];
-			memcpy(&st, row + g->value_bytes, sizeof(st));
-			st += sum / (float)g->dim;
-			memcpy(row + g->value_bytes, &st, sizeof(st));
-			mul = lr / (sqrtf(st) + eps);
-		}
-		/* decode, update, encode in pieces: no allocation */
-		for (uint32_t c0 = 0; c0 < g->dim; c0 += 256) {
-			uint32_t k = g->dim - c0 < 256 ? g->dim - c0 : 256;
-			size_t es = dtype_size(g->dtype);
-
-			dtype_decode(g->dtype, row + c0 * es, w, k);
-			for (uint32_t c = 0; c < k; c++)
-				w[c] -= mul * gr[c0 + c];
-			dtype_encode(g->dtype, w, row + c0 * es, k);
-		}
-	}
 }
 
 /* Marks the resolved rows of t dirty in whichever tier holds them. */
@@ -202,54 +335,6 @@ static void mark_dirty(et_store *s, const struct table *t, size_t m)
 			break;
 		}
 	}
-}
-
-/* Sums per-input gradients into one per unique row, in input order. With
- * offsets (a pooled backward), input i's gradient is its bag's, divided by
- * the bag's size for a mean. */
-static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
-		      const float *grads, const uint64_t *offsets, et_pool mode)
-{
-	uint32_t dim = t->g->dim;
-	const uint32_t *inv = s->inv.p;
-	uint8_t *seen;
-	float *acc;
-	int ret;
-
-	ret = sbuf_reserve(&s->acc, m * dim * sizeof(float) + m);
-	if (ret)
-		return ret;
-	acc = s->acc.p;
-	seen = (uint8_t *)(acc + m * dim);
-	memset(seen, 0, m);
-	for (size_t b = 0, i = 0; i < n; i++) {
-		float *a = acc + (size_t)inv[i] * dim;
-		const float *gi;
-		float div = 1.0f;
-
-		if (offsets) {
-			while (offsets[b + 1] <= i)
-				b++;
-			gi = grads + b * dim;
-			if (mode == ET_POOL_MEAN)
-				div = (float)(offsets[b + 1] - offsets[b]);
-		} else {
-			gi = grads + i * dim;
-		}
-		if (!seen[inv[i]]) {
-			seen[inv[i]] = 1;
-			for (uint32_t c = 0; c < dim; c++)
-				a[c] = offsets && mode == ET_POOL_MEAN
-					   ? gi[c] / div
-					   : gi[c];
-		} else {
-			for (uint32_t c = 0; c < dim; c++)
-				a[c] += offsets && mode == ET_POOL_MEAN
-					    ? gi[c] / div
-					    : gi[c];
-		}
-	}
-	return 0;
 }
 
 static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
@@ -276,13 +361,15 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
-	ret = accumulate(s, t, n, m, grads, offsets, mode);
+	ret = sbuf_reserve(&s->acc, m * t->g->dim * sizeof(float) + m);
 	if (ret)
 		return ret;
+	kern_accumulate(t->g->dim, s->inv.p, n, grads, offsets, mode, 0, m,
+			s->acc.p, (uint8_t *)s->acc.p + m * t->g->dim * 4);
 	ret = op_prepare(s, t, ids, n, &m, true);
 	if (ret)
 		return ret;
-	apply(s, t, m, s->acc.p, up);
+	kern_apply(t->g, s->ptrs.p, 0, m, s->acc.p, up);
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
 }

@@ -128,7 +128,7 @@ struct et_store {
 	struct sbuf uniq;   /* u64 unique row ids */
 	struct sbuf inv;    /* u32 per input id: index in uniq */
 	struct sbuf last;   /* u32 per unique: last input index */
-	struct sbuf map;    /* dedup hash: u64 key+1, u32 index */
+	struct sbuf map;    /* dedup hash: u32 unique index + 1 */
 	struct sbuf ptrs;   /* void * per unique: the row's bytes */
 	struct sbuf kind;   /* u8 per unique: where it was found, then where
 			     * it is (K_*), | K_CONFLICT */

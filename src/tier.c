@@ -21,15 +21,14 @@
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 {
 	size_t cap = 16, m = 0;
-	uint64_t *hk;
-	uint32_t *hv, *inv, *last;
+	uint32_t *ht, *inv, *last;
 	uint64_t *uniq;
 	int ret;
 
 	while (cap < 2 * n)
 		cap *= 2;
-	ret =
-	    sbuf_reserve(&s->map, cap * (sizeof(uint64_t) + sizeof(uint32_t)));
+	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
+	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->uniq, n * sizeof(uint64_t));
 	if (!ret)
@@ -38,25 +37,23 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		ret = sbuf_reserve(&s->last, n * sizeof(uint32_t));
 	if (ret)
 		return ret;
-	hk = s->map.p;
-	hv = (uint32_t *)(hk + cap);
-	memset(hk, 0, cap * sizeof(*hk));
+	ht = s->map.p;
+	memset(ht, 0, cap * sizeof(*ht));
 	uniq = s->uniq.p;
 	inv = s->inv.p;
 	last = s->last.p;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t k = ids[i] + 1;
-		size_t h = hash_mix(k) & (cap - 1);
+		uint64_t id = ids[i];
+		size_t h = hash_mix(id + 1) & (cap - 1);
 
-		while (hk[h] && hk[h] != k)
+		while (ht[h] && uniq[ht[h] - 1] != id)
 			h = (h + 1) & (cap - 1);
-		if (!hk[h]) {
-			hk[h] = k;
-			hv[h] = (uint32_t)m;
-			uniq[m++] = ids[i];
+		if (!ht[h]) {
+			uniq[m++] = id;
+			ht[h] = (uint32_t)m;
 		}
-		inv[i] = hv[h];
-		last[hv[h]] = (uint32_t)i;
+		inv[i] = ht[h] - 1;
+		last[ht[h] - 1] = (uint32_t)i;
 	}
 	*m_out = m;
 	return 0;
@@ -210,12 +207,22 @@ static void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 	return NULL;
 }
 
+/* Sets a batch asks for ahead of probing them. */
+#define PROBE_AHEAD 16
+
 /*
  * Step 1 of resolve: looks up each of the m unique rows of table t, top
  * tier first. Top hits are touched, pinned and pointed at; DDR hits (with
  * an HBM tier) are pinned so that no demotion of this batch pushes them
  * out before their promotion; the rest are listed in mrows/midx (K_MISS,
  * or K_WB if the write-back queue has them). Returns the number of misses.
+ *
+ * In three passes, so that the memory system works on many rows at once
+ * instead of one DRAM miss at a time: every key is hashed to its set;
+ * the sets are probed, each asked for PROBE_AHEAD rows before its probe,
+ * and a hit's policy and pin words are asked for as it is found; then, in
+ * batch order, the hits are touched and pinned and the misses listed. The
+ * probes only read the caches, so the passes see what one pass would.
  */
 static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 {
@@ -223,6 +230,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 	const uint64_t *uniq = s->uniq.p;
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
 	uint8_t *kind = s->kind.p;
 	uint64_t *slots = s->slots.p;
 	void **ptrs = s->ptrs.p;
@@ -230,12 +238,35 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 	uint32_t *midx = s->midx.p;
 	size_t nm = 0;
 
-	for (size_t i = 0; i < m; i++) {
+	for (size_t i = 0; i < m; i++) /* 1. the sets */
+		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		cache_prefetch_set(top, slots[i]);
+	for (size_t i = 0; i < m; i++) { /* 2. the probes */
 		uint64_t key = cache_key(t, uniq[i]);
-		uint64_t slot = cache_lookup(top, key);
+		uint64_t slot;
+
+		if (i + PROBE_AHEAD < m)
+			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
+		slot = cache_lookup_at(top, slots[i], key);
+		if (slot != CACHE_NONE) {
+			__builtin_prefetch(&top->pstate[slot], 1);
+			__builtin_prefetch(&top->pin[slot], 1);
+			kind[i] = top_kind;
+		} else if (s->has_hbm &&
+			   (slot = cache_lookup(ddr, key)) != CACHE_NONE) {
+			kind[i] = K_DDR;
+		} else {
+			kind[i] = 0;
+		}
+		slots[i] = slot;
+	}
+	for (size_t i = 0; i < m; i++) { /* 3. in batch order */
+		uint64_t key = cache_key(t, uniq[i]);
+		uint64_t slot = slots[i];
 
 		s->now++;
-		if (slot != CACHE_NONE) {
+		if (kind[i] == top_kind) {
 			if (top->keys[slot] & CACHE_PF) {
 				top->keys[slot] &= ~CACHE_PF;
 				s->pf.hits++;
@@ -243,20 +274,15 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 			cache_touch(top, slot, s->now);
 			pin_op(s, top, slot);
 			ptrs[i] = cache_row(top, slot);
-			slots[i] = slot;
-			kind[i] = s->has_hbm ? K_HBM : K_DDR;
 			top->st.hits++;
 			continue;
 		}
 		top->st.misses++;
 		tb->st.unique_misses++;
 		if (s->has_hbm) {
-			slot = cache_lookup(ddr, key);
-			if (slot != CACHE_NONE) {
+			if (kind[i] == K_DDR) {
 				pin_op(s, ddr, slot);
 				ddr->st.hits++;
-				kind[i] = K_DDR;
-				slots[i] = slot;
 				continue;
 			}
 			ddr->st.misses++;
