@@ -221,7 +221,8 @@ struct out_ref {
 
 struct gather_limit {
 	bool ran;
-	uint64_t rows, rows_pf, buf_bytes; /* rows: plain loop, rows_pf: prefetching */
+	uint64_t rows, rows_pf,
+	    buf_bytes; /* rows: plain loop, rows_pf: prefetching */
 	double seconds, rows_s, gbs;	      /* plain loop */
 	double seconds_pf, rows_s_pf, gbs_pf; /* with software prefetch */
 };

@@ -114,13 +114,13 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	*job = NULL;
 	ret = dedup(s, ids, n, &m);
 	if (!ret)
-		ret = sbuf_reserve(&s->mrows, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->mbuf, rb);
+		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (ret)
 		return ret;
-	uniq = s->uniq.p;
-	mrows = s->mrows.p;
+	uniq = s->o->uniq.p;
+	mrows = s->o->mrows.p;
 	s->pf.rows += m;
 	for (size_t i = 0; i < m; i++) {
 		uint64_t key = cache_key(t, uniq[i]);
@@ -158,19 +158,19 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		 * has the truth. Copied out, as placing may grow the queue. */
 		at = wb_find(s, key);
 		if (at >= 0) {
-			memcpy(s->mbuf.p,
+			memcpy(s->o->mbuf.p,
 			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
 			       rb);
-			ret =
-			    pf_install(s, t, uniq[i], s->mbuf.p, true, s->bcur);
+			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, true,
+					 s->bcur);
 			if (ret)
 				return ret;
 			continue;
 		}
 		if (!tf_row_materialized(tb->tf, uniq[i])) {
-			tf_init_row_raw(tb->tf, uniq[i], s->mbuf.p);
+			tf_init_row_raw(tb->tf, uniq[i], s->o->mbuf.p);
 			tb->st.rows_lazy++;
-			ret = pf_install(s, t, uniq[i], s->mbuf.p, false,
+			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, false,
 					 s->bcur);
 			if (ret)
 				return ret;

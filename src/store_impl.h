@@ -92,6 +92,30 @@ struct sclass {
 	struct cache_stats kept[2]; /* counters while the caches are down */
 };
 
+/*
+ * The scratch of one table's part of an operation: its batch deduplicated
+ * and resolved. A multi-table call keeps one per table until its kernels
+ * have run.
+ */
+struct opscr {
+	struct sbuf uniq;   /* u64 unique row ids */
+	struct sbuf inv;    /* u32 per input id: index in uniq */
+	struct sbuf last;   /* u32 per unique: last input index */
+	struct sbuf ptrs;   /* void * per unique: the row's bytes */
+	struct sbuf kind;   /* u8 per unique: where it was found, then where
+			     * it is (K_*), | K_CONFLICT */
+	struct sbuf slots;  /* u64 per unique: its slot in that tier */
+	struct sbuf mrows;  /* u64 rows missing from both caches */
+	struct sbuf midx;   /* u32 unique index of each miss */
+	struct sbuf mbuf;   /* their bytes as read */
+	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
+	struct sbuf bypass; /* u32 unique indexes served from the bypass */
+	size_t nbypass;
+	size_t m; /* unique rows */
+};
+
+struct workers;
+
 struct et_store {
 	char *dir;
 	struct et_store_config cfg;
@@ -125,30 +149,23 @@ struct et_store {
 	} tm;
 
 	/* per-operation scratch */
-	struct sbuf uniq;   /* u64 unique row ids */
-	struct sbuf inv;    /* u32 per input id: index in uniq */
-	struct sbuf last;   /* u32 per unique: last input index */
-	struct sbuf map;    /* dedup hash: u32 unique index + 1 */
-	struct sbuf ptrs;   /* void * per unique: the row's bytes */
-	struct sbuf kind;   /* u8 per unique: where it was found, then where
-			     * it is (K_*), | K_CONFLICT */
-	struct sbuf slots;  /* u64 per unique: its slot in that tier */
-	struct sbuf mrows;  /* u64 rows missing from both caches */
-	struct sbuf midx;   /* u32 unique index of each miss */
-	struct sbuf mbuf;   /* their bytes as read */
-	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
-	struct sbuf tmp;    /* one row */
-	struct sbuf wkeys;  /* u64 keys queued for write-back */
-	struct sbuf wbuf;   /* their bytes */
-	size_t nwb;	    /* rows queued for write-back */
-	struct sbuf widx;   /* u32 hash index over wkeys: position + 1 */
-	size_t widx_cap;    /* entries in widx, a power of two */
-	struct sbuf wsort;  /* u32 order for write-back grouping */
-	struct sbuf wcount; /* size_t per table + 1: counting sort */
-	struct sbuf wrows;  /* u64 rows of one table for write-back */
-	struct sbuf wraw;   /* their bytes, grouped */
-	struct sbuf bypass; /* u32 unique indexes served from the bypass */
-	size_t nbypass;
+	struct opscr *o;     /* the table's in progress: &one, or multi[k] */
+	struct opscr one;    /* single-table operations and prefetch */
+	struct opscr *multi; /* per table of a multi-table call */
+	uint32_t nmulti;     /* entries of multi */
+	struct workers *wk;  /* cfg.threads > 1: the kernels' threads */
+	struct sbuf trow;    /* f32 per thread: a decoded row */
+	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
+	struct sbuf tmp;     /* one row */
+	struct sbuf wkeys;   /* u64 keys queued for write-back */
+	struct sbuf wbuf;    /* their bytes */
+	size_t nwb;	     /* rows queued for write-back */
+	struct sbuf widx;    /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;     /* entries in widx, a power of two */
+	struct sbuf wsort;   /* u32 order for write-back grouping */
+	struct sbuf wcount;  /* size_t per table + 1: counting sort */
+	struct sbuf wrows;   /* u64 rows of one table for write-back */
+	struct sbuf wraw;    /* their bytes, grouped */
 };
 
 enum {
@@ -201,7 +218,10 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	     struct table **out);
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped);
+int op_start(et_store *s);
 int op_end(et_store *s, uint32_t t, bool changed);
+int op_bypass_done(et_store *s, uint32_t t, bool changed);
+int op_finish(et_store *s, int ret);
 void epoch_next(et_store *s);
 
 /* writeback.c: the write-back queue */

@@ -30,18 +30,18 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
 	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->uniq, n * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->uniq, n * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->inv, n * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->inv, n * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->last, n * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->last, n * sizeof(uint32_t));
 	if (ret)
 		return ret;
 	ht = s->map.p;
 	memset(ht, 0, cap * sizeof(*ht));
-	uniq = s->uniq.p;
-	inv = s->inv.p;
-	last = s->last.p;
+	uniq = s->o->uniq.p;
+	inv = s->o->inv.p;
+	last = s->o->last.p;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t id = ids[i];
 		size_t h = hash_mix(id + 1) & (cap - 1);
@@ -227,15 +227,15 @@ static void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 {
 	struct table *tb = &s->tables[t];
-	const uint64_t *uniq = s->uniq.p;
+	const uint64_t *uniq = s->o->uniq.p;
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
 	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
-	uint8_t *kind = s->kind.p;
-	uint64_t *slots = s->slots.p;
-	void **ptrs = s->ptrs.p;
-	uint64_t *mrows = s->mrows.p;
-	uint32_t *midx = s->midx.p;
+	uint8_t *kind = s->o->kind.p;
+	uint64_t *slots = s->o->slots.p;
+	void **ptrs = s->o->ptrs.p;
+	uint64_t *mrows = s->o->mrows.p;
+	uint32_t *midx = s->o->midx.p;
 	size_t nm = 0;
 
 	for (size_t i = 0; i < m; i++) /* 1. the sets */
@@ -302,9 +302,9 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 static int resolve_read(et_store *s, uint32_t t, size_t nm)
 {
 	struct table *tb = &s->tables[t];
-	const uint8_t *kind = s->kind.p;
-	uint64_t *mrows = s->mrows.p;
-	const uint32_t *midx = s->midx.p;
+	const uint8_t *kind = s->o->kind.p;
+	uint64_t *mrows = s->o->mrows.p;
+	const uint32_t *midx = s->o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
 	struct tf_stats t0, t1;
 	uint64_t *rr = mrows + nm; /* the rows to read: room reserved */
@@ -312,14 +312,14 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 	uint64_t w0;
 	int ret;
 
-	ret = sbuf_reserve(&s->mbuf, nm * (size_t)rb);
+	ret = sbuf_reserve(&s->o->mbuf, nm * (size_t)rb);
 	if (ret)
 		return ret;
 	for (size_t q = 0; q < nm; q++) {
 		uint64_t key = cache_key(t, mrows[q]);
 
 		if (kind[midx[q]] == K_WB)
-			memcpy((char *)s->mbuf.p + q * (size_t)rb,
+			memcpy((char *)s->o->mbuf.p + q * (size_t)rb,
 			       (char *)s->wbuf.p +
 				   (size_t)wb_find(s, key) * s->slot_bytes,
 			       rb);
@@ -343,7 +343,7 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 	/* spread the rows read back to their places among the misses */
 	for (size_t q = 0; q < nm; q++)
 		if (kind[midx[q]] != K_WB)
-			memcpy((char *)s->mbuf.p + q * (size_t)rb,
+			memcpy((char *)s->o->mbuf.p + q * (size_t)rb,
 			       (char *)s->wraw.p + (k++) * (size_t)rb, rb);
 	return 0;
 }
@@ -356,13 +356,13 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 static int resolve_place(et_store *s, uint32_t t, size_t m)
 {
 	struct table *tb = &s->tables[t];
-	const uint64_t *uniq = s->uniq.p;
+	const uint64_t *uniq = s->o->uniq.p;
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *ddr = &cl->ddr;
-	uint8_t *kind = s->kind.p;
-	uint64_t *slots = s->slots.p;
-	void **ptrs = s->ptrs.p;
-	const uint32_t *midx = s->midx.p;
+	uint8_t *kind = s->o->kind.p;
+	uint64_t *slots = s->o->slots.p;
+	void **ptrs = s->o->ptrs.p;
+	const uint32_t *midx = s->o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
 	int ret;
 
@@ -376,7 +376,7 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 		if (kind[j] == K_MISS || kind[j] == K_WB) {
 			while (midx[q] != j)
 				q++;
-			src = (char *)s->mbuf.p + q * (size_t)rb;
+			src = (char *)s->o->mbuf.p + q * (size_t)rb;
 			dirty = kind[j] == K_WB;
 		} else {
 			dslot = slots[j];
@@ -391,7 +391,8 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			tb->st.conflict_unique_misses++;
 		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
 			ptrs[j] = (void *)src;
-			((uint32_t *)s->bypass.p)[s->nbypass++] = (uint32_t)j;
+			((uint32_t *)s->o->bypass.p)[s->o->nbypass++] =
+			    (uint32_t)j;
 		} else {
 			ptrs[j] = where_row(cl, kind[j], slots[j]);
 		}
@@ -409,20 +410,20 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 	size_t nm;
 	int ret;
 
-	ret = sbuf_reserve(&s->ptrs, m * sizeof(void *));
+	ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
 	if (!ret)
-		ret = sbuf_reserve(&s->kind, m);
+		ret = sbuf_reserve(&s->o->kind, m);
 	if (!ret) /* twice: the second half holds the rows to read */
-		ret = sbuf_reserve(&s->mrows, 2 * m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->mrows, 2 * m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->midx, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->bypass, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->bypass, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->slots, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
 	if (ret)
 		return ret;
-	s->nbypass = 0;
+	s->o->nbypass = 0;
 	nm = resolve_lookup(s, t, m);
 	if (nm) {
 		ret = resolve_read(s, t, nm);
@@ -437,16 +438,29 @@ static int resolve(et_store *s, uint32_t t, size_t m)
  * next prefetch; the operation's pins are released. */
 int op_end(et_store *s, uint32_t t, bool changed)
 {
-	const void *const *ptrs = s->ptrs.p;
-	const uint32_t *by = s->bypass.p;
-	const uint64_t *uniq = s->uniq.p;
+	return op_finish(s, op_bypass_done(s, t, changed));
+}
+
+/* Queues the bypassed rows of table t's part (s->o) if they changed. */
+int op_bypass_done(et_store *s, uint32_t t, bool changed)
+{
+	const void *const *ptrs = s->o->ptrs.p;
+	const uint32_t *by = s->o->bypass.p;
+	const uint64_t *uniq = s->o->uniq.p;
 	int ret = 0;
 
 	if (changed)
-		for (size_t i = 0; i < s->nbypass && !ret; i++)
+		for (size_t i = 0; i < s->o->nbypass && !ret; i++)
 			ret =
 			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
-	s->nbypass = 0;
+	s->o->nbypass = 0;
+	return ret;
+}
+
+/* Ends an operation whose bypassed rows are queued (ret: how that went):
+ * the write-back queue is written now or later, the pins released. */
+int op_finish(et_store *s, int ret)
+{
 	if (ret) {
 		if (!s->failed)
 			s->failed = ret;
@@ -509,20 +523,28 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 		return no_table(s, table);
 	s->tm.t0 = now_ns(); /* op_end adds the operation's time */
 	ret = ids_check(t, table, ids, n, "ids");
-	if (ret)
-		return ret;
-	ret = op_drain(s);
-	if (s->failed)
-		return ET_EFAILED;
 	if (!ret)
-		ret = caches_ensure(s);
+		ret = op_start(s);
 	if (ret)
 		return ret;
 	*out = t;
 	return 0;
 }
 
-/* Dedups and resolves; on success the unique rows are at s->ptrs. */
+/* The start of every operation once its arguments are checked: what the
+ * I/O thread did is taken in, the caches made ready. */
+int op_start(et_store *s)
+{
+	int ret = op_drain(s);
+
+	if (s->failed)
+		return ET_EFAILED;
+	if (!ret)
+		ret = caches_ensure(s);
+	return ret;
+}
+
+/* Dedups and resolves; on success the unique rows are at s->o->ptrs. */
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped)
 {
@@ -545,8 +567,8 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	}
 	/* conflict misses with duplicates counted */
 	if (t->st.conflict_unique_misses != conflicts0) {
-		const uint8_t *kind = s->kind.p;
-		const uint32_t *inv = s->inv.p;
+		const uint8_t *kind = s->o->kind.p;
+		const uint32_t *inv = s->o->inv.p;
 
 		for (size_t i = 0; i < n; i++)
 			if (kind[inv[i]] & K_CONFLICT)

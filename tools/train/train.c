@@ -95,7 +95,8 @@ struct opts {
 	const char *dir;
 	bool keep;
 	uint64_t seed;
-	int threads; /* BLAS threads; 0: nproc - 1 */
+	int threads;	   /* BLAS threads; 0: nproc - 1 */
+	int store_threads; /* et_store_config.threads; 0: nproc */
 	bool prefetch;
 	const char *data;      /* Criteo TSV; NULL: synthetic */
 	const char *eval_data; /* Criteo held-out file; NULL: head of data */
@@ -240,6 +241,11 @@ static void usage(FILE *f)
 	    "run:\n"
 	    "  --threads N          BLAS threads (default: CPUs - 1, at least "
 	    "1)\n"
+	    "  --store-threads N    threads of the store's gathers and "
+	    "updates, which\n"
+	    "                       run apart from the BLAS work (default: "
+	    "CPUs, at\n"
+	    "                       most 64); any count gives the same bits\n"
 	    "  --eval-every N       held-out evaluation every N steps (0: "
 	    "end)\n"
 	    "  --eval-samples N     size of the held-out set\n"
@@ -269,6 +275,7 @@ enum {
 	OPT_KEEP,
 	OPT_SEED,
 	OPT_THREADS,
+	OPT_STORE_THREADS,
 	OPT_NO_PREFETCH,
 	OPT_DATA,
 	OPT_EVAL_DATA,
@@ -307,6 +314,7 @@ static const struct option long_opts[] = {
     {"keep", no_argument, NULL, OPT_KEEP},
     {"seed", required_argument, NULL, OPT_SEED},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"store-threads", required_argument, NULL, OPT_STORE_THREADS},
     {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
     {"data", required_argument, NULL, OPT_DATA},
     {"eval-data", required_argument, NULL, OPT_EVAL_DATA},
@@ -504,6 +512,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			ret = parse_int_opt("threads", optarg, 1, 1024,
 					    &o->threads);
 			break;
+		case OPT_STORE_THREADS:
+			ret = parse_int_opt("store-threads", optarg, 1, 64,
+					    &o->store_threads);
+			break;
 		case OPT_NO_PREFETCH:
 			o->prefetch = false;
 			break;
@@ -643,6 +655,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 		o->threads = n > 1 ? (int)n - 1 : 1;
 	}
+	if (!o->store_threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN) / o->nranks;
+
+		o->store_threads = n < 1 ? 1 : n > 64 ? 64 : (int)n;
+	}
 	return 0;
 }
 
@@ -675,9 +692,10 @@ struct trainer {
 	int neval;
 	uint64_t eval_n;
 	uint64_t eval_malformed;
-	struct idset *touched;	 /* per table: rows updated */
-	float *emb, *grad;	 /* ntables x batch x dim */
-	struct et_batch_ids *pf; /* ntables */
+	struct idset *touched;	   /* per table: rows updated */
+	float *emb, *grad;	   /* ntables x batch x dim */
+	struct et_batch_ids *pf;   /* ntables */
+	struct et_table_batch *tb; /* ntables: the multi-table calls */
 	char dir[PATH_MAX];
 	bool dir_made; /* ours: removed at the end unless --keep */
 	uint64_t fingerprint;
@@ -1118,6 +1136,7 @@ static int open_store(struct trainer *tr)
 	    .ddr_bytes = (uint64_t)(o->ddr_mb * 1048576.0),
 	    .hbm_policy = o->policy,
 	    .ddr_policy = o->policy,
+	    .threads = (uint32_t)o->store_threads,
 	};
 	double t0 = cli_now();
 	char what[96];
@@ -1305,10 +1324,11 @@ static int setup(struct trainer *tr)
 	tr->tid = calloc(o->ntables, sizeof(*tr->tid));
 	tr->touched = calloc(o->ntables, sizeof(*tr->touched));
 	tr->pf = calloc(o->ntables, sizeof(*tr->pf));
+	tr->tb = calloc(o->ntables, sizeof(*tr->tb));
 	tr->emb = calloc(nemb, sizeof(float));
 	tr->grad = calloc(nemb, sizeof(float));
-	if (!tr->rows || !tr->tid || !tr->touched || !tr->pf || !tr->emb ||
-	    !tr->grad)
+	if (!tr->rows || !tr->tid || !tr->touched || !tr->pf || !tr->tb ||
+	    !tr->emb || !tr->grad)
 		return fail("setup", -ENOMEM);
 	for (int t = 0; t < o->ntables; t++)
 		tr->rows[t] = table_rows(o, t);
@@ -1348,6 +1368,7 @@ static void teardown(struct trainer *tr)
 	free(tr->rows);
 	free(tr->tid);
 	free(tr->pf);
+	free(tr->tb);
 	free(tr->emb);
 	free(tr->grad);
 	free(tr->scores);
@@ -1425,13 +1446,17 @@ static int forward_batch(struct trainer *tr, const struct batch *b,
 		*stall += cli_now() - t0;
 	return 0;
 #endif
-	for (int t = 0; t < o->ntables; t++) {
-		ret = et_gather_pooled(tr->store, tr->tid[t], b->ids[t],
-				       b->offsets[t], (size_t)b->n, ET_POOL_SUM,
-				       tr->emb + (size_t)t * o->batch * d);
-		if (ret)
-			return fail("gather", ret);
-	}
+	for (int t = 0; t < o->ntables; t++)
+		tr->tb[t] = (struct et_table_batch){
+		    .table = tr->tid[t],
+		    .ids = b->ids[t],
+		    .offsets = b->offsets[t],
+		    .nbags = (size_t)b->n,
+		    .out = tr->emb + (size_t)t * o->batch * d};
+	ret = et_gather_pooled_multi(tr->store, tr->tb, (size_t)o->ntables,
+				     ET_POOL_SUM);
+	if (ret)
+		return fail("gather", ret);
 	if (stall)
 		*stall += cli_now() - t0;
 	return 0;
@@ -1649,14 +1674,17 @@ static int update_batch(struct trainer *tr, const struct batch *cur, int n)
 	}
 	return 0;
 #endif
-	for (int t = 0; t < o->ntables; t++) {
-		ret =
-		    et_update_pooled(tr->store, tr->tid[t], cur->ids[t],
-				     cur->offsets[t], (size_t)n, ET_POOL_SUM,
-				     tr->grad + (size_t)t * o->batch * d, &up);
-		if (ret)
-			return fail("update", ret);
-	}
+	for (int t = 0; t < o->ntables; t++)
+		tr->tb[t] = (struct et_table_batch){
+		    .table = tr->tid[t],
+		    .ids = cur->ids[t],
+		    .offsets = cur->offsets[t],
+		    .nbags = (size_t)n,
+		    .grads = tr->grad + (size_t)t * o->batch * d};
+	ret = et_update_pooled_multi(tr->store, tr->tb, (size_t)o->ntables,
+				     ET_POOL_SUM, &up);
+	if (ret)
+		return fail("update", ret);
 	for (int t = 0; t < o->ntables; t++) {
 		ret =
 		    idset_add(&tr->touched[t], cur->ids[t], cur->offsets[t][n]);
