@@ -24,7 +24,7 @@
  * struct sclass): a table's rows live in its class's instances only.
  *
  * The hierarchy is exclusive: a row is in at most one cache tier, and if it
- * is there and dirty that copy is the truth (DESIGN invariant 1). Rows are
+ * is there and dirty that copy is the truth (docs/ARCHITECTURE.md, invariant 1). Rows are
  * held in their storage type everywhere (invariant 2), so the result of any
  * sequence of operations is the same bytes whatever the capacities,
  * policies, or order of evictions (invariant 3).
