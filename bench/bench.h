@@ -203,6 +203,9 @@ struct sys_result {
 	bool has_reads;
 	uint64_t bytes_read, bytes_written, writebacks;
 	double io_wait_s; /* off-CPU thread-seconds in the calls */
+	/* the calls' time by the store's clocks (embtier, has_tiers):
+	 * et_stats miss_wait_ns and writeback_ns; hit work is the rest */
+	double miss_s, wb_s;
 	struct disk_delta disk;
 	int outputs; /* 0: not compared, 1: same, -1: differ */
 	uint64_t mem_peak;
@@ -219,7 +222,8 @@ struct out_ref {
 
 struct gather_limit {
 	bool ran;
-	uint64_t rows, buf_bytes;
+	uint64_t rows, rows_pf,
+	    buf_bytes; /* rows: plain loop, rows_pf: prefetching */
 	double seconds, rows_s, gbs;	      /* plain loop */
 	double seconds_pf, rows_s_pf, gbs_pf; /* with software prefetch */
 };

@@ -239,6 +239,32 @@ CELL(c_eff_hbm, if (r->has_tiers && cap_eff(r, 0) >= 0)
 CELL(c_eff_ddr, if (r->has_tiers && cap_eff(r, 1) >= 0)
 		    snprintf(b, n, "%.3f", cap_eff(r, 1));
      else snprintf(b, n, "-"))
+
+/* The calls' time: hit work / miss wait / write-back, in % of it. */
+static void time_split(const struct sys_result *r, double *hit, double *miss,
+		       double *wb)
+{
+	double t = r->seconds > 0 ? r->seconds : 1;
+	double h = r->seconds - r->miss_s - r->wb_s;
+
+	*hit = 100 * (h > 0 ? h : 0) / t;
+	*miss = 100 * r->miss_s / t;
+	*wb = 100 * r->wb_s / t;
+}
+
+static void split_cell(const struct sys_result *r, char *b, size_t n)
+{
+	double h, m, w;
+
+	if (!r->has_tiers) {
+		snprintf(b, n, "-");
+		return;
+	}
+	time_split(r, &h, &m, &w);
+	snprintf(b, n, "%.0f / %.0f / %.0f%%", h, m, w);
+}
+
+CELL(c_split, split_cell(r, b, n))
 CELL(c_reads, snprintf(b, n, "%" PRIu64, r->reads))
 CELL(c_reads_s, {
 	char h[32];
@@ -341,6 +367,7 @@ static void report_table(const struct run_report *rp)
 	line("device aqu-sz", rp, c_dev_aqu);
 	line("bytes written back", rp, c_written);
 	line("I/O wait thread-s", rp, c_wait);
+	line("time: hit / miss / write-back", rp, c_split);
 	line("outputs", rp, c_out);
 	for (int i = 0; i < NSYS; i++)
 		if (rp->sys[i].note[0])
@@ -483,6 +510,10 @@ static void json_sys(const struct sys_result *r, double dim)
 		       f.hbm, f.ddr, f.nvme, f.init, r->conflicts);
 	if (r->has_cache)
 		printf(",\"cache_hit_ratio\":%.6f", f.cache);
+	if (r->has_tiers)
+		printf(",\"time_s\":{\"hit\":%.6f,\"miss_wait\":%.6f,"
+		       "\"writeback\":%.6f}",
+		       r->seconds - r->miss_s - r->wb_s, r->miss_s, r->wb_s);
 	if (r->has_tiers)
 		printf(",\"capacity_efficiency\":{\"hbm\":%.6f,\"ddr\":%.6f}"
 		       ",\"row_bytes\":{\"hbm\":%" PRIu64 ",\"ddr\":%" PRIu64
@@ -631,7 +662,7 @@ static void report_csv(const struct run_report *rp)
 		printf("limit_gather_prefetch,1,,%" PRIu64
 		       ",%.6f,%.1f,%.4f,,,,,"
 		       ",,,,,,,,,,,,\n",
-		       rp->gl.rows, rp->gl.seconds_pf, rp->gl.rows_s_pf,
+		       rp->gl.rows_pf, rp->gl.seconds_pf, rp->gl.rows_s_pf,
 		       rp->gl.gbs_pf);
 	}
 	for (uint32_t i = 0; i <= rp->o->n_limit_qd + 1; i++) {

@@ -632,6 +632,8 @@ static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
 	r->bytes_written = (z.bytes_written + z.log_bytes_written) -
 			   (a.bytes_written + a.log_bytes_written);
 	r->writebacks = z.writebacks - a.writebacks;
+	r->miss_s = (double)(z.miss_wait_ns - a.miss_wait_ns) / 1e9;
+	r->wb_s = (double)(z.writeback_ns - a.writeback_ns) / 1e9;
 	r->mem_peak = z.mem_peak_bytes;
 	r->row_bytes[0] = z.hbm.row_bytes;
 	r->row_bytes[1] = z.ddr.row_bytes;

@@ -275,6 +275,10 @@ struct et_store_config {
 			       * for one shared cache). 0 (recommended):
 			       * every row size gets slots of its own size */
 	et_hbm_backend hbm_backend;
+	uint32_t threads; /* threads of the multi-table calls' row work, the
+			   * caller's counted: 0 or 1 the caller's alone,
+			   * up to 64. Results are the same bits for any
+			   * count. */
 };
 
 #define ET_SLOT_META_BYTES 16
@@ -340,6 +344,34 @@ ET_API int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 			    const uint64_t *offsets, size_t nbags, et_pool mode,
 			    const float *bag_grads,
 			    const struct et_update_params *up);
+
+/* One table's part of a multi-table call. */
+struct et_table_batch {
+	int table;
+	const uint64_t *ids;	 /* offsets[nbags] ids */
+	const uint64_t *offsets; /* nbags + 1, as for et_gather_pooled */
+	size_t nbags;
+	float *out;	    /* gather: nbags x dim, the pooled bags */
+	const float *grads; /* update: nbags x dim, the bags' gradients */
+};
+
+/* et_gather_pooled of the tables of batch[0..ntables) in one call, with
+ * the same results, bit for bit, as one call per table in order: every
+ * table's rows are looked up and placed first, then the bags pooled over
+ * et_store_config.threads threads. A table may appear once. A bad
+ * descriptor (unknown or repeated table, NULL pointer, bad offsets, id
+ * out of range) is an error naming batch[k] and nothing is done. */
+ET_API int et_gather_pooled_multi(et_store *s,
+				  const struct et_table_batch *batch,
+				  size_t ntables, et_pool mode);
+
+/* et_update_pooled of the tables of batch[0..ntables) in one call (grads
+ * of each descriptor), as one call per table in order; the gradients are
+ * summed and applied over et_store_config.threads threads. */
+ET_API int et_update_pooled_multi(et_store *s,
+				  const struct et_table_batch *batch,
+				  size_t ntables, et_pool mode,
+				  const struct et_update_params *up);
 
 /* Overwrites the values of rows ids[0..n) with vals (n x dim f32); their
  * optimizer state is kept. If an id repeats, the last one wins. */
@@ -482,6 +514,16 @@ struct et_stats {
 				    * next operation began */
 	uint64_t prefetch_skipped; /* rows that found no unpinned way */
 	uint64_t prefetch_wait_ns; /* time operations waited for reads */
+	/* Where the time inside the batch calls went (store-wide): op_ns in
+	 * the gather, update, write_rows and prefetch calls, of which
+	 * miss_wait_ns reading missed rows (from the table files or the
+	 * initializer) and waiting for the I/O thread, and writeback_ns
+	 * writing dirty rows home or handing them to the I/O thread. The
+	 * rest, op_ns - miss_wait_ns - writeback_ns, is memory work: hashing,
+	 * lookups, placement, copies, pooling, the optimizer. */
+	uint64_t op_ns;
+	uint64_t miss_wait_ns;
+	uint64_t writeback_ns;
 	/* memory */
 	uint64_t mem_bytes; /* host bytes the library holds now */
 	uint64_t mem_peak_bytes;

@@ -73,27 +73,15 @@ void cache_free(struct cache *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* Multiply-shift maps the hash onto [0, nsets) without a division. */
-static inline uint64_t set_of(const struct cache *c, uint64_t key)
-{
-	return (uint64_t)(((unsigned __int128)hash_mix(key) * c->nsets) >> 64);
-}
-
 uint64_t cache_lookup(const struct cache *c, uint64_t key)
 {
-	uint64_t base = set_of(c, key) * c->ways;
-	const uint64_t *k = c->keys + base;
-
-	for (uint32_t w = 0; w < c->ways; w++)
-		if ((k[w] & CACHE_KEY_MASK) == key)
-			return base + w;
-	return CACHE_NONE;
+	return cache_lookup_at(c, cache_set_base(c, key), key);
 }
 
 uint64_t cache_pick(const struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps)
 {
-	uint64_t base = set_of(c, key) * c->ways;
+	uint64_t base = cache_set_base(c, key);
 	uint64_t eligible = 0;
 
 	for (uint32_t w = 0; w < c->ways; w++) {

@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "hash.h"
 #include "policy.h"
 
 #define CACHE_DIRTY    (1ULL << 63)
@@ -99,6 +100,36 @@ static inline uint64_t cache_slots(const struct cache *c)
 
 /* Slot holding key, or CACHE_NONE. Does not touch the policy. */
 uint64_t cache_lookup(const struct cache *c, uint64_t key);
+
+/* The first slot of key's set: multiply-shift maps the hash onto
+ * [0, nsets) without a division. */
+static inline uint64_t cache_set_base(const struct cache *c, uint64_t key)
+{
+	return (uint64_t)(((unsigned __int128)hash_mix(key) * c->nsets) >> 64) *
+	       c->ways;
+}
+
+/* cache_lookup in the set starting at base (cache_set_base(c, key)): a
+ * batch hashes its keys and asks for their sets first, then probes. */
+static inline uint64_t cache_lookup_at(const struct cache *c, uint64_t base,
+				       uint64_t key)
+{
+	const uint64_t *k = c->keys + base;
+
+	for (uint32_t w = 0; w < c->ways; w++)
+		if ((k[w] & CACHE_KEY_MASK) == key)
+			return base + w;
+	return CACHE_NONE;
+}
+
+/* Asks for the cache lines of the set starting at base. */
+static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
+{
+	const char *p = (const char *)(c->keys + base);
+
+	for (uint32_t off = 0; off < c->ways * 8u; off += 64)
+		__builtin_prefetch(p + off);
+}
 
 static inline void *cache_row(const struct cache *c, uint64_t slot)
 {

@@ -1,6 +1,6 @@
 /*
  * dtype.h - storage types of row values and their conversion to and from
- * f32. Conversion happens only at gather and update (DESIGN invariant 2);
+ * f32. Conversion happens only at gather and update (docs/ARCHITECTURE.md, invariant 2);
  * every tier holds the storage bytes. Pure functions, any thread.
  */
 #ifndef ET_DTYPE_H

@@ -5,17 +5,242 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dtype.h"
+#include "simd.h"
 #include "error.h"
+#include "mem_host.h"
 #include "store_impl.h"
+#include "workers.h"
+
+/* ---------------------------------------------------------- row kernels */
+
+/*
+ * The row kernels work on resolved rows (ptrs: each unique row's bytes in
+ * its slot; inv: each input's unique index) and nothing else of the store,
+ * so that disjoint parts of them may run on several threads.
+ *
+ * Rows are visited in input order after their addresses are known: asking
+ * for every cache line of the row this many inputs ahead keeps several
+ * DRAM misses in flight instead of one row's at a time. Arithmetic is lane
+ * by lane (simd.h), so each output value is computed by the same
+ * operations in the same order as the plain scalar loop.
+ */
+#define PREFETCH_AHEAD 16
+
+/* o[c] += r[c] */
+static inline void row_add(float *o, const float *r, uint32_t dim)
+{
+	uint32_t c = 0;
+
+	for (; c + 2 * VLANES <= dim; c += 2 * VLANES) {
+		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
+		vf4_store(o + c + VLANES,
+			  vf4_load(o + c + VLANES) + vf4_load(r + c + VLANES));
+	}
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
+	for (; c < dim; c++)
+		o[c] += r[c];
+}
+
+/* o[c] /= d */
+static inline void row_div(float *o, float d, uint32_t dim)
+{
+	vf4 dv = vf4_splat(d);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(o + c) / dv);
+	for (; c < dim; c++)
+		o[c] /= d;
+}
+
+/* o[c] = r[c] / d */
+static inline void row_set_div(float *o, const float *r, float d, uint32_t dim)
+{
+	vf4 dv = vf4_splat(d);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(r + c) / dv);
+	for (; c < dim; c++)
+		o[c] = r[c] / d;
+}
+
+/* o[c] += r[c] / d */
+static inline void row_add_div(float *o, const float *r, float d, uint32_t dim)
+{
+	vf4 dv = vf4_splat(d);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c) / dv);
+	for (; c < dim; c++)
+		o[c] += r[c] / d;
+}
+
+/* w[c] -= mul * g[c] */
+static inline void row_axpy(float *w, float mul, const float *g, uint32_t dim)
+{
+	vf4 mv = vf4_splat(mul);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(w + c, vf4_load(w + c) - mv * vf4_load(g + c));
+	for (; c < dim; c++)
+		w[c] -= mul * g[c];
+}
+
+/* Inputs [i0, i1) decoded into out (one row of dim each, from i0). */
+static void kern_gather(const struct tf_geom *g, void *const *ptrs,
+			const uint32_t *inv, size_t i0, size_t i1, float *out)
+{
+	for (size_t i = i0; i < i1; i++) {
+		if (i + PREFETCH_AHEAD < i1)
+			prefetch_bytes(ptrs[inv[i + PREFETCH_AHEAD]],
+				       g->value_bytes);
+		dtype_decode(g->dtype, ptrs[inv[i]], out + (i - i0) * g->dim,
+			     g->dim);
+	}
+}
+
+/*
+ * Bags [b0, b1) into out (one row of dim each, from b0): each bag's rows
+ * added in id order in f32 from zero, then divided by the bag's size for a
+ * mean. tmp holds one decoded row (f16, bf16).
+ */
+static void kern_pool(const struct tf_geom *g, void *const *ptrs,
+		      const uint32_t *inv, const uint64_t *offsets, size_t b0,
+		      size_t b1, et_pool mode, float *out, float *tmp)
+{
+	uint32_t dim = g->dim;
+	size_t end = offsets[b1];
+
+	for (size_t b = b0; b < b1; b++) {
+		float *o = out + (b - b0) * dim;
+		uint64_t len = offsets[b + 1] - offsets[b];
+
+		memset(o, 0, dim * sizeof(*o));
+		for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
+			const float *r = tmp;
+
+			if (i + PREFETCH_AHEAD < end)
+				prefetch_bytes(ptrs[inv[i + PREFETCH_AHEAD]],
+					       g->value_bytes);
+			if (g->dtype == ET_F32)
+				r = ptrs[inv[i]]; /* no copy needed */
+			else
+				dtype_decode(g->dtype, ptrs[inv[i]], tmp, dim);
+			row_add(o, r, dim);
+		}
+		if (mode == ET_POOL_MEAN && len)
+			row_div(o, (float)len, dim);
+	}
+}
+
+/*
+ * Sums per-input gradients into one per unique row, in input order, for
+ * the unique rows [u0, u1): acc holds their rows (from u0). With offsets
+ * (a pooled backward), input i's gradient is its bag's, divided by the
+ * bag's size for a mean. seen: one byte per unique row of the range.
+ */
+static void kern_accumulate(uint32_t dim, const uint32_t *inv, size_t n,
+			    const float *grads, const uint64_t *offsets,
+			    et_pool mode, size_t u0, size_t u1, float *acc,
+			    uint8_t *seen)
+{
+	bool mean = offsets && mode == ET_POOL_MEAN;
+
+	memset(seen, 0, u1 - u0);
+	for (size_t b = 0, i = 0; i < n; i++) {
+		size_t u = inv[i];
+		float *a = acc + (u - u0) * dim;
+		const float *gi;
+		float div = 1.0f;
+
+		if (offsets) {
+			while (offsets[b + 1] <= i)
+				b++;
+			gi = grads + b * dim;
+			if (mode == ET_POOL_MEAN)
+				div = (float)(offsets[b + 1] - offsets[b]);
+		} else {
+			gi = grads + i * dim;
+		}
+		if (u < u0 || u >= u1)
+			continue;
+		if (!seen[u - u0]) {
+			seen[u - u0] = 1;
+			if (mean)
+				row_set_div(a, gi, div, dim);
+			else
+				memcpy(a, gi, dim * sizeof(*a));
+		} else if (mean) {
+			row_add_div(a, gi, div, dim);
+		} else {
+			row_add(a, gi, dim);
+		}
+	}
+}
+
+/*
+ * Applies the summed gradients acc (one row per unique, from u0) to the
+ * unique rows [u0, u1).
+ *
+ * SGD:        w[c] -= lr * g[c]
+ * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
+ *             s   = sum over c of g[c] * g[c]   (f32, column order)
+ *             m  += s / dim
+ *             mul = lr / (sqrtf(m) + eps)
+ *             w[c] -= mul * g[c]
+ * Each w[c] is decoded from the storage type, updated in f32, and encoded
+ * back (rounded to nearest even for f16/bf16).
+ */
+static void kern_apply(const struct tf_geom *g, void *const *ptrs, size_t u0,
+		       size_t u1, const float *acc,
+		       const struct et_update_params *up)
+{
+	float eps = up->eps ? up->eps : 1e-8f;
+	float lr = up->lr;
+	uint32_t dim = g->dim;
+	float w[256];
+
+	for (size_t i = u0; i < u1; i++) {
+		char *row = ptrs[i];
+		const float *gr = acc + (i - u0) * dim;
+		float mul = lr;
+
+		if (i + PREFETCH_AHEAD < u1)
+			prefetch_bytes(ptrs[i + PREFETCH_AHEAD], g->row_bytes);
+		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
+			float sum = 0, st;
+
+			for (uint32_t c = 0; c < dim; c++)
+				sum += gr[c] * gr[c];
+			memcpy(&st, row + g->value_bytes, sizeof(st));
+			st += sum / (float)dim;
+			memcpy(row + g->value_bytes, &st, sizeof(st));
+			mul = lr / (sqrtf(st) + eps);
+		}
+		if (g->dtype == ET_F32) {
+			row_axpy((float *)row, mul, gr, dim); /* in place */
+			continue;
+		}
+		/* decode, update, encode in pieces: no allocation */
+		for (uint32_t c0 = 0; c0 < dim; c0 += 256) {
+			uint32_t k = dim - c0 < 256 ? dim - c0 : 256;
+
+			dtype_decode(g->dtype, row + c0 * 2, w, k);
+			row_axpy(w, mul, gr + c0, k);
+			dtype_encode(g->dtype, w, row + c0 * 2, k);
+		}
+	}
+}
 
 /* ------------------------------------------------------------ operations */
-
-/* Rows are touched in id order after their addresses are known: asking the
- * memory system for a row this many ids ahead hides most of its latency. */
-#define PREFETCH_AHEAD 8
 
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 {
@@ -32,19 +257,7 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	ret = op_prepare(s, t, ids, n, &m, false);
 	if (ret)
 		return ret;
-	{
-		void *const *ptrs = s->ptrs.p;
-		const uint32_t *inv = s->inv.p;
-		uint32_t dim = t->g->dim;
-
-		for (size_t i = 0; i < n; i++) {
-			if (i + PREFETCH_AHEAD < n)
-				__builtin_prefetch(
-				    ptrs[inv[i + PREFETCH_AHEAD]]);
-			dtype_decode(t->g->dtype, ptrs[inv[i]], out + i * dim,
-				     dim);
-		}
-	}
+	kern_gather(t->g, s->o->ptrs.p, s->o->inv.p, 0, n, out);
 	return op_end(s, (uint32_t)table, false);
 }
 
@@ -95,101 +308,22 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 		ret = op_prepare(s, t, ids, n, &m, false);
 		if (ret)
 			return ret;
-		ret = sbuf_reserve(&s->acc, t->g->dim * sizeof(float));
+		ret = sbuf_reserve(&s->o->acc, t->g->dim * sizeof(float));
 		if (ret) {
 			op_end(s, (uint32_t)table, false);
 			return ret;
 		}
 	}
-	{
-		void *const *ptrs = s->ptrs.p;
-		const uint32_t *inv = s->inv.p;
-		uint32_t dim = t->g->dim;
-		float *row = s->acc.p;
-
-		/* Bag b: rows added in id order in f32, then divided by
-		 * the bag's size for a mean. */
-		for (size_t b = 0; b < nbags; b++) {
-			float *o = out + b * dim;
-			uint64_t len = offsets[b + 1] - offsets[b];
-
-			memset(o, 0, dim * sizeof(*o));
-			for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
-				const float *r = row;
-
-				if (i + PREFETCH_AHEAD < n)
-					__builtin_prefetch(
-					    ptrs[inv[i + PREFETCH_AHEAD]]);
-				if (t->g->dtype == ET_F32)
-					r = ptrs[inv[i]]; /* no copy needed */
-				else
-					dtype_decode(t->g->dtype, ptrs[inv[i]],
-						     row, dim);
-				for (uint32_t c = 0; c < dim; c++)
-					o[c] += r[c];
-			}
-			if (mode == ET_POOL_MEAN && len)
-				for (uint32_t c = 0; c < dim; c++)
-					o[c] /= (float)len;
-		}
-	}
+	kern_pool(t->g, s->o->ptrs.p, s->o->inv.p, offsets, 0, nbags, mode, out,
+		  s->o->acc.p);
 	return n ? op_end(s, (uint32_t)table, false) : 0;
-}
-
-/*
- * Applies the summed gradients acc (m x dim) to the resolved rows.
- *
- * SGD:        w[c] -= lr * g[c]
- * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
- *             s   = sum over c of g[c] * g[c]   (f32, column order)
- *             m  += s / dim
- *             mul = lr / (sqrtf(m) + eps)
- *             w[c] -= mul * g[c]
- * Each w[c] is decoded from the storage type, updated in f32, and encoded
- * back (rounded to nearest even for f16/bf16).
- */
-static void apply(et_store *s, struct table *t, size_t m, const float *acc,
-		  const struct et_update_params *up)
-{
-	void *const *ptrs = s->ptrs.p;
-	const struct tf_geom *g = t->g;
-	float eps = up->eps ? up->eps : 1e-8f;
-	float lr = up->lr;
-	float w[256];
-
-	for (size_t i = 0; i < m; i++) {
-		char *row = ptrs[i];
-		const float *gr = acc + i * g->dim;
-		float mul = lr;
-
-		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
-			float sum = 0, st;
-
-			for (uint32_t c = 0; c < g->dim; c++)
-				sum += gr[c] * gr[c];
-			memcpy(&st, row + g->value_bytes, sizeof(st));
-			st += sum / (float)g->dim;
-			memcpy(row + g->value_bytes, &st, sizeof(st));
-			mul = lr / (sqrtf(st) + eps);
-		}
-		/* decode, update, encode in pieces: no allocation */
-		for (uint32_t c0 = 0; c0 < g->dim; c0 += 256) {
-			uint32_t k = g->dim - c0 < 256 ? g->dim - c0 : 256;
-			size_t es = dtype_size(g->dtype);
-
-			dtype_decode(g->dtype, row + c0 * es, w, k);
-			for (uint32_t c = 0; c < k; c++)
-				w[c] -= mul * gr[c0 + c];
-			dtype_encode(g->dtype, w, row + c0 * es, k);
-		}
-	}
 }
 
 /* Marks the resolved rows of t dirty in whichever tier holds them. */
 static void mark_dirty(et_store *s, const struct table *t, size_t m)
 {
-	const uint8_t *kind = s->kind.p;
-	const uint64_t *slots = s->slots.p;
+	const uint8_t *kind = s->o->kind.p;
+	const uint64_t *slots = s->o->slots.p;
 	struct sclass *cl = &s->cls[t->cls];
 
 	for (size_t i = 0; i < m; i++) {
@@ -204,51 +338,15 @@ static void mark_dirty(et_store *s, const struct table *t, size_t m)
 	}
 }
 
-/* Sums per-input gradients into one per unique row, in input order. With
- * offsets (a pooled backward), input i's gradient is its bag's, divided by
- * the bag's size for a mean. */
-static int accumulate(et_store *s, const struct table *t, size_t n, size_t m,
-		      const float *grads, const uint64_t *offsets, et_pool mode)
+static int check_update_params(const struct et_update_params *up)
 {
-	uint32_t dim = t->g->dim;
-	const uint32_t *inv = s->inv.p;
-	uint8_t *seen;
-	float *acc;
-	int ret;
-
-	ret = sbuf_reserve(&s->acc, m * dim * sizeof(float) + m);
-	if (ret)
-		return ret;
-	acc = s->acc.p;
-	seen = (uint8_t *)(acc + m * dim);
-	memset(seen, 0, m);
-	for (size_t b = 0, i = 0; i < n; i++) {
-		float *a = acc + (size_t)inv[i] * dim;
-		const float *gi;
-		float div = 1.0f;
-
-		if (offsets) {
-			while (offsets[b + 1] <= i)
-				b++;
-			gi = grads + b * dim;
-			if (mode == ET_POOL_MEAN)
-				div = (float)(offsets[b + 1] - offsets[b]);
-		} else {
-			gi = grads + i * dim;
-		}
-		if (!seen[inv[i]]) {
-			seen[inv[i]] = 1;
-			for (uint32_t c = 0; c < dim; c++)
-				a[c] = offsets && mode == ET_POOL_MEAN
-					   ? gi[c] / div
-					   : gi[c];
-		} else {
-			for (uint32_t c = 0; c < dim; c++)
-				a[c] += offsets && mode == ET_POOL_MEAN
-					    ? gi[c] / div
-					    : gi[c];
-		}
-	}
+	if (!up)
+		return err_set(-EINVAL, "up is NULL");
+	if (!isfinite(up->lr))
+		return err_set(-EINVAL, "up->lr %g not finite", up->lr);
+	if (!isfinite(up->eps) || up->eps < 0)
+		return err_set(-EINVAL, "up->eps %g not finite and >= 0",
+			       up->eps);
 	return 0;
 }
 
@@ -260,14 +358,9 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	size_t m;
 	int ret;
 
-	if (!up)
-		return err_set(-EINVAL, "up is NULL");
-	if (!isfinite(up->lr))
-		return err_set(-EINVAL, "up->lr %g not finite", up->lr);
-	if (!isfinite(up->eps) || up->eps < 0)
-		return err_set(-EINVAL, "up->eps %g not finite and >= 0",
-			       up->eps);
-	ret = op_begin(s, table, ids, n, &t);
+	ret = check_update_params(up);
+	if (!ret)
+		ret = op_begin(s, table, ids, n, &t);
 	if (ret || n == 0)
 		return ret;
 	if (!grads)
@@ -276,13 +369,16 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
-	ret = accumulate(s, t, n, m, grads, offsets, mode);
+	ret = sbuf_reserve(&s->o->acc, m * t->g->dim * sizeof(float) + m);
 	if (ret)
 		return ret;
+	kern_accumulate(t->g->dim, s->o->inv.p, n, grads, offsets, mode, 0, m,
+			s->o->acc.p,
+			(uint8_t *)s->o->acc.p + m * t->g->dim * 4);
 	ret = op_prepare(s, t, ids, n, &m, true);
 	if (ret)
 		return ret;
-	apply(s, t, m, s->acc.p, up);
+	kern_apply(t->g, s->o->ptrs.p, 0, m, s->o->acc.p, up);
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
 }
@@ -327,8 +423,8 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	if (ret)
 		return ret;
 	{
-		void *const *ptrs = s->ptrs.p;
-		const uint32_t *last = s->last.p;
+		void *const *ptrs = s->o->ptrs.p;
+		const uint32_t *last = s->o->last.p;
 		uint32_t dim = t->g->dim;
 
 		for (size_t i = 0; i < m; i++)
@@ -337,4 +433,273 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	}
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
+}
+
+/* ---------------------------------------------------------- multi-table */
+
+/*
+ * A multi-table call runs in two phases. On the store's thread, table by
+ * table in batch order, exactly what a single call does before its
+ * kernel: dedup, then resolve, each into the table's own scratch
+ * (s->multi[k]); the rows of every table stay pinned with the call's
+ * epoch, so no later table's placement moves an earlier table's rows.
+ * Then the row kernels run as items over the threads (workers.c): bags of
+ * one table for a gather; a range of one table's unique rows, summed and
+ * applied, for an update. Items write disjoint outputs and each computes
+ * its values exactly as the single call does, so the results are the
+ * same bits for any number of threads. Last, on the store's thread again,
+ * rows are marked dirty and the call ends as one operation.
+ */
+
+/* Bags or unique rows an item takes at least. */
+#define ITEM_BAGS 32
+#define ITEM_ROWS 64
+
+struct multi {
+	et_store *s;
+	const struct et_table_batch *b;
+	size_t nt;
+	et_pool mode;
+	const struct et_update_params *up;
+	const size_t *first; /* item of each table's first piece; [nt]: all */
+	size_t trow_dim;     /* floats of each thread's decode row */
+};
+
+/* Checks every descriptor and the tables' uniqueness; nothing changes. */
+static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
+		       et_pool mode, bool update)
+{
+	uint8_t *seen;
+	int ret;
+
+	if (!s)
+		return err_set(-EINVAL, "s is NULL");
+	if (nt && !b)
+		return err_set(-EINVAL, "batch is NULL, with %zu tables", nt);
+	ret = check_pool(mode);
+	if (!ret)
+		ret = sbuf_reserve(&s->map, s->ntables ? s->ntables : 1);
+	if (ret)
+		return ret;
+	seen = s->map.p;
+	memset(seen, 0, s->ntables);
+	for (size_t k = 0; k < nt; k++) {
+		struct table *t = table_get(s, b[k].table);
+		char what[48];
+		size_t n;
+
+		if (!t)
+			return err_set(ET_ENOTABLE,
+				       "batch[%zu].table %d unknown: the store "
+				       "has %u",
+				       k, b[k].table, s->ntables);
+		if (seen[b[k].table])
+			return err_set(-EINVAL,
+				       "batch[%zu].table %d appears twice", k,
+				       b[k].table);
+		seen[b[k].table] = 1;
+		if (!b[k].offsets)
+			return err_set(-EINVAL, "batch[%zu].offsets is NULL",
+				       k);
+		ret = check_offsets(b[k].offsets, b[k].nbags, &n);
+		if (ret) {
+			char why[200];
+
+			snprintf(why, sizeof(why), "%s", et_errdetail());
+			return err_set(ret, "batch[%zu].%s", k, why);
+		}
+		if (update ? !b[k].grads && b[k].nbags
+			   : !b[k].out && b[k].nbags)
+			return err_set(-EINVAL, "batch[%zu].%s is NULL", k,
+				       update ? "grads" : "out");
+		snprintf(what, sizeof(what), "batch[%zu].ids", k);
+		ret = ids_check(t, b[k].table, b[k].ids, n, what);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Makes room for a scratch per table of the call. */
+static int multi_scratch(et_store *s, size_t nt)
+{
+	struct opscr *p;
+
+	if (nt <= s->nmulti)
+		return 0;
+	p = mem_alloc(nt * sizeof(*p), 0);
+	if (!p)
+		return -ENOMEM;
+	if (s->multi) {
+		memcpy(p, s->multi, s->nmulti * sizeof(*p));
+		mem_free(s->multi, s->nmulti * sizeof(*p), 0);
+	}
+	s->multi = p;
+	s->nmulti = (uint32_t)nt;
+	return 0;
+}
+
+/* Phase one: every table's batch deduplicated and resolved, and (for an
+ * update) room for its summed gradients. On failure the call has ended. */
+static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
+			 bool update, size_t *trow_dim)
+{
+	int ret;
+
+	*trow_dim = 0;
+	for (size_t k = 0; k < nt; k++) {
+		struct table *t = &s->tables[b[k].table];
+		struct opscr *o = &s->multi[k];
+		size_t n = b[k].offsets[b[k].nbags];
+
+		o->m = 0;
+		o->nbypass = 0;
+		if (t->g->dim > *trow_dim)
+			*trow_dim = t->g->dim;
+		if (!n)
+			continue;
+		s->o = o;
+		ret = op_prepare(s, t, b[k].ids, n, &o->m, false);
+		if (ret) { /* it has ended the call */
+			s->o = &s->one;
+			return ret;
+		}
+		if (update) {
+			ret = sbuf_reserve(
+			    &o->acc, o->m * t->g->dim * sizeof(float) + o->m);
+			if (ret) {
+				s->o = &s->one;
+				op_finish(s, 0);
+				return ret;
+			}
+		}
+	}
+	s->o = &s->one;
+	ret = sbuf_reserve(&s->trow, (s->cfg.threads > 1 ? s->cfg.threads : 1) *
+					 *trow_dim * sizeof(float));
+	if (ret)
+		op_finish(s, 0);
+	return ret;
+}
+
+/* Pieces of table k: bags (gather) or unique rows (update), in items. */
+static size_t multi_pieces(const struct multi *mu, size_t k, bool update)
+{
+	size_t n = update ? mu->s->multi[k].m : mu->b[k].nbags;
+	size_t per = update ? ITEM_ROWS : ITEM_BAGS;
+	size_t threads = mu->s->cfg.threads > 1 ? mu->s->cfg.threads : 1;
+
+	/* an update's piece reads all of the table's inputs: few of them */
+	if (update && n / per > 2 * threads)
+		per = (n + 2 * threads - 1) / (2 * threads);
+	return (n + per - 1) / per;
+}
+
+/* The table of item i and the piece [lo, hi) of its bags or rows. */
+static size_t multi_item(const struct multi *mu, size_t i, bool update,
+			 size_t *lo, size_t *hi)
+{
+	size_t k = 0, n, pieces, j;
+
+	while (mu->first[k + 1] <= i)
+		k++;
+	n = update ? mu->s->multi[k].m : mu->b[k].nbags;
+	pieces = mu->first[k + 1] - mu->first[k];
+	j = i - mu->first[k];
+	/* pieces of equal size but for the remainder, which the first
+	 * ones take */
+	*lo = j * (n / pieces) + (j < n % pieces ? j : n % pieces);
+	*hi = *lo + n / pieces + (j < n % pieces);
+	return k;
+}
+
+static void gather_item(void *arg, size_t i, unsigned thread)
+{
+	const struct multi *mu = arg;
+	size_t lo, hi, k = multi_item(mu, i, false, &lo, &hi);
+	const struct table *t = &mu->s->tables[mu->b[k].table];
+	const struct opscr *o = &mu->s->multi[k];
+
+	kern_pool(t->g, o->ptrs.p, o->inv.p, mu->b[k].offsets, lo, hi, mu->mode,
+		  mu->b[k].out + lo * t->g->dim,
+		  (float *)mu->s->trow.p + thread * mu->trow_dim);
+}
+
+static void update_item(void *arg, size_t i, unsigned thread)
+{
+	const struct multi *mu = arg;
+	size_t lo, hi, k = multi_item(mu, i, true, &lo, &hi);
+	const struct table *t = &mu->s->tables[mu->b[k].table];
+	const struct opscr *o = &mu->s->multi[k];
+	uint32_t dim = t->g->dim;
+	float *acc = (float *)o->acc.p + lo * dim;
+
+	kern_accumulate(dim, o->inv.p, mu->b[k].offsets[mu->b[k].nbags],
+			mu->b[k].grads, mu->b[k].offsets, mu->mode, lo, hi, acc,
+			(uint8_t *)o->acc.p + o->m * dim * 4 + lo);
+	kern_apply(t->g, o->ptrs.p, lo, hi, acc, mu->up);
+}
+
+static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
+		     et_pool mode, const struct et_update_params *up)
+{
+	bool update = up != NULL;
+	struct multi mu = {s, b, nt, mode, up, NULL, 0};
+	size_t *first;
+	int ret;
+
+	s->tm.t0 = now_ns();
+	ret = op_start(s);
+	if (!ret)
+		ret = multi_scratch(s, nt);
+	if (ret)
+		return ret;
+	ret = multi_prepare(s, b, nt, update, &mu.trow_dim);
+	if (ret)
+		return ret;
+	/* the item index of each table's first piece, in s->map */
+	ret = sbuf_reserve(&s->map, (nt + 1) * sizeof(*first));
+	if (ret) {
+		op_finish(s, 0);
+		return ret;
+	}
+	first = s->map.p;
+	first[0] = 0;
+	for (size_t k = 0; k < nt; k++)
+		first[k + 1] = first[k] + multi_pieces(&mu, k, update);
+	mu.first = first;
+	workers_run(s->wk, first[nt], update ? update_item : gather_item, &mu);
+	for (size_t k = 0; k < nt && update; k++) {
+		s->o = &s->multi[k];
+		mark_dirty(s, &s->tables[b[k].table], s->o->m);
+		if (!ret)
+			ret = op_bypass_done(s, (uint32_t)b[k].table, true);
+	}
+	for (size_t k = 0; k < nt; k++) /* pins end with the call */
+		s->multi[k].nbypass = 0;
+	s->o = &s->one;
+	return op_finish(s, ret);
+}
+
+int et_gather_pooled_multi(et_store *s, const struct et_table_batch *batch,
+			   size_t ntables, et_pool mode)
+{
+	int ret;
+
+	err_clear();
+	ret = multi_check(s, batch, ntables, mode, false);
+	return ret ? ret : multi_run(s, batch, ntables, mode, NULL);
+}
+
+int et_update_pooled_multi(et_store *s, const struct et_table_batch *batch,
+			   size_t ntables, et_pool mode,
+			   const struct et_update_params *up)
+{
+	int ret;
+
+	err_clear();
+	ret = check_update_params(up);
+	if (!ret)
+		ret = multi_check(s, batch, ntables, mode, true);
+	return ret ? ret : multi_run(s, batch, ntables, mode, up);
 }

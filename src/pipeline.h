@@ -5,7 +5,7 @@
  * The store hands jobs (read these rows of a table, or write these rows
  * back) to one worker thread that runs them strictly in order, so a
  * write-back queued before a read of the same block finishes before the
- * read starts: one I/O per block at a time (DESIGN invariant 6). While any
+ * read starts: one I/O per block at a time (docs/ARCHITECTURE.md, invariant 6). While any
  * job is queued or running, the worker owns the table files and the store's
  * ring; the store's thread touches neither until pl_drain() has returned.
  * That single rule is the whole synchronization protocol.

@@ -86,6 +86,17 @@ int drain(et_store *s)
 	return ret;
 }
 
+/* drain at the start of an operation: its wait is the operation's miss
+ * wait (et_stats.miss_wait_ns). */
+int op_drain(et_store *s)
+{
+	uint64_t w0 = s->pf.wait_ns;
+	int ret = drain(s);
+
+	s->tm.miss_ns += s->pf.wait_ns - w0;
+	return ret;
+}
+
 /* Classifies one table's ids of the next batch; rows to read are appended
  * to a new job in *job (NULL if none). */
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
@@ -103,13 +114,13 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	*job = NULL;
 	ret = dedup(s, ids, n, &m);
 	if (!ret)
-		ret = sbuf_reserve(&s->mrows, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->mbuf, rb);
+		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (ret)
 		return ret;
-	uniq = s->uniq.p;
-	mrows = s->mrows.p;
+	uniq = s->o->uniq.p;
+	mrows = s->o->mrows.p;
 	s->pf.rows += m;
 	for (size_t i = 0; i < m; i++) {
 		uint64_t key = cache_key(t, uniq[i]);
@@ -147,19 +158,19 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		 * has the truth. Copied out, as placing may grow the queue. */
 		at = wb_find(s, key);
 		if (at >= 0) {
-			memcpy(s->mbuf.p,
+			memcpy(s->o->mbuf.p,
 			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
 			       rb);
-			ret =
-			    pf_install(s, t, uniq[i], s->mbuf.p, true, s->bcur);
+			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, true,
+					 s->bcur);
 			if (ret)
 				return ret;
 			continue;
 		}
 		if (!tf_row_materialized(tb->tf, uniq[i])) {
-			tf_init_row_raw(tb->tf, uniq[i], s->mbuf.p);
+			tf_init_row_raw(tb->tf, uniq[i], s->o->mbuf.p);
 			tb->st.rows_lazy++;
-			ret = pf_install(s, t, uniq[i], s->mbuf.p, false,
+			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, false,
 					 s->bcur);
 			if (ret)
 				return ret;
@@ -183,6 +194,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	struct pl_job *jobs = NULL, **tail = &jobs, *j;
+	uint64_t t0, t1, w0;
 	int ret = 0;
 
 	err_clear();
@@ -203,7 +215,8 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		if (ret)
 			return ret;
 	}
-	ret = drain(s);
+	t0 = now_ns();
+	ret = op_drain(s);
 	if (s->failed)
 		return ET_EFAILED;
 	if (!ret)
@@ -221,6 +234,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 			tail = &(*tail)->next;
 	}
 	/* Victims first, then the reads: the I/O thread keeps the order. */
+	w0 = now_ns();
 	if (!ret)
 		ret = wb_submit(s);
 	while ((j = jobs)) {
@@ -249,6 +263,9 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		}
 		wb_run(s);
 	}
+	t1 = now_ns();
+	s->tm.wb_ns += t1 - w0;
+	s->tm.op_ns += t1 - t0;
 	epoch_next(s);
 	return ret;
 }

@@ -24,6 +24,7 @@
 #include "mem_host.h"
 #include "policy.h"
 #include "store_impl.h"
+#include "workers.h"
 
 #define MAX_TABLES   65534
 #define DEFAULT_DDR  (256ULL << 20)
@@ -522,6 +523,10 @@ static int config_check(struct et_store_config *c)
 		return err_set(ET_ECONFIG,
 			       "et_store_config.hbm_backend ET_HBM_CUDA: no "
 			       "CUDA device, or a build without CUDA");
+	if (c->threads > WORKERS_MAX)
+		return err_set(ET_ECONFIG,
+			       "et_store_config.threads %u out of range 0..%d",
+			       c->threads, WORKERS_MAX);
 	if (c->slot_bytes > MAX_SLOT_BYTES)
 		return err_set(ET_ECONFIG,
 			       "et_store_config.slot_bytes %u out of range "
@@ -609,6 +614,7 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	s->cfg = c;
 	s->has_hbm = c.hbm_bytes > 0;
 	s->epoch = 1;
+	s->o = &s->one;
 	s->dir = mem_alloc(strlen(dir) + 1, 0);
 	if (!s->dir) {
 		ret = -ENOMEM;
@@ -619,6 +625,8 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	if (ret)
 		goto err_free;
 	ret = pl_start(&s->pl);
+	if (!ret && c.threads > 1)
+		ret = workers_start(c.threads, &s->wk);
 	if (ret)
 		goto err_free;
 	ret = ckpt_read(dir, &rec, NULL, NULL);
@@ -634,6 +642,8 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	return 0;
 
 err_free:
+	workers_stop(s->wk);
+	sbuf_free(&s->trow);
 	pl_stop(s->pl);
 	io_close(s->io);
 	if (s->dir)
@@ -642,22 +652,35 @@ err_free:
 	return ret;
 }
 
+static void opscr_free(struct opscr *o)
+{
+	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,  &o->ptrs,
+			       &o->kind, &o->slots, &o->mrows, &o->midx,
+			       &o->mbuf, &o->acc,   &o->bypass};
+
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		sbuf_free(bufs[i]);
+}
+
 static void store_free(et_store *s)
 {
 	pl_stop(s->pl); /* before the files and the ring it uses go */
+	workers_stop(s->wk);
 	for (uint32_t i = 0; i < s->ntables; i++)
 		et_tfile_close(s->tables[i].tf);
 	mem_free(s->tables, s->tcap * sizeof(*s->tables), 0);
 	caches_drop(s);
 	mem_free(s->cls, s->clscap * sizeof(*s->cls), 0);
 	io_close(s->io);
-	struct sbuf *bufs[] = {&s->uniq, &s->inv,    &s->last,	 &s->map,
-			       &s->ptrs, &s->kind,   &s->mrows,	 &s->midx,
-			       &s->mbuf, &s->acc,    &s->tmp,	 &s->wkeys,
-			       &s->wbuf, &s->wsort,  &s->wcount, &s->wrows,
-			       &s->wraw, &s->bypass, &s->slots,	 &s->widx};
+	struct sbuf *bufs[] = {&s->map,	  &s->tmp,    &s->wkeys, &s->wbuf,
+			       &s->wsort, &s->wcount, &s->wrows, &s->wraw,
+			       &s->widx,  &s->trow};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
+	opscr_free(&s->one);
+	for (uint32_t i = 0; i < s->nmulti; i++)
+		opscr_free(&s->multi[i]);
+	mem_free(s->multi, s->nmulti * sizeof(*s->multi), 0);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);
 }
@@ -888,6 +911,9 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 	st->prefetch_late = s->pf.late;
 	st->prefetch_skipped = s->pf.skipped;
 	st->prefetch_wait_ns = s->pf.wait_ns;
+	st->op_ns = s->tm.op_ns;
+	st->miss_wait_ns = s->tm.miss_ns;
+	st->writeback_ns = s->tm.wb_ns;
 	st->mem_bytes = mem_in_use();
 	st->mem_peak_bytes = mem_peak();
 	return 0;

@@ -24,7 +24,7 @@
  * struct sclass): a table's rows live in its class's instances only.
  *
  * The hierarchy is exclusive: a row is in at most one cache tier, and if it
- * is there and dirty that copy is the truth (DESIGN invariant 1). Rows are
+ * is there and dirty that copy is the truth (docs/ARCHITECTURE.md, invariant 1). Rows are
  * held in their storage type everywhere (invariant 2), so the result of any
  * sequence of operations is the same bytes whatever the capacities,
  * policies, or order of evictions (invariant 3).
@@ -50,6 +50,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "cache.h"
 #include "embtier.h"
@@ -91,6 +92,30 @@ struct sclass {
 	struct cache_stats kept[2]; /* counters while the caches are down */
 };
 
+/*
+ * The scratch of one table's part of an operation: its batch deduplicated
+ * and resolved. A multi-table call keeps one per table until its kernels
+ * have run.
+ */
+struct opscr {
+	struct sbuf uniq;   /* u64 unique row ids */
+	struct sbuf inv;    /* u32 per input id: index in uniq */
+	struct sbuf last;   /* u32 per unique: last input index */
+	struct sbuf ptrs;   /* void * per unique: the row's bytes */
+	struct sbuf kind;   /* u8 per unique: where it was found, then where
+			     * it is (K_*), | K_CONFLICT */
+	struct sbuf slots;  /* u64 per unique: its slot in that tier */
+	struct sbuf mrows;  /* u64 rows missing from both caches */
+	struct sbuf midx;   /* u32 unique index of each miss */
+	struct sbuf mbuf;   /* their bytes as read */
+	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
+	struct sbuf bypass; /* u32 unique indexes served from the bypass */
+	size_t nbypass;
+	size_t m; /* unique rows */
+};
+
+struct workers;
+
 struct et_store {
 	char *dir;
 	struct et_store_config cfg;
@@ -116,32 +141,31 @@ struct et_store {
 	struct {
 		uint64_t calls, rows, reads, hits, late, skipped, wait_ns;
 	} pf;
+	struct {
+		uint64_t t0;	  /* start of the operation in progress */
+		uint64_t op_ns;	  /* et_stats.op_ns */
+		uint64_t miss_ns; /* et_stats.miss_wait_ns */
+		uint64_t wb_ns;	  /* et_stats.writeback_ns */
+	} tm;
 
 	/* per-operation scratch */
-	struct sbuf uniq;   /* u64 unique row ids */
-	struct sbuf inv;    /* u32 per input id: index in uniq */
-	struct sbuf last;   /* u32 per unique: last input index */
-	struct sbuf map;    /* dedup hash: u64 key+1, u32 index */
-	struct sbuf ptrs;   /* void * per unique: the row's bytes */
-	struct sbuf kind;   /* u8 per unique: where it was found, then where
-			     * it is (K_*), | K_CONFLICT */
-	struct sbuf slots;  /* u64 per unique: its slot in that tier */
-	struct sbuf mrows;  /* u64 rows missing from both caches */
-	struct sbuf midx;   /* u32 unique index of each miss */
-	struct sbuf mbuf;   /* their bytes as read */
-	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
-	struct sbuf tmp;    /* one row */
-	struct sbuf wkeys;  /* u64 keys queued for write-back */
-	struct sbuf wbuf;   /* their bytes */
-	size_t nwb;	    /* rows queued for write-back */
-	struct sbuf widx;   /* u32 hash index over wkeys: position + 1 */
-	size_t widx_cap;    /* entries in widx, a power of two */
-	struct sbuf wsort;  /* u32 order for write-back grouping */
-	struct sbuf wcount; /* size_t per table + 1: counting sort */
-	struct sbuf wrows;  /* u64 rows of one table for write-back */
-	struct sbuf wraw;   /* their bytes, grouped */
-	struct sbuf bypass; /* u32 unique indexes served from the bypass */
-	size_t nbypass;
+	struct opscr *o;     /* the table's in progress: &one, or multi[k] */
+	struct opscr one;    /* single-table operations and prefetch */
+	struct opscr *multi; /* per table of a multi-table call */
+	uint32_t nmulti;     /* entries of multi */
+	struct workers *wk;  /* cfg.threads > 1: the kernels' threads */
+	struct sbuf trow;    /* f32 per thread: a decoded row */
+	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
+	struct sbuf tmp;     /* one row */
+	struct sbuf wkeys;   /* u64 keys queued for write-back */
+	struct sbuf wbuf;    /* their bytes */
+	size_t nwb;	     /* rows queued for write-back */
+	struct sbuf widx;    /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;     /* entries in widx, a power of two */
+	struct sbuf wsort;   /* u32 order for write-back grouping */
+	struct sbuf wcount;  /* size_t per table + 1: counting sort */
+	struct sbuf wrows;   /* u64 rows of one table for write-back */
+	struct sbuf wraw;    /* their bytes, grouped */
 };
 
 enum {
@@ -152,6 +176,15 @@ enum {
 	K_WB = 5,     /* in neither, but queued for write-back: dirty */
 	K_CONFLICT = 0x80,
 };
+
+/* Monotonic time in ns, for the time split of et_stats. */
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static inline uint32_t key_rb(const et_store *s, uint64_t key)
 {
@@ -185,7 +218,10 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	     struct table **out);
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped);
+int op_start(et_store *s);
 int op_end(et_store *s, uint32_t t, bool changed);
+int op_bypass_done(et_store *s, uint32_t t, bool changed);
+int op_finish(et_store *s, int ret);
 void epoch_next(et_store *s);
 
 /* writeback.c: the write-back queue */
@@ -198,5 +234,6 @@ int wb_submit(et_store *s);
 
 /* prefetch.c: the I/O thread's results */
 int drain(et_store *s);
+int op_drain(et_store *s);
 
 #endif

@@ -21,42 +21,39 @@
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 {
 	size_t cap = 16, m = 0;
-	uint64_t *hk;
-	uint32_t *hv, *inv, *last;
+	uint32_t *ht, *inv, *last;
 	uint64_t *uniq;
 	int ret;
 
 	while (cap < 2 * n)
 		cap *= 2;
-	ret =
-	    sbuf_reserve(&s->map, cap * (sizeof(uint64_t) + sizeof(uint32_t)));
+	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
+	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->uniq, n * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->uniq, n * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->inv, n * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->inv, n * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->last, n * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->last, n * sizeof(uint32_t));
 	if (ret)
 		return ret;
-	hk = s->map.p;
-	hv = (uint32_t *)(hk + cap);
-	memset(hk, 0, cap * sizeof(*hk));
-	uniq = s->uniq.p;
-	inv = s->inv.p;
-	last = s->last.p;
+	ht = s->map.p;
+	memset(ht, 0, cap * sizeof(*ht));
+	uniq = s->o->uniq.p;
+	inv = s->o->inv.p;
+	last = s->o->last.p;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t k = ids[i] + 1;
-		size_t h = hash_mix(k) & (cap - 1);
+		uint64_t id = ids[i];
+		size_t h = hash_mix(id + 1) & (cap - 1);
 
-		while (hk[h] && hk[h] != k)
+		while (ht[h] && uniq[ht[h] - 1] != id)
 			h = (h + 1) & (cap - 1);
-		if (!hk[h]) {
-			hk[h] = k;
-			hv[h] = (uint32_t)m;
-			uniq[m++] = ids[i];
+		if (!ht[h]) {
+			uniq[m++] = id;
+			ht[h] = (uint32_t)m;
 		}
-		inv[i] = hv[h];
-		last[hv[h]] = (uint32_t)i;
+		inv[i] = ht[h] - 1;
+		last[ht[h] - 1] = (uint32_t)i;
 	}
 	*m_out = m;
 	return 0;
@@ -210,32 +207,66 @@ static void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 	return NULL;
 }
 
+/* Sets a batch asks for ahead of probing them. */
+#define PROBE_AHEAD 16
+
 /*
  * Step 1 of resolve: looks up each of the m unique rows of table t, top
  * tier first. Top hits are touched, pinned and pointed at; DDR hits (with
  * an HBM tier) are pinned so that no demotion of this batch pushes them
  * out before their promotion; the rest are listed in mrows/midx (K_MISS,
  * or K_WB if the write-back queue has them). Returns the number of misses.
+ *
+ * In three passes, so that the memory system works on many rows at once
+ * instead of one DRAM miss at a time: every key is hashed to its set;
+ * the sets are probed, each asked for PROBE_AHEAD rows before its probe,
+ * and a hit's policy and pin words are asked for as it is found; then, in
+ * batch order, the hits are touched and pinned and the misses listed. The
+ * probes only read the caches, so the passes see what one pass would.
  */
 static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 {
 	struct table *tb = &s->tables[t];
-	const uint64_t *uniq = s->uniq.p;
+	const uint64_t *uniq = s->o->uniq.p;
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
-	uint8_t *kind = s->kind.p;
-	uint64_t *slots = s->slots.p;
-	void **ptrs = s->ptrs.p;
-	uint64_t *mrows = s->mrows.p;
-	uint32_t *midx = s->midx.p;
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
+	uint8_t *kind = s->o->kind.p;
+	uint64_t *slots = s->o->slots.p;
+	void **ptrs = s->o->ptrs.p;
+	uint64_t *mrows = s->o->mrows.p;
+	uint32_t *midx = s->o->midx.p;
 	size_t nm = 0;
 
-	for (size_t i = 0; i < m; i++) {
+	for (size_t i = 0; i < m; i++) /* 1. the sets */
+		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		cache_prefetch_set(top, slots[i]);
+	for (size_t i = 0; i < m; i++) { /* 2. the probes */
 		uint64_t key = cache_key(t, uniq[i]);
-		uint64_t slot = cache_lookup(top, key);
+		uint64_t slot;
+
+		if (i + PROBE_AHEAD < m)
+			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
+		slot = cache_lookup_at(top, slots[i], key);
+		if (slot != CACHE_NONE) {
+			__builtin_prefetch(&top->pstate[slot], 1);
+			__builtin_prefetch(&top->pin[slot], 1);
+			kind[i] = top_kind;
+		} else if (s->has_hbm &&
+			   (slot = cache_lookup(ddr, key)) != CACHE_NONE) {
+			kind[i] = K_DDR;
+		} else {
+			kind[i] = 0;
+		}
+		slots[i] = slot;
+	}
+	for (size_t i = 0; i < m; i++) { /* 3. in batch order */
+		uint64_t key = cache_key(t, uniq[i]);
+		uint64_t slot = slots[i];
 
 		s->now++;
-		if (slot != CACHE_NONE) {
+		if (kind[i] == top_kind) {
 			if (top->keys[slot] & CACHE_PF) {
 				top->keys[slot] &= ~CACHE_PF;
 				s->pf.hits++;
@@ -243,20 +274,15 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 			cache_touch(top, slot, s->now);
 			pin_op(s, top, slot);
 			ptrs[i] = cache_row(top, slot);
-			slots[i] = slot;
-			kind[i] = s->has_hbm ? K_HBM : K_DDR;
 			top->st.hits++;
 			continue;
 		}
 		top->st.misses++;
 		tb->st.unique_misses++;
 		if (s->has_hbm) {
-			slot = cache_lookup(ddr, key);
-			if (slot != CACHE_NONE) {
+			if (kind[i] == K_DDR) {
 				pin_op(s, ddr, slot);
 				ddr->st.hits++;
-				kind[i] = K_DDR;
-				slots[i] = slot;
 				continue;
 			}
 			ddr->st.misses++;
@@ -276,23 +302,24 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 static int resolve_read(et_store *s, uint32_t t, size_t nm)
 {
 	struct table *tb = &s->tables[t];
-	const uint8_t *kind = s->kind.p;
-	uint64_t *mrows = s->mrows.p;
-	const uint32_t *midx = s->midx.p;
+	const uint8_t *kind = s->o->kind.p;
+	uint64_t *mrows = s->o->mrows.p;
+	const uint32_t *midx = s->o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
 	struct tf_stats t0, t1;
 	uint64_t *rr = mrows + nm; /* the rows to read: room reserved */
 	size_t nr = 0, k = 0;
+	uint64_t w0;
 	int ret;
 
-	ret = sbuf_reserve(&s->mbuf, nm * (size_t)rb);
+	ret = sbuf_reserve(&s->o->mbuf, nm * (size_t)rb);
 	if (ret)
 		return ret;
 	for (size_t q = 0; q < nm; q++) {
 		uint64_t key = cache_key(t, mrows[q]);
 
 		if (kind[midx[q]] == K_WB)
-			memcpy((char *)s->mbuf.p + q * (size_t)rb,
+			memcpy((char *)s->o->mbuf.p + q * (size_t)rb,
 			       (char *)s->wbuf.p +
 				   (size_t)wb_find(s, key) * s->slot_bytes,
 			       rb);
@@ -305,7 +332,9 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 	if (ret)
 		return ret;
 	tf_get_stats(tb->tf, &t0);
+	w0 = now_ns();
 	ret = tf_read_rows_raw(tb->tf, rr, nr, s->wraw.p);
+	s->tm.miss_ns += now_ns() - w0;
 	tf_get_stats(tb->tf, &t1);
 	tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
 	tb->st.nvme_rows_read += nr - (t1.rows_lazy - t0.rows_lazy);
@@ -314,7 +343,7 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 	/* spread the rows read back to their places among the misses */
 	for (size_t q = 0; q < nm; q++)
 		if (kind[midx[q]] != K_WB)
-			memcpy((char *)s->mbuf.p + q * (size_t)rb,
+			memcpy((char *)s->o->mbuf.p + q * (size_t)rb,
 			       (char *)s->wraw.p + (k++) * (size_t)rb, rb);
 	return 0;
 }
@@ -327,13 +356,13 @@ static int resolve_read(et_store *s, uint32_t t, size_t nm)
 static int resolve_place(et_store *s, uint32_t t, size_t m)
 {
 	struct table *tb = &s->tables[t];
-	const uint64_t *uniq = s->uniq.p;
+	const uint64_t *uniq = s->o->uniq.p;
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *ddr = &cl->ddr;
-	uint8_t *kind = s->kind.p;
-	uint64_t *slots = s->slots.p;
-	void **ptrs = s->ptrs.p;
-	const uint32_t *midx = s->midx.p;
+	uint8_t *kind = s->o->kind.p;
+	uint64_t *slots = s->o->slots.p;
+	void **ptrs = s->o->ptrs.p;
+	const uint32_t *midx = s->o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
 	int ret;
 
@@ -347,7 +376,7 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 		if (kind[j] == K_MISS || kind[j] == K_WB) {
 			while (midx[q] != j)
 				q++;
-			src = (char *)s->mbuf.p + q * (size_t)rb;
+			src = (char *)s->o->mbuf.p + q * (size_t)rb;
 			dirty = kind[j] == K_WB;
 		} else {
 			dslot = slots[j];
@@ -362,7 +391,8 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			tb->st.conflict_unique_misses++;
 		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
 			ptrs[j] = (void *)src;
-			((uint32_t *)s->bypass.p)[s->nbypass++] = (uint32_t)j;
+			((uint32_t *)s->o->bypass.p)[s->o->nbypass++] =
+			    (uint32_t)j;
 		} else {
 			ptrs[j] = where_row(cl, kind[j], slots[j]);
 		}
@@ -380,20 +410,20 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 	size_t nm;
 	int ret;
 
-	ret = sbuf_reserve(&s->ptrs, m * sizeof(void *));
+	ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
 	if (!ret)
-		ret = sbuf_reserve(&s->kind, m);
+		ret = sbuf_reserve(&s->o->kind, m);
 	if (!ret) /* twice: the second half holds the rows to read */
-		ret = sbuf_reserve(&s->mrows, 2 * m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->mrows, 2 * m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->midx, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->bypass, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->o->bypass, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->slots, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
 	if (ret)
 		return ret;
-	s->nbypass = 0;
+	s->o->nbypass = 0;
 	nm = resolve_lookup(s, t, m);
 	if (nm) {
 		ret = resolve_read(s, t, nm);
@@ -408,16 +438,29 @@ static int resolve(et_store *s, uint32_t t, size_t m)
  * next prefetch; the operation's pins are released. */
 int op_end(et_store *s, uint32_t t, bool changed)
 {
-	const void *const *ptrs = s->ptrs.p;
-	const uint32_t *by = s->bypass.p;
-	const uint64_t *uniq = s->uniq.p;
+	return op_finish(s, op_bypass_done(s, t, changed));
+}
+
+/* Queues the bypassed rows of table t's part (s->o) if they changed. */
+int op_bypass_done(et_store *s, uint32_t t, bool changed)
+{
+	const void *const *ptrs = s->o->ptrs.p;
+	const uint32_t *by = s->o->bypass.p;
+	const uint64_t *uniq = s->o->uniq.p;
 	int ret = 0;
 
 	if (changed)
-		for (size_t i = 0; i < s->nbypass && !ret; i++)
+		for (size_t i = 0; i < s->o->nbypass && !ret; i++)
 			ret =
 			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
-	s->nbypass = 0;
+	s->o->nbypass = 0;
+	return ret;
+}
+
+/* Ends an operation whose bypassed rows are queued (ret: how that went):
+ * the write-back queue is written now or later, the pins released. */
+int op_finish(et_store *s, int ret)
+{
 	if (ret) {
 		if (!s->failed)
 			s->failed = ret;
@@ -426,9 +469,13 @@ int op_end(et_store *s, uint32_t t, bool changed)
 		 * write-back of its victims is the store's failure, not the
 		 * call's: the rows stay queued, later calls get ET_EFAILED
 		 * and et_flush retries them. */
+		uint64_t w0 = now_ns();
+
 		(void)wb_run(s);
+		s->tm.wb_ns += now_ns() - w0;
 	}
 	epoch_next(s);
+	s->tm.op_ns += now_ns() - s->tm.t0;
 	return ret;
 }
 
@@ -474,21 +521,30 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 
 	if (!t)
 		return no_table(s, table);
+	s->tm.t0 = now_ns(); /* op_end adds the operation's time */
 	ret = ids_check(t, table, ids, n, "ids");
-	if (ret)
-		return ret;
-	ret = drain(s);
-	if (s->failed)
-		return ET_EFAILED;
 	if (!ret)
-		ret = caches_ensure(s);
+		ret = op_start(s);
 	if (ret)
 		return ret;
 	*out = t;
 	return 0;
 }
 
-/* Dedups and resolves; on success the unique rows are at s->ptrs. */
+/* The start of every operation once its arguments are checked: what the
+ * I/O thread did is taken in, the caches made ready. */
+int op_start(et_store *s)
+{
+	int ret = op_drain(s);
+
+	if (s->failed)
+		return ET_EFAILED;
+	if (!ret)
+		ret = caches_ensure(s);
+	return ret;
+}
+
+/* Dedups and resolves; on success the unique rows are at s->o->ptrs. */
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped)
 {
@@ -511,8 +567,8 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	}
 	/* conflict misses with duplicates counted */
 	if (t->st.conflict_unique_misses != conflicts0) {
-		const uint8_t *kind = s->kind.p;
-		const uint32_t *inv = s->inv.p;
+		const uint8_t *kind = s->o->kind.p;
+		const uint32_t *inv = s->o->inv.p;
 
 		for (size_t i = 0; i < n; i++)
 			if (kind[inv[i]] & K_CONFLICT)

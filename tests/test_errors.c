@@ -182,6 +182,9 @@ static void test_store_config(void **state)
 	    {{.slot_bytes = 300000},
 	     ET_ECONFIG,
 	     "et_store_config.slot_bytes 300000 out of range 0..262208"},
+	    {{.threads = 65},
+	     ET_ECONFIG,
+	     "et_store_config.threads 65 out of range 0..64"},
 	    {{.ddr_bytes = 15, .ways = 1},
 	     ET_ECAPACITY,
 	     "et_store_config.ddr_bytes 15 holds fewer than ways (1) slots "
@@ -520,6 +523,97 @@ static void test_bad_arguments(void **state)
 	assert_int_equal(st.writebacks, 0);
 }
 
+/*
+ * Bad descriptors of the multi-table calls, each named by its index: the
+ * call does nothing, not even to the good tables before the bad one (the
+ * store has two tables here, "t" and "u"; two threads).
+ */
+static void test_bad_multi(void **state)
+{
+	struct fx *f = *state;
+	struct et_store_config c = {.threads = 2};
+	struct et_table_params p = {.rows = 100, .dim = 4};
+	struct et_update_params up = {.lr = 0.5f};
+	uint64_t ids[4] = {1, 2, 3, 4}, big[2] = {5, 100};
+	uint64_t off[3] = {0, 2, 4}, bad_off[3] = {0, 3, 2};
+	float g[2 * 4], out[2 * 4], out2[2 * 4];
+	struct et_table_batch b[2];
+	struct et_stats st;
+	int u;
+
+	for (int i = 0; i < 8; i++)
+		g[i] = 1.0f;
+	fx_open(f, &c);
+	assert_int_equal(et_table_create(f->s, "u", &p, &u), 0);
+#define RESET()                                                                \
+	do {                                                                   \
+		b[0] = (struct et_table_batch){f->t, ids, off, 2, out, g};     \
+		b[1] = (struct et_table_batch){u, ids, off, 2, out2, g};       \
+	} while (0)
+	RESET();
+	b[1].table = 7;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up),
+	       ET_ENOTABLE, "batch[1].table 7 unknown: the store has 2");
+	RESET();
+	b[1].table = f->t;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "batch[1].table 0 appears twice");
+	RESET();
+	b[1].offsets = NULL;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "batch[1].offsets is NULL");
+	RESET();
+	b[1].offsets = bad_off;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "batch[1].offsets[2] 2 < offsets[1] 3");
+	RESET();
+	b[1].ids = NULL;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "batch[1].ids is NULL, with 4 ids");
+	RESET();
+	b[1].ids = big;
+	b[1].nbags = 1;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up),
+	       ET_EROWRANGE, "batch[1].ids[1] 100 >= rows 100 of table 1");
+	RESET();
+	b[1].grads = NULL;
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "batch[1].grads is NULL");
+	RESET();
+	EXPECT(et_update_pooled_multi(f->s, b, 2, (et_pool)3, &up), -EINVAL,
+	       "pool mode 3 unknown");
+	EXPECT(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, NULL), -EINVAL,
+	       "up is NULL");
+	EXPECT(et_update_pooled_multi(f->s, NULL, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "batch is NULL, with 2 tables");
+	EXPECT(et_update_pooled_multi(NULL, b, 2, ET_POOL_SUM, &up), -EINVAL,
+	       "s is NULL");
+	b[0].out = NULL;
+	EXPECT(et_gather_pooled_multi(f->s, b, 2, ET_POOL_SUM), -EINVAL,
+	       "batch[0].out is NULL");
+	RESET();
+	b[1].table = -1;
+	EXPECT(et_gather_pooled_multi(f->s, b, 2, ET_POOL_MEAN), ET_ENOTABLE,
+	       "batch[1].table -1 unknown: the store has 2");
+#undef RESET
+	/* Nothing was done: no call counted, every row still zero. */
+	assert_int_equal(et_get_stats(f->s, -1, &st), 0);
+	assert_int_equal(st.calls, 0);
+	assert_int_equal(et_gather(f->s, f->t, ids, 2, out), 0);
+	for (int i = 0; i < 8; i++)
+		assert_true(out[i] == 0.0f);
+	/* and a good call works: 0 - 0.5 * (1 + 1) per row, twice */
+	b[0] = (struct et_table_batch){f->t, ids, off, 2, out, g};
+	b[1] = (struct et_table_batch){u, ids, off, 2, out2, g};
+	assert_int_equal(et_update_pooled_multi(f->s, b, 2, ET_POOL_SUM, &up),
+			 0);
+	assert_int_equal(et_gather_pooled_multi(f->s, b, 2, ET_POOL_SUM), 0);
+	for (int i = 0; i < 8; i++) {
+		assert_true(out[i] == -1.0f);
+		assert_true(out2[i] == -1.0f);
+	}
+}
+
 /* ------------------------------------------------------ detail lifetime */
 
 /* A call that can fail clears the detail on entry, whether it then
@@ -663,7 +757,7 @@ int main(void)
 	    T(test_expect_mismatch), T(test_unknown_table),
 	    T(test_row_range),	     T(test_bad_arguments),
 	    T(test_detail_cleared),  T(test_detail_per_thread),
-	    T(test_uring_refused),
+	    T(test_uring_refused),   T(test_bad_multi),
 #undef T
 	};
 

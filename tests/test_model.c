@@ -111,6 +111,7 @@ struct scfg {
 	uint32_t ways;
 	uint32_t slot_bytes; /* passed in the config; 0: sized by the store */
 	bool pf;	     /* prefetch each next batch (et_prefetch) */
+	uint32_t threads;    /* et_store_config.threads (multi-table calls) */
 };
 
 struct mcase {
@@ -136,8 +137,8 @@ struct mcase {
 /* clang-format off */
 static const struct mcase model_cases[] = {
 	{ "lru_w4_f32", 0x1001, 3, 1,
-	  { { "hbm64-lru/ddr256-lru/w4/prefetch", HBM_SLOTS, DDR_SLOTS,
-	      LRU, LRU, 4, 0, true } },
+	  { { "hbm64-lru/ddr256-lru/w4/prefetch/threads2", HBM_SLOTS,
+	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2 } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
 	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 } } },
 	{ "lfu_w16_f16", 0x1002, 3, 1,
@@ -156,7 +157,8 @@ static const struct mcase model_cases[] = {
 	  { { "a", 100000, 6, ET_F16, SGD, UNI, 1.0f, 41 },
 	    { "b", 1000000, 24, ET_BF16, ADA, UNI, 0.05f, 42 } } },
 	{ "nohbm_lru_w4_f16", 0x1005, 3, 1,
-	  { { "ddr256-lru/w4/prefetch", 0, DDR_SLOTS, 0, LRU, 4, 0, true } },
+	  { { "ddr256-lru/w4/prefetch/threads3", 0, DDR_SLOTS, 0, LRU, 4, 0,
+	      true, 3 } },
 	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
 	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 } } },
 	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
@@ -168,8 +170,8 @@ static const struct mcase model_cases[] = {
 	  { { "a", 120000, 9, ET_F32, ADA, UNI, 0.2f, 71 },
 	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 } } },
 	{ "dims_w16_f32", 0x1009, 2, 1,
-	  { { "hbm64-lfu/ddr256-lru/w16/prefetch", HBM_SLOTS, DDR_SLOTS,
-	      LFU, LRU, 16, 0, true } },
+	  { { "hbm64-lfu/ddr256-lru/w16/prefetch/threads4", HBM_SLOTS,
+	      DDR_SLOTS, LFU, LRU, 16, 0, true, 4 } },
 	  { { "d64", 100000, 64, ET_F32, ADA, UNI, 0.2f, 91 },
 	    { "d4", 200000, 4, ET_BF16, SGD, NRM, 0, 92 },
 	    { "d128", 50000, 128, ET_F16, SGD, UNI, 0.1f, 93 } } },
@@ -183,11 +185,11 @@ static const struct mcase model_cases[] = {
 static const struct mcase transparency_case = {
 	"transparency", 0x2001, 8, 4,
 	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false },
-	  { "hbm64-lfu/ddr256-lru/w4", HBM_SLOTS, DDR_SLOTS,
-	    LFU, LRU, 4, 0, false },
-	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false },
-	  { "hbm64-lru/ddr256-lfu/w4/prefetch", HBM_SLOTS, DDR_SLOTS,
-	    LRU, LFU, 4, 0, true } },
+	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
+	    LFU, LRU, 4, 0, false, 2 },
+	  { "ddr128-lfu/w1/threads3", 0, 128, 0, LFU, 1, 0, false, 3 },
+	  { "hbm64-lru/ddr256-lfu/w4/prefetch/threads8", HBM_SLOTS,
+	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8 } },
 	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
 };
@@ -197,11 +199,11 @@ static const struct mcase transparency_case = {
 static const struct mcase dims_transparency_case = {
 	"dims_transparency", 0x2002, 6, 4,
 	{ { "all-in-ddr", 0, 1 << 17, 0, LRU, 16, 0, false },
-	  { "hbm64-lfu/ddr256-lru/w4", HBM_SLOTS, DDR_SLOTS,
-	    LFU, LRU, 4, 0, false },
+	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
+	    LFU, LRU, 4, 0, false, 2 },
 	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false },
-	  { "hbm64-lru/ddr256-lfu/w4/slot64/prefetch", HBM_SLOTS, DDR_SLOTS,
-	    LRU, LFU, 4, 64, true } },
+	  { "hbm64-lru/ddr256-lfu/w4/slot64/prefetch/threads3", HBM_SLOTS,
+	    DDR_SLOTS, LRU, LFU, 4, 64, true, 3 } },
 	{ { "d4", 200000, 4, ET_F32, SGD, UNI, 0.5f, 95 },
 	  { "d256", 20000, 256, ET_BF16, ADA, NRM, 0, 96 },
 	  { "d16", 100000, 16, ET_F16, ADA, UNI, 0.25f, 97 },
@@ -406,6 +408,7 @@ struct harness {
 	int nst;
 	uint64_t mem_bound; /* bound on mem_bytes, 0: not checked */
 	float *exp, *out;   /* MAXB * MAXDIM */
+	float *mexp, *mout; /* NT * MAXB * MAXDIM: multi-table calls */
 };
 
 static struct harness *cur; /* for the teardown after a failure */
@@ -519,6 +522,8 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 		model_init(&h->t[k], &mc->t[k], &h->rng);
 	h->exp = tu_calloc(MAXB * MAXDIM, sizeof(float));
 	h->out = tu_calloc(MAXB * MAXDIM, sizeof(float));
+	h->mexp = tu_calloc(NT * MAXB * MAXDIM, sizeof(float));
+	h->mout = tu_calloc(NT * MAXB * MAXDIM, sizeof(float));
 	for (int i = 0; i < h->nst; i++) {
 		struct mstore *ms = &h->st[i];
 
@@ -531,6 +536,7 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 		ms->ec.ddr_policy = ms->cfg->dp;
 		ms->ec.ways = ms->cfg->ways;
 		ms->ec.slot_bytes = ms->cfg->slot_bytes;
+		ms->ec.threads = ms->cfg->threads;
 		h->any_pf |= ms->cfg->pf;
 		store_open(h, ms, true);
 	}
@@ -556,7 +562,9 @@ static void harness_free(struct harness *h)
 		model_free(&h->t[k]);
 	free(h->exp);
 	free(h->out);
-	h->exp = h->out = NULL;
+	free(h->mexp);
+	free(h->mout);
+	h->exp = h->out = h->mexp = h->mout = NULL;
 	cur = NULL;
 }
 
@@ -771,16 +779,15 @@ static void op_gather(struct harness *h, int k, const uint64_t *ids, size_t n)
 	}
 }
 
-static void op_gather_pooled(struct harness *h, int k, const uint64_t *ids,
-			     const uint64_t *off, size_t nbags, et_pool mode)
+/* The model's bags: o = 0; o += row, in id order; mean: o /= len. */
+static void model_pooled(struct mtable *t, const uint64_t *ids,
+			 const uint64_t *off, size_t nbags, et_pool mode,
+			 float *out)
 {
-	struct mtable *t = &h->t[k];
 	uint32_t dim = t->sp->dim;
 
-	h->opname =
-	    mode == ET_POOL_MEAN ? "gather_pooled mean" : "gather_pooled sum";
 	for (size_t b = 0; b < nbags; b++) {
-		float *o = h->exp + b * dim;
+		float *o = out + b * dim;
 		uint64_t len = off[b + 1] - off[b];
 
 		for (uint32_t c = 0; c < dim; c++)
@@ -795,6 +802,17 @@ static void op_gather_pooled(struct harness *h, int k, const uint64_t *ids,
 			for (uint32_t c = 0; c < dim; c++)
 				o[c] /= (float)len;
 	}
+}
+
+static void op_gather_pooled(struct harness *h, int k, const uint64_t *ids,
+			     const uint64_t *off, size_t nbags, et_pool mode)
+{
+	struct mtable *t = &h->t[k];
+	uint32_t dim = t->sp->dim;
+
+	h->opname =
+	    mode == ET_POOL_MEAN ? "gather_pooled mean" : "gather_pooled sum";
+	model_pooled(t, ids, off, nbags, mode, h->exp);
 	for (int s = 0; s < h->nst; s++) {
 		struct mstore *ms = &h->st[s];
 
@@ -888,16 +906,11 @@ static void op_update(struct harness *h, int k, const uint64_t *ids, size_t n)
 	}
 }
 
-static void op_update_pooled(struct harness *h, int k, const uint64_t *ids,
-			     const uint64_t *off, size_t nbags, et_pool mode)
+/* Random bag gradients bg, and gin, each input's share of its bag's (as
+ * the store computes it: for a mean, divided by the bag's size). */
+static void pooled_grads(struct harness *h, uint32_t dim, const uint64_t *off,
+			 size_t nbags, et_pool mode, float *bg, float *gin)
 {
-	uint32_t dim = h->t[k].sp->dim;
-	float bg[MAXB * MAXDIM], gin[MAXB * MAXDIM];
-	struct et_update_params up;
-
-	h->opname =
-	    mode == ET_POOL_MEAN ? "update_pooled mean" : "update_pooled sum";
-	random_params(h, &up);
 	for (size_t i = 0; i < nbags * dim; i++)
 		bg[i] = random_value(h, 1.0f);
 	for (size_t b = 0; b < nbags; b++) {
@@ -909,6 +922,19 @@ static void op_update_pooled(struct harness *h, int k, const uint64_t *ids,
 						       ? bg[b * dim + c] / len
 						       : bg[b * dim + c];
 	}
+}
+
+static void op_update_pooled(struct harness *h, int k, const uint64_t *ids,
+			     const uint64_t *off, size_t nbags, et_pool mode)
+{
+	uint32_t dim = h->t[k].sp->dim;
+	float bg[MAXB * MAXDIM], gin[MAXB * MAXDIM];
+	struct et_update_params up;
+
+	h->opname =
+	    mode == ET_POOL_MEAN ? "update_pooled mean" : "update_pooled sum";
+	random_params(h, &up);
+	pooled_grads(h, dim, off, nbags, mode, bg, gin);
 	model_update(h, k, ids, off[nbags], gin, &up);
 	for (int s = 0; s < h->nst; s++) {
 		struct mstore *ms = &h->st[s];
@@ -918,6 +944,91 @@ static void op_update_pooled(struct harness *h, int k, const uint64_t *ids,
 				      bg, &up));
 		h_count(ms, k, ids, off[nbags]);
 	}
+}
+
+static size_t random_bags(struct harness *h, size_t n, uint64_t *off);
+static size_t random_ids(struct harness *h, int k, uint64_t *ids);
+
+/*
+ * A multi-table call (et_gather_pooled_multi or et_update_pooled_multi)
+ * over a random subset of the tables in a random order, each with its
+ * own ids and bags; the model does one table after the other. Returns
+ * the ids passed to each store.
+ */
+static uint64_t op_multi(struct harness *h, bool update, et_pool mode)
+{
+	static uint64_t ids[NT][MAXB], off[NT][MAXB + 1];
+	struct et_table_batch tb[NT];
+	size_t nbags[NT], total = 0;
+	struct et_update_params up;
+	int order[NT], nk = 0;
+	float gin[MAXB * MAXDIM];
+
+	h->opname = update ? "update_pooled_multi" : "gather_pooled_multi";
+	for (int k = 0; k < h->nt; k++)
+		if (tu_rng_below(&h->rng, 4))
+			order[nk++] = k;
+	if (!nk)
+		order[nk++] = (int)tu_rng_below(&h->rng, (uint64_t)h->nt);
+	for (int i = nk - 1; i > 0; i--) { /* shuffled */
+		int j = (int)tu_rng_below(&h->rng, (uint64_t)i + 1), x;
+
+		x = order[i];
+		order[i] = order[j];
+		order[j] = x;
+	}
+	if (update)
+		random_params(h, &up);
+	for (int j = 0; j < nk; j++) {
+		int k = order[j];
+		uint32_t dim = h->t[k].sp->dim;
+		float *slot = h->mexp + (size_t)j * MAXB * MAXDIM;
+		size_t n = random_ids(h, k, ids[j]);
+
+		nbags[j] = random_bags(h, n, off[j]);
+		total += n;
+		if (update) { /* slot: the bags' gradients */
+			pooled_grads(h, dim, off[j], nbags[j], mode, slot, gin);
+			model_update(h, k, ids[j], n, gin, &up);
+		} else { /* slot: the expected bags */
+			model_pooled(&h->t[k], ids[j], off[j], nbags[j], mode,
+				     slot);
+		}
+	}
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		for (int j = 0; j < nk; j++) {
+			size_t at = (size_t)j * MAXB * MAXDIM;
+
+			tb[j] = (struct et_table_batch){
+			    .table = ms->id[order[j]],
+			    .ids = ids[j],
+			    .offsets = off[j],
+			    .nbags = nbags[j],
+			    .out = update ? NULL : h->mout + at,
+			    .grads = update ? h->mexp + at : NULL};
+		}
+		memset(h->mout, 0xa5, NT * MAXB * MAXDIM * sizeof(float));
+		if (update)
+			h_rc(h, ms,
+			     et_update_pooled_multi(ms->s, tb, (size_t)nk, mode,
+						    &up));
+		else
+			h_rc(h, ms,
+			     et_gather_pooled_multi(ms->s, tb, (size_t)nk,
+						    mode));
+		for (int j = 0; j < nk; j++) {
+			size_t at = (size_t)j * MAXB * MAXDIM;
+
+			h_count(ms, order[j], ids[j], off[j][nbags[j]]);
+			if (!update)
+				h_compare(h, ms, order[j], NULL, nbags[j],
+					  h->mout + at, h->mexp + at,
+					  "multi pooled bag");
+		}
+	}
+	return total;
 }
 
 static void op_write(struct harness *h, int k, const uint64_t *ids, size_t n)
@@ -1127,16 +1238,20 @@ static uint64_t random_op(struct harness *h)
 	if (h->any_pf)
 		maybe_prefetch(h);
 	h->op++;
-	if (what < 300) {
+	if (what < 270) {
 		op_gather(h, k, ids, n);
-	} else if (what < 430) {
+	} else if (what < 380) {
 		nbags = random_bags(h, n, off);
 		op_gather_pooled(h, k, ids, off, nbags, mode);
-	} else if (what < 700) {
+	} else if (what < 440) {
+		return op_multi(h, false, mode);
+	} else if (what < 670) {
 		op_update(h, k, ids, n);
-	} else if (what < 830) {
+	} else if (what < 770) {
 		nbags = random_bags(h, n, off);
 		op_update_pooled(h, k, ids, off, nbags, mode);
+	} else if (what < 830) {
+		return op_multi(h, true, mode);
 	} else if (what < 995) {
 		op_write(h, k, ids, n);
 	} else if (what < 998) {

@@ -13,7 +13,10 @@
  *
  * so the store reads batch i+1's rows while batch i computes. Time spent
  * inside gather, prefetch and update is the "stall": what a step loses to
- * the store. Every --eval-every steps, and at the end, the model is scored
+ * the store. The store's own clocks (et_stats.miss_wait_ns, writeback_ns)
+ * split it into miss wait (reading missed rows, waiting for the I/O
+ * thread), write-back, and the rest, hit work: the memory work of the
+ * lookups, copies, pooling and optimizer. Every --eval-every steps, and at the end, the model is scored
  * on a held-out set (log loss, exact AUC).
  *
  * Checkpoints. Every --checkpoint-every steps (and at the end of a run that
@@ -92,7 +95,8 @@ struct opts {
 	const char *dir;
 	bool keep;
 	uint64_t seed;
-	int threads; /* BLAS threads; 0: nproc - 1 */
+	int threads;	   /* BLAS threads; 0: nproc - 1 */
+	int store_threads; /* et_store_config.threads; 0: nproc */
 	bool prefetch;
 	const char *data;      /* Criteo TSV; NULL: synthetic */
 	const char *eval_data; /* Criteo held-out file; NULL: head of data */
@@ -237,6 +241,11 @@ static void usage(FILE *f)
 	    "run:\n"
 	    "  --threads N          BLAS threads (default: CPUs - 1, at least "
 	    "1)\n"
+	    "  --store-threads N    threads of the store's gathers and "
+	    "updates, which\n"
+	    "                       run apart from the BLAS work (default: "
+	    "CPUs, at\n"
+	    "                       most 64); any count gives the same bits\n"
 	    "  --eval-every N       held-out evaluation every N steps (0: "
 	    "end)\n"
 	    "  --eval-samples N     size of the held-out set\n"
@@ -266,6 +275,7 @@ enum {
 	OPT_KEEP,
 	OPT_SEED,
 	OPT_THREADS,
+	OPT_STORE_THREADS,
 	OPT_NO_PREFETCH,
 	OPT_DATA,
 	OPT_EVAL_DATA,
@@ -304,6 +314,7 @@ static const struct option long_opts[] = {
     {"keep", no_argument, NULL, OPT_KEEP},
     {"seed", required_argument, NULL, OPT_SEED},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"store-threads", required_argument, NULL, OPT_STORE_THREADS},
     {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
     {"data", required_argument, NULL, OPT_DATA},
     {"eval-data", required_argument, NULL, OPT_EVAL_DATA},
@@ -501,6 +512,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			ret = parse_int_opt("threads", optarg, 1, 1024,
 					    &o->threads);
 			break;
+		case OPT_STORE_THREADS:
+			ret = parse_int_opt("store-threads", optarg, 1, 64,
+					    &o->store_threads);
+			break;
 		case OPT_NO_PREFETCH:
 			o->prefetch = false;
 			break;
@@ -635,16 +650,27 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 		o->threads = n > 1 ? (int)n - 1 : 1;
 	}
+	if (!o->store_threads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN) / o->nranks;
+
+		o->store_threads = n < 1 ? 1 : n > 64 ? 64 : (int)n;
+	}
 	return 0;
 }
 
 /* ------------------------------------------------------------ the run */
 
+/* The store's clocks (et_stats), in seconds. */
+struct store_time {
+	double op, miss, wb; /* op_ns, miss_wait_ns, writeback_ns */
+};
+
 struct interval {
-	double t0;	/* start (monotonic s) */
-	double step_s;	/* time inside steps */
-	double stall_s; /* of which in gather, prefetch, update */
-	double loss;	/* summed batch losses */
+	double t0;		   /* start (monotonic s) */
+	double step_s;		   /* time inside steps */
+	double stall_s;		   /* of which in gather, prefetch, update */
+	struct store_time eval_tm; /* the store's time in evaluations */
+	double loss;		   /* summed batch losses */
 	uint64_t steps, samples;
 	struct et_stats st; /* store counters at the start */
 };
@@ -661,9 +687,10 @@ struct trainer {
 	int neval;
 	uint64_t eval_n;
 	uint64_t eval_malformed;
-	struct idset *touched;	 /* per table: rows updated */
-	float *emb, *grad;	 /* ntables x batch x dim */
-	struct et_batch_ids *pf; /* ntables */
+	struct idset *touched;	   /* per table: rows updated */
+	float *emb, *grad;	   /* ntables x batch x dim */
+	struct et_batch_ids *pf;   /* ntables */
+	struct et_table_batch *tb; /* ntables: the multi-table calls */
 	char dir[PATH_MAX];
 	bool dir_made; /* ours: removed at the end unless --keep */
 	uint64_t fingerprint;
@@ -674,8 +701,10 @@ struct trainer {
 	bool ckpt_any;
 	double open_s; /* store and tables opened in */
 	double run_s, step_s, stall_s, flush_s, ckpt_s;
-	double loss_sum; /* over this run's steps */
-	double loss_avg; /* moving average, for the progress bar */
+	struct et_stats st0;	   /* store counters when training began */
+	struct store_time eval_tm; /* the store's time in evaluations */
+	double loss_sum;	   /* over this run's steps */
+	double loss_avg;	   /* moving average, for the progress bar */
 	struct interval iv;
 	/* samples and step time by phase, from the log lines: [1] the
 	 * intervals in which the DDR tier evicted, as in the one before (it
@@ -1102,6 +1131,7 @@ static int open_store(struct trainer *tr)
 	    .ddr_bytes = (uint64_t)(o->ddr_mb * 1048576.0),
 	    .hbm_policy = o->policy,
 	    .ddr_policy = o->policy,
+	    .threads = (uint32_t)o->store_threads,
 	};
 	double t0 = cli_now();
 	char what[96];
@@ -1289,10 +1319,11 @@ static int setup(struct trainer *tr)
 	tr->tid = calloc(o->ntables, sizeof(*tr->tid));
 	tr->touched = calloc(o->ntables, sizeof(*tr->touched));
 	tr->pf = calloc(o->ntables, sizeof(*tr->pf));
+	tr->tb = calloc(o->ntables, sizeof(*tr->tb));
 	tr->emb = calloc(nemb, sizeof(float));
 	tr->grad = calloc(nemb, sizeof(float));
-	if (!tr->rows || !tr->tid || !tr->touched || !tr->pf || !tr->emb ||
-	    !tr->grad)
+	if (!tr->rows || !tr->tid || !tr->touched || !tr->pf || !tr->tb ||
+	    !tr->emb || !tr->grad)
 		return fail("setup", -ENOMEM);
 	for (int t = 0; t < o->ntables; t++)
 		tr->rows[t] = table_rows(o, t);
@@ -1332,6 +1363,7 @@ static void teardown(struct trainer *tr)
 	free(tr->rows);
 	free(tr->tid);
 	free(tr->pf);
+	free(tr->tb);
 	free(tr->emb);
 	free(tr->grad);
 	free(tr->scores);
@@ -1409,13 +1441,17 @@ static int forward_batch(struct trainer *tr, const struct batch *b,
 		*stall += cli_now() - t0;
 	return 0;
 #endif
-	for (int t = 0; t < o->ntables; t++) {
-		ret = et_gather_pooled(tr->store, tr->tid[t], b->ids[t],
-				       b->offsets[t], (size_t)b->n, ET_POOL_SUM,
-				       tr->emb + (size_t)t * o->batch * d);
-		if (ret)
-			return fail("gather", ret);
-	}
+	for (int t = 0; t < o->ntables; t++)
+		tr->tb[t] = (struct et_table_batch){
+		    .table = tr->tid[t],
+		    .ids = b->ids[t],
+		    .offsets = b->offsets[t],
+		    .nbags = (size_t)b->n,
+		    .out = tr->emb + (size_t)t * o->batch * d};
+	ret = et_gather_pooled_multi(tr->store, tr->tb, (size_t)o->ntables,
+				     ET_POOL_SUM);
+	if (ret)
+		return fail("gather", ret);
 	if (stall)
 		*stall += cli_now() - t0;
 	return 0;
@@ -1434,7 +1470,61 @@ static void bags_in(struct trainer *tr, int lo, int n)
 			       d * sizeof(float));
 }
 
+/* Adds the store's clocks of b - a to *t. */
+static void store_time_add(struct store_time *t, const struct et_stats *a,
+			   const struct et_stats *b)
+{
+	t->op += (double)(b->op_ns - a->op_ns) / 1e9;
+	t->miss += (double)(b->miss_wait_ns - a->miss_wait_ns) / 1e9;
+	t->wb += (double)(b->writeback_ns - a->writeback_ns) / 1e9;
+}
+
+/*
+ * Splits stall, the time steps spent in the store's calls, by the store's
+ * clocks b - a less those of the evaluations in between (ev): miss wait,
+ * write-back and hit work (the rest), each a fraction of step_s.
+ */
+static void stall_split(double step_s, double stall, const struct et_stats *a,
+			const struct et_stats *b, const struct store_time *ev,
+			double *hit, double *miss, double *wb)
+{
+	struct store_time t = {0, 0, 0};
+
+	store_time_add(&t, a, b);
+	t.miss -= ev->miss;
+	t.wb -= ev->wb;
+	t.miss = t.miss > 0 ? t.miss : 0;
+	t.wb = t.wb > 0 ? t.wb : 0;
+	*hit = stall - t.miss - t.wb > 0 ? stall - t.miss - t.wb : 0;
+	*hit = step_s > 0 ? *hit / step_s : 0;
+	*miss = step_s > 0 ? t.miss / step_s : 0;
+	*wb = step_s > 0 ? t.wb / step_s : 0;
+}
+
+static int evaluate_batches(struct trainer *tr);
+
+/* The held-out score, with the store's time in it kept apart from the
+ * training steps'. */
 static int evaluate(struct trainer *tr)
+{
+	struct et_stats a, b;
+	int ret;
+
+	ret = et_get_stats(tr->store, -1, &a);
+	if (ret)
+		return fail("stats", ret);
+	ret = evaluate_batches(tr);
+	if (ret)
+		return ret;
+	ret = et_get_stats(tr->store, -1, &b);
+	if (ret)
+		return fail("stats", ret);
+	store_time_add(&tr->eval_tm, &a, &b);
+	store_time_add(&tr->iv.eval_tm, &a, &b);
+	return 0;
+}
+
+static int evaluate_batches(struct trainer *tr)
 {
 	size_t k = 0;
 	double loss = 0;
@@ -1579,14 +1669,17 @@ static int update_batch(struct trainer *tr, const struct batch *cur, int n)
 	}
 	return 0;
 #endif
-	for (int t = 0; t < o->ntables; t++) {
-		ret =
-		    et_update_pooled(tr->store, tr->tid[t], cur->ids[t],
-				     cur->offsets[t], (size_t)n, ET_POOL_SUM,
-				     tr->grad + (size_t)t * o->batch * d, &up);
-		if (ret)
-			return fail("update", ret);
-	}
+	for (int t = 0; t < o->ntables; t++)
+		tr->tb[t] = (struct et_table_batch){
+		    .table = tr->tid[t],
+		    .ids = cur->ids[t],
+		    .offsets = cur->offsets[t],
+		    .nbags = (size_t)n,
+		    .grads = tr->grad + (size_t)t * o->batch * d};
+	ret = et_update_pooled_multi(tr->store, tr->tb, (size_t)o->ntables,
+				     ET_POOL_SUM, &up);
+	if (ret)
+		return fail("update", ret);
 	for (int t = 0; t < o->ntables; t++) {
 		ret =
 		    idset_add(&tr->touched[t], cur->ids[t], cur->offsets[t][n]);
@@ -1677,12 +1770,14 @@ static int log_line(struct trainer *tr)
 	struct interval *iv = &tr->iv;
 	struct et_stats st;
 	char hbm[16], ddr[16];
-	double now = cli_now();
+	double now = cli_now(), hit, miss, wb;
 	int ret;
 
 	ret = et_get_stats(tr->store, -1, &st);
 	if (ret)
 		return fail("stats", ret);
+	stall_split(iv->step_s, iv->stall_s, &iv->st, &st, &iv->eval_tm, &hit,
+		    &miss, &wb);
 	fmt_ratio(hbm, sizeof(hbm),
 		  tr->o.hbm_mb > 0 ? ratio(st.hbm.hits - iv->st.hbm.hits,
 					   st.hbm.misses - iv->st.hbm.misses)
@@ -1693,10 +1788,12 @@ static int log_line(struct trainer *tr)
 	progress_clear(&tr->prog);
 	fprintf(tr->log,
 		"step %" PRIu64 " loss %.5f samples/s %.0f hbm-hit %s "
-		"ddr-hit %s stall %.3f prefetch-wait-ms %.1f\n",
+		"ddr-hit %s stall %.3f (hit %.3f miss-wait %.3f write-back "
+		"%.3f) prefetch-wait-ms %.1f\n",
 		tr->step, iv->steps ? iv->loss / (double)iv->steps : NAN,
 		iv->step_s > 0 ? (double)iv->samples / iv->step_s : 0.0, hbm,
-		ddr, iv->step_s > 0 ? iv->stall_s / iv->step_s : 0.0,
+		ddr, iv->step_s > 0 ? iv->stall_s / iv->step_s : 0.0, hit, miss,
+		wb,
 		(double)(st.prefetch_wait_ns - iv->st.prefetch_wait_ns) / 1e6);
 	fflush(tr->log);
 	{
@@ -1897,11 +1994,14 @@ static void report(struct trainer *tr, const struct results *r)
 	uint64_t samples = steps * (uint64_t)o->batch;
 	double sps = tr->step_s > 0 ? (double)samples / tr->step_s : 0;
 	double stall = tr->step_s > 0 ? tr->stall_s / tr->step_s : 0;
+	double hit, miss, wb;
 	double hbm = o->hbm_mb > 0 ? ratio(st->hbm.hits, st->hbm.misses) : NAN;
 	double ddr = ratio(st->ddr.hits, st->ddr.misses);
 	uint64_t malformed = tr->train.c.malformed + tr->eval_malformed;
 	char b1[32], b2[32], b3[32], b4[32];
 
+	stall_split(tr->step_s, tr->stall_s, &tr->st0, st, &tr->eval_tm, &hit,
+		    &miss, &wb);
 	if (o->json) {
 		printf("{\"preset\":\"%s\",\"tables\":%d,\"dim\":%d,"
 		       "\"dtype\":\"%s\",\"batch\":%d,\"steps\":%" PRIu64
@@ -1930,6 +2030,9 @@ static void report(struct trainer *tr, const struct results *r)
 		json_num("ms_per_step", steps ? 1e3 * tr->step_s / steps : NAN,
 			 true);
 		json_num("stall_fraction", stall, true);
+		json_num("hit_fraction", hit, true);
+		json_num("miss_wait_fraction", miss, true);
+		json_num("writeback_fraction", wb, true);
 		json_num("samples_per_second", sps, true);
 		json_num("flush_seconds", tr->flush_s, true);
 		json_num("hbm_hit_ratio", hbm, true);
@@ -1973,7 +2076,9 @@ static void report(struct trainer *tr, const struct results *r)
 		       " steps): %.2fx\n",
 		       a, tr->phase[0].steps, b, tr->phase[1].steps, b / a);
 	}
-	printf("stall-fraction: %.3f\n", stall);
+	printf("stall-fraction: %.3f (hit work %.3f, miss wait %.3f, "
+	       "write-back %.3f)\n",
+	       stall, hit, miss, wb);
 	printf("prefetch-wait-ms: %.1f\n", (double)st->prefetch_wait_ns / 1e6);
 	fmt_ratio(b1, sizeof(b1), hbm);
 	fmt_ratio(b2, sizeof(b2), ddr);
@@ -2061,6 +2166,7 @@ static int run(struct trainer *tr)
 	ret = et_get_stats(tr->store, -1, &tr->iv.st);
 	if (ret)
 		return fail("stats", ret);
+	tr->st0 = tr->iv.st;
 	while (tr->step < o->steps) {
 		ret = train_step(tr);
 		if (ret)
