@@ -21,20 +21,33 @@ int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
 	     uint64_t *ns);
 int cb_gather(et_store *s, int table, const uint64_t *ids, size_t batch,
 	      size_t steps, float *out, uint64_t *ns);
+void cb_set_clock(int which);
+
+static clockid_t clock_id = CLOCK_THREAD_CPUTIME_ID;
+
+/* Times with the calling thread's CPU time (0), the wall clock (1) or the
+ * CPU time of the whole process, the store's threads included (2). */
+void cb_set_clock(int which)
+{
+	clock_id = which == 1	? CLOCK_MONOTONIC
+		   : which == 2 ? CLOCK_PROCESS_CPUTIME_ID
+				: CLOCK_THREAD_CPUTIME_ID;
+}
 
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	clock_gettime(clock_id, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /*
  * Steps first .. first + count - 1 of a training step's store work, step
  * k: et_prefetch of step k + 1's ids (of step 0 after the last),
- * et_gather_pooled of every table into out (ntables x batch x dim),
- * et_update_pooled of every table with grad (the same shape). ids is
+ * et_gather_pooled_multi of every table into out (ntables x batch x dim),
+ * et_update_pooled_multi of every table with grad (the same shape), as
+ * embtier-train does. ids is
  * steps x ntables x batch; offsets has batch + 1 entries.
  */
 int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
@@ -44,6 +57,7 @@ int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
 {
 	struct et_update_params up = {.lr = lr};
 	struct et_batch_ids pf[ntables];
+	struct et_table_batch tb[ntables];
 	uint64_t t0 = now_ns();
 	int ret = 0;
 
@@ -57,14 +71,20 @@ int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
 			pf[t].n = batch;
 		}
 		ret = et_prefetch(s, pf, ntables);
-		for (size_t t = 0; !ret && t < ntables; t++)
-			ret = et_gather_pooled(s, tid[t], cur + t * batch,
-					       offsets, batch, ET_POOL_SUM,
-					       out + t * batch * dim);
-		for (size_t t = 0; !ret && t < ntables; t++)
-			ret = et_update_pooled(s, tid[t], cur + t * batch,
-					       offsets, batch, ET_POOL_SUM,
-					       grad + t * batch * dim, &up);
+		for (size_t t = 0; t < ntables; t++)
+			tb[t] = (struct et_table_batch){
+			    .table = tid[t],
+			    .ids = cur + t * batch,
+			    .offsets = offsets,
+			    .nbags = batch,
+			    .out = out + t * batch * dim,
+			    .grads = grad + t * batch * dim};
+		if (!ret)
+			ret =
+			    et_gather_pooled_multi(s, tb, ntables, ET_POOL_SUM);
+		if (!ret)
+			ret = et_update_pooled_multi(s, tb, ntables,
+						     ET_POOL_SUM, &up);
 	}
 	*ns = now_ns() - t0;
 	return ret;

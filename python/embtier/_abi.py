@@ -240,6 +240,7 @@ _Z = ctypes.c_size_t
 FUNCTIONS = {
     "et_version": (_I, [_P]),
     "et_strerror": (ctypes.c_char_p, [_I]),
+    "et_errdetail": (ctypes.c_char_p, []),
     "et_store_open": (_I, [ctypes.c_char_p, _P, _P]),
     "et_store_close": (_I, [_P]),
     "et_table_create": (_I, [_P, ctypes.c_char_p, _P, _P]),

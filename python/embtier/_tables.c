@@ -3,7 +3,9 @@
  * Python runs a step's pooled gathers (or updates) over every table of an
  * EmbeddingBagCollection, as FBGEMM's table-batched embedding does. Only
  * loops over the public API: results are exactly those of the per-table
- * calls. `make python` builds it into build-python/libembtier_tables.so,
+ * calls (et_gather_pooled_multi and et_update_pooled_multi: one call for
+ * every table, its pooling spread over the store's threads). `make python`
+ * builds it into build-python/libembtier_tables.so,
  * which the package loads beside libembtier.so; without it, the package
  * makes the same calls one by one from Python.
  *
@@ -16,9 +18,10 @@
  * if ids is NULL, ids_base + k * ids_stride: a [T, B] array), offsets
  * offsets[k] (nbags + 1 entries; if offsets is NULL, offsets_base for every
  * table); its nbags x dims[k] block of out (or grads) follows table k -
- * 1's. On an error, *failed names the table and the calls for the tables
- * before it have been made.
+ * 1's. On an error, et_errdetail() names the table (*failed is SIZE_MAX);
+ * a bad descriptor changes nothing.
  */
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <embtier.h>
@@ -42,18 +45,58 @@ static const uint64_t *ids_of(const uint64_t *const *ids,
 	return ids ? ids[k] : ids_base + k * ids_stride;
 }
 
+/* The descriptors of a multi-table call, table k's block of data (out or
+ * grads) after table k - 1's. */
+static void describe(struct et_table_batch *b, size_t ntables, const int *tid,
+		     const uint32_t *dims, const uint64_t *const *ids,
+		     const uint64_t *ids_base, size_t ids_stride,
+		     const uint64_t *const *offsets,
+		     const uint64_t *offsets_base, size_t nbags, float *out,
+		     const float *grads)
+{
+	size_t at = 0;
+
+	for (size_t k = 0; k < ntables; k++) {
+		b[k] = (struct et_table_batch){
+		    .table = tid[k],
+		    .ids = ids_of(ids, ids_base, ids_stride, k),
+		    .offsets = offsets ? offsets[k] : offsets_base,
+		    .nbags = nbags,
+		    .out = out ? out + at : NULL,
+		    .grads = grads ? grads + at : NULL};
+		at += nbags * dims[k];
+	}
+}
+
+/* Whether a table appears twice (features sharing a table): the
+ * multi-table calls take each table once, so such a step goes table by
+ * table, in order, which gives the same bits. */
+static bool repeats(const int *tid, size_t ntables)
+{
+	for (size_t i = 1; i < ntables; i++)
+		for (size_t j = 0; j < i; j++)
+			if (tid[i] == tid[j])
+				return true;
+	return false;
+}
+
 int etpy_gather_pooled(TABLE_ARGS, float *out, size_t *failed)
 {
+	struct et_table_batch b[ntables ? ntables : 1];
+
+	describe(b, ntables, tid, dims, ids, ids_base, ids_stride, offsets,
+		 offsets_base, nbags, out, NULL);
+	*failed = SIZE_MAX; /* et_errdetail() names batch[k] */
+	if (!repeats(tid, ntables))
+		return et_gather_pooled_multi(s, b, ntables, mode);
 	for (size_t k = 0; k < ntables; k++) {
-		int ret = et_gather_pooled(
-		    s, tid[k], ids_of(ids, ids_base, ids_stride, k),
-		    offsets ? offsets[k] : offsets_base, nbags, mode, out);
+		int ret = et_gather_pooled(s, b[k].table, b[k].ids,
+					   b[k].offsets, nbags, mode, b[k].out);
 
 		if (ret) {
 			*failed = k;
 			return ret;
 		}
-		out += nbags * dims[k];
 	}
 	return 0;
 }
@@ -61,17 +104,22 @@ int etpy_gather_pooled(TABLE_ARGS, float *out, size_t *failed)
 int etpy_update_pooled(TABLE_ARGS, const float *grads,
 		       const struct et_update_params *up, size_t *failed)
 {
+	struct et_table_batch b[ntables ? ntables : 1];
+
+	describe(b, ntables, tid, dims, ids, ids_base, ids_stride, offsets,
+		 offsets_base, nbags, NULL, grads);
+	*failed = SIZE_MAX;
+	if (!repeats(tid, ntables))
+		return et_update_pooled_multi(s, b, ntables, mode, up);
 	for (size_t k = 0; k < ntables; k++) {
-		int ret = et_update_pooled(s, tid[k],
-					   ids_of(ids, ids_base, ids_stride, k),
-					   offsets ? offsets[k] : offsets_base,
-					   nbags, mode, grads, up);
+		int ret =
+		    et_update_pooled(s, b[k].table, b[k].ids, b[k].offsets,
+				     nbags, mode, b[k].grads, up);
 
 		if (ret) {
 			*failed = k;
 			return ret;
 		}
-		grads += nbags * dims[k];
 	}
 	return 0;
 }

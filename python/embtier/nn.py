@@ -25,13 +25,14 @@ tables have dim D, else a tuple of [B, D_t] tensors.
 """
 
 import ctypes
+import re
 
 import numpy as np
 import torch
 
 from . import _abi
 from .store import (EmbtierError, Table, _einval, _pool, _ptr, as_ids,
-                    check_offsets)
+                    check_offsets, errdetail)
 from ._abi import lib
 
 __all__ = ["EmbeddingBagCollection"]
@@ -209,8 +210,16 @@ class EmbeddingBagCollection(torch.nn.Module):
             else:
                 ret = tl.etpy_update_pooled(*args, up, self._failed_ref)
             if ret:
-                t = self.tables[self._failed.value]
-                raise EmbtierError(ret, name, f"table {t.name!r}")
+                detail = errdetail()
+                k = self._failed.value
+                if k >= len(self.tables):
+                    # a multi-table call's words name batch[k]
+                    m = re.search(r"batch\[(\d+)\]", detail)
+                    k = int(m.group(1)) if m else len(self.tables)
+                where = (f"table {self.tables[k].name!r}"
+                         if k < len(self.tables) else "")
+                raise EmbtierError(ret, name, "; ".join(
+                    x for x in (where, detail) if x))
             return
         fn = getattr(lib, name)
         for k, (tid, dim) in enumerate(zip(self._ids, self.dims)):

@@ -45,6 +45,12 @@ def strerror(code):
     return lib.et_strerror(int(code)).decode()
 
 
+def errdetail():
+    """et_errdetail(): what the last failing call of this thread said of
+    its arguments ("" if nothing)."""
+    return lib.et_errdetail().decode(errors="replace")
+
+
 def error_name(code):
     """'ET_ENOTABLE', 'ENOENT', ... for a code the library returns."""
     if code in ERROR_NAMES:
@@ -65,6 +71,9 @@ class EmbtierError(Exception):
         self.where = where
         text = f"{where}: " if where else ""
         text += f"{self.message} ({self.name} {code})"
+        if not detail:
+            # the failing call's own words, naming the bad argument
+            detail = errdetail()
         if detail:
             text += f": {detail}"
         super().__init__(text)
