@@ -32,6 +32,7 @@ enum { OP_POOLED = 0, OP_GATHER = 1 };
 enum { MAT_ALL = 0, MAT_TOUCHED = 1, MAT_NONE = 2 };
 enum { COMPUTE_BUSY = 0, COMPUTE_SLEEP = 1 };
 
+#define BENCH_MAX_LA   8
 #define BENCH_MAX_DIMS 64
 
 struct bench_opts {
@@ -70,8 +71,11 @@ struct bench_opts {
 	double peer_max_s;    /* cap on each peer's replay */
 	/* mrc */
 	uint32_t points;
-	const char *sizes; /* comma list of DDR sizes, overrides points */
-	bool mrc_lru, mrc_lfu, belady;
+	const char *sizes;     /* comma list of DDR sizes, overrides points */
+	uint32_t mrc_policies; /* bit 1 << et_policy per policy */
+	uint32_t mrc_la[BENCH_MAX_LA]; /* lookahead windows, 0: none */
+	uint32_t n_mrc_la;
+	bool belady;
 	const char *plot;
 	/* pipeline */
 	uint64_t compute_us;

@@ -114,7 +114,8 @@ static void usage(void)
 	    "      --ddr SIZE        DDR tier (default 128M; pipeline 64M); "
 	    "sizes take\n"
 	    "                        K, M, G, T (binary) or 2^N\n"
-	    "      --policy P        lru | lfu, both tiers (default lru)\n"
+	    "      --policy P        lru | lfu | tinylfu, both tiers (default "
+	    "lru)\n"
 	    "      --ways N          associativity (default 16)\n"
 	    "      --slot-bytes N    smallest cache slot: rows up to N bytes "
 	    "share one\n"
@@ -169,7 +170,10 @@ static void usage(void)
 	    "distinct\n"
 	    "                        rows (default 8)\n"
 	    "      --sizes LIST      DDR sizes instead, e.g. 16M,64M,256M\n"
-	    "      --policies LIST   lru,lfu (default both)\n"
+	    "      --policies LIST   of lru,lfu,tinylfu (default all)\n"
+	    "      --lookahead LIST  lookahead windows in batches, 0 for none "
+	    "(default\n"
+	    "                        0,1,4,16; at most 32)\n"
 	    "      --no-belady       skip Belady's MIN (offline, fully "
 	    "associative)\n"
 	    "      --plot FILE.png   draw the curves with gnuplot (skipped, "
@@ -254,6 +258,7 @@ enum {
 	O_POINTS,
 	O_SIZES,
 	O_POLICIES,
+	O_LOOKAHEAD,
 	O_NO_BELADY,
 	O_PLOT,
 	O_COMPUTE_US,
@@ -304,6 +309,7 @@ static const struct option longopts[] = {
     {"points", required_argument, NULL, O_POINTS},
     {"sizes", required_argument, NULL, O_SIZES},
     {"policies", required_argument, NULL, O_POLICIES},
+    {"lookahead", required_argument, NULL, O_LOOKAHEAD},
     {"no-belady", no_argument, NULL, O_NO_BELADY},
     {"plot", required_argument, NULL, O_PLOT},
     {"compute-us", required_argument, NULL, O_COMPUTE_US},
@@ -346,7 +352,14 @@ static void defaults(struct bench_opts *o, int cmd)
 	o->peer_threads = 2;
 	o->pread_cache = true;
 	o->rocksdb_extra = 0.25;
-	o->mrc_lru = o->mrc_lfu = o->belady = true;
+	o->mrc_policies =
+	    1u << ET_POLICY_LRU | 1u << ET_POLICY_LFU | 1u << ET_POLICY_TINYLFU;
+	o->mrc_la[0] = 0;
+	o->mrc_la[1] = 1;
+	o->mrc_la[2] = 4;
+	o->mrc_la[3] = 16;
+	o->n_mrc_la = 4;
+	o->belady = true;
 	o->compute_us = 100000;
 	o->compute = COMPUTE_BUSY;
 	o->lr = 0.01f;
@@ -374,8 +387,8 @@ static int num(const char *opt, const char *arg, uint64_t lo, uint64_t hi,
 	return 0;
 }
 
-/* A comma-separated list of 1..max numbers in [1, hi]. */
-static int num_list(const char *opt, const char *arg, uint64_t hi,
+/* A comma-separated list of 1..max numbers in [lo, hi]. */
+static int num_list(const char *opt, const char *arg, uint64_t lo, uint64_t hi,
 		    uint32_t *out, uint32_t max, uint32_t *n)
 {
 	char *copy = strdup(arg), *save = NULL, *tok;
@@ -386,7 +399,7 @@ static int num_list(const char *opt, const char *arg, uint64_t hi,
 	*n = 0;
 	for (tok = strtok_r(copy, ",", &save); tok;
 	     tok = strtok_r(NULL, ",", &save)) {
-		if (*n == max || cli_parse_u64(tok, &v) || v < 1 || v > hi) {
+		if (*n == max || cli_parse_u64(tok, &v) || v < lo || v > hi) {
 			free(copy);
 			*n = 0;
 			return bad(opt, arg);
@@ -466,8 +479,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			break;
 		case O_DIM:
-			if (num_list(n, a, ET_MAX_DIM, o->dims, BENCH_MAX_DIMS,
-				     &o->ndims))
+			if (num_list(n, a, 1, ET_MAX_DIM, o->dims,
+				     BENCH_MAX_DIMS, &o->ndims))
 				return -1;
 			o->dim = 0;
 			for (uint32_t i = 0; i < o->ndims; i++)
@@ -519,12 +532,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return o->ddr_bytes ? -1 : bad(n, a);
 			break;
 		case O_POLICY:
-			if (!strcmp(a, "lru"))
-				o->policy = ET_POLICY_LRU;
-			else if (!strcmp(a, "lfu"))
-				o->policy = ET_POLICY_LFU;
-			else
+			if (cli_policy_parse(a) < 0)
 				return bad(n, a);
+			o->policy = (et_policy)cli_policy_parse(a);
 			break;
 		case O_SLOT_BYTES:
 			if (num(n, a, 0, (uint64_t)ET_MAX_DIM * 4 + 64, &v))
@@ -587,7 +597,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			break;
 		case O_LIMIT_QD:
-			if (num_list(n, a, 4096, o->limit_qd, 4,
+			if (num_list(n, a, 1, 4096, o->limit_qd, 4,
 				     &o->n_limit_qd))
 				return -1;
 			break;
@@ -626,21 +636,25 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 
 			if (!copy)
 				return bad(n, a);
-			o->mrc_lru = o->mrc_lfu = false;
+			o->mrc_policies = 0;
 			for (tok = strtok_r(copy, ",", &save); tok;
 			     tok = strtok_r(NULL, ",", &save)) {
-				if (!strcmp(tok, "lru"))
-					o->mrc_lru = true;
-				else if (!strcmp(tok, "lfu"))
-					o->mrc_lfu = true;
-				else {
+				int p = cli_policy_parse(tok);
+
+				if (p < 0) {
 					free(copy);
 					return bad(n, a);
 				}
+				o->mrc_policies |= 1u << p;
 			}
 			free(copy);
 			break;
 		}
+		case O_LOOKAHEAD:
+			if (num_list(n, a, 0, ET_MAX_LOOKAHEAD, o->mrc_la,
+				     BENCH_MAX_LA, &o->n_mrc_la))
+				return -1;
+			break;
 		case O_NO_BELADY:
 			o->belady = false;
 			break;

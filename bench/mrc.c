@@ -17,6 +17,11 @@
  *
  * Sizes: --sizes A,B,... (DDR bytes), or --points N (default 8) capacities
  * spaced by powers of two down from the trace's distinct rows.
+ *
+ * Series: each policy of --policies run with each window of --lookahead
+ * (K batches: before batch i runs, et_lookahead hands the store batches
+ * i .. i+K-1, as a trainer would before each step; 0 runs without a
+ * window).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -32,11 +37,75 @@
 #include "cli.h"
 #include "progress.h"
 
+#define MAX_SERIES (3 * BENCH_MAX_LA)
+
+/* A curve: a policy with a lookahead window. */
+struct series {
+	et_policy pol;
+	uint32_t la; /* batches; 0: no window */
+	char name[24];
+};
+
 struct point {
 	uint64_t ddr_bytes, cap_rows;
-	double lru, lfu, opt; /* miss ratios; < 0: not run */
-	double lru_s, lfu_s;  /* seconds the store took */
+	double miss[MAX_SERIES]; /* miss ratio of each series; < 0: not run */
+	double opt;		 /* Belady's; < 0: not run */
 };
+
+/* The series asked for, in the order of the policies' values. */
+static size_t series_list(const struct bench_opts *o, struct series *out)
+{
+	static const et_policy pols[] = {ET_POLICY_LRU, ET_POLICY_LFU,
+					 ET_POLICY_TINYLFU};
+	size_t n = 0;
+
+	for (size_t p = 0; p < sizeof(pols) / sizeof(pols[0]); p++) {
+		if (!(o->mrc_policies >> pols[p] & 1))
+			continue;
+		for (uint32_t k = 0; k < o->n_mrc_la; k++) {
+			struct series *s = &out[n++];
+
+			s->pol = pols[p];
+			s->la = o->mrc_la[k];
+			if (s->la)
+				snprintf(s->name, sizeof(s->name), "%s+K%u",
+					 cli_policy_name(s->pol), s->la);
+			else
+				snprintf(s->name, sizeof(s->name), "%s",
+					 cli_policy_name(s->pol));
+		}
+	}
+	return n;
+}
+
+/* Hands the store batches i .. i+k-1 of bs as its window. */
+static int window(et_store *s, const struct tables *tb,
+		  const struct wl_batch *bs, uint64_t nb, uint64_t i,
+		  uint32_t k)
+{
+	struct et_batch w[ET_MAX_LOOKAHEAD];
+	struct et_batch_ids *ids;
+	size_t n = 0, total = 0, at = 0;
+	int ret;
+
+	for (uint64_t b = i; b < nb && b < i + k; b++)
+		total += bs[b].count;
+	ids = malloc((total ? total : 1) * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (uint64_t b = i; b < nb && n < k; b++, n++) {
+		w[n].tables = ids + at;
+		w[n].ntables = bs[b].count;
+		for (uint32_t j = 0; j < bs[b].count; j++, at++) {
+			ids[at].table = tb->sid[bs[b].t[j].table];
+			ids[at].ids = bs[b].t[j].ids;
+			ids[at].n = bs[b].t[j].n;
+		}
+	}
+	ret = et_lookahead(s, w, n);
+	free(ids);
+	return ret;
+}
 
 static int keycmp(const void *a, const void *b)
 {
@@ -97,26 +166,26 @@ static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
 /* Runs every batch through a fresh store; the DDR miss ratio. */
 static int store_point(const struct bench_opts *o, struct tables *tb,
 		       const struct wl_batch *bs, uint64_t nb, uint64_t ddr,
-		       et_policy pol, double *ratio, uint64_t *cap,
-		       double *secs, struct progress *pg, uint64_t *done)
+		       const struct series *se, double *ratio, uint64_t *cap,
+		       struct progress *pg, uint64_t *done)
 {
 	struct et_store_config cfg;
 	struct et_stats st;
 	et_store *s;
 	float *out = NULL;
 	size_t out_cap = 0;
-	double t0;
 	int ret;
 
 	store_config(o, &cfg);
 	cfg.hbm_bytes = 0;
 	cfg.ddr_bytes = ddr;
-	cfg.ddr_policy = pol;
+	cfg.ddr_policy = se->pol;
 	ret = tables_store(tb, &cfg, &s);
 	if (ret)
 		return ret;
-	t0 = now_s();
 	for (uint64_t i = 0; i < nb && !ret && !bench_stop; i++) {
+		if (se->la)
+			ret = window(s, tb, bs, nb, i, se->la);
 		for (uint32_t j = 0; j < bs[i].count && !ret; j++) {
 			const struct wl_table_ids *t = &bs[i].t[j];
 			size_t need = (size_t)t->nbags * o->dim;
@@ -136,7 +205,6 @@ static int store_point(const struct bench_opts *o, struct tables *tb,
 		}
 		progress_update(pg, ++*done);
 	}
-	*secs = now_s() - t0;
 	if (!ret)
 		ret = et_get_stats(s, -1, &st);
 	if (!ret) {
@@ -178,8 +246,9 @@ static bool find_gnuplot(void)
 	return false;
 }
 
-static void plot(const struct bench_opts *o, const struct point *p, size_t np,
-		 double floor_ratio, const char *title)
+static void plot(const struct bench_opts *o, const struct series *se, size_t ns,
+		 const struct point *p, size_t np, double floor_ratio,
+		 const char *title)
 {
 	char data[] = "/var/tmp/embtier-mrc.XXXXXX";
 	FILE *f, *gp;
@@ -195,9 +264,12 @@ static void plot(const struct bench_opts *o, const struct point *p, size_t np,
 		cli_error("%s: %s", data, strerror(errno));
 		return;
 	}
-	for (size_t i = 0; i < np; i++)
-		fprintf(f, "%" PRIu64 " %.6f %.6f %.6f\n", p[i].cap_rows,
-			p[i].lru, p[i].lfu, p[i].opt);
+	for (size_t i = 0; i < np; i++) {
+		fprintf(f, "%" PRIu64 " %.6f", p[i].cap_rows, p[i].opt);
+		for (size_t k = 0; k < ns; k++)
+			fprintf(f, " %.6f", p[i].miss[k]);
+		fprintf(f, "\n");
+	}
 	fclose(f);
 	gp = popen("gnuplot", "w");
 	if (!gp) {
@@ -218,20 +290,15 @@ static void plot(const struct bench_opts *o, const struct point *p, size_t np,
 		"set grid\n",
 		o->plot, title);
 	fprintf(gp, "plot ");
-	if (o->mrc_lru)
+	for (size_t k = 0; k < ns; k++)
 		fprintf(gp,
-			"'%s' using 1:($2 < 0 ? NaN : $2) with "
-			"linespoints title 'LRU (embtier)', ",
-			data);
-	if (o->mrc_lfu)
-		fprintf(gp,
-			"'%s' using 1:($3 < 0 ? NaN : $3) with "
-			"linespoints title 'LFU (embtier)', ",
-			data);
+			"'%s' using 1:($%zu < 0 ? NaN : $%zu) with "
+			"linespoints title '%s', ",
+			data, k + 3, k + 3, se[k].name);
 	if (o->belady)
 		fprintf(gp,
-			"'%s' using 1:($4 < 0 ? NaN : $4) with "
-			"linespoints title 'Belady MIN (fully assoc.)', ",
+			"'%s' using 1:($2 < 0 ? NaN : $2) with "
+			"linespoints lw 2 title 'Belady MIN (fully assoc.)', ",
 			data);
 	fprintf(gp, "%.6f with lines dashtype 2 title 'compulsory'\n",
 		floor_ratio);
@@ -270,9 +337,10 @@ static int parse_sizes(const char *s, uint64_t **out, size_t *n)
 	return k ? 0 : -EINVAL;
 }
 
-static void print_points(const struct bench_opts *o, const struct point *p,
-			 size_t np, uint64_t distinct, uint64_t lookups_n,
-			 uint64_t nb, const char *desc)
+static void print_points(const struct bench_opts *o, const struct series *se,
+			 size_t ns, const struct point *p, size_t np,
+			 uint64_t distinct, uint64_t lookups_n, uint64_t nb,
+			 const char *desc)
 {
 	double floor_ratio = (double)distinct / (double)lookups_n;
 	char b1[32], b2[32];
@@ -285,25 +353,31 @@ static void print_points(const struct bench_opts *o, const struct point *p,
 		       "\"belady\":\"fully associative, demand fill\","
 		       "\"points\":[",
 		       nb, lookups_n, distinct, floor_ratio);
-		for (size_t i = 0; i < np; i++)
+		for (size_t i = 0; i < np; i++) {
 			printf("%s{\"ddr_bytes\":%" PRIu64
-			       ",\"capacity_rows\":%" PRIu64
-			       ",\"lru\":%.6f,\"lfu\":%.6f,\"belady\":"
-			       "%.6f}",
-			       i ? "," : "", p[i].ddr_bytes, p[i].cap_rows,
-			       p[i].lru, p[i].lfu, p[i].opt);
+			       ",\"capacity_rows\":%" PRIu64,
+			       i ? "," : "", p[i].ddr_bytes, p[i].cap_rows);
+			for (size_t k = 0; k < ns; k++)
+				printf(",\"%s\":%.6f", se[k].name,
+				       p[i].miss[k]);
+			printf(",\"belady\":%.6f}", p[i].opt);
+		}
 		printf("]}\n");
 		return;
 	}
 	if (o->format == FMT_CSV) {
-		printf("ddr_bytes,capacity_rows,capacity_frac,lru,lfu,belady,"
-		       "compulsory\n");
-		for (size_t i = 0; i < np; i++)
-			printf("%" PRIu64 ",%" PRIu64 ",%.6f,%.6f,%.6f,%.6f,"
-			       "%.6f\n",
-			       p[i].ddr_bytes, p[i].cap_rows,
-			       (double)p[i].cap_rows / (double)distinct,
-			       p[i].lru, p[i].lfu, p[i].opt, floor_ratio);
+		printf("ddr_bytes,capacity_rows,capacity_frac");
+		for (size_t k = 0; k < ns; k++)
+			printf(",%s", se[k].name);
+		printf(",belady,compulsory\n");
+		for (size_t i = 0; i < np; i++) {
+			printf("%" PRIu64 ",%" PRIu64 ",%.6f", p[i].ddr_bytes,
+			       p[i].cap_rows,
+			       (double)p[i].cap_rows / (double)distinct);
+			for (size_t k = 0; k < ns; k++)
+				printf(",%.6f", p[i].miss[k]);
+			printf(",%.6f,%.6f\n", p[i].opt, floor_ratio);
+		}
 		return;
 	}
 	printf("workload: %s\n", desc);
@@ -312,24 +386,30 @@ static void print_points(const struct bench_opts *o, const struct point *p,
 	       nb, cli_human_count((double)lookups_n, b1, sizeof(b1)),
 	       cli_human_count((double)distinct, b2, sizeof(b2)), floor_ratio);
 	printf("store:    no HBM, DDR of each size below, %u ways; cold "
-	       "start; Belady = MIN, fully associative, same capacity\n\n",
+	       "start; +K = lookahead window of K batches; Belady = MIN, "
+	       "fully associative, same capacity\n\n",
 	       o->ways ? o->ways : 16);
-	printf("  %12s %12s %8s %8s %8s %8s\n", "DDR", "rows", "of all", "LRU",
-	       "LFU", "Belady");
+	printf("  %10s %9s %7s", "DDR", "rows", "of all");
+	for (size_t k = 0; k < ns; k++)
+		printf(" %*s", se[k].la ? 11 : 7, se[k].name);
+	printf(" %7s\n", "Belady");
 	for (size_t i = 0; i < np; i++) {
-		char r[3][16];
-		const double v[3] = {p[i].lru, p[i].lfu, p[i].opt};
-
-		for (int k = 0; k < 3; k++)
-			if (v[k] < 0)
-				snprintf(r[k], sizeof(r[k]), "-");
-			else
-				snprintf(r[k], sizeof(r[k]), "%.4f", v[k]);
-		printf("  %12s %12" PRIu64 " %7.1f%% %8s %8s %8s\n",
+		printf("  %10s %9" PRIu64 " %6.1f%%",
 		       cli_human_bytes((double)p[i].ddr_bytes, b1, sizeof(b1)),
 		       p[i].cap_rows,
-		       100.0 * (double)p[i].cap_rows / (double)distinct, r[0],
-		       r[1], r[2]);
+		       100.0 * (double)p[i].cap_rows / (double)distinct);
+		for (size_t k = 0; k < ns; k++) {
+			int w = se[k].la ? 11 : 7;
+
+			if (p[i].miss[k] < 0)
+				printf(" %*s", w, "-");
+			else
+				printf(" %*.4f", w, p[i].miss[k]);
+		}
+		if (p[i].opt < 0)
+			printf(" %7s\n", "-");
+		else
+			printf(" %7.4f\n", p[i].opt);
 	}
 }
 
@@ -345,8 +425,10 @@ int cmd_mrc(const struct bench_opts *o)
 	uint64_t distinct = 0, done = 0;
 	size_t nkeys = 0, np = 0, cap_b = 0;
 	uint32_t slot;
+	struct series se[MAX_SERIES];
+	size_t ns = series_list(o, se);
 	char desc[256];
-	int ret, rc = CLI_EXIT_FAIL;
+	int ret = 0, rc = CLI_EXIT_FAIL;
 
 	if (opt_mixed_dims(o)) {
 		cli_usage_error("mrc takes one --dim (its capacities and "
@@ -429,36 +511,27 @@ int cmd_mrc(const struct bench_opts *o)
 	ret = tables_setup(&tb, &oo, &g, 0);
 	if (ret)
 		goto out;
-	progress_start(&pg, "mrc", "batches",
-		       nb * np * ((o->mrc_lru ? 1 : 0) + (o->mrc_lfu ? 1 : 0)),
-		       o->quiet);
+	progress_start(&pg, "mrc", "batches", nb * np * ns, o->quiet);
 	for (size_t i = 0; i < np && !bench_stop; i++) {
 		uint64_t cap = 0;
 
 		pts[i].ddr_bytes = sizes[i];
-		pts[i].lru = pts[i].lfu = pts[i].opt = -1;
-		if (o->mrc_lru) {
-			ret = store_point(&oo, &tb, bs, nb, sizes[i],
-					  ET_POLICY_LRU, &pts[i].lru, &cap,
-					  &pts[i].lru_s, &pg, &done);
-			if (ret)
-				break;
-		}
-		if (o->mrc_lfu) {
-			ret = store_point(&oo, &tb, bs, nb, sizes[i],
-					  ET_POLICY_LFU, &pts[i].lfu, &cap,
-					  &pts[i].lfu_s, &pg, &done);
-			if (ret)
-				break;
-		}
+		pts[i].opt = -1;
+		for (size_t k = 0; k < MAX_SERIES; k++)
+			pts[i].miss[k] = -1;
+		for (size_t k = 0; k < ns && !ret; k++)
+			ret = store_point(&oo, &tb, bs, nb, sizes[i], &se[k],
+					  &pts[i].miss[k], &cap, &pg, &done);
+		if (ret)
+			break;
 		if (!cap) {
 			/* Belady alone: ask a store what the size holds. */
-			double r, s;
+			const struct series lru = {ET_POLICY_LRU, 0, "lru"};
+			double r;
 			uint64_t d2 = 0;
 
-			ret =
-			    store_point(&oo, &tb, bs, 0, sizes[i],
-					ET_POLICY_LRU, &r, &cap, &s, &pg, &d2);
+			ret = store_point(&oo, &tb, bs, 0, sizes[i], &lru, &r,
+					  &cap, &pg, &d2);
 			if (ret)
 				break;
 		}
@@ -478,9 +551,10 @@ int cmd_mrc(const struct bench_opts *o)
 	if (ret || bench_stop)
 		goto out;
 	workload_desc(o, &g, desc, sizeof(desc));
-	print_points(o, pts, np, distinct, nkeys, nb, desc);
+	print_points(o, se, ns, pts, np, distinct, nkeys, nb, desc);
 	if (o->plot)
-		plot(o, pts, np, (double)distinct / (double)nkeys, desc);
+		plot(o, se, ns, pts, np, (double)distinct / (double)nkeys,
+		     desc);
 	rc = CLI_EXIT_OK;
 	goto out;
 oom:

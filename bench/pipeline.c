@@ -383,7 +383,7 @@ static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
 					       : "nothing",
 	       cli_human_bytes((double)o->hbm_bytes, b2, sizeof(b2)),
 	       cli_human_bytes((double)o->ddr_bytes, b3, sizeof(b3)),
-	       o->policy == ET_POLICY_LFU ? "lfu" : "lru");
+	       cli_policy_name(o->policy));
 	printf("step:     gather_pooled, [prefetch next], %s %.1f ms, "
 	       "update_pooled (SGD lr %g); %" PRId64 " warm-up steps\n",
 	       o->compute == COMPUTE_SLEEP ? "sleep" : "busy-wait",

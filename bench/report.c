@@ -328,8 +328,8 @@ static void report_table(const struct run_report *rp)
 	printf("store:    hbm %s, ddr %s, %s, %u ways, io depth %u, %s\n",
 	       cli_human_bytes((double)o->hbm_bytes, b1, sizeof(b1)),
 	       cli_human_bytes((double)o->ddr_bytes, b2, sizeof(b2)),
-	       o->policy == ET_POLICY_LFU ? "lfu" : "lru",
-	       o->ways ? o->ways : 16, o->io_depth ? o->io_depth : 128,
+	       cli_policy_name(o->policy), o->ways ? o->ways : 16,
+	       o->io_depth ? o->io_depth : 128,
 	       o->op == OP_POOLED ? "et_gather_pooled (sum)" : "et_gather");
 	printf("run:      %" PRIu64 " warm-up batches, %" PRIu64
 	       " measured (%.2f s in the store's calls)%s\n",
@@ -569,8 +569,7 @@ static void report_json(const struct run_report *rp)
 	printf("\"store\":{\"hbm_bytes\":%" PRIu64 ",\"ddr_bytes\":%" PRIu64
 	       ",\"policy\":\"%s\",\"ways\":%u,\"io_depth\":%u,\"op\":\"%s\","
 	       "\"update\":%s},",
-	       o->hbm_bytes, o->ddr_bytes,
-	       o->policy == ET_POLICY_LFU ? "lfu" : "lru",
+	       o->hbm_bytes, o->ddr_bytes, cli_policy_name(o->policy),
 	       o->ways ? o->ways : 16, o->io_depth ? o->io_depth : 128,
 	       o->op == OP_POOLED ? "pooled" : "gather",
 	       o->update ? "true" : "false");

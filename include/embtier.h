@@ -240,8 +240,11 @@ ET_API void et_tfile_close(et_tfile *tf);
 typedef struct et_store et_store;
 
 typedef enum et_policy {
-	ET_POLICY_LRU = 1, /* least recently used (access tick) */
-	ET_POLICY_LFU = 2, /* least frequently used, counts age with time */
+	ET_POLICY_LRU = 1,     /* least recently used (access tick) */
+	ET_POLICY_LFU = 2,     /* least frequently used, counts age with time */
+	ET_POLICY_TINYLFU = 3, /* frequency admission (TinyLFU): a missed row
+				* replaces the victim only if seen more often
+				* lately (count-min sketch per cache) */
 } et_policy;
 
 typedef enum et_hbm_backend {
@@ -457,6 +460,36 @@ struct et_batch_ids {
  */
 ET_API int et_prefetch(et_store *s, const struct et_batch_ids *batch,
 		       size_t ntables);
+
+/* One upcoming batch: the ids of each table it reads. */
+struct et_batch {
+	const struct et_batch_ids *tables;
+	size_t ntables;
+};
+
+#define ET_MAX_LOOKAHEAD 32
+
+/*
+ * Hands the store the ids of the next nbatches batches (0..ET_MAX_LOOKAHEAD),
+ * batches[0] being the next batch the caller will run (the one it would
+ * prefetch) and batches[k] the k-th after it; a data loader can read them
+ * cheaply. The store keeps them as a window until the next call, which
+ * replaces it (nbatches 0 clears it): call once per batch, beside
+ * et_prefetch. Eviction then keeps rows the window uses when it can, and
+ * among those it must evict, the one whose next use is farthest goes first
+ * (Belady's rule inside the window); the tier's policy decides among rows
+ * the window does not use. A missed row the window does not use, or uses
+ * after every candidate victim, is served without being cached. Only
+ * which rows stay cached depends on the window, never any result; a wrong
+ * window costs misses, nothing else.
+ *
+ * The window is copied into a hash map: 32 + 32 bytes a distinct id at
+ * most (kept for the next call), O(ids) time a call. Bad input (ids out of
+ * range, an unknown table, nbatches too large) changes nothing; -ENOMEM
+ * leaves no window.
+ */
+ET_API int et_lookahead(et_store *s, const struct et_batch *batches,
+			size_t nbatches);
 
 /* Counters of one cache tier. Its capacity efficiency, the share of the
  * tier's bytes that holds rows, is row_bytes / capacity_bytes. */

@@ -16,7 +16,9 @@
  * All slots of one instance have one size: the store keeps one instance
  * per size class of rows in each tier (see struct sclass in store_impl.h).
  *
- * 16 bytes of metadata a slot (ET_SLOT_META_BYTES). A slot is pinned while
+ * 16 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
+ * frequency admission adds one sketch per instance (2 bytes a column, as
+ * many columns as slots rounded up to a power of two). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
  * in; moving on to new epochs unpins everything at once, with no cleanup
  * pass.
@@ -31,12 +33,15 @@
 #include <stdint.h>
 
 #include "hash.h"
+#include "lookahead.h"
 #include "policy.h"
+#include "sketch.h"
 
 #define CACHE_DIRTY    (1ULL << 63)
 #define CACHE_PF       (1ULL << 62) /* placed by a prefetch, not yet used */
 #define CACHE_KEY_MASK (~(CACHE_DIRTY | CACHE_PF))
 #define CACHE_NONE     UINT64_MAX
+#define CACHE_REJECT   (UINT64_MAX - 1) /* cache_pick: not admitted */
 
 static inline uint64_t cache_key(uint32_t table, uint64_t row)
 {
@@ -82,6 +87,9 @@ struct cache {
 	uint64_t used;	    /* valid slots */
 	uint64_t dirty;	    /* dirty slots */
 	uint64_t row_bytes; /* bytes of the rows in valid slots, as stored */
+	struct sketch sk;   /* frequency policies: recent counts (else empty) */
+	const struct lookahead *la; /* the store's window, or NULL */
+	uint64_t last_now;	    /* the access count at the last pick */
 	struct cache_stats st;
 };
 
@@ -177,12 +185,22 @@ static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
 
 void cache_set_dirty(struct cache *c, uint64_t slot);
 
-/* A slot for key in its set: a free one if any, else the policy's victim
- * among slots not pinned by ps. CACHE_NONE if every way is pinned. Changes
- * nothing: the caller moves the victim out (if valid) and then calls
- * cache_fill(). */
-uint64_t cache_pick(const struct cache *c, uint64_t key, uint64_t now,
-		    const struct pinset *ps);
+/*
+ * A slot for key in its set: a free one if any, else a victim among slots
+ * not pinned by ps. CACHE_NONE if every way is pinned. The caller moves
+ * the victim out (if valid) and then calls cache_fill(); it changes
+ * nothing else but the policy's sketch (it counts key as seen).
+ *
+ * The victim: with a lookahead window (c->la active), the ways whose rows
+ * the window does not use are the policy's to choose from; if the window
+ * uses them all, the one used last in it goes (the policy breaking ties).
+ * If admit is set, the row may be refused (CACHE_REJECT, the caller keeps
+ * it out of the cache): by the window, when the victim is used in it
+ * before key (or key is not); by frequency admission, when the window
+ * says nothing of either and the policy's victim was seen as often.
+ */
+uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
+		    const struct pinset *ps, bool admit);
 
 /* Places key in slot, which must be empty (the caller moves a victim out
  * and removes it first), and copies row_bytes of src into it. */

@@ -7,6 +7,13 @@
  * of tiers, tables or rows. "now" is a 32-bit access clock the caller
  * advances by one per access; policies compare times modulo 2^32.
  *
+ * A policy with frequency admission (halve_ticks != 0) also has the cache
+ * keep a count-min sketch of the keys it was asked to place (sketch.h),
+ * halved every halve_ticks of its clock. The cache gives on_insert the
+ * sketch's estimate for the new row, and when its set is full admits the
+ * row only if that estimate beats freq() of the victim; a slot's count
+ * goes back into the sketch when the row leaves (policy_tinylfu.c).
+ *
  * Pure functions of their arguments; any thread.
  */
 #ifndef ET_POLICY_H
@@ -26,18 +33,24 @@ struct policy_ops {
 	bool scaled_clock;
 	/* The slot whose state is *st was accessed (hit) at now. */
 	void (*on_hit)(uint32_t *st, uint32_t now);
-	/* A row was placed in the slot at now. */
-	void (*on_insert)(uint32_t *st, uint32_t now);
+	/* A row was placed in the slot at now; freq is the sketch's estimate
+	 * of how often it was seen lately (0 without a sketch). */
+	void (*on_insert)(uint32_t *st, uint32_t now, uint32_t freq);
 	/* Index of the way to evict among those whose bit is set in
 	 * eligible (never 0), given the states of the set's ways. */
 	unsigned (*victim)(const uint32_t *st, unsigned ways, uint64_t eligible,
 			   uint32_t now);
+	/* Frequency admission: clock ticks between halvings of the counts
+	 * (0: none, and freq is NULL); the slot's count now, 0..15. */
+	uint32_t halve_ticks;
+	uint32_t (*freq)(uint32_t st, uint32_t now);
 };
 
 #define POLICY_SCALE 1024
 
 extern const struct policy_ops policy_lru;
 extern const struct policy_ops policy_lfu;
+extern const struct policy_ops policy_tinylfu;
 
 /* The ops of p, or NULL if p is not a policy. */
 const struct policy_ops *policy_get(et_policy p);

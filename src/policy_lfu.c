@@ -49,8 +49,9 @@ static uint32_t lfu_decayed(uint32_t st, uint32_t now)
 	return d >= c ? 0 : c - d;
 }
 
-static void lfu_insert(uint32_t *st, uint32_t now)
+static void lfu_insert(uint32_t *st, uint32_t now, uint32_t freq)
 {
+	(void)freq;
 	*st = lfu_time(now) << 8 | LFU_INIT;
 }
 

@@ -12,6 +12,12 @@ static void lru_touch(uint32_t *st, uint32_t now)
 	*st = now;
 }
 
+static void lru_insert(uint32_t *st, uint32_t now, uint32_t freq)
+{
+	(void)freq;
+	*st = now;
+}
+
 static unsigned lru_victim(const uint32_t *st, unsigned ways, uint64_t eligible,
 			   uint32_t now)
 {
@@ -36,7 +42,7 @@ static unsigned lru_victim(const uint32_t *st, unsigned ways, uint64_t eligible,
 const struct policy_ops policy_lru = {
     .name = "lru",
     .on_hit = lru_touch,
-    .on_insert = lru_touch,
+    .on_insert = lru_insert,
     .victim = lru_victim,
 };
 
@@ -47,6 +53,8 @@ const struct policy_ops *policy_get(et_policy p)
 		return &policy_lru;
 	case ET_POLICY_LFU:
 		return &policy_lfu;
+	case ET_POLICY_TINYLFU:
+		return &policy_tinylfu;
 	}
 	return NULL;
 }

@@ -293,12 +293,15 @@ int caches_ensure(et_store *s)
 			if (ret)
 				break;
 			c->hbm.st = c->kept[0];
+			c->hbm.la = &s->la;
 		}
 		ret = cache_init(&c->ddr, c->nsets[1] * s->cfg.ways * per,
 				 s->cfg.ways, c->slot_bytes,
 				 policy_get(s->cfg.ddr_policy), &mem_tier_host);
-		if (!ret)
+		if (!ret) {
 			c->ddr.st = c->kept[1];
+			c->ddr.la = &s->la;
+		}
 	}
 	if (ret) {
 		caches_drop(s);
@@ -670,6 +673,7 @@ static void store_free(et_store *s)
 		et_tfile_close(s->tables[i].tf);
 	mem_free(s->tables, s->tcap * sizeof(*s->tables), 0);
 	caches_drop(s);
+	la_free(&s->la);
 	mem_free(s->cls, s->clscap * sizeof(*s->cls), 0);
 	io_close(s->io);
 	struct sbuf *bufs[] = {&s->map,	  &s->tmp,    &s->wkeys, &s->wbuf,

@@ -54,6 +54,7 @@
 
 #include "cache.h"
 #include "embtier.h"
+#include "lookahead.h"
 #include "pipeline.h"
 #include "table_file.h"
 
@@ -147,6 +148,7 @@ struct et_store {
 		uint64_t miss_ns; /* et_stats.miss_wait_ns */
 		uint64_t wb_ns;	  /* et_stats.writeback_ns */
 	} tm;
+	struct lookahead la; /* et_lookahead's window (see lookahead.h) */
 
 	/* per-operation scratch */
 	struct opscr *o;     /* the table's in progress: &one, or multi[k] */

@@ -88,9 +88,12 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 {
 	struct cache *d = &class_of(s, key)->ddr;
 	struct pinset ps = pins_now(s);
-	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, &ps);
+	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, &ps, true);
 	int ret;
 
+	if (slot == CACHE_REJECT)
+		slot =
+		    CACHE_NONE; /* not admitted: as if every way were pinned */
 	*slot_out = slot;
 	if (slot == CACHE_NONE)
 		return dirty ? wb_queue(s, key, raw) : 0;
@@ -131,9 +134,11 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	int ret;
 
 	s->now++;
-	slot = cache_pick(top, key, s->now, &ps);
-	if (slot == CACHE_NONE) {
-		*where = K_CONFLICT;
+	/* Demand misses may be refused by the policy (frequency admission,
+	 * the lookahead window); prefetched rows are wanted next batch. */
+	slot = cache_pick(top, key, s->now, &ps, pin == s->epoch);
+	if (slot == CACHE_NONE || slot == CACHE_REJECT) {
+		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
 		if (dslot != CACHE_NONE) {
 			cache_touch(ddr, dslot, s->now);
 			cache_pin(ddr, dslot, pin);
@@ -527,6 +532,7 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 		ret = op_start(s);
 	if (ret)
 		return ret;
+	la_consume(&s->la, (uint32_t)table);
 	*out = t;
 	return 0;
 }

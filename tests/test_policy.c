@@ -66,13 +66,13 @@ static void test_lru_order(void **state)
 	unsigned i;
 
 	for (i = 0; i < 8; i++)
-		lru->on_insert(&st[order[i]], now++);
+		lru->on_insert(&st[order[i]], now++, 0);
 	for (i = 0; i < 8; i++) {
 		unsigned v = lru->victim(st, 8, all_ways(8), now);
 
 		assert_int_equal(v, order[i]);
 		/* The victim is replaced by a new row: it becomes newest. */
-		lru->on_insert(&st[v], now++);
+		lru->on_insert(&st[v], now++, 0);
 	}
 	/* A hit refreshes: touch way 5 (the oldest now), victim moves on. */
 	assert_int_equal(lru->victim(st, 8, all_ways(8), now), 5);
@@ -92,7 +92,7 @@ static void test_lru_eligible(void **state)
 
 	/* way w touched at 1000 + w: way 0 oldest, way 63 newest */
 	for (w = 0; w < 64; w++)
-		lru->on_insert(&st[w], now++);
+		lru->on_insert(&st[w], now++, 0);
 	assert_int_equal(lru->victim(st, 64, all_ways(64), now), 0);
 	assert_int_equal(lru->victim(st, 64, all_ways(64) & ~1ULL, now), 1);
 	assert_int_equal(lru->victim(st, 64, 1ULL << 63, now), 63);
@@ -112,7 +112,7 @@ static void test_lru_ties(void **state)
 	unsigned w;
 
 	for (w = 0; w < 16; w++)
-		lru->on_insert(&st[w], 77);
+		lru->on_insert(&st[w], 77, 0);
 	assert_int_equal(lru->victim(st, 16, all_ways(16), 80), 0);
 	assert_int_equal(lru->victim(st, 16, 0xfff0, 80), 4);
 	assert_int_equal(lru->victim(st, 16, 0x8000, 80), 15);
@@ -134,10 +134,10 @@ static void test_lru_wrap(void **state)
 
 	/* Way 0 touched just before the wrap, ways 1..3 after it: way 0 is
 	 * the oldest although its state is numerically the largest. */
-	lru->on_insert(&st[0], 0xfffffff0u);
-	lru->on_insert(&st[1], 0xfffffffeu);
-	lru->on_insert(&st[2], 0x00000005u);
-	lru->on_insert(&st[3], 0x0000000fu);
+	lru->on_insert(&st[0], 0xfffffff0u, 0);
+	lru->on_insert(&st[1], 0xfffffffeu, 0);
+	lru->on_insert(&st[2], 0x00000005u, 0);
+	lru->on_insert(&st[3], 0x0000000fu, 0);
 	now = 0x10;
 	assert_int_equal(lru->victim(st, 4, 0xf, now), 0);
 	assert_int_equal(lru->victim(st, 4, 0xe, now), 1);
@@ -146,7 +146,7 @@ static void test_lru_wrap(void **state)
 	 * victim sequence equals the touch order. */
 	now = 0xfffffffcu;
 	for (unsigned w = 0; w < 4; w++)
-		lru->on_insert(&st[(w + 2) % 4], now++);
+		lru->on_insert(&st[(w + 2) % 4], now++, 0);
 	assert_int_equal(now, 0);
 	for (unsigned w = 0; w < 4; w++) {
 		unsigned v = lru->victim(st, 4, 0xf, now);
@@ -156,10 +156,10 @@ static void test_lru_wrap(void **state)
 	}
 	/* Ages above 2^31 are still ages, not negative numbers. */
 	now = 0x12345678u;
-	lru->on_insert(&st[0], now - 0x7fffffffu);
-	lru->on_insert(&st[1], now - 0x80000001u);
-	lru->on_insert(&st[2], now - 0xfffffff0u);
-	lru->on_insert(&st[3], now - 1);
+	lru->on_insert(&st[0], now - 0x7fffffffu, 0);
+	lru->on_insert(&st[1], now - 0x80000001u, 0);
+	lru->on_insert(&st[2], now - 0xfffffff0u, 0);
+	lru->on_insert(&st[3], now - 1, 0);
 	assert_int_equal(lru->victim(st, 4, 0xf, now), 2);
 	assert_int_equal(lru->victim(st, 4, 0xb, now), 1);
 	assert_int_equal(lru->victim(st, 4, 0x9, now), 0);
@@ -170,7 +170,7 @@ static void test_lru_state(void **state)
 {
 	uint32_t st = 0;
 
-	lru->on_insert(&st, 0xdeadbeefu);
+	lru->on_insert(&st, 0xdeadbeefu, 0);
 	assert_int_equal(st, 0xdeadbeefu);
 	lru->on_hit(&st, 3);
 	assert_int_equal(st, 3);
@@ -187,7 +187,7 @@ static void test_lfu_insert_and_first_hit(void **state)
 	uint32_t now;
 
 	for (now = 0; now < 5u * UNIT; now += 37) {
-		lfu->on_insert(&st, now);
+		lfu->on_insert(&st, now, 0);
 		assert_int_equal(lfu_count(st), LFU_INIT);
 		assert_int_equal(st >> 8, now >> 8);
 		lfu->on_hit(&st, now + 1);
@@ -205,7 +205,7 @@ static void test_lfu_least_hit(void **state)
 	unsigned w;
 
 	for (w = 0; w < 4; w++)
-		lfu->on_insert(&st[w], 1000);
+		lfu->on_insert(&st[w], 1000, 0);
 	/* One hit each for ways 0, 1, 3: counter 6 for certain. */
 	lfu->on_hit(&st[0], 1001);
 	lfu->on_hit(&st[1], 1002);
@@ -230,13 +230,13 @@ static void test_lfu_tie_by_age(void **state)
 {
 	uint32_t st[3];
 
-	lfu->on_insert(&st[2], 0);
-	lfu->on_insert(&st[0], 2 * UNIT);
-	lfu->on_insert(&st[1], 3 * UNIT);
+	lfu->on_insert(&st[2], 0, 0);
+	lfu->on_insert(&st[0], 2 * UNIT, 0);
+	lfu->on_insert(&st[1], 3 * UNIT, 0);
 	assert_int_equal(lfu->victim(st, 3, 0x7, 3 * UNIT + 5), 2);
 	assert_int_equal(lfu->victim(st, 3, 0x3, 3 * UNIT + 5), 0);
 	/* Within one unit, time does not separate: lowest way. */
-	lfu->on_insert(&st[2], 3 * UNIT + 200);
+	lfu->on_insert(&st[2], 3 * UNIT + 200, 0);
 	assert_int_equal(lfu->victim(st, 3, 0x6, 3 * UNIT + 201), 1);
 }
 
@@ -248,7 +248,7 @@ static void test_lfu_eligible(void **state)
 
 	/* Every way but 10 and 63 hit once (count 6); 10 and 63 stay at 5. */
 	for (w = 0; w < 64; w++) {
-		lfu->on_insert(&st[w], 50);
+		lfu->on_insert(&st[w], 50, 0);
 		if (w != 10 && w != 63)
 			lfu->on_hit(&st[w], 51 + w);
 	}
@@ -268,14 +268,14 @@ static void test_lfu_aging(void **state)
 	uint32_t now = 0;
 	unsigned i;
 
-	lfu->on_insert(&st[0], now++);
+	lfu->on_insert(&st[0], now++, 0);
 	for (i = 0; i < 1000; i++)
 		lfu->on_hit(&st[0], now++);
 	/* Continuous hits never decay (each hit is at most a unit after the
 	 * last); logarithmic growth: about 5 + sqrt(2 * 1000 / 10). */
 	assert_in_range(lfu_count(st[0]), 12, 40);
 
-	lfu->on_insert(&st[1], now++);
+	lfu->on_insert(&st[1], now++, 0);
 	for (i = 0; i < 3; i++)
 		lfu->on_hit(&st[1], now++);
 	assert_in_range(lfu_count(st[1]), LFU_INIT + 1, LFU_INIT + 3);
@@ -291,7 +291,7 @@ static void test_lfu_aging(void **state)
 	/* Aging is applied at a hit, too: one hit on the stale row leaves it
 	 * at 0 + 1, below a fresh insert's LFU_INIT, although it is now the
 	 * more recently accessed of the two. */
-	lfu->on_insert(&st[1], now++);
+	lfu->on_insert(&st[1], now++, 0);
 	lfu->on_hit(&st[0], now++);
 	assert_int_equal(lfu_count(st[0]), 1);
 	assert_int_equal(lfu->victim(st, 2, 0x3, now), 0);
@@ -311,19 +311,19 @@ static void test_lfu_decay_rate(void **state)
 	for (k = 0; k < 4; k++) {
 		uint32_t now = t0 + k * DECAY;
 
-		lfu->on_insert(&st[0], t0);
+		lfu->on_insert(&st[0], t0, 0);
 		lfu->on_hit(&st[0], t0 + 1);
 		assert_int_equal(lfu_count(st[0]), 6);
-		lfu->on_insert(&st[1], now);
+		lfu->on_insert(&st[1], now, 0);
 		assert_int_equal(lfu->victim(st, 2, 0x3, now + 1),
 				 k == 0 ? 1 : 0);
 	}
 	/* Exactly at the boundary: 3 units idle keeps 6, 4 units gives 5. */
-	lfu->on_insert(&st[0], t0);
+	lfu->on_insert(&st[0], t0, 0);
 	lfu->on_hit(&st[0], t0 + 1);
-	lfu->on_insert(&st[1], t0 + 3 * UNIT);
+	lfu->on_insert(&st[1], t0 + 3 * UNIT, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, t0 + 3 * UNIT + 255), 1);
-	lfu->on_insert(&st[1], t0 + 4 * UNIT);
+	lfu->on_insert(&st[1], t0 + 4 * UNIT, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, t0 + 4 * UNIT), 0);
 }
 
@@ -335,23 +335,23 @@ static void test_lfu_new_insert(void **state)
 
 	/* Way 0 inserted at 0 and hit once (6); way 1 inserted 32 units
 	 * later: way 0's count is 6 - 8 -> 0. */
-	lfu->on_insert(&st[0], 0);
+	lfu->on_insert(&st[0], 0, 0);
 	lfu->on_hit(&st[0], 10);
-	lfu->on_insert(&st[1], 32 * UNIT);
+	lfu->on_insert(&st[1], 32 * UNIT, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 32 * UNIT + 1), 0);
 	/* Way 1 (the newcomer) sits in the lower way now: same answer. */
-	lfu->on_insert(&st[1], 0);
+	lfu->on_insert(&st[1], 0, 0);
 	lfu->on_hit(&st[1], 10);
-	lfu->on_insert(&st[0], 32 * UNIT);
+	lfu->on_insert(&st[0], 32 * UNIT, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 32 * UNIT + 1), 1);
 	/* Both untouched, newcomer a unit younger: the older goes. */
-	lfu->on_insert(&st[0], 5 * UNIT);
-	lfu->on_insert(&st[1], 4 * UNIT);
+	lfu->on_insert(&st[0], 5 * UNIT, 0);
+	lfu->on_insert(&st[1], 4 * UNIT, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 5 * UNIT + 3), 1);
 	/* But a row hit recently beats a newcomer: LFU_INIT < 6. */
-	lfu->on_insert(&st[0], 4 * UNIT);
+	lfu->on_insert(&st[0], 4 * UNIT, 0);
 	lfu->on_hit(&st[0], 5 * UNIT);
-	lfu->on_insert(&st[1], 5 * UNIT + 1);
+	lfu->on_insert(&st[1], 5 * UNIT + 1, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 5 * UNIT + 2), 1);
 }
 
@@ -365,8 +365,8 @@ static void test_lfu_wrap(void **state)
 	/* Way 1: inserted 258 units before "now" (before the wrap), never
 	 * hit: decays to 0. Way 0: inserted just before the wrap and hit
 	 * once: 6, 3 units idle, no decay. */
-	lfu->on_insert(&st[1], 0xffff0000u);
-	lfu->on_insert(&st[0], 0xffffff00u);
+	lfu->on_insert(&st[1], 0xffff0000u, 0);
+	lfu->on_insert(&st[0], 0xffffff00u, 0);
 	lfu->on_hit(&st[0], 0xffffff01u);
 	now = 0x00000200u;
 	assert_int_equal(lfu->victim(st, 2, 0x3, now), 1);
@@ -376,23 +376,23 @@ static void test_lfu_wrap(void **state)
 	assert_int_equal(st[0] >> 8, now >> 8);
 	/* Way 0 hit once just before the wrap (6), way 1 a fresh insert just
 	 * after it (5): way 0's two units of idleness do not decay it. */
-	lfu->on_insert(&st[0], 0xffffff00u);
+	lfu->on_insert(&st[0], 0xffffff00u, 0);
 	lfu->on_hit(&st[0], 0xffffff10u);
-	lfu->on_insert(&st[1], 0x00000100u);
+	lfu->on_insert(&st[1], 0x00000100u, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 0x00000101u), 1);
 	/* Decay counts across the wrap too: way 0 hit once (6) 12 units
 	 * before now, on the far side of the wrap, has decayed to 3, below a
 	 * fresh insert. */
-	lfu->on_insert(&st[0], 0xfffffc00u);
+	lfu->on_insert(&st[0], 0xfffffc00u, 0);
 	lfu->on_hit(&st[0], 0xfffffc01u);
-	lfu->on_insert(&st[1], 0x00000800u);
+	lfu->on_insert(&st[1], 0x00000800u, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 0x00000801u), 0);
 	lfu->on_hit(&st[0], 0x00000802u); /* decayed 3, then + 1 */
 	assert_int_equal(lfu_count(st[0]), 4);
 	/* Way 1 inserted one unit before the wrap, way 0 one after, both
 	 * untouched: way 1 is older. */
-	lfu->on_insert(&st[1], 0xffffff80u);
-	lfu->on_insert(&st[0], 0x00000080u);
+	lfu->on_insert(&st[1], 0xffffff80u, 0);
+	lfu->on_insert(&st[0], 0x00000080u, 0);
 	assert_int_equal(lfu->victim(st, 2, 0x3, 0x00000090u), 1);
 }
 
@@ -404,8 +404,8 @@ static void test_lfu_growth(void **state)
 	uint32_t now = 12345;
 	unsigned i, prev;
 
-	lfu->on_insert(&a, now);
-	lfu->on_insert(&b, now);
+	lfu->on_insert(&a, now, 0);
+	lfu->on_insert(&b, now, 0);
 	prev = lfu_count(a);
 	for (i = 1; i <= 100000; i++) {
 		lfu->on_hit(&a, now + i);
@@ -434,7 +434,8 @@ static void test_policy_get(void **state)
 	assert_ptr_equal(policy_get(ET_POLICY_LRU), &policy_lru);
 	assert_ptr_equal(policy_get(ET_POLICY_LFU), &policy_lfu);
 	assert_null(policy_get((et_policy)0));
-	assert_null(policy_get((et_policy)3));
+	assert_ptr_equal(policy_get(ET_POLICY_TINYLFU), &policy_tinylfu);
+	assert_null(policy_get((et_policy)4));
 	assert_null(policy_get((et_policy)-1));
 	assert_null(policy_get((et_policy)0x7fffffff));
 	assert_non_null(policy_lru.on_hit);

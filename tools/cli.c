@@ -242,6 +242,11 @@ static const char *const optim_names[] = {
     [ET_OPT_SGD] = "sgd",
     [ET_OPT_ROWWISE_ADAGRAD] = "adagrad",
 };
+static const char *const policy_names[] = {
+    [ET_POLICY_LRU] = "lru",
+    [ET_POLICY_LFU] = "lfu",
+    [ET_POLICY_TINYLFU] = "tinylfu",
+};
 static const char *const init_names[] = {
     [ET_INIT_ZEROS] = "zeros",
     [ET_INIT_UNIFORM] = "uniform",
@@ -281,6 +286,16 @@ const char *cli_optim_name(et_optim o)
 int cli_optim_parse(const char *s)
 {
 	return parse_name(NAMES(optim_names), s);
+}
+
+const char *cli_policy_name(et_policy p)
+{
+	return name_of(NAMES(policy_names), (unsigned)p);
+}
+
+int cli_policy_parse(const char *s)
+{
+	return parse_name(NAMES(policy_names), s);
 }
 
 const char *cli_init_name(et_init i)

@@ -62,12 +62,14 @@ const char *cli_human_count(double n, char *buf, size_t len);
 /* Monotonic seconds. Any thread. */
 double cli_now(void);
 
-/* Names of the table enums, and their parsers (which return -1 for an
+/* Names of the table and policy enums, and their parsers (which return -1 for an
  * unknown name). The names are static strings; "?" for unknown values. */
 const char *cli_dtype_name(et_dtype t);
 int cli_dtype_parse(const char *s);
 const char *cli_optim_name(et_optim o);
 int cli_optim_parse(const char *s);
+const char *cli_policy_name(et_policy p);
+int cli_policy_parse(const char *s);
 const char *cli_init_name(et_init i);
 int cli_init_parse(const char *s);
 

@@ -485,12 +485,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					 &o->ddr_mb);
 			break;
 		case OPT_POLICY:
-			if (!strcmp(optarg, "lru"))
-				o->policy = ET_POLICY_LRU;
-			else if (!strcmp(optarg, "lfu"))
-				o->policy = ET_POLICY_LFU;
-			else
+			if (cli_policy_parse(optarg) < 0)
 				return bad_value("policy", optarg);
+			o->policy = (et_policy)cli_policy_parse(optarg);
 			break;
 		case OPT_DTYPE:
 			v = cli_dtype_parse(optarg);

@@ -1,0 +1,73 @@
+/*
+ * lookahead.h - the window of upcoming batches a caller handed the store
+ * (et_lookahead), as a map from a row's cache key to the batches of the
+ * window that use it.
+ *
+ * An open-addressing hash table (linear probing, at most half full) of
+ * (key, mask): bit b of mask is set if batch b of the window uses the row,
+ * batch 0 being the one the caller runs next. Each et_lookahead call
+ * replaces the whole window. The first operation on a table after the
+ * call is that table's part of batch 0: from then on batch 0 no longer
+ * counts as an upcoming use of the table's rows (la_consume). The caches
+ * ask la_next() for a key's next use when they choose a victim: rows used
+ * within the window are kept when possible, and among them the one used
+ * last goes first (Belady's rule inside the window).
+ *
+ * Memory: 16 bytes an entry, entries a power of two at least twice the
+ * distinct keys of the window (kept between calls, grown by doubling):
+ * at most 64 bytes per distinct id of the largest window handed in, plus
+ * a bit per table.
+ *
+ * Owned by the store; one thread at a time.
+ */
+#ifndef ET_LOOKAHEAD_H
+#define ET_LOOKAHEAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LA_NONE	     UINT32_MAX /* not used within the window */
+#define LA_MAX_BATCH 32u	/* batches a window holds at most */
+
+struct la_entry {
+	uint64_t key; /* cache key; 0: empty */
+	uint32_t mask;
+	uint32_t pad;
+};
+
+struct lookahead {
+	struct la_entry *e;
+	size_t cap;	/* entries, a power of two; 0 before the first */
+	size_t n;	/* keys in the window */
+	uint32_t depth; /* batches in the window; 0: no window */
+	uint64_t *done; /* bit per table: its part of batch 0 has run */
+	size_t done_words;
+};
+
+/* Forgets the window (keeps the memory for the next). */
+void la_clear(struct lookahead *la);
+void la_free(struct lookahead *la);
+
+/* Makes room for tables tables. 0 or -ENOMEM. */
+int la_tables(struct lookahead *la, uint32_t tables);
+
+/* Records that batch b (< LA_MAX_BATCH) of the window uses key (a cache
+ * key: never 0). 0, or -ENOMEM (the window is then empty). */
+int la_add(struct lookahead *la, uint64_t key, uint32_t b);
+
+/* An operation on table t begins: its part of batch 0 is now. */
+static inline void la_consume(struct lookahead *la, uint32_t t)
+{
+	if (la->n && t / 64 < la->done_words)
+		la->done[t / 64] |= 1ULL << (t % 64);
+}
+
+/* The first batch of the window that will use key, or LA_NONE. */
+uint32_t la_next(const struct lookahead *la, uint64_t key);
+
+static inline int la_active(const struct lookahead *la)
+{
+	return la && la->n;
+}
+
+#endif
