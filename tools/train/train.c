@@ -98,6 +98,7 @@ struct opts {
 	int threads;	   /* BLAS threads; 0: nproc - 1 */
 	int store_threads; /* et_store_config.threads; 0: nproc */
 	bool prefetch;
+	int lookahead;	       /* batches handed to et_lookahead; 0: none */
 	const char *data;      /* Criteo TSV; NULL: synthetic */
 	const char *eval_data; /* Criteo held-out file; NULL: head of data */
 	uint64_t eval_every, eval_samples;
@@ -223,7 +224,10 @@ static void usage(FILE *f)
 	    "store:\n"
 	    "  --hbm-mb F           HBM tier capacity in MiB (0: none)\n"
 	    "  --ddr-mb F           DDR tier capacity in MiB\n"
-	    "  --policy NAME        lru or lfu\n"
+	    "  --policy NAME        lru, lfu or tinylfu\n"
+	    "  --lookahead K        hand the store the ids of the next K "
+	    "batches\n"
+	    "                       (et_lookahead, 1..32; 0: none)\n"
 	    "  --dtype NAME         f32, f16 or bf16 storage\n"
 	    "  --dir DIR            store directory (default: a fresh one "
 	    "under\n"
@@ -277,6 +281,7 @@ enum {
 	OPT_THREADS,
 	OPT_STORE_THREADS,
 	OPT_NO_PREFETCH,
+	OPT_LOOKAHEAD,
 	OPT_DATA,
 	OPT_EVAL_DATA,
 	OPT_EVAL_EVERY,
@@ -316,6 +321,7 @@ static const struct option long_opts[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"store-threads", required_argument, NULL, OPT_STORE_THREADS},
     {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
+    {"lookahead", required_argument, NULL, OPT_LOOKAHEAD},
     {"data", required_argument, NULL, OPT_DATA},
     {"eval-data", required_argument, NULL, OPT_EVAL_DATA},
     {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
@@ -516,6 +522,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_NO_PREFETCH:
 			o->prefetch = false;
 			break;
+		case OPT_LOOKAHEAD:
+			ret = parse_int_opt("lookahead", optarg, 0,
+					    ET_MAX_LOOKAHEAD, &o->lookahead);
+			break;
 		case OPT_DATA:
 			o->data = optarg;
 			break;
@@ -619,6 +629,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		cli_usage_error("--eval-data needs --data");
 		return -EINVAL;
 	}
+#ifdef ET_WITH_MPI
+	if (o->lookahead) {
+		cli_usage_error("--lookahead: not under MPI yet (each rank "
+				"would need the ids it owns of K batches)");
+		return -EINVAL;
+	}
+#endif
 	if (o->batch % o->slices) {
 		cli_usage_error("--slices: %d does not divide the batch (%d)",
 				o->slices, o->batch);
@@ -679,7 +696,11 @@ struct trainer {
 	et_store *store;
 	struct model m;
 	struct data_src train;
-	struct batch bat[2];
+	struct batch bat[ET_MAX_LOOKAHEAD + 1]; /* the current batch, then
+						  * those read ahead */
+	int nahead;				/* batches read ahead */
+	struct et_batch *la;			/* --lookahead: the window */
+	struct et_batch_ids *la_ids;		/* its tables */
 	struct batch *eval; /* the held-out set, in batches */
 	int neval;
 	uint64_t eval_n;
@@ -1215,7 +1236,8 @@ static int open_data(struct trainer *tr)
 			return fail("eval set", ret);
 		left -= (uint64_t)cap;
 	}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2 + (o->lookahead > 1 ? o->lookahead - 1 : 0);
+	     i++) {
 		/* this rank's share of the global batch */
 		ret = batch_alloc(&tr->bat[i], o->batch / o->nranks, o->ntables,
 				  o->data ? 1 : o->bag);
@@ -1317,6 +1339,13 @@ static int setup(struct trainer *tr)
 	tr->touched = calloc(o->ntables, sizeof(*tr->touched));
 	tr->pf = calloc(o->ntables, sizeof(*tr->pf));
 	tr->tb = calloc(o->ntables, sizeof(*tr->tb));
+	if (o->lookahead) {
+		tr->la = calloc((size_t)o->lookahead, sizeof(*tr->la));
+		tr->la_ids = calloc((size_t)o->lookahead * (size_t)o->ntables,
+				    sizeof(*tr->la_ids));
+		if (!tr->la || !tr->la_ids)
+			return fail("lookahead", -ENOMEM);
+	}
 	tr->emb = calloc(nemb, sizeof(float));
 	tr->grad = calloc(nemb, sizeof(float));
 	if (!tr->rows || !tr->tid || !tr->touched || !tr->pf || !tr->tb ||
@@ -1349,8 +1378,10 @@ static void teardown(struct trainer *tr)
 	model_free(&tr->m);
 	gradsum_free(&tr->gs);
 	data_close(&tr->train);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i <= ET_MAX_LOOKAHEAD; i++)
 		batch_free(&tr->bat[i]);
+	free(tr->la);
+	free(tr->la_ids);
 	for (int i = 0; tr->eval && i < tr->neval; i++)
 		batch_free(&tr->eval[i]);
 	free(tr->eval);
@@ -1686,6 +1717,44 @@ static int update_batch(struct trainer *tr, const struct batch *cur, int n)
 	return 0;
 }
 
+/*
+ * --lookahead K: reads batches i+1 .. i+K-1 ahead (those the run has) and
+ * hands the store the window i .. i+K-1 before batch i's first operation.
+ * The window changes which rows stay cached, never a result.
+ */
+static int lookahead_window(struct trainer *tr, double *stall)
+{
+	const struct opts *o = &tr->o;
+	uint64_t left = o->steps - tr->step - 1; /* batches after this one */
+	int want = o->lookahead - 1, ret;
+	double t0;
+
+	if ((uint64_t)want > left)
+		want = (int)left;
+	while (tr->nahead < want) {
+		ret = next_batch(tr, &tr->bat[1 + tr->nahead]);
+		if (ret)
+			return ret;
+		tr->nahead++;
+	}
+	for (int b = 0; b <= want; b++) {
+		const struct batch *bt = &tr->bat[b];
+		struct et_batch_ids *ids = tr->la_ids + (size_t)b * o->ntables;
+
+		for (int t = 0; t < o->ntables; t++) {
+			ids[t].table = tr->tid[t];
+			ids[t].ids = bt->ids[t];
+			ids[t].n = bt->offsets[t][bt->n];
+		}
+		tr->la[b].tables = ids;
+		tr->la[b].ntables = (size_t)o->ntables;
+	}
+	t0 = cli_now();
+	ret = et_lookahead(tr->store, tr->la, (size_t)want + 1);
+	*stall += cli_now() - t0;
+	return ret ? fail("lookahead", ret) : 0;
+}
+
 static int train_step(struct trainer *tr)
 {
 	const struct opts *o = &tr->o;
@@ -1693,13 +1762,21 @@ static int train_step(struct trainer *tr)
 	double t0 = cli_now(), stall = 0, t1, loss;
 	int n = cur->n, ret;
 
+	if (o->lookahead) {
+		ret = lookahead_window(tr, &stall);
+		if (ret)
+			return ret;
+	}
 	ret = forward_batch(tr, cur, &stall);
 	if (ret)
 		return ret;
 	if (tr->step + 1 < o->steps) {
-		ret = next_batch(tr, nxt);
-		if (ret)
-			return ret;
+		if (!tr->nahead) {
+			ret = next_batch(tr, nxt);
+			if (ret)
+				return ret;
+			tr->nahead = 1;
+		}
 		t1 = cli_now();
 		ret = prefetch_batch(tr, nxt);
 		stall += cli_now() - t1;
@@ -1718,10 +1795,13 @@ static int train_step(struct trainer *tr)
 	model_step(&tr->m);
 
 	tr->next_pos = cur->end;
-	/* the batch read ahead becomes the current one */
-	tmp = *cur;
-	*cur = *nxt;
-	*nxt = tmp;
+	/* the next batch read ahead becomes the current one */
+	tmp = tr->bat[0];
+	for (int b = 0; b < tr->nahead; b++)
+		tr->bat[b] = tr->bat[b + 1];
+	tr->bat[tr->nahead] = tmp;
+	if (tr->nahead)
+		tr->nahead--;
 	tr->step++;
 	t1 = cli_now() - t0;
 	tr->step_s += t1;
