@@ -329,7 +329,8 @@ static uint64_t one_config(const char *tiers, bool expect_spill)
 
 static void test_checksum_transparent(void **state)
 {
-	uint64_t all_ddr, tiny_pf, tiny_nopf, tiny_lfu;
+	uint64_t all_ddr, tiny_pf, tiny_nopf, tiny_lfu, tiny_tlfu, tiny_la;
+	uint64_t tiny_la_nopf;
 
 	(void)state;
 	tu_require_uring();
@@ -344,6 +345,18 @@ static void test_checksum_transparent(void **state)
 	assert_true(all_ddr == tiny_pf);
 	assert_true(all_ddr == tiny_nopf);
 	assert_true(all_ddr == tiny_lfu);
+	/* frequency admission, and lookahead windows of 1 and 16 batches */
+	tiny_tlfu =
+	    one_config("--hbm-mb 0.004 --ddr-mb 0.008 --policy tinylfu", true);
+	tiny_la = one_config("--hbm-mb 0.004 --ddr-mb 0.008 --policy tinylfu "
+			     "--lookahead 16",
+			     true);
+	tiny_la_nopf = one_config("--hbm-mb 0.006 --ddr-mb 0.006 --lookahead 1 "
+				  "--no-prefetch",
+				  true);
+	assert_true(all_ddr == tiny_tlfu);
+	assert_true(all_ddr == tiny_la);
+	assert_true(all_ddr == tiny_la_nopf);
 }
 
 /* Half-precision storage: a different checksum, equally transparent. */
@@ -702,6 +715,18 @@ static void test_usage(void **state)
 	run_free(&r);
 	train_raw(&r, "--dim x");
 	assert_int_equal(r.status, 2);
+	run_free(&r);
+	/* a window out of 0..32, an unknown policy: named, refused */
+	train_raw(&r, "--lookahead 33");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "lookahead"));
+	run_free(&r);
+	train_raw(&r, "--lookahead -1");
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	train_raw(&r, "--policy arc");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "policy"));
 	run_free(&r);
 }
 
