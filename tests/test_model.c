@@ -112,6 +112,7 @@ struct scfg {
 	uint32_t slot_bytes; /* passed in the config; 0: sized by the store */
 	bool pf;	     /* prefetch each next batch (et_prefetch) */
 	uint32_t threads;    /* et_store_config.threads (multi-table calls) */
+	uint32_t la;	     /* et_lookahead window of la batches; 0: none */
 };
 
 struct mcase {
@@ -124,10 +125,12 @@ struct mcase {
 };
 
 /* One case per paragraph: store configurations {name, HBM slots, DDR
- * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch}, then tables
+ * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch, threads,
+ * lookahead batches}, then tables
  * {name, rows, dim, dtype, optimizer, init, scale, seed}. */
 #define LRU ET_POLICY_LRU
 #define LFU ET_POLICY_LFU
+#define TLF ET_POLICY_TINYLFU
 #define SGD ET_OPT_SGD
 #define ADA ET_OPT_ROWWISE_ADAGRAD
 #define UNI ET_INIT_UNIFORM
@@ -138,72 +141,96 @@ struct mcase {
 static const struct mcase model_cases[] = {
 	{ "lru_w4_f32", 0x1001, 3, 1,
 	  { { "hbm64-lru/ddr256-lru/w4/prefetch/threads2", HBM_SLOTS,
-	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2 } },
+	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2, 0 } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
 	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 } } },
 	{ "lfu_w16_f16", 0x1002, 3, 1,
 	  { { "hbm64-lfu/ddr256-lfu/w16", HBM_SLOTS, DDR_SLOTS,
-	      LFU, LFU, 16, 0, false } },
+	      LFU, LFU, 16, 0, false, 0, 0 } },
 	  { { "a", 500000, 32, ET_F16, ADA, UNI, 0.1f, 21 },
 	    { "b", 100000, 4, ET_BF16, SGD, ZRO, 0, 22 } } },
 	{ "mixed_w1_bf16", 0x1003, 3, 1,
 	  { { "hbm64-lru/ddr256-lfu/w1", HBM_SLOTS, DDR_SLOTS,
-	      LRU, LFU, 1, 0, false } },
+	      LRU, LFU, 1, 0, false, 0, 0 } },
 	  { { "a", 300000, 12, ET_BF16, ADA, NRM, 0.25f, 31 },
 	    { "b", 100000, 5, ET_F32, SGD, UNI, 0, 32 } } },
 	{ "mixed_w4_f16_slot256", 0x1004, 2, 1,
 	  { { "hbm16-lru/ddr256-lfu/w4/slot256/prefetch", 16, DDR_SLOTS,
-	      LRU, LFU, 4, 256, true } },
+	      LRU, LFU, 4, 256, true, 0, 0 } },
 	  { { "a", 100000, 6, ET_F16, SGD, UNI, 1.0f, 41 },
 	    { "b", 1000000, 24, ET_BF16, ADA, UNI, 0.05f, 42 } } },
 	{ "nohbm_lru_w4_f16", 0x1005, 3, 1,
 	  { { "ddr256-lru/w4/prefetch/threads3", 0, DDR_SLOTS, 0, LRU, 4, 0,
-	      true, 3 } },
+	      true, 3, 0 } },
 	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
 	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 } } },
 	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
-	  { { "ddr256-lfu/w16", 0, DDR_SLOTS, 0, LFU, 16, 0, false } },
+	  { { "ddr256-lfu/w16", 0, DDR_SLOTS, 0, LFU, 16, 0, false, 0, 0 } },
 	  { { "a", 1000000, 32, ET_BF16, SGD, UNI, 0.3f, 61 },
 	    { "b", 150000, 7, ET_F32, ADA, NRM, 0.1f, 62 } } },
 	{ "nohbm_lfu_w1_f32", 0x1007, 2, 1,
-	  { { "ddr256-lfu/w1", 0, DDR_SLOTS, 0, LFU, 1, 0, false } },
+	  { { "ddr256-lfu/w1", 0, DDR_SLOTS, 0, LFU, 1, 0, false, 0, 0 } },
 	  { { "a", 120000, 9, ET_F32, ADA, UNI, 0.2f, 71 },
 	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 } } },
 	{ "dims_w16_f32", 0x1009, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16/prefetch/threads4", HBM_SLOTS,
-	      DDR_SLOTS, LFU, LRU, 16, 0, true, 4 } },
+	      DDR_SLOTS, LFU, LRU, 16, 0, true, 4, 0 } },
 	  { { "d64", 100000, 64, ET_F32, ADA, UNI, 0.2f, 91 },
 	    { "d4", 200000, 4, ET_BF16, SGD, NRM, 0, 92 },
 	    { "d128", 50000, 128, ET_F16, SGD, UNI, 0.1f, 93 } } },
+	{ "tinylfu_w4_f32_la4", 0x100a, 2, 1,
+	  { { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch/la4", HBM_SLOTS,
+	      DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4 } },
+	  { { "a", 200000, 16, ET_F32, ADA, UNI, 0.5f, 111 },
+	    { "b", 300000, 12, ET_BF16, SGD, NRM, 0, 112 } } },
+	{ "nohbm_tinylfu_w16_la16", 0x100b, 2, 1,
+	  { { "ddr256-tinylfu/w16/la16", 0, DDR_SLOTS, 0, TLF, 16, 0, false,
+	      0, 16 } },
+	  { { "a", 100000, 8, ET_F16, SGD, UNI, 0.3f, 121 },
+	    { "b", 400000, 24, ET_F32, ADA, NRM, 0.2f, 122 } } },
 	{ "lfu_w16_f32", 0x1008, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16", HBM_SLOTS, DDR_SLOTS,
-	      LFU, LRU, 16, 0, false } },
+	      LFU, LRU, 16, 0, false, 0, 0 } },
 	  { { "a", 250000, 10, ET_F32, ADA, NRM, 0.3f, 81 },
 	    { "b", 250000, 10, ET_BF16, SGD, NRM, 0.3f, 82 } } },
 };
 
 static const struct mcase transparency_case = {
 	"transparency", 0x2001, 8, 4,
-	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false },
+	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false, 0, 0 },
 	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
-	    LFU, LRU, 4, 0, false, 2 },
-	  { "ddr128-lfu/w1/threads3", 0, 128, 0, LFU, 1, 0, false, 3 },
+	    LFU, LRU, 4, 0, false, 2, 0 },
+	  { "ddr128-lfu/w1/threads3", 0, 128, 0, LFU, 1, 0, false, 3, 0 },
 	  { "hbm64-lru/ddr256-lfu/w4/prefetch/threads8", HBM_SLOTS,
-	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8 } },
+	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8, 0 } },
 	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
+};
+
+/* The same against TinyLFU and lookahead windows (1, 4 and 16 batches,
+ * with and without prefetch, over HBM and DDR or DDR alone). */
+static const struct mcase policy_transparency_case = {
+	"policy_transparency", 0x2003, 6, 4,
+	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false, 0, 0 },
+	  { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch/la4", HBM_SLOTS,
+	    DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4 },
+	  { "ddr128-tinylfu/w16/la16", 0, 128, 0, TLF, 16, 0, false, 0, 16 },
+	  { "hbm64-lru/ddr256-tinylfu/w4/la1", HBM_SLOTS, DDR_SLOTS,
+	    LRU, TLF, 4, 0, false, 0, 1 } },
+	{ { "a", 300000, 16, ET_F32, ADA, UNI, 0.5f, 131 },
+	  { "b", 200000, 8, ET_F16, SGD, NRM, 0, 132 } },
 };
 
 /* Tables of four row sizes in one store, created in no order of size;
  * the fourth store joins the two smallest in slots of 64 bytes. */
 static const struct mcase dims_transparency_case = {
 	"dims_transparency", 0x2002, 6, 4,
-	{ { "all-in-ddr", 0, 1 << 17, 0, LRU, 16, 0, false },
+	{ { "all-in-ddr", 0, 1 << 17, 0, LRU, 16, 0, false, 0, 0 },
 	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
-	    LFU, LRU, 4, 0, false, 2 },
-	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false },
+	    LFU, LRU, 4, 0, false, 2, 0 },
+	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false, 0, 0 },
 	  { "hbm64-lru/ddr256-lfu/w4/slot64/prefetch/threads3", HBM_SLOTS,
-	    DDR_SLOTS, LRU, LFU, 4, 64, true, 3 } },
+	    DDR_SLOTS, LRU, LFU, 4, 64, true, 3, 0 } },
 	{ { "d4", 200000, 4, ET_F32, SGD, UNI, 0.5f, 95 },
 	  { "d256", 20000, 256, ET_BF16, ADA, NRM, 0, 96 },
 	  { "d16", 100000, 16, ET_F16, ADA, UNI, 0.25f, 97 },
@@ -213,7 +240,7 @@ static const struct mcase dims_transparency_case = {
 static const struct mcase memory_case = {
 	"memory", 0x3001, 2, 1,
 	{ { "hbm64-lru/ddr256-lfu/w4", HBM_SLOTS, DDR_SLOTS,
-	    LRU, LFU, 4, 0, false } },
+	    LRU, LFU, 4, 0, false, 0, 0 } },
 	{ { "a", 1000000, 32, ET_F32, ADA, UNI, 0.5f, 101 },
 	  { "b", 500000, 16, ET_F16, SGD, UNI, 0.5f, 102 } },
 };
@@ -223,7 +250,7 @@ static const struct mcase memory_case = {
 static unsigned total_shares(void)
 {
 	unsigned s = transparency_case.share + dims_transparency_case.share +
-		     memory_case.share;
+		     policy_transparency_case.share + memory_case.share;
 
 	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
 	     i++)
@@ -397,6 +424,7 @@ struct harness {
 	struct batch next; /* the next operation's ids, if next_valid */
 	bool next_valid;
 	bool any_pf;	    /* some store prefetches */
+	bool any_la;	    /* some store is given lookahead windows */
 	uint64_t op;	    /* operations issued */
 	uint64_t cleaned;   /* segments the first store's cleaner moved,
 			     * over its reopens */
@@ -538,6 +566,7 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 		ms->ec.slot_bytes = ms->cfg->slot_bytes;
 		ms->ec.threads = ms->cfg->threads;
 		h->any_pf |= ms->cfg->pf;
+		h->any_la |= ms->cfg->la != 0;
 		store_open(h, ms, true);
 	}
 }
@@ -1186,6 +1215,44 @@ static void random_batch(struct harness *h, struct batch *b)
 }
 
 /*
+ * The stores given lookahead windows get, before each operation, one of
+ * cfg->la batches: the next operation's ids and another table's first,
+ * then random batches (which later operations may or may not use: a window
+ * that guesses wrong must change no result either). Now and then an empty
+ * window, which clears it.
+ */
+static void hand_window(struct harness *h, const struct batch *other)
+{
+	static struct batch w[ET_MAX_LOOKAHEAD];
+	struct et_batch_ids ids[ET_MAX_LOOKAHEAD + 1];
+	struct et_batch wb[ET_MAX_LOOKAHEAD];
+
+	for (uint32_t b = 1; b < ET_MAX_LOOKAHEAD; b++)
+		random_batch(h, &w[b]);
+	h->opname = "lookahead";
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+		uint32_t n = ms->cfg->la;
+
+		if (!n)
+			continue;
+		if (tu_rng_below(&h->rng, 50) == 0)
+			n = 0;
+		ids[0] = (struct et_batch_ids){ms->id[h->next.k], h->next.ids,
+					       h->next.n};
+		ids[1] = (struct et_batch_ids){ms->id[other->k], other->ids,
+					       other->n};
+		wb[0] = (struct et_batch){ids, 2};
+		for (uint32_t b = 1; b < n; b++) {
+			ids[b + 1] = (struct et_batch_ids){ms->id[w[b].k],
+							   w[b].ids, w[b].n};
+			wb[b] = (struct et_batch){&ids[b + 1], 1};
+		}
+		h_rc(h, ms, et_lookahead(ms->s, wb, n));
+	}
+}
+
+/*
  * As a trainer does, the stores that prefetch are told the next batch's
  * ids before this operation runs (most of the time; sometimes with a batch
  * of the other table as well, sometimes not at all). The model ignores
@@ -1201,6 +1268,8 @@ static void maybe_prefetch(struct harness *h)
 	h->next_valid = true;
 	r = (unsigned)tu_rng_below(&h->rng, 8);
 	random_batch(h, &other);
+	if (h->any_la)
+		hand_window(h, &other);
 	if (r == 0)
 		return;
 	h->opname = "prefetch";
@@ -1235,7 +1304,7 @@ static uint64_t random_op(struct harness *h)
 	h->next_valid = false;
 	k = b.k;
 	n = b.n;
-	if (h->any_pf)
+	if (h->any_pf || h->any_la)
 		maybe_prefetch(h);
 	h->op++;
 	if (what < 270) {
@@ -1612,7 +1681,7 @@ static void test_bounded_memory_flush(void **state)
 int main(void)
 {
 	struct CMUnitTest
-	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 4];
+	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 5];
 	const char *only = getenv("ET_TEST_FILTER"); /* e.g. "lfu_w16_f32" */
 	size_t n = 0;
 
@@ -1640,6 +1709,9 @@ int main(void)
 	    test_transparency, teardown);
 	tests[n].name = dims_transparency_case.name;
 	tests[n++].initial_state = (void *)&dims_transparency_case;
+	tests[n] = tests[n - 1];
+	tests[n].name = policy_transparency_case.name;
+	tests[n++].initial_state = (void *)&policy_transparency_case;
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
 	    test_bounded_memory, teardown);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
