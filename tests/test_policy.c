@@ -22,6 +22,23 @@
  *
  * The LFU state word's layout (time << 8 | counter) is documented in
  * policy_lfu.c; a few tests read the counter byte to check growth rates.
+ *
+ * TinyLFU (policy_tinylfu.c): an insert takes the sketch's estimate as its
+ * count (at most 15), a hit adds one (saturating at 15), counts halve once
+ * every 16 x 1024 clock ticks; the victim has the lowest count, then the
+ * oldest access, then the lowest way. Its sketch (sketch.c): estimates
+ * never fall below the true count of a key until it saturates at 15 or an
+ * epoch halves it. Through a one-set cache (cache.c): a missed key is
+ * refused when the set is full and the sketch has seen it no more often
+ * than the victim, taken once it has been seen more often, and never
+ * refused when the caller does not ask for admission (prefetch).
+ *
+ * The lookahead window (lookahead.c through cache_pick, any policy): the
+ * victim is a way the window does not use if there is one (the policy
+ * choosing among those), else the way used last in it; a missed key that
+ * the window uses after every candidate, or not at all, is refused; the
+ * first operation on a table (la_consume) makes batch 0 no longer count
+ * for that table's rows.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,8 +49,11 @@
 
 #include <cmocka.h>
 
+#include "cache.h"
 #include "embtier.h"
+#include "lookahead.h"
 #include "policy.h"
+#include "sketch.h"
 #include "util.h"
 
 #define LFU_INIT 5
@@ -429,6 +449,233 @@ static void test_lfu_growth(void **state)
 	assert_int_equal(c255 >> 8, (now + 999) >> 8);
 }
 
+/* -------------------------------------------------------------- TinyLFU */
+
+static const struct policy_ops *tlfu = &policy_tinylfu;
+
+#define TLFU_EPOCH (16u * 1024u) /* clock ticks between halvings */
+
+static void test_tlfu_counts(void **state)
+{
+	uint32_t st;
+
+	tlfu->on_insert(&st, 100, 3);
+	assert_int_equal(tlfu->freq(st, 100), 3);
+	tlfu->on_hit(&st, 101);
+	tlfu->on_hit(&st, 102);
+	assert_int_equal(tlfu->freq(st, 103), 5);
+	for (uint32_t i = 0; i < 40; i++)
+		tlfu->on_hit(&st, 104 + i);
+	assert_int_equal(tlfu->freq(st, 200), 15);
+	tlfu->on_insert(&st, 100, 99); /* an estimate above 15 */
+	assert_int_equal(tlfu->freq(st, 100), 15);
+	tlfu->on_insert(&st, 100, 0);
+	assert_int_equal(tlfu->freq(st, 100), 0);
+	tlfu->on_hit(&st, 100);
+	assert_int_equal(tlfu->freq(st, 100), 1);
+}
+
+/* Counts halve once an epoch, lazily, and a hit after the halving starts
+ * from the halved count. */
+static void test_tlfu_halving(void **state)
+{
+	uint32_t st, e = TLFU_EPOCH;
+
+	tlfu->on_insert(&st, 5, 12);
+	assert_int_equal(tlfu->freq(st, e - 1), 12);
+	assert_int_equal(tlfu->freq(st, e), 6);
+	assert_int_equal(tlfu->freq(st, 2 * e + 7), 3);
+	assert_int_equal(tlfu->freq(st, 3 * e), 1);
+	assert_int_equal(tlfu->freq(st, 4 * e), 0);
+	tlfu->on_hit(&st, e + 1); /* 12 halved to 6, then one more */
+	assert_int_equal(tlfu->freq(st, e + 2), 7);
+	assert_int_equal(tlfu->freq(st, 2 * e), 3);
+}
+
+static void test_tlfu_victim(void **state)
+{
+	uint32_t st[8];
+
+	/* counts 5 4 9 4 7 4 8 6, inserted in way order */
+	static const uint32_t c[8] = {5, 4, 9, 4, 7, 4, 8, 6};
+
+	for (unsigned w = 0; w < 8; w++)
+		tlfu->on_insert(&st[w], 1000 + w, c[w]);
+	/* lowest count 4: ways 1, 3, 5; the oldest of them is way 1 */
+	assert_int_equal(tlfu->victim(st, 8, all_ways(8), 2000), 1);
+	assert_int_equal(tlfu->victim(st, 8, all_ways(8) & ~2ULL, 2000), 3);
+	/* a hit on way 3 makes it 5, and newest: way 5 goes next */
+	tlfu->on_hit(&st[3], 1500);
+	assert_int_equal(tlfu->victim(st, 8, all_ways(8) & ~2ULL, 2000), 5);
+	/* only ineligible ways have the lowest count: the next count */
+	assert_int_equal(tlfu->victim(st, 8, 0xd5, 2000), 0);
+	assert_int_equal(tlfu->victim(st, 8, 0x44, 2000), 6);
+	/* equal counts and equal times: the lowest way */
+	for (unsigned w = 0; w < 8; w++)
+		tlfu->on_insert(&st[w], 7, 2);
+	assert_int_equal(tlfu->victim(st, 8, 0xf0, 9), 4);
+}
+
+static void test_sketch(void **state)
+{
+	struct sketch sk;
+	uint64_t keys[200];
+
+	assert_int_equal(sketch_init(&sk, 1000, 0), 0);
+	assert_int_equal(sk.cols, 1024);
+	assert_int_equal(sketch_bytes(&sk), 2048);
+	for (unsigned i = 0; i < 200; i++)
+		keys[i] = 0x10000000000ULL + i * 7919;
+	/* key i seen i % 14 times: never under-estimated */
+	for (unsigned i = 0; i < 200; i++)
+		for (unsigned k = 0; k < i % 14; k++)
+			assert_int_equal(sketch_add(&sk, keys[i]) >= k + 1, 1);
+	for (unsigned i = 0; i < 200; i++)
+		assert_true(sketch_get(&sk, keys[i]) >= i % 14);
+	/* with 200 keys in 1024 columns, most are exact */
+	{
+		unsigned exact = 0;
+
+		for (unsigned i = 0; i < 200; i++)
+			exact += sketch_get(&sk, keys[i]) == i % 14;
+		assert_true(exact > 180);
+	}
+	/* saturation */
+	for (unsigned k = 0; k < 30; k++)
+		sketch_add(&sk, 42);
+	assert_int_equal(sketch_get(&sk, 42), 15);
+	/* halving: one epoch halves, four clear */
+	sketch_age(&sk, 1);
+	assert_int_equal(sketch_get(&sk, 42), 7);
+	sketch_age(&sk, 1); /* the same epoch: nothing */
+	assert_int_equal(sketch_get(&sk, 42), 7);
+	sketch_age(&sk, 3);
+	assert_int_equal(sketch_get(&sk, 42), 1);
+	/* raise: to at least f, never lowers */
+	sketch_raise(&sk, 42, 9);
+	assert_int_equal(sketch_get(&sk, 42), 9);
+	sketch_raise(&sk, 42, 2);
+	assert_int_equal(sketch_get(&sk, 42), 9);
+	sketch_raise(&sk, 42, 40);
+	assert_int_equal(sketch_get(&sk, 42), 15);
+	sketch_age(&sk, 7);
+	for (unsigned i = 0; i < 200; i++)
+		assert_int_equal(sketch_get(&sk, keys[i]), 0);
+	sketch_free(&sk);
+}
+
+/* A cache of one set of 4 ways (16-byte slots), filled with keys 1..4. */
+static void one_set(struct cache *c, const struct policy_ops *pol,
+		    uint64_t *now)
+{
+	const struct pinset none = {{0, 0, 0}};
+	char row[16] = {0};
+
+	assert_int_equal(cache_init(c, 4 * (16 + ET_SLOT_META_BYTES), 4, 16,
+				    pol, &mem_tier_host),
+			 0);
+	assert_int_equal(c->nsets, 1);
+	for (uint64_t k = 1; k <= 4; k++) {
+		uint64_t slot =
+		    cache_pick(c, cache_key(0, k), ++*now, &none, true);
+
+		assert_int_equal(slot, k - 1); /* free ways first */
+		cache_fill(c, slot, cache_key(0, k), false, row, 16, *now);
+	}
+}
+
+static void test_tlfu_admission(void **state)
+{
+	const struct pinset none = {{0, 0, 0}};
+	struct cache c;
+	uint64_t now = 0, slot;
+	uint64_t newk = cache_key(0, 99);
+	char row[16] = {0};
+
+	one_set(&c, tlfu, &now);
+	/* every resident has count 1; hits make way 0..2 count 2 */
+	for (uint64_t s = 0; s < 3; s++)
+		cache_touch(&c, s, ++now);
+	/* a new key seen once ties with way 3's 1: refused */
+	assert_int_equal(cache_pick(&c, newk, ++now, &none, true),
+			 CACHE_REJECT);
+	/* not when the caller asks for no admission: way 3 is the victim */
+	assert_int_equal(cache_pick(&c, newk, ++now, &none, false), 3);
+	/* seen a third time (the sketch counted each pick), it beats 1 */
+	slot = cache_pick(&c, newk, ++now, &none, true);
+	assert_int_equal(slot, 3);
+	cache_remove(&c, slot, 16);
+	cache_fill(&c, slot, newk, false, row, 16, now);
+	assert_int_equal(c.pol->freq(c.pstate[3], cache_clock(&c, now)), 3);
+	/* the evicted key 4 left its count (1) in the sketch */
+	assert_int_equal(sketch_get(&c.sk, cache_key(0, 4)), 1);
+	/* every way pinned: CACHE_NONE, not a refusal */
+	{
+		const struct pinset all = {{7, 0, 0}};
+
+		for (uint64_t s = 0; s < 4; s++)
+			cache_pin(&c, s, 7);
+		assert_int_equal(
+		    cache_pick(&c, cache_key(0, 5), ++now, &all, true),
+		    CACHE_NONE);
+	}
+	cache_free(&c);
+}
+
+static void test_window(void **state)
+{
+	const struct pinset none = {{0, 0, 0}};
+	struct lookahead la = {0};
+	struct cache c;
+	uint64_t now = 0;
+
+	one_set(&c, &policy_lru, &now); /* LRU order: 1 2 3 4 */
+	c.la = &la;
+	assert_int_equal(la_tables(&la, 3), 0);
+	/* keys 1 and 2 used in batch 0, key 3 in batch 2: key 4 is not
+	 * used, so it goes although it is the newest */
+	assert_int_equal(la_add(&la, cache_key(0, 1), 0), 0);
+	assert_int_equal(la_add(&la, cache_key(0, 2), 0), 0);
+	assert_int_equal(la_add(&la, cache_key(0, 3), 2), 0);
+	assert_int_equal(la_add(&la, cache_key(0, 2), 3), 0);
+	assert_int_equal(la_next(&la, cache_key(0, 2)), 0);
+	assert_int_equal(la_next(&la, cache_key(0, 4)), LA_NONE);
+	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
+			 3);
+	/* key 4 in batch 1: now all are used; key 3 (batch 2) is last,
+	 * though key 1 is older */
+	assert_int_equal(la_add(&la, cache_key(0, 4), 1), 0);
+	assert_int_equal(la_add(&la, cache_key(0, 50), 1), 0);
+	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
+			 2);
+	/* a key needed after every candidate, or never, is refused... */
+	assert_int_equal(la_add(&la, cache_key(0, 60), 5), 0);
+	assert_int_equal(cache_pick(&c, cache_key(0, 60), ++now, &none, true),
+			 CACHE_REJECT);
+	assert_int_equal(cache_pick(&c, cache_key(0, 61), ++now, &none, true),
+			 CACHE_REJECT);
+	/* ...unless the caller asks for no admission */
+	assert_int_equal(cache_pick(&c, cache_key(0, 61), ++now, &none, false),
+			 2);
+	/* table 0's operation begins: batch 0 no longer counts for its
+	 * rows; key 1 is then unused, key 2 next used in batch 3 */
+	la_consume(&la, 0);
+	assert_int_equal(la_next(&la, cache_key(0, 1)), LA_NONE);
+	assert_int_equal(la_next(&la, cache_key(0, 2)), 3);
+	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
+			 0);
+	/* another table's batch 0 still counts */
+	assert_int_equal(la_add(&la, cache_key(1, 1), 0), 0);
+	assert_int_equal(la_next(&la, cache_key(1, 1)), 0);
+	/* cleared: no window, plain LRU (key 1, the oldest) */
+	la_clear(&la);
+	assert_false(la_active(&la));
+	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
+			 0);
+	cache_free(&c);
+	la_free(&la);
+}
+
 static void test_policy_get(void **state)
 {
 	assert_ptr_equal(policy_get(ET_POLICY_LRU), &policy_lru);
@@ -463,6 +710,12 @@ int main(void)
 	    cmocka_unit_test(test_lfu_new_insert),
 	    cmocka_unit_test(test_lfu_wrap),
 	    cmocka_unit_test(test_lfu_growth),
+	    cmocka_unit_test(test_tlfu_counts),
+	    cmocka_unit_test(test_tlfu_halving),
+	    cmocka_unit_test(test_tlfu_victim),
+	    cmocka_unit_test(test_sketch),
+	    cmocka_unit_test(test_tlfu_admission),
+	    cmocka_unit_test(test_window),
 	    cmocka_unit_test(test_policy_get),
 	};
 
