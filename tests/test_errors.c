@@ -170,9 +170,9 @@ static void test_store_config(void **state)
 	    {{.io_depth = 4097},
 	     ET_ECONFIG,
 	     "et_store_config.io_depth 4097 out of range 1..4096"},
-	    {{.hbm_policy = (et_policy)3},
+	    {{.hbm_policy = (et_policy)4},
 	     ET_ECONFIG,
-	     "et_store_config.hbm_policy 3 unknown"},
+	     "et_store_config.hbm_policy 4 unknown"},
 	    {{.ddr_policy = (et_policy)99},
 	     ET_ECONFIG,
 	     "et_store_config.ddr_policy 99 unknown"},
@@ -614,6 +614,39 @@ static void test_bad_multi(void **state)
 	}
 }
 
+/* Lookahead windows: each bad field named; a good window and an empty one
+ * are taken. */
+static void test_lookahead_input(void **state)
+{
+	struct fx *f = *state;
+	uint64_t ids[3] = {1, 2, 100}, good[2] = {5, 99};
+	struct et_batch_ids t0[2] = {{0, good, 2}, {7, good, 1}};
+	struct et_batch_ids t1[1] = {{0, ids, 3}};
+	struct et_batch_ids tn[1] = {{0, NULL, 2}};
+	struct et_batch w[ET_MAX_LOOKAHEAD + 1];
+
+	fx_open(f, NULL);
+	for (int i = 0; i <= ET_MAX_LOOKAHEAD; i++)
+		w[i] = (struct et_batch){t0, 1};
+	assert_int_equal(et_lookahead(f->s, w, ET_MAX_LOOKAHEAD), 0);
+	assert_int_equal(et_lookahead(f->s, NULL, 0), 0);
+	EXPECT(et_lookahead(f->s, w, ET_MAX_LOOKAHEAD + 1), -EINVAL,
+	       "nbatches 33 out of range 0..32");
+	EXPECT(et_lookahead(NULL, w, 1), -EINVAL, "s is NULL");
+	EXPECT(et_lookahead(f->s, NULL, 2), -EINVAL, "batches is NULL");
+	w[1] = (struct et_batch){NULL, 1};
+	EXPECT(et_lookahead(f->s, w, 2), -EINVAL, "batches[1].tables is NULL");
+	w[1] = (struct et_batch){t0, 2};
+	EXPECT(et_lookahead(f->s, w, 2), ET_ENOTABLE,
+	       "batches[1].tables[1].table 7 unknown: the store has 1");
+	w[1] = (struct et_batch){t1, 1};
+	EXPECT(et_lookahead(f->s, w, 3), ET_EROWRANGE,
+	       "batches[1].tables[0].ids[2] 100 >= rows 100 of table 0");
+	w[1] = (struct et_batch){tn, 1};
+	EXPECT(et_lookahead(f->s, w, 2), -EINVAL,
+	       "batches[1].tables[0].ids is NULL, with 2 ids");
+}
+
 /* ------------------------------------------------------ detail lifetime */
 
 /* A call that can fail clears the detail on entry, whether it then
@@ -758,6 +791,7 @@ int main(void)
 	    T(test_row_range),	     T(test_bad_arguments),
 	    T(test_detail_cleared),  T(test_detail_per_thread),
 	    T(test_uring_refused),   T(test_bad_multi),
+	    T(test_lookahead_input),
 #undef T
 	};
 
