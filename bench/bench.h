@@ -77,6 +77,7 @@ struct bench_opts {
 	uint32_t n_mrc_la;
 	bool belady;
 	const char *plot;
+	uint32_t hit_rounds; /* mrc --hits N: time DDR hits, N rounds */
 	/* pipeline */
 	uint64_t compute_us;
 	int compute; /* COMPUTE_* */

@@ -171,6 +171,10 @@ static void usage(void)
 	    "                        rows (default 8)\n"
 	    "      --sizes LIST      DDR sizes instead, e.g. 16M,64M,256M\n"
 	    "      --policies LIST   of lru,lfu,tinylfu (default all)\n"
+	    "      --hits N          also time DDR-hit gathers of every series "
+	    "(every\n"
+	    "                        row cached; N rounds, the series "
+	    "alternating)\n"
 	    "      --lookahead LIST  lookahead windows in batches, 0 for none "
 	    "(default\n"
 	    "                        0,1,4,16; at most 32)\n"
@@ -261,6 +265,7 @@ enum {
 	O_LOOKAHEAD,
 	O_NO_BELADY,
 	O_PLOT,
+	O_HITS,
 	O_COMPUTE_US,
 	O_COMPUTE,
 	O_LR,
@@ -312,6 +317,7 @@ static const struct option longopts[] = {
     {"lookahead", required_argument, NULL, O_LOOKAHEAD},
     {"no-belady", no_argument, NULL, O_NO_BELADY},
     {"plot", required_argument, NULL, O_PLOT},
+    {"hits", required_argument, NULL, O_HITS},
     {"compute-us", required_argument, NULL, O_COMPUTE_US},
     {"compute", required_argument, NULL, O_COMPUTE},
     {"lr", required_argument, NULL, O_LR},
@@ -657,6 +663,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			break;
 		case O_NO_BELADY:
 			o->belady = false;
+			break;
+		case O_HITS:
+			if (num(n, a, 1, 1000, &v))
+				return -1;
+			o->hit_rounds = (uint32_t)v;
 			break;
 		case O_PLOT:
 			o->plot = a;
