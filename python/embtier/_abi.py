@@ -255,6 +255,7 @@ FUNCTIONS = {
     "et_checkpoint": (_I, [_P, _P, _Z]),
     "et_checkpoint_read": (_I, [_P, _P, _P, _P]),
     "et_prefetch": (_I, [_P, _P, _Z]),
+    "et_lookahead": (_I, [_P, _P, _Z]),
     "et_get_stats": (_I, [_P, _I, _P]),
 }
 

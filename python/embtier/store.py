@@ -453,6 +453,30 @@ class Store:
             arr[i].n = ids.shape[0]
         _check(lib.et_prefetch(self.handle, arr, len(items)), "et_prefetch")
 
+    def lookahead(self, batches):
+        """et_lookahead: the ids of the next batches, the next one first,
+        each as prefetch takes a batch ({table: ids} or [(table, ids)]);
+        replaces the store's window ([] clears it)."""
+        batches = list(batches)
+        win = (_abi.struct_class("et_batch") * max(1, len(batches)))()
+        keep = []
+        for b, batch in enumerate(batches):
+            items = list(batch.items() if isinstance(batch, dict)
+                         else batch)
+            arr = _batch_array(max(1, len(items)))()
+            for i, (t, ids) in enumerate(items):
+                self._dim(t, "et_lookahead")
+                ids = as_ids(ids, "et_lookahead: ids")
+                keep.append(ids)
+                arr[i].table = int(t)
+                arr[i].ids = _ptr(ids)
+                arr[i].n = ids.shape[0]
+            keep.append(arr)
+            win[b].tables = ctypes.cast(arr, ctypes.c_void_p)
+            win[b].ntables = len(items)
+        _check(lib.et_lookahead(self.handle, win, len(batches)),
+               "et_lookahead")
+
     # -- durability
 
     def flush(self):

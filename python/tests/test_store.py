@@ -157,6 +157,24 @@ def test_prefetch_changes_nothing_but_speed(store_dir):
         s.prefetch([(a, [1, 2, 3])])
 
 
+def test_lookahead_and_tinylfu_change_nothing(store_dir):
+    rng = np.random.default_rng(5)
+    with open_store(store_dir, ddr_bytes=16 * 1024, ddr_policy="tinylfu") as s:
+        a = s.create_table("a", rows=10000, dim=8, init="uniform")
+        ref = a.gather(np.arange(10000))
+        batches = [rng.integers(0, 2000, 128) for _ in range(8)]
+        for k, ids in enumerate(batches):
+            s.lookahead([{a: b} for b in batches[k:k + 4]])
+            np.testing.assert_array_equal(a.gather(ids), ref[ids])
+        s.lookahead([])
+        with pytest.raises(embtier.EmbtierError) as e:
+            s.lookahead([{a: [1]}] * 33)
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(embtier.EmbtierError) as e:
+            s.lookahead([{a: [10000]}])
+        assert e.value.name == "ET_EROWRANGE"
+
+
 def test_stats_is_every_field(store_dir):
     with open_store(store_dir, hbm_bytes=1 << 20) as s:
         t = s.create_table("a", rows=1000, dim=8)
