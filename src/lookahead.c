@@ -25,6 +25,8 @@ void la_clear(struct lookahead *la)
 
 void la_free(struct lookahead *la)
 {
+	if (la->prev)
+		mem_free(la->prev, la->prev_cap * sizeof(*la->prev), 64);
 	if (la->e)
 		mem_free(la->e, la->cap * sizeof(*la->e), 64);
 	if (la->done)
@@ -59,24 +61,30 @@ static struct la_entry *slot_of(struct la_entry *e, size_t cap, uint64_t key)
 	return &e[i];
 }
 
-/* Doubles the table (or makes the first), keeping its entries. */
+/* Rebuilds the table with its live entries (mask not 0): twice as big,
+ * unless dead entries were most of it. */
 static int grow(struct lookahead *la)
 {
-	size_t cap = la->cap ? 2 * la->cap : 1024;
-	struct la_entry *e = mem_alloc(cap * sizeof(*e), 64);
+	size_t live = 0, cap;
+	struct la_entry *e;
 
+	for (size_t i = 0; i < la->cap; i++)
+		live += la->e[i].mask != 0;
+	cap = !la->cap ? 1024 : 4 * live < la->cap ? la->cap : 2 * la->cap;
+	e = mem_alloc(cap * sizeof(*e), 64);
 	if (!e) {
 		la_clear(la);
 		return -ENOMEM;
 	}
 	memset(e, 0, cap * sizeof(*e));
-	for (size_t i = 0; i < la->cap && la->n; i++)
-		if (la->e[i].key)
+	for (size_t i = 0; i < la->cap; i++)
+		if (la->e[i].mask)
 			*slot_of(e, cap, la->e[i].key) = la->e[i];
 	if (la->e)
 		mem_free(la->e, la->cap * sizeof(*la->e), 64);
 	la->e = e;
 	la->cap = cap;
+	la->n = live;
 	return 0;
 }
 
@@ -117,6 +125,130 @@ uint32_t la_next(const struct lookahead *la, uint64_t key)
 }
 
 /* Checks the whole window first: bad input leaves the old one. */
+/* ------------------------------------------------------------- windows */
+
+/* Words batch b takes in the copy: per table its id, its n, its ids. */
+static size_t batch_words(const struct et_batch *b)
+{
+	size_t w = 0;
+
+	for (size_t k = 0; k < b->ntables; k++)
+		w += 2 + b->tables[k].n;
+	return w;
+}
+
+static bool batch_same(const struct et_batch *b, const uint64_t *w, size_t len)
+{
+	if (batch_words(b) != len)
+		return false;
+	for (size_t k = 0; k < b->ntables; k++) {
+		const struct et_batch_ids *t = &b->tables[k];
+
+		if (w[0] != (uint64_t)(uint32_t)t->table || w[1] != t->n ||
+		    memcmp(w + 2, t->ids, t->n * sizeof(*t->ids)))
+			return false;
+		w += 2 + t->n;
+	}
+	return true;
+}
+
+/* How many of the new batches are the last window's, moved down by one
+ * (n and more: the window cannot slide). */
+static size_t slid(const struct lookahead *la, const struct et_batch *b,
+		   size_t n)
+{
+	size_t m;
+
+	if (!la->prev_nb || !n)
+		return SIZE_MAX;
+	m = la->prev_nb - 1 < n ? la->prev_nb - 1 : n;
+	for (size_t j = 0; j < m; j++)
+		if (!batch_same(&b[j], la->prev + la->prev_off[j + 1],
+				la->prev_off[j + 2] - la->prev_off[j + 1]))
+			return SIZE_MAX;
+	return m;
+}
+
+/* Keeps a copy of the window for the next call; without memory, none. */
+static void remember(struct lookahead *la, const struct et_batch *b, size_t n)
+{
+	size_t words = 0;
+
+	for (size_t j = 0; j < n; j++)
+		words += batch_words(&b[j]);
+	la->prev_nb = 0;
+	if (words > la->prev_cap) {
+		size_t cap = la->prev_cap ? la->prev_cap : 4096;
+		uint64_t *p;
+
+		while (cap < words)
+			cap *= 2;
+		p = mem_alloc(cap * sizeof(*p), 64);
+		if (!p)
+			return;
+		if (la->prev)
+			mem_free(la->prev, la->prev_cap * sizeof(*la->prev),
+				 64);
+		la->prev = p;
+		la->prev_cap = cap;
+	}
+	words = 0;
+	for (size_t j = 0; j < n; j++) {
+		la->prev_off[j] = words;
+		for (size_t k = 0; k < b[j].ntables; k++) {
+			const struct et_batch_ids *t = &b[j].tables[k];
+
+			la->prev[words++] = (uint64_t)(uint32_t)t->table;
+			la->prev[words++] = t->n;
+			memcpy(la->prev + words, t->ids,
+			       t->n * sizeof(*t->ids));
+			words += t->n;
+		}
+	}
+	la->prev_off[n] = words;
+	la->prev_nb = (uint32_t)n;
+}
+
+int la_set(struct lookahead *la, const struct et_batch *b, size_t n,
+	   uint32_t tables)
+{
+	size_t first = slid(la, b, n);
+	uint32_t keep;
+	int ret;
+
+	if (first == SIZE_MAX) {
+		la_clear(la);
+		first = 0;
+	} else {
+		/* batch j + 1 of the last window is batch j now; batches
+		 * from first on are added below */
+		keep = first ? (1u << first) - 1 : 0;
+		for (size_t i = 0; i < la->cap; i++)
+			la->e[i].mask = (la->e[i].mask >> 1) & keep;
+		if (la->done)
+			memset(la->done, 0, la->done_words * sizeof(*la->done));
+		la->depth = (uint32_t)first;
+	}
+	ret = la_tables(la, tables);
+	for (size_t j = first; j < n && !ret; j++)
+		for (size_t k = 0; k < b[j].ntables && !ret; k++) {
+			const struct et_batch_ids *t = &b[j].tables[k];
+
+			for (size_t i = 0; i < t->n && !ret; i++)
+				ret = la_add(
+				    la,
+				    cache_key((uint32_t)t->table, t->ids[i]),
+				    (uint32_t)j);
+		}
+	if (ret) {
+		la->prev_nb = 0;
+		return ret;
+	}
+	la->depth = (uint32_t)n;
+	remember(la, b, n);
+	return 0;
+}
+
 int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
 {
 	int ret;
@@ -152,17 +284,5 @@ int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
 				return ret;
 		}
 	}
-	la_clear(&s->la);
-	ret = la_tables(&s->la, s->ntables);
-	for (size_t b = 0; b < nbatches && !ret; b++)
-		for (size_t k = 0; k < batches[b].ntables && !ret; k++) {
-			const struct et_batch_ids *bi = &batches[b].tables[k];
-
-			for (size_t i = 0; i < bi->n && !ret; i++)
-				ret = la_add(
-				    &s->la,
-				    cache_key((uint32_t)bi->table, bi->ids[i]),
-				    (uint32_t)b);
-		}
-	return ret;
+	return la_set(&s->la, batches, nbatches, s->ntables);
 }

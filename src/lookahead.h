@@ -13,10 +13,19 @@
  * within the window are kept when possible, and among them the one used
  * last goes first (Belady's rule inside the window).
  *
+ * A window usually slides: the caller hands the same batches again, less
+ * the first, plus a new last one. The last window's ids are kept, and when
+ * the new one starts with them (compared word for word, a sequential pass)
+ * every mask is shifted down by one batch and only the new batches' ids
+ * are added: O(one batch's ids) of map updates a call instead of O(the
+ * window's). Keys no batch uses any more stay as dead entries (mask 0) until
+ * the table is rebuilt as it fills.
+ *
  * Memory: 16 bytes an entry, entries a power of two at least twice the
- * distinct keys of the window (kept between calls, grown by doubling):
- * at most 64 bytes per distinct id of the largest window handed in, plus
- * a bit per table.
+ * keys (live or dead) in the map, grown by doubling and kept between calls:
+ * at most 64 bytes per distinct id of the largest window handed in; the
+ * copy of the last window, 8 bytes an id and 16 a (batch, table); a bit
+ * per table.
  *
  * Owned by the store; one thread at a time.
  */
@@ -42,7 +51,20 @@ struct lookahead {
 	uint32_t depth; /* batches in the window; 0: no window */
 	uint64_t *done; /* bit per table: its part of batch 0 has run */
 	size_t done_words;
+	uint64_t *prev;	 /* the last window: per batch, per table, its
+			    * table, its n and its n ids */
+	size_t prev_cap; /* words of prev */
+	size_t prev_off[LA_MAX_BATCH + 1]; /* batch b: prev[off[b], off[b+1]) */
+	uint32_t prev_nb;		   /* batches in it; 0: none kept */
 };
+
+struct et_batch;
+
+/* Makes the window of et_lookahead's batches (checked by the caller): by
+ * sliding the last one when it can, else anew. 0 or -ENOMEM (the window
+ * is then empty). */
+int la_set(struct lookahead *la, const struct et_batch *b, size_t n,
+	   uint32_t tables);
 
 /* Forgets the window (keeps the memory for the next). */
 void la_clear(struct lookahead *la);

@@ -1442,6 +1442,67 @@ static void test_ddr_hit_displaced_by_demotion(void **state)
  * the bypass, reading them in one batch (256 x 16 bytes) and writing the
  * updated ones straight back. Values and counters must be exact.
  */
+/*
+ * A window handed batch by batch slides (the store shifts the last one and
+ * adds the new batch); the same windows handed after a clearing call are
+ * built anew. Both must give the same evictions and admissions, so the
+ * same counters, and the same values; and a window must change what is
+ * cached (fewer misses than none), or this test would test nothing.
+ */
+static void test_lookahead_slides(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_store_config c = {.ddr_bytes = 64 * (16 + META),
+				    .ways = 4,
+				    .ddr_policy = ET_POLICY_TINYLFU};
+	enum { NB = 40, N = 48, K = 6 };
+	uint64_t ids[NB][N], state_rng = 5;
+	float out[3][N * 4];
+	struct et_batch_ids bi[NB];
+	struct et_stats st[3];
+	et_store **s[3];
+	int t[3];
+
+	p.rows = 400;
+	for (int b = 0; b < NB; b++)
+		for (int i = 0; i < N; i++) {
+			/* a hot set of 40 rows and a uniform tail */
+			state_rng = state_rng * 6364136223846793005ULL + 1;
+			ids[b][i] = (state_rng >> 33) % 3
+					? (state_rng >> 40) % 40
+					: (state_rng >> 40) % 400;
+		}
+	for (int k = 0; k < 3; k++) {
+		s[k] = fx_open(f, &c);
+		assert_int_equal(et_table_create(*s[k], "t", &p, &t[k]), 0);
+	}
+	for (int b = 0; b < NB; b++) {
+		size_t n = NB - b < K ? (size_t)(NB - b) : K;
+		struct et_batch w[K];
+
+		for (size_t j = 0; j < n; j++) {
+			bi[b + j] = (struct et_batch_ids){t[0], ids[b + j], N};
+			w[j] = (struct et_batch){&bi[b + j], 1};
+		}
+		assert_int_equal(et_lookahead(*s[0], w, n), 0);
+		assert_int_equal(et_lookahead(*s[1], NULL, 0), 0);
+		assert_int_equal(et_lookahead(*s[1], w, n), 0);
+		for (int k = 0; k < 3; k++)
+			assert_int_equal(
+			    et_gather(*s[k], t[k], ids[b], N, out[k]), 0);
+		assert_memory_equal(out[0], out[1], sizeof(out[0]));
+		assert_memory_equal(out[0], out[2], sizeof(out[0]));
+	}
+	for (int k = 0; k < 3; k++)
+		st[k] = stats_of(*s[k], t[k]);
+	assert_int_equal(st[0].ddr.hits, st[1].ddr.hits);
+	assert_int_equal(st[0].ddr.misses, st[1].ddr.misses);
+	assert_int_equal(st[0].ddr.evictions, st[1].ddr.evictions);
+	assert_int_equal(st[0].ddr.resident_rows, st[1].ddr.resident_rows);
+	assert_true(st[0].ddr.misses < st[2].ddr.misses);
+}
+
 static void test_bypass(void **state)
 {
 	struct fx *f = *state;
@@ -1617,6 +1678,7 @@ int main(void)
 	    T(test_bypass),
 	    T(test_conflict_to_ddr),
 	    T(test_close_frees_memory),
+	    T(test_lookahead_slides),
 #undef T
 	};
 
