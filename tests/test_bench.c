@@ -858,6 +858,48 @@ static void test_tool_update_vs_read(void **state)
 	run_free(&r);
 }
 
+/* mrc runs every policy asked with every window asked, one column each,
+ * beside Belady; a window of the whole trace misses no more than none; an
+ * unknown policy or a window past 32 is a usage error. */
+static void test_tool_mrc_series(void **state)
+{
+	const char *mrc[] = {"mrc",	   "-q",	  "--tables",	 "2",
+			     "--rows",	   "2000",	  "--dim",	 "8",
+			     "--batch",	   "64",	  "--batches",	 "6",
+			     "--points",   "1",		  "--sizes",	 "64K",
+			     "--policies", "lru,tinylfu", "--lookahead", "0,6",
+			     "--hits",	   "1",		  "--csv",	 NULL};
+	const char *bad1[] = {"mrc", "--policies", "lru,arc", NULL};
+	const char *bad2[] = {"mrc", "--lookahead", "0,33", NULL};
+	double v[4];
+	const char *line;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	run_tool(&r, mrc);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "ddr_bytes,capacity_rows,capacity_frac,"
+				      "lru,lru+K6,tinylfu,tinylfu+K6,belady,"
+				      "compulsory\n"));
+	line = strchr(r.out, '\n') + 1;
+	assert_int_equal(sscanf(line, "%*[^,],%*[^,],%*[^,],%lf,%lf,%lf,%lf",
+				&v[0], &v[1], &v[2], &v[3]),
+			 4);
+	assert_true(v[1] <= v[0]);
+	assert_true(v[3] <= v[2]);
+	run_free(&r);
+	run_tool(&r, bad1);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run_tool(&r, bad2);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+}
+
 static void test_tool_convert_and_gen(void **state)
 {
 	const char *in = tu_path("cli.txt"), *out = tu_path("cli.trace");
@@ -941,6 +983,7 @@ int main(void)
 	    cmocka_unit_test(test_usage_error),
 	    cmocka_unit_test(test_tool_convert_and_gen),
 	    cmocka_unit_test(test_tool_dims),
+	    cmocka_unit_test(test_tool_mrc_series),
 	    cmocka_unit_test(test_tool_update_vs_read),
 	};
 
