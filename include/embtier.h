@@ -234,8 +234,8 @@ ET_API void et_tfile_close(et_tfile *tf);
  * HBM (optional; simulated in host memory, or CUDA memory), DDR (host
  * memory) and NVMe (the table files). Every row lives in at most one cache
  * tier; its table file is its home. Batches of row ids go through
- * et_gather / et_update; results never depend on the tier sizes or policies
- * (bit for bit).
+ * et_gather / et_update; results never depend on the tier sizes, policies
+ * or lookahead windows (bit for bit).
  */
 typedef struct et_store et_store;
 
@@ -483,10 +483,16 @@ struct et_batch {
  * which rows stay cached depends on the window, never any result; a wrong
  * window costs misses, nothing else.
  *
- * The window is copied into a hash map: 32 + 32 bytes a distinct id at
- * most (kept for the next call), O(ids) time a call. Bad input (ids out of
- * range, an unknown table, nbatches too large) changes nothing; -ENOMEM
- * leaves no window.
+ * The first operation on a table after the call is taken as that table's
+ * part of batches[0]: from then on batches[0] no longer counts as a coming
+ * use of the table's rows. When a call's batches are the last call's less
+ * its first (compared id for id) plus new ones, the store only adds the new
+ * ones: a sliding window costs about one batch's ids a call.
+ *
+ * Memory (kept for the next call): a hash map of at most 64 bytes a
+ * distinct id of the largest window, and a copy of the window's ids (8
+ * bytes an id). Bad input (ids out of range, an unknown table, nbatches too
+ * large) changes nothing; -ENOMEM leaves no window.
  */
 ET_API int et_lookahead(et_store *s, const struct et_batch *batches,
 			size_t nbatches);
