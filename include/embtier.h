@@ -489,8 +489,8 @@ struct et_batch {
  * its first (compared id for id) plus new ones, the store only adds the new
  * ones: a sliding window costs about one batch's ids a call.
  *
- * Memory (kept for the next call): a hash map of at most 64 bytes a
- * distinct id of the largest window, and a copy of the window's ids (8
+ * Memory (kept for the next call): a hash map of at most 128 bytes a
+ * distinct id of the largest window (16 KiB at least), and a copy of the window's ids (8
  * bytes an id). Bad input (ids out of range, an unknown table, nbatches too
  * large) changes nothing; -ENOMEM leaves no window.
  */

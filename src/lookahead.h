@@ -22,8 +22,10 @@
  * the table is rebuilt as it fills.
  *
  * Memory: 16 bytes an entry, entries a power of two at least twice the
- * keys (live or dead) in the map, grown by doubling and kept between calls:
- * at most 64 bytes per distinct id of the largest window handed in; the
+ * keys (live or dead) in the map; when it fills it is rebuilt with its live
+ * keys, twice as big only if a quarter of it is live; kept between calls:
+ * at most 128 bytes per distinct id of the largest window handed in (at
+ * least 1024 entries); the
  * copy of the last window, 8 bytes an id and 16 a (batch, table); a bit
  * per table.
  *

@@ -239,8 +239,8 @@ static const struct mcase dims_transparency_case = {
 
 static const struct mcase memory_case = {
 	"memory", 0x3001, 2, 1,
-	{ { "hbm64-lru/ddr256-lfu/w4", HBM_SLOTS, DDR_SLOTS,
-	    LRU, LFU, 4, 0, false, 0, 0 } },
+	{ { "hbm64-tinylfu/ddr256-lfu/w4/la8", HBM_SLOTS, DDR_SLOTS,
+	    TLF, LFU, 4, 0, false, 0, 8 } },
 	{ { "a", 1000000, 32, ET_F32, ADA, UNI, 0.5f, 101 },
 	  { "b", 500000, 16, ET_F16, SGD, UNI, 0.5f, 102 } },
 };
@@ -1579,6 +1579,26 @@ static uint64_t documented_overhead(struct harness *h, struct mstore *ms,
 		sum += groups * (4096 + 8);
 		if (info.row_bytes > max_rb)
 			max_rb = info.row_bytes;
+	}
+	/* TinyLFU's sketch: 2 bytes a column, 2 columns a slot rounded up
+	 * to a power of two (at least 16), per class */
+	{
+		struct et_stats st;
+
+		h_rc(h, ms, et_get_stats(ms->s, -1, &st));
+		if (ms->cfg->hp == ET_POLICY_TINYLFU)
+			sum += 8 * st.hbm.capacity_rows + 32 * (uint64_t)h->nt;
+		if (ms->cfg->dp == ET_POLICY_TINYLFU)
+			sum += 8 * st.ddr.capacity_rows + 32 * (uint64_t)h->nt;
+	}
+	/* a lookahead window of la batches (the first of two tables): its
+	 * map, 128 bytes a distinct id or 16 KiB, its copy, 8 bytes an id and
+	 * 16 a table, and a bit per table */
+	if (ms->cfg->la) {
+		uint64_t ids = (uint64_t)(ms->cfg->la + 1) * MAXB;
+
+		sum += (128 * ids > 16384 ? 128 * ids : 16384) + 8 * ids +
+		       16 * (ms->cfg->la + 1) + 8 * (h->nt / 64 + 1);
 	}
 	return sum + 2 * (160 + 4 * (uint64_t)max_rb) * max_ids +
 	       4096 * (64 + 2 * (uint64_t)max_rb);
