@@ -532,7 +532,6 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 		ret = op_start(s);
 	if (ret)
 		return ret;
-	la_consume(&s->la, (uint32_t)table);
 	*out = t;
 	return 0;
 }
@@ -557,6 +556,9 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	uint32_t tid = (uint32_t)(t - s->tables);
 	uint64_t conflicts0 = t->st.conflict_unique_misses;
 	int ret;
+
+	/* this table's part of the lookahead window's batch 0 is now */
+	la_consume(&s->la, tid);
 
 	ret = deduped ? 0 : dedup(s, ids, n, m);
 	if (ret)
