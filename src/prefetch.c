@@ -107,7 +107,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
-	uint64_t *mrows;
+	uint64_t *mrows, *tops;
 	size_t m, nm = 0;
 	int ret;
 
@@ -116,18 +116,26 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
 	if (!ret)
+		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
+	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (ret)
 		return ret;
 	uniq = s->o->uniq.p;
 	mrows = s->o->mrows.p;
+	tops = s->o->slots.p;
 	s->pf.rows += m;
+	probe_top(s, t, top, m, tops);
 	for (size_t i = 0; i < m; i++) {
 		uint64_t key = cache_key(t, uniq[i]);
-		uint64_t slot = cache_lookup(top, key);
+		uint64_t slot = tops[i];
 		uint8_t where;
 		int64_t at;
 
+		/* a placement of this loop may have moved a hit out */
+		if (slot != CACHE_NONE &&
+		    (top->keys[slot] & CACHE_KEY_MASK) != key)
+			slot = cache_lookup(top, key);
 		if (slot != CACHE_NONE) {
 			s->now++;
 			cache_touch(top, slot, s->now);

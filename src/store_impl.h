@@ -209,6 +209,8 @@ int caches_ensure(et_store *s);
 
 /* tier.c: a batch through the tiers */
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out);
+void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
+	       uint64_t *slots);
 int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	      uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
 	      uint64_t *slot_out);
