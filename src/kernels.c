@@ -242,6 +242,21 @@ static void kern_apply(const struct tf_geom *g, void *const *ptrs, size_t u0,
 
 /* ------------------------------------------------------------ operations */
 
+/* The start of a single-table call with a buffer named what: op_begin, the
+ * buffer checked, op_prepare. An empty batch stops after op_begin. */
+static int op_open(et_store *s, int table, const uint64_t *ids, size_t n,
+		   const void *buf, const char *what, struct table **t,
+		   size_t *m)
+{
+	int ret = op_begin(s, table, ids, n, t);
+
+	if (ret || n == 0)
+		return ret;
+	if (!buf)
+		return err_set(-EINVAL, "%s is NULL", what);
+	return op_prepare(s, *t, ids, n, m, false);
+}
+
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 {
 	struct table *t;
@@ -249,13 +264,8 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	int ret;
 
 	err_clear();
-	ret = op_begin(s, table, ids, n, &t);
+	ret = op_open(s, table, ids, n, out, "out", &t, &m);
 	if (ret || n == 0)
-		return ret;
-	if (!out)
-		return err_set(-EINVAL, "out is NULL");
-	ret = op_prepare(s, t, ids, n, &m, false);
-	if (ret)
 		return ret;
 	kern_gather(t->g, s->o->ptrs.p, s->o->inv.p, 0, n, out);
 	return op_end(s, (uint32_t)table, false);
@@ -414,13 +424,8 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	int ret;
 
 	err_clear();
-	ret = op_begin(s, table, ids, n, &t);
+	ret = op_open(s, table, ids, n, vals, "vals", &t, &m);
 	if (ret || n == 0)
-		return ret;
-	if (!vals)
-		return err_set(-EINVAL, "vals is NULL");
-	ret = op_prepare(s, t, ids, n, &m, false);
-	if (ret)
 		return ret;
 	{
 		void *const *ptrs = s->o->ptrs.p;
