@@ -98,17 +98,18 @@ struct sclass {
  * have run.
  */
 struct opscr {
-	struct sbuf uniq;   /* u64 unique row ids */
-	struct sbuf inv;    /* u32 per input id: index in uniq */
-	struct sbuf last;   /* u32 per unique: last input index */
-	struct sbuf ptrs;   /* void * per unique: the row's bytes */
-	struct sbuf kind;   /* u8 per unique: where it was found, then where
+	struct sbuf uniq;  /* u64 unique row ids */
+	struct sbuf inv;   /* u32 per input id: index in uniq */
+	struct sbuf last;  /* u32 per unique: last input index */
+	struct sbuf ptrs;  /* void * per unique: the row's bytes */
+	struct sbuf kind;  /* u8 per unique: where it was found, then where
 			     * it is (K_*), | K_CONFLICT */
-	struct sbuf slots;  /* u64 per unique: its slot in that tier */
-	struct sbuf mrows;  /* u64 rows missing from both caches */
-	struct sbuf midx;   /* u32 unique index of each miss */
-	struct sbuf mbuf;   /* their bytes as read */
-	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
+	struct sbuf slots; /* u64 per unique: its slot in that tier */
+	struct sbuf mrows; /* u64 rows missing from both caches */
+	struct sbuf midx;  /* u32 unique index of each miss */
+	struct sbuf mbuf;  /* their bytes as read */
+	struct sbuf acc; /* update: u32 inputs of each unique row (kern_group);
+			     * pooled gather: one decoded row */
 	struct sbuf bypass; /* u32 unique indexes served from the bypass */
 	size_t nbypass;
 	size_t m; /* unique rows */
