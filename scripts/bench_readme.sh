@@ -33,5 +33,5 @@ trun() {
 	echo
 }
 trun "$tr" --preset default
-trun "$tr" --preset default --steps 2000 --top-mlp 256-128 --hbm-mb 0 --ddr-mb 256
-trun "$tr" --preset default --steps 2000 --top-mlp 256-128 --hbm-mb 1 --ddr-mb 5
+trun "$tr" --preset default --steps 2000 --top-mlp 512-256 --hbm-mb 0 --ddr-mb 256
+trun "$tr" --preset default --steps 2000 --top-mlp 512-256 --hbm-mb 1 --ddr-mb 5
