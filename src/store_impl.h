@@ -112,7 +112,9 @@ struct opscr {
 			     * pooled gather: one decoded row */
 	struct sbuf bypass; /* u32 unique indexes served from the bypass */
 	size_t nbypass;
-	size_t m; /* unique rows */
+	size_t m;	  /* unique rows */
+	struct sbuf dids; /* u64: the ids uniq, inv and last are of */
+	size_t dn, dm;	  /* their count, and the unique rows among them */
 };
 
 struct workers;

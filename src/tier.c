@@ -25,10 +25,20 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	uint64_t *uniq;
 	int ret;
 
+	/* The same ids as this scratch's last dedup (a multi-table update
+	 * after the gather of its batch): the result stands. */
+	if (n && s->o->dn == n &&
+	    !memcmp(s->o->dids.p, ids, n * sizeof(*ids))) {
+		*m_out = s->o->dm;
+		return 0;
+	}
+	s->o->dn = 0;
 	while (cap < 2 * n)
 		cap *= 2;
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
 	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->dids, n * sizeof(*ids));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->uniq, n * sizeof(uint64_t));
 	if (!ret)
@@ -55,6 +65,9 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		inv[i] = ht[h] - 1;
 		last[ht[h] - 1] = (uint32_t)i;
 	}
+	memcpy(s->o->dids.p, ids, n * sizeof(*ids));
+	s->o->dn = n;
+	s->o->dm = m;
 	*m_out = m;
 	return 0;
 }
