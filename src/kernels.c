@@ -528,25 +528,6 @@ static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
 	return 0;
 }
 
-/* Makes room for a scratch per table of the call. */
-static int multi_scratch(et_store *s, size_t nt)
-{
-	struct opscr *p;
-
-	if (nt <= s->nmulti)
-		return 0;
-	p = mem_alloc(nt * sizeof(*p), 0);
-	if (!p)
-		return -ENOMEM;
-	if (s->multi) {
-		memcpy(p, s->multi, s->nmulti * sizeof(*p));
-		mem_free(s->multi, s->nmulti * sizeof(*p), 0);
-	}
-	s->multi = p;
-	s->nmulti = (uint32_t)nt;
-	return 0;
-}
-
 /* Phase one: every table's batch deduplicated and resolved, and (for an
  * update) room for its summed gradients. On failure the call has ended. */
 static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
@@ -560,6 +541,14 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		struct opscr *o = &s->multi[k];
 		size_t n = b[k].offsets[b[k].nbags];
 
+		/* the batch prefetched at this place: its dedup stands */
+		if (n && k < s->npf && !scratch_holds(o, b[k].ids, n) &&
+		    scratch_holds(&s->pf_scr[k], b[k].ids, n)) {
+			struct opscr x = *o;
+
+			*o = s->pf_scr[k];
+			s->pf_scr[k] = x;
+		}
 		o->m = 0;
 		o->nbypass = 0;
 		if (t->g->dim > *trow_dim)
@@ -655,7 +644,7 @@ static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
 	s->tm.t0 = now_ns();
 	ret = op_start(s);
 	if (!ret)
-		ret = multi_scratch(s, nt);
+		ret = scratch_grow(&s->multi, &s->nmulti, nt);
 	if (ret)
 		return ret;
 	ret = multi_prepare(s, b, nt, update, &mu.trow_dim);

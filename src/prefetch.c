@@ -223,6 +223,9 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		if (ret)
 			return ret;
 	}
+	ret = scratch_grow(&s->pf_scr, &s->npf, ntables);
+	if (ret)
+		return ret;
 	t0 = now_ns();
 	ret = op_drain(s);
 	if (s->failed)
@@ -236,11 +239,13 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	s->bprev = s->bcur;
 	s->bcur = s->epoch;
 	for (size_t k = 0; k < ntables && !ret; k++) {
+		s->o = &s->pf_scr[k]; /* kept for the operations on the batch */
 		ret = pf_table(s, (uint32_t)batch[k].table, batch[k].ids,
 			       batch[k].n, tail);
 		if (*tail)
 			tail = &(*tail)->next;
 	}
+	s->o = &s->one;
 	/* Victims first, then the reads: the I/O thread keeps the order. */
 	w0 = now_ns();
 	if (!ret)

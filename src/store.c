@@ -662,6 +662,31 @@ static void opscr_free(struct opscr *o)
 		sbuf_free(bufs[i]);
 }
 
+int scratch_grow(struct opscr **arr, uint32_t *n, size_t want)
+{
+	struct opscr *p;
+
+	if (want <= *n)
+		return 0;
+	if (want > UINT32_MAX)
+		return -E2BIG;
+	p = mem_alloc(want * sizeof(*p), 0);
+	if (!p)
+		return -ENOMEM;
+	if (*arr) {
+		memcpy(p, *arr, *n * sizeof(*p));
+		mem_free(*arr, *n * sizeof(*p), 0);
+	}
+	*arr = p;
+	*n = (uint32_t)want;
+	return 0;
+}
+
+bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
+{
+	return o->dn == n && !memcmp(o->dids.p, ids, n * sizeof(*ids));
+}
+
 static void store_free(et_store *s)
 {
 	pl_stop(s->pl); /* before the files and the ring it uses go */
@@ -681,6 +706,9 @@ static void store_free(et_store *s)
 	for (uint32_t i = 0; i < s->nmulti; i++)
 		opscr_free(&s->multi[i]);
 	mem_free(s->multi, s->nmulti * sizeof(*s->multi), 0);
+	for (uint32_t i = 0; i < s->npf; i++)
+		opscr_free(&s->pf_scr[i]);
+	mem_free(s->pf_scr, s->npf * sizeof(*s->pf_scr), 0);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);
 }

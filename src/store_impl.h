@@ -152,23 +152,26 @@ struct et_store {
 	} tm;
 
 	/* per-operation scratch */
-	struct opscr *o;     /* the table's in progress: &one, or multi[k] */
-	struct opscr one;    /* single-table operations and prefetch */
-	struct opscr *multi; /* per table of a multi-table call */
-	uint32_t nmulti;     /* entries of multi */
-	struct workers *wk;  /* cfg.threads > 1: the kernels' threads */
-	struct sbuf trow;    /* f32 per thread: a decoded row */
-	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
-	struct sbuf tmp;     /* one row */
-	struct sbuf wkeys;   /* u64 keys queued for write-back */
-	struct sbuf wbuf;    /* their bytes */
-	size_t nwb;	     /* rows queued for write-back */
-	struct sbuf widx;    /* u32 hash index over wkeys: position + 1 */
-	size_t widx_cap;     /* entries in widx, a power of two */
-	struct sbuf wsort;   /* u32 order for write-back grouping */
-	struct sbuf wcount;  /* size_t per table + 1: counting sort */
-	struct sbuf wrows;   /* u64 rows of one table for write-back */
-	struct sbuf wraw;    /* their bytes, grouped */
+	struct opscr *o;      /* the table's in progress: &one, or multi[k] */
+	struct opscr one;     /* single-table operations and prefetch */
+	struct opscr *multi;  /* per table of a multi-table call */
+	uint32_t nmulti;      /* entries of multi */
+	struct opscr *pf_scr; /* per table of a prefetch, kept: a multi-table
+			       * call of that batch takes its dedup over */
+	uint32_t npf;	      /* entries of pf_scr */
+	struct workers *wk;   /* cfg.threads > 1: the kernels' threads */
+	struct sbuf trow;     /* f32 per thread: a decoded row */
+	struct sbuf map;      /* dedup hash: u32 unique index + 1 */
+	struct sbuf tmp;      /* one row */
+	struct sbuf wkeys;    /* u64 keys queued for write-back */
+	struct sbuf wbuf;     /* their bytes */
+	size_t nwb;	      /* rows queued for write-back */
+	struct sbuf widx;     /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;      /* entries in widx, a power of two */
+	struct sbuf wsort;    /* u32 order for write-back grouping */
+	struct sbuf wcount;   /* size_t per table + 1: counting sort */
+	struct sbuf wrows;    /* u64 rows of one table for write-back */
+	struct sbuf wraw;     /* their bytes, grouped */
 };
 
 enum {
@@ -205,7 +208,9 @@ static inline struct cache *top_of(const et_store *s, struct sclass *c)
 	return s->has_hbm ? &c->hbm : &c->ddr;
 }
 
-/* store.c: tables and caches */
+/* store.c: tables and caches; scratches */
+int scratch_grow(struct opscr **arr, uint32_t *n, size_t want);
+bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n);
 struct table *table_get(et_store *s, int id);
 int no_table(const et_store *s, int id);
 int caches_ensure(et_store *s);

@@ -27,8 +27,7 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 
 	/* The same ids as this scratch's last dedup (a multi-table update
 	 * after the gather of its batch): the result stands. */
-	if (n && s->o->dn == n &&
-	    !memcmp(s->o->dids.p, ids, n * sizeof(*ids))) {
+	if (n && scratch_holds(s->o, ids, n)) {
 		*m_out = s->o->dm;
 		return 0;
 	}
