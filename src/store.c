@@ -684,7 +684,7 @@ int scratch_grow(struct opscr **arr, uint32_t *n, size_t want)
 
 bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
 {
-	return o->dn == n && !memcmp(o->dids.p, ids, n * sizeof(*ids));
+	return o->dn == n && (!n || !memcmp(o->dids.p, ids, n * sizeof(*ids)));
 }
 
 static void store_free(et_store *s)

@@ -64,7 +64,8 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		inv[i] = ht[h] - 1;
 		last[ht[h] - 1] = (uint32_t)i;
 	}
-	memcpy(s->o->dids.p, ids, n * sizeof(*ids));
+	if (n)
+		memcpy(s->o->dids.p, ids, n * sizeof(*ids));
 	s->o->dn = n;
 	s->o->dm = m;
 	*m_out = m;
