@@ -321,6 +321,8 @@ static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
 				    ",\"prefetch_late\":%" PRIu64
 				    ",\"prefetch_skipped\":%" PRIu64
 				    ",\"prefetch_wait_ms\":%.4f"
+				    ",\"miss_wait_ms\":%.4f,\"writeback_ms\":%."
+				    "4f"
 				    ",\"disk_util\":%.4f,\"disk_read_iops\":%."
 				    "1f"
 				    ",\"disk_write_iops\":%.1f}",
@@ -337,6 +339,10 @@ static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
 				    x->d.prefetch_hits, x->d.prefetch_late,
 				    x->d.prefetch_skipped,
 				    (double)x->d.prefetch_wait_ns / 1e6,
+				    per((double)x->d.miss_wait_ns / 1e6,
+					x->steps),
+				    per((double)x->d.writeback_ns / 1e6,
+					x->steps),
 				    x->disk.util, x->disk.read_iops,
 				    x->disk.write_iops);
 			else
@@ -423,6 +429,17 @@ static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
 	PL_ROW("  in gather ms", "%.2f", per(x->gather_s, x->steps) * 1e3);
 	PL_ROW("  in prefetch ms", "%.2f", per(x->prefetch_s, x->steps) * 1e3);
 	PL_ROW("  in update ms", "%.2f", per(x->update_s, x->steps) * 1e3);
+	/* the store's own clocks (et_stats): what of the stall is waiting
+	 * for the disk, writing back, and memory work (the rest) */
+	PL_ROW("  miss wait ms", "%.2f",
+	       per((double)x->d.miss_wait_ns / 1e6, x->steps));
+	PL_ROW("  write-back ms", "%.2f",
+	       per((double)x->d.writeback_ns / 1e6, x->steps));
+	PL_ROW("  hit work ms", "%.2f",
+	       per(x->step_s - x->compute_s -
+		       (double)(x->d.miss_wait_ns + x->d.writeback_ns) / 1e9,
+		   x->steps) *
+		   1e3);
 	PL_ROW("distinct lookups/step", "%.0f",
 	       per((double)x->d.unique, x->steps));
 	PL_ROW("NVMe rows read/step", "%.0f",

@@ -3,8 +3,8 @@
  * parameters of arbitrary values.
  *
  * The input fills an et_store_config and an et_table_params; the store is
- * opened, a table created, a few rows gathered and updated, and the store
- * closed. Nonsense must be refused with an error, sense must work, and
+ * opened, a table created, a few rows gathered and updated (one table at
+ * a time and in the multi-table calls), and the store closed. Nonsense must be refused with an error, sense must work, and
  * nothing may crash or leak. Capacities are capped so that one input cannot
  * ask for gigabytes.
  */
@@ -50,8 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(&p, data + sizeof(c), sizeof(p));
 	c.hbm_bytes %= 8u << 20;
 	c.ddr_bytes %= 16u << 20;
-	p.rows %= 1ULL << 41; /* past ET_MAX_ROWS too */
-	p.dim %= 70000;	      /* past ET_MAX_DIM too */
+	c.threads %= 70; /* past the 64 allowed too */
+	if (c.threads > 4 && c.threads <= 64)
+		c.threads = 4; /* each thread is started per input */
+	p.rows %= 1ULL << 41;  /* past ET_MAX_ROWS too */
+	p.dim %= 70000;	       /* past ET_MAX_DIM too */
 	if (et_store_open(dir, &c, &s) == 0) {
 		if (et_table_create(s, "t", &p, &t) == 0 && p.dim <= 1024) {
 			buf = calloc(8, (size_t)p.dim * sizeof(float));
@@ -61,6 +64,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				(void)et_gather(s, t, ids, 8, buf);
 				(void)et_update(s, t, ids, 8, buf, &up);
 				(void)et_gather(s, t, ids, 8, buf);
+				{
+					uint64_t off[3] = {0, 3, 8};
+					struct et_table_batch b = {t, ids, off,
+								   2, buf, buf};
+
+					(void)et_update_pooled_multi(
+					    s, &b, 1, ET_POOL_MEAN, &up);
+					(void)et_gather_pooled_multi(
+					    s, &b, 1, ET_POOL_SUM);
+				}
 				free(buf);
 			}
 		}

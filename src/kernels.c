@@ -142,53 +142,36 @@ static void kern_pool(const struct tf_geom *g, void *const *ptrs,
 }
 
 /*
- * Sums per-input gradients into one per unique row, in input order, for
- * the unique rows [u0, u1): acc holds their rows (from u0). With offsets
- * (a pooled backward), input i's gradient is its bag's, divided by the
- * bag's size for a mean. seen: one byte per unique row of the range.
+ * The inputs of each unique row, for the update: a stable counting sort of
+ * the inputs by unique index. list[start[u] .. start[u + 1]) are the
+ * gradient rows of unique u's inputs in input order: the input's own row,
+ * or with offsets (a pooled backward) its bag's. list and start live in
+ * acc: n + m + 1 u32.
  */
-static void kern_accumulate(uint32_t dim, const uint32_t *inv, size_t n,
-			    const float *grads, const uint64_t *offsets,
-			    et_pool mode, size_t u0, size_t u1, float *acc,
-			    uint8_t *seen)
+static void kern_group(const uint32_t *inv, size_t n, size_t m,
+		       const uint64_t *offsets, uint32_t *list, uint32_t *start)
 {
-	bool mean = offsets && mode == ET_POOL_MEAN;
-
-	memset(seen, 0, u1 - u0);
+	memset(start, 0, (m + 1) * sizeof(*start));
+	for (size_t i = 0; i < n; i++)
+		start[inv[i] + 1]++;
+	for (size_t u = 0; u < m; u++)
+		start[u + 1] += start[u];
 	for (size_t b = 0, i = 0; i < n; i++) {
-		size_t u = inv[i];
-		float *a = acc + (u - u0) * dim;
-		const float *gi;
-		float div = 1.0f;
-
-		if (offsets) {
+		if (offsets)
 			while (offsets[b + 1] <= i)
 				b++;
-			gi = grads + b * dim;
-			if (mode == ET_POOL_MEAN)
-				div = (float)(offsets[b + 1] - offsets[b]);
-		} else {
-			gi = grads + i * dim;
-		}
-		if (u < u0 || u >= u1)
-			continue;
-		if (!seen[u - u0]) {
-			seen[u - u0] = 1;
-			if (mean)
-				row_set_div(a, gi, div, dim);
-			else
-				memcpy(a, gi, dim * sizeof(*a));
-		} else if (mean) {
-			row_add_div(a, gi, div, dim);
-		} else {
-			row_add(a, gi, dim);
-		}
+		list[start[inv[i]]++] = (uint32_t)(offsets ? b : i);
 	}
+	for (size_t u = m; u > 0; u--) /* back to the starts */
+		start[u] = start[u - 1];
+	start[0] = 0;
 }
 
 /*
- * Applies the summed gradients acc (one row per unique, from u0) to the
- * unique rows [u0, u1).
+ * Sums the gradients of unique rows [u0, u1) and applies them to the rows,
+ * one row at a time. A row's gradients are summed in input order in f32
+ * (the first assigned, the others added; for a pooled mean each is its
+ * bag's divided by the bag's size), then:
  *
  * SGD:        w[c] -= lr * g[c]
  * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
@@ -197,12 +180,15 @@ static void kern_accumulate(uint32_t dim, const uint32_t *inv, size_t n,
  *             mul = lr / (sqrtf(m) + eps)
  *             w[c] -= mul * g[c]
  * Each w[c] is decoded from the storage type, updated in f32, and encoded
- * back (rounded to nearest even for f16/bf16).
+ * back (rounded to nearest even for f16/bf16). gsum holds one row of dim.
  */
-static void kern_apply(const struct tf_geom *g, void *const *ptrs, size_t u0,
-		       size_t u1, const float *acc,
-		       const struct et_update_params *up)
+static void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
+			size_t u1, const uint32_t *list, const uint32_t *start,
+			const float *grads, const uint64_t *offsets,
+			et_pool mode, const struct et_update_params *up,
+			float *gsum)
 {
+	bool mean = offsets && mode == ET_POOL_MEAN;
 	float eps = up->eps ? up->eps : 1e-8f;
 	float lr = up->lr;
 	uint32_t dim = g->dim;
@@ -210,23 +196,37 @@ static void kern_apply(const struct tf_geom *g, void *const *ptrs, size_t u0,
 
 	for (size_t i = u0; i < u1; i++) {
 		char *row = ptrs[i];
-		const float *gr = acc + (i - u0) * dim;
 		float mul = lr;
 
 		if (i + PREFETCH_AHEAD < u1)
 			prefetch_bytes(ptrs[i + PREFETCH_AHEAD], g->row_bytes);
+		for (uint32_t j = start[i]; j < start[i + 1]; j++) {
+			const float *gi = grads + (size_t)list[j] * dim;
+			float div = mean ? (float)(offsets[list[j] + 1] -
+						   offsets[list[j]])
+					 : 1.0f;
+
+			if (j == start[i] && mean)
+				row_set_div(gsum, gi, div, dim);
+			else if (j == start[i])
+				memcpy(gsum, gi, dim * sizeof(*gsum));
+			else if (mean)
+				row_add_div(gsum, gi, div, dim);
+			else
+				row_add(gsum, gi, dim);
+		}
 		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
 			float sum = 0, st;
 
 			for (uint32_t c = 0; c < dim; c++)
-				sum += gr[c] * gr[c];
+				sum += gsum[c] * gsum[c];
 			memcpy(&st, row + g->value_bytes, sizeof(st));
 			st += sum / (float)dim;
 			memcpy(row + g->value_bytes, &st, sizeof(st));
 			mul = lr / (sqrtf(st) + eps);
 		}
 		if (g->dtype == ET_F32) {
-			row_axpy((float *)row, mul, gr, dim); /* in place */
+			row_axpy((float *)row, mul, gsum, dim); /* in place */
 			continue;
 		}
 		/* decode, update, encode in pieces: no allocation */
@@ -234,13 +234,28 @@ static void kern_apply(const struct tf_geom *g, void *const *ptrs, size_t u0,
 			uint32_t k = dim - c0 < 256 ? dim - c0 : 256;
 
 			dtype_decode(g->dtype, row + c0 * 2, w, k);
-			row_axpy(w, mul, gr + c0, k);
+			row_axpy(w, mul, gsum + c0, k);
 			dtype_encode(g->dtype, w, row + c0 * 2, k);
 		}
 	}
 }
 
 /* ------------------------------------------------------------ operations */
+
+/* The start of a single-table call with a buffer named what: op_begin, the
+ * buffer checked, op_prepare. An empty batch stops after op_begin. */
+static int op_open(et_store *s, int table, const uint64_t *ids, size_t n,
+		   const void *buf, const char *what, struct table **t,
+		   size_t *m)
+{
+	int ret = op_begin(s, table, ids, n, t);
+
+	if (ret || n == 0)
+		return ret;
+	if (!buf)
+		return err_set(-EINVAL, "%s is NULL", what);
+	return op_prepare(s, *t, ids, n, m, false);
+}
 
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 {
@@ -249,13 +264,8 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	int ret;
 
 	err_clear();
-	ret = op_begin(s, table, ids, n, &t);
+	ret = op_open(s, table, ids, n, out, "out", &t, &m);
 	if (ret || n == 0)
-		return ret;
-	if (!out)
-		return err_set(-EINVAL, "out is NULL");
-	ret = op_prepare(s, t, ids, n, &m, false);
-	if (ret)
 		return ret;
 	kern_gather(t->g, s->o->ptrs.p, s->o->inv.p, 0, n, out);
 	return op_end(s, (uint32_t)table, false);
@@ -369,16 +379,19 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
-	ret = sbuf_reserve(&s->o->acc, m * t->g->dim * sizeof(float) + m);
+	ret = sbuf_reserve(&s->o->acc, (n + m + 1) * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->trow, t->g->dim * sizeof(float));
 	if (ret)
 		return ret;
-	kern_accumulate(t->g->dim, s->o->inv.p, n, grads, offsets, mode, 0, m,
-			s->o->acc.p,
-			(uint8_t *)s->o->acc.p + m * t->g->dim * 4);
+	kern_group(s->o->inv.p, n, m, offsets, s->o->acc.p,
+		   (uint32_t *)s->o->acc.p + n);
 	ret = op_prepare(s, t, ids, n, &m, true);
 	if (ret)
 		return ret;
-	kern_apply(t->g, s->o->ptrs.p, 0, m, s->o->acc.p, up);
+	kern_update(t->g, s->o->ptrs.p, 0, m, s->o->acc.p,
+		    (uint32_t *)s->o->acc.p + n, grads, offsets, mode, up,
+		    s->trow.p);
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
 }
@@ -414,13 +427,8 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	int ret;
 
 	err_clear();
-	ret = op_begin(s, table, ids, n, &t);
+	ret = op_open(s, table, ids, n, vals, "vals", &t, &m);
 	if (ret || n == 0)
-		return ret;
-	if (!vals)
-		return err_set(-EINVAL, "vals is NULL");
-	ret = op_prepare(s, t, ids, n, &m, false);
-	if (ret)
 		return ret;
 	{
 		void *const *ptrs = s->o->ptrs.p;
@@ -520,25 +528,6 @@ static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
 	return 0;
 }
 
-/* Makes room for a scratch per table of the call. */
-static int multi_scratch(et_store *s, size_t nt)
-{
-	struct opscr *p;
-
-	if (nt <= s->nmulti)
-		return 0;
-	p = mem_alloc(nt * sizeof(*p), 0);
-	if (!p)
-		return -ENOMEM;
-	if (s->multi) {
-		memcpy(p, s->multi, s->nmulti * sizeof(*p));
-		mem_free(s->multi, s->nmulti * sizeof(*p), 0);
-	}
-	s->multi = p;
-	s->nmulti = (uint32_t)nt;
-	return 0;
-}
-
 /* Phase one: every table's batch deduplicated and resolved, and (for an
  * update) room for its summed gradients. On failure the call has ended. */
 static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
@@ -552,6 +541,14 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		struct opscr *o = &s->multi[k];
 		size_t n = b[k].offsets[b[k].nbags];
 
+		/* the batch prefetched at this place: its dedup stands */
+		if (n && k < s->npf && !scratch_holds(o, b[k].ids, n) &&
+		    scratch_holds(&s->pf_scr[k], b[k].ids, n)) {
+			struct opscr x = *o;
+
+			*o = s->pf_scr[k];
+			s->pf_scr[k] = x;
+		}
 		o->m = 0;
 		o->nbypass = 0;
 		if (t->g->dim > *trow_dim)
@@ -564,14 +561,16 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			s->o = &s->one;
 			return ret;
 		}
-		if (update) {
-			ret = sbuf_reserve(
-			    &o->acc, o->m * t->g->dim * sizeof(float) + o->m);
+		if (update) { /* the inputs of each unique row */
+			ret = sbuf_reserve(&o->acc,
+					   (n + o->m + 1) * sizeof(uint32_t));
 			if (ret) {
 				s->o = &s->one;
 				op_finish(s, 0);
 				return ret;
 			}
+			kern_group(o->inv.p, n, o->m, b[k].offsets, o->acc.p,
+				   (uint32_t *)o->acc.p + n);
 		}
 	}
 	s->o = &s->one;
@@ -587,11 +586,7 @@ static size_t multi_pieces(const struct multi *mu, size_t k, bool update)
 {
 	size_t n = update ? mu->s->multi[k].m : mu->b[k].nbags;
 	size_t per = update ? ITEM_ROWS : ITEM_BAGS;
-	size_t threads = mu->s->cfg.threads > 1 ? mu->s->cfg.threads : 1;
 
-	/* an update's piece reads all of the table's inputs: few of them */
-	if (update && n / per > 2 * threads)
-		per = (n + 2 * threads - 1) / (2 * threads);
 	return (n + per - 1) / per;
 }
 
@@ -631,13 +626,11 @@ static void update_item(void *arg, size_t i, unsigned thread)
 	size_t lo, hi, k = multi_item(mu, i, true, &lo, &hi);
 	const struct table *t = &mu->s->tables[mu->b[k].table];
 	const struct opscr *o = &mu->s->multi[k];
-	uint32_t dim = t->g->dim;
-	float *acc = (float *)o->acc.p + lo * dim;
+	size_t n = mu->b[k].offsets[mu->b[k].nbags];
 
-	kern_accumulate(dim, o->inv.p, mu->b[k].offsets[mu->b[k].nbags],
-			mu->b[k].grads, mu->b[k].offsets, mu->mode, lo, hi, acc,
-			(uint8_t *)o->acc.p + o->m * dim * 4 + lo);
-	kern_apply(t->g, o->ptrs.p, lo, hi, acc, mu->up);
+	kern_update(t->g, o->ptrs.p, lo, hi, o->acc.p, (uint32_t *)o->acc.p + n,
+		    mu->b[k].grads, mu->b[k].offsets, mu->mode, mu->up,
+		    (float *)mu->s->trow.p + thread * mu->trow_dim);
 }
 
 static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
@@ -651,7 +644,7 @@ static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
 	s->tm.t0 = now_ns();
 	ret = op_start(s);
 	if (!ret)
-		ret = multi_scratch(s, nt);
+		ret = scratch_grow(&s->multi, &s->nmulti, nt);
 	if (ret)
 		return ret;
 	ret = multi_prepare(s, b, nt, update, &mu.trow_dim);

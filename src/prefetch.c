@@ -107,7 +107,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
-	uint64_t *mrows;
+	uint64_t *mrows, *tops;
 	size_t m, nm = 0;
 	int ret;
 
@@ -116,18 +116,26 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
 	if (!ret)
+		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
+	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (ret)
 		return ret;
 	uniq = s->o->uniq.p;
 	mrows = s->o->mrows.p;
+	tops = s->o->slots.p;
 	s->pf.rows += m;
+	probe_top(s, t, top, m, tops);
 	for (size_t i = 0; i < m; i++) {
 		uint64_t key = cache_key(t, uniq[i]);
-		uint64_t slot = cache_lookup(top, key);
+		uint64_t slot = tops[i];
 		uint8_t where;
 		int64_t at;
 
+		/* a placement of this loop may have moved a hit out */
+		if (slot != CACHE_NONE &&
+		    (top->keys[slot] & CACHE_KEY_MASK) != key)
+			slot = cache_lookup(top, key);
 		if (slot != CACHE_NONE) {
 			s->now++;
 			cache_touch(top, slot, s->now);
@@ -215,6 +223,9 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		if (ret)
 			return ret;
 	}
+	ret = scratch_grow(&s->pf_scr, &s->npf, ntables);
+	if (ret)
+		return ret;
 	t0 = now_ns();
 	ret = op_drain(s);
 	if (s->failed)
@@ -228,11 +239,13 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	s->bprev = s->bcur;
 	s->bcur = s->epoch;
 	for (size_t k = 0; k < ntables && !ret; k++) {
+		s->o = &s->pf_scr[k]; /* kept for the operations on the batch */
 		ret = pf_table(s, (uint32_t)batch[k].table, batch[k].ids,
 			       batch[k].n, tail);
 		if (*tail)
 			tail = &(*tail)->next;
 	}
+	s->o = &s->one;
 	/* Victims first, then the reads: the I/O thread keeps the order. */
 	w0 = now_ns();
 	if (!ret)

@@ -657,12 +657,37 @@ err_free:
 
 static void opscr_free(struct opscr *o)
 {
-	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,  &o->ptrs,
-			       &o->kind, &o->slots, &o->mrows, &o->midx,
-			       &o->mbuf, &o->acc,   &o->bypass};
+	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,	&o->ptrs,
+			       &o->kind, &o->slots, &o->mrows,	&o->midx,
+			       &o->mbuf, &o->acc,   &o->bypass, &o->dids};
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
+}
+
+int scratch_grow(struct opscr **arr, uint32_t *n, size_t want)
+{
+	struct opscr *p;
+
+	if (want <= *n)
+		return 0;
+	if (want > UINT32_MAX)
+		return -E2BIG;
+	p = mem_alloc(want * sizeof(*p), 0);
+	if (!p)
+		return -ENOMEM;
+	if (*arr) {
+		memcpy(p, *arr, *n * sizeof(*p));
+		mem_free(*arr, *n * sizeof(*p), 0);
+	}
+	*arr = p;
+	*n = (uint32_t)want;
+	return 0;
+}
+
+bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
+{
+	return o->dn == n && (!n || !memcmp(o->dids.p, ids, n * sizeof(*ids)));
 }
 
 static void store_free(et_store *s)
@@ -685,6 +710,9 @@ static void store_free(et_store *s)
 	for (uint32_t i = 0; i < s->nmulti; i++)
 		opscr_free(&s->multi[i]);
 	mem_free(s->multi, s->nmulti * sizeof(*s->multi), 0);
+	for (uint32_t i = 0; i < s->npf; i++)
+		opscr_free(&s->pf_scr[i]);
+	mem_free(s->pf_scr, s->npf * sizeof(*s->pf_scr), 0);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);
 }

@@ -99,20 +99,23 @@ struct sclass {
  * have run.
  */
 struct opscr {
-	struct sbuf uniq;   /* u64 unique row ids */
-	struct sbuf inv;    /* u32 per input id: index in uniq */
-	struct sbuf last;   /* u32 per unique: last input index */
-	struct sbuf ptrs;   /* void * per unique: the row's bytes */
-	struct sbuf kind;   /* u8 per unique: where it was found, then where
+	struct sbuf uniq;  /* u64 unique row ids */
+	struct sbuf inv;   /* u32 per input id: index in uniq */
+	struct sbuf last;  /* u32 per unique: last input index */
+	struct sbuf ptrs;  /* void * per unique: the row's bytes */
+	struct sbuf kind;  /* u8 per unique: where it was found, then where
 			     * it is (K_*), | K_CONFLICT */
-	struct sbuf slots;  /* u64 per unique: its slot in that tier */
-	struct sbuf mrows;  /* u64 rows missing from both caches */
-	struct sbuf midx;   /* u32 unique index of each miss */
-	struct sbuf mbuf;   /* their bytes as read */
-	struct sbuf acc;    /* f32 per unique x dim: summed gradients */
+	struct sbuf slots; /* u64 per unique: its slot in that tier */
+	struct sbuf mrows; /* u64 rows missing from both caches */
+	struct sbuf midx;  /* u32 unique index of each miss */
+	struct sbuf mbuf;  /* their bytes as read */
+	struct sbuf acc; /* update: u32 inputs of each unique row (kern_group);
+			     * pooled gather: one decoded row */
 	struct sbuf bypass; /* u32 unique indexes served from the bypass */
 	size_t nbypass;
-	size_t m; /* unique rows */
+	size_t m;	  /* unique rows */
+	struct sbuf dids; /* u64: the ids uniq, inv and last are of */
+	size_t dn, dm;	  /* their count, and the unique rows among them */
 };
 
 struct workers;
@@ -151,23 +154,26 @@ struct et_store {
 	struct lookahead la; /* et_lookahead's window (see lookahead.h) */
 
 	/* per-operation scratch */
-	struct opscr *o;     /* the table's in progress: &one, or multi[k] */
-	struct opscr one;    /* single-table operations and prefetch */
-	struct opscr *multi; /* per table of a multi-table call */
-	uint32_t nmulti;     /* entries of multi */
-	struct workers *wk;  /* cfg.threads > 1: the kernels' threads */
-	struct sbuf trow;    /* f32 per thread: a decoded row */
-	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
-	struct sbuf tmp;     /* one row */
-	struct sbuf wkeys;   /* u64 keys queued for write-back */
-	struct sbuf wbuf;    /* their bytes */
-	size_t nwb;	     /* rows queued for write-back */
-	struct sbuf widx;    /* u32 hash index over wkeys: position + 1 */
-	size_t widx_cap;     /* entries in widx, a power of two */
-	struct sbuf wsort;   /* u32 order for write-back grouping */
-	struct sbuf wcount;  /* size_t per table + 1: counting sort */
-	struct sbuf wrows;   /* u64 rows of one table for write-back */
-	struct sbuf wraw;    /* their bytes, grouped */
+	struct opscr *o;      /* the table's in progress: &one, or multi[k] */
+	struct opscr one;     /* single-table operations and prefetch */
+	struct opscr *multi;  /* per table of a multi-table call */
+	uint32_t nmulti;      /* entries of multi */
+	struct opscr *pf_scr; /* per table of a prefetch, kept: a multi-table
+			       * call of that batch takes its dedup over */
+	uint32_t npf;	      /* entries of pf_scr */
+	struct workers *wk;   /* cfg.threads > 1: the kernels' threads */
+	struct sbuf trow;     /* f32 per thread: a decoded row */
+	struct sbuf map;      /* dedup hash: u32 unique index + 1 */
+	struct sbuf tmp;      /* one row */
+	struct sbuf wkeys;    /* u64 keys queued for write-back */
+	struct sbuf wbuf;     /* their bytes */
+	size_t nwb;	      /* rows queued for write-back */
+	struct sbuf widx;     /* u32 hash index over wkeys: position + 1 */
+	size_t widx_cap;      /* entries in widx, a power of two */
+	struct sbuf wsort;    /* u32 order for write-back grouping */
+	struct sbuf wcount;   /* size_t per table + 1: counting sort */
+	struct sbuf wrows;    /* u64 rows of one table for write-back */
+	struct sbuf wraw;     /* their bytes, grouped */
 };
 
 enum {
@@ -204,13 +210,17 @@ static inline struct cache *top_of(const et_store *s, struct sclass *c)
 	return s->has_hbm ? &c->hbm : &c->ddr;
 }
 
-/* store.c: tables and caches */
+/* store.c: tables and caches; scratches */
+int scratch_grow(struct opscr **arr, uint32_t *n, size_t want);
+bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n);
 struct table *table_get(et_store *s, int id);
 int no_table(const et_store *s, int id);
 int caches_ensure(et_store *s);
 
 /* tier.c: a batch through the tiers */
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out);
+void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
+	       uint64_t *slots);
 int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	      uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
 	      uint64_t *slot_out);

@@ -25,10 +25,19 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	uint64_t *uniq;
 	int ret;
 
+	/* The same ids as this scratch's last dedup (a multi-table update
+	 * after the gather of its batch): the result stands. */
+	if (n && scratch_holds(s->o, ids, n)) {
+		*m_out = s->o->dm;
+		return 0;
+	}
+	s->o->dn = 0;
 	while (cap < 2 * n)
 		cap *= 2;
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
 	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->dids, n * sizeof(*ids));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->uniq, n * sizeof(uint64_t));
 	if (!ret)
@@ -55,6 +64,10 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		inv[i] = ht[h] - 1;
 		last[ht[h] - 1] = (uint32_t)i;
 	}
+	if (n)
+		memcpy(s->o->dids.p, ids, n * sizeof(*ids));
+	s->o->dn = n;
+	s->o->dm = m;
 	*m_out = m;
 	return 0;
 }
@@ -216,6 +229,36 @@ static void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 #define PROBE_AHEAD 16
 
 /*
+ * The top-tier slot of each of the m unique rows of table t (s->o->uniq)
+ * in slots, or CACHE_NONE: every key hashed to its set first, then the
+ * sets probed, each asked for PROBE_AHEAD rows before its probe, and a
+ * hit's policy and pin words asked for as it is found. Reads the cache
+ * only.
+ */
+void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
+	       uint64_t *slots)
+{
+	const uint64_t *uniq = s->o->uniq.p;
+
+	for (size_t i = 0; i < m; i++)
+		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		cache_prefetch_set(top, slots[i]);
+	for (size_t i = 0; i < m; i++) {
+		uint64_t slot;
+
+		if (i + PROBE_AHEAD < m)
+			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
+		slot = cache_lookup_at(top, slots[i], cache_key(t, uniq[i]));
+		if (slot != CACHE_NONE) {
+			__builtin_prefetch(&top->pstate[slot], 1);
+			__builtin_prefetch(&top->pin[slot], 1);
+		}
+		slots[i] = slot;
+	}
+}
+
+/*
  * Step 1 of resolve: looks up each of the m unique rows of table t, top
  * tier first. Top hits are touched, pinned and pointed at; DDR hits (with
  * an HBM tier) are pinned so that no demotion of this batch pushes them
@@ -243,28 +286,20 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 	uint32_t *midx = s->o->midx.p;
 	size_t nm = 0;
 
-	for (size_t i = 0; i < m; i++) /* 1. the sets */
-		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
-	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
-		cache_prefetch_set(top, slots[i]);
-	for (size_t i = 0; i < m; i++) { /* 2. the probes */
-		uint64_t key = cache_key(t, uniq[i]);
-		uint64_t slot;
+	probe_top(s, t, top, m, slots); /* 1, 2. the sets, the probes */
+	for (size_t i = 0; i < m; i++) {
+		uint64_t slot = slots[i];
 
-		if (i + PROBE_AHEAD < m)
-			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
-		slot = cache_lookup_at(top, slots[i], key);
 		if (slot != CACHE_NONE) {
-			__builtin_prefetch(&top->pstate[slot], 1);
-			__builtin_prefetch(&top->pin[slot], 1);
 			kind[i] = top_kind;
 		} else if (s->has_hbm &&
-			   (slot = cache_lookup(ddr, key)) != CACHE_NONE) {
+			   (slot = cache_lookup(ddr, cache_key(t, uniq[i]))) !=
+			       CACHE_NONE) {
 			kind[i] = K_DDR;
+			slots[i] = slot;
 		} else {
 			kind[i] = 0;
 		}
-		slots[i] = slot;
 	}
 	for (size_t i = 0; i < m; i++) { /* 3. in batch order */
 		uint64_t key = cache_key(t, uniq[i]);

@@ -96,7 +96,7 @@ struct opts {
 	bool keep;
 	uint64_t seed;
 	int threads;	   /* BLAS threads; 0: nproc - 1 */
-	int store_threads; /* et_store_config.threads; 0: nproc */
+	int store_threads; /* et_store_config.threads */
 	bool prefetch;
 	int lookahead;	       /* batches handed to et_lookahead; 0: none */
 	const char *data;      /* Criteo TSV; NULL: synthetic */
@@ -246,10 +246,9 @@ static void usage(FILE *f)
 	    "  --threads N          BLAS threads (default: CPUs - 1, at least "
 	    "1)\n"
 	    "  --store-threads N    threads of the store's gathers and "
-	    "updates, which\n"
-	    "                       run apart from the BLAS work (default: "
-	    "CPUs, at\n"
-	    "                       most 64); any count gives the same bits\n"
+	    "updates (default\n"
+	    "                       1, at most 64); any count gives the same "
+	    "bits\n"
 	    "  --eval-every N       held-out evaluation every N steps (0: "
 	    "end)\n"
 	    "  --eval-samples N     size of the held-out set\n"
@@ -664,11 +663,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 		o->threads = n > 1 ? (int)n - 1 : 1;
 	}
-	if (!o->store_threads) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN) / o->nranks;
-
-		o->store_threads = n < 1 ? 1 : n > 64 ? 64 : (int)n;
-	}
+	if (!o->store_threads)
+		o->store_threads = 1;
 	return 0;
 }
 
