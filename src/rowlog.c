@@ -129,6 +129,8 @@ struct rowlog {
 	char *rbuf;
 	size_t rbuf_bytes;
 	struct io_req *rreq;
+	uint32_t rat[RL_READ_BATCH];  /* each read's row: index in dst */
+	uint32_t rrel[RL_READ_BATCH]; /* its record's offset in the read */
 	struct rowlog_stats st;
 };
 
@@ -807,77 +809,106 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	return ret;
 }
 
-int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
-		const uint32_t *idx, size_t n, void *dst)
+int rowlog_read_start(struct rowlog *l, io_ctx *io, struct rl_read *r,
+		      const uint64_t *rows, const uint32_t *idx, size_t n,
+		      void *dst)
 {
-	size_t span;
 	int ret = log_file(l);
 
+	*r = (struct rl_read){.rows = rows, .idx = idx, .n = n, .dst = dst};
 	if (!ret)
 		ret = staging(l);
 	if (!ret && l->wstate != W_FREE)
 		ret = other_settle(l, io); /* never read what is in flight */
-	if (ret)
-		return ret;
-	span = align_up(l->rec_bytes, l->off_align) + l->off_align;
-	for (size_t b = 0; b < n;) {
-		size_t k = 0, first = b;
-		uint32_t at[RL_READ_BATCH];  /* the read's index in idx */
-		uint32_t rel[RL_READ_BATCH]; /* the record's offset in it */
-		unsigned nq = 0;
+	return ret;
+}
 
-		/* Records still in the append buffer are copied; the others
-		 * are read, each with the aligned span around it. */
-		for (; b < n && k < RL_READ_BATCH; b++, k++) {
-			uint64_t row = rows[idx[b]];
-			int64_t e = idx_find(l, row);
-			uint32_t recno;
-			uint64_t off, lo;
-			char *d = (char *)dst + (size_t)idx[b] * l->row_bytes;
+int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
+{
+	size_t span = align_up(l->rec_bytes, l->off_align) + l->off_align;
+	size_t k = 0;
 
-			if (e < 0)
-				return -EINVAL; /* not ours: a caller bug */
-			recno = l->vals[e] & RL_MAXREC;
-			off = rec_off(l, recno);
-			if (l->abuf && l->head_ok &&
-			    recno / l->rps == l->hseg && off >= l->wb_off) {
-				memcpy(d,
-				       l->abuf + (off - l->wb_off) + RL_REC_HDR,
-				       l->row_bytes);
-				continue;
-			}
-			lo = align_down(off, l->off_align);
-			l->rreq[nq] = (struct io_req){
-			    .op = IO_READ,
-			    .fd = l->fd,
-			    .buf = l->rbuf + nq * span,
-			    .len = (uint32_t)(align_up(off + l->rec_bytes,
-						       l->off_align) -
-					      lo),
-			    .off = lo};
-			at[nq] = (uint32_t)b;
-			rel[nq] = (uint32_t)(off - lo);
-			nq++;
+	r->first = r->b;
+	r->nq = 0;
+	/* Records still in the append buffer are copied; the others are
+	 * read, each with the aligned span around it. */
+	for (; r->b < r->n && k < RL_READ_BATCH; r->b++, k++) {
+		uint32_t at = r->idx[r->b];
+		int64_t e = idx_find(l, r->rows[at]);
+		uint32_t recno;
+		uint64_t off, lo;
+
+		if (e < 0)
+			return -EINVAL; /* not ours: a caller bug */
+		recno = l->vals[e] & RL_MAXREC;
+		off = rec_off(l, recno);
+		if (l->abuf && l->head_ok && recno / l->rps == l->hseg &&
+		    off >= l->wb_off) {
+			memcpy((char *)r->dst + (size_t)at * l->row_bytes,
+			       l->abuf + (off - l->wb_off) + RL_REC_HDR,
+			       l->row_bytes);
+			continue;
 		}
-		ret = nq ? io_run(io, l->rreq, nq) : 0;
+		lo = align_down(off, l->off_align);
+		l->rreq[r->nq] = (struct io_req){
+		    .op = IO_READ,
+		    .fd = l->fd,
+		    .buf = l->rbuf + r->nq * span,
+		    .len =
+			(uint32_t)(align_up(off + l->rec_bytes, l->off_align) -
+				   lo),
+		    .off = lo};
+		l->rat[r->nq] = at;
+		l->rrel[r->nq] = (uint32_t)(off - lo);
+		r->nq++;
+	}
+	for (unsigned q = 0; q < r->nq; q++)
+		io_queue(io, &l->rreq[q]);
+	return (int)r->nq;
+}
+
+int rowlog_read_check(struct rowlog *l, struct rl_read *r)
+{
+	unsigned nq = r->nq;
+	int ret;
+
+	r->nq = 0;
+	for (unsigned q = 0; q < nq; q++) {
+		ret = io_req_result(&l->rreq[q]);
 		if (ret)
 			return ret;
-		for (unsigned q = 0; q < nq; q++) {
-			uint64_t row = rows[idx[at[q]]];
-			const unsigned char *r =
-			    (unsigned char *)l->rreq[q].buf + rel[q];
-
-			if (get64(r) != row ||
-			    hash_bytes_key(r + RL_REC_HDR, l->row_bytes, row) !=
-				get64(r + 8))
-				return ET_EBLOCKSUM;
-			memcpy((char *)dst + (size_t)idx[at[q]] * l->row_bytes,
-			       r + RL_REC_HDR, l->row_bytes);
-			l->st.bytes_read += l->rreq[q].len;
-		}
-		l->st.rows_read += b - first;
 	}
+	for (unsigned q = 0; q < nq; q++) {
+		uint64_t row = r->rows[l->rat[q]];
+		const unsigned char *rec =
+		    (unsigned char *)l->rreq[q].buf + l->rrel[q];
+
+		if (get64(rec) != row ||
+		    hash_bytes_key(rec + RL_REC_HDR, l->row_bytes, row) !=
+			get64(rec + 8))
+			return ET_EBLOCKSUM;
+		memcpy((char *)r->dst + (size_t)l->rat[q] * l->row_bytes,
+		       rec + RL_REC_HDR, l->row_bytes);
+		l->st.bytes_read += l->rreq[q].len;
+	}
+	l->st.rows_read += r->b - r->first;
 	return 0;
+}
+
+int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
+		const uint32_t *idx, size_t n, void *dst)
+{
+	struct rl_read r;
+	int ret = rowlog_read_start(l, io, &r, rows, idx, n, dst);
+
+	while (!ret && r.b < r.n) {
+		ret = rowlog_read_queue(l, io, &r);
+		if (ret > 0)
+			ret = io_wait(io, (unsigned)ret);
+		if (ret >= 0)
+			ret = rowlog_read_check(l, &r);
+	}
+	return ret;
 }
 
 int rowlog_verify(struct rowlog *l, io_ctx *io, uint64_t *bad,

@@ -57,6 +57,28 @@ uint64_t rowlog_count(const struct rowlog *l);
 int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 		const uint32_t *idx, size_t n, void *dst);
 
+/*
+ * rowlog_read in steps, so that the reads of several logs (or of a log and
+ * its table's blocks) share one ring: start; then, while r.b < r.n, queue
+ * (copies the rows still in the append buffer, queues up to RL_READ_BATCH
+ * reads on io and returns how many), wait for them (io_wait), and check
+ * (the results, each record's row id and checksum; copies the rows out).
+ * One read of a log at a time: the queued reads use the log's staging.
+ */
+struct rl_read {
+	const uint64_t *rows;
+	const uint32_t *idx;
+	size_t n, b, first; /* idx[first, b): the batch queued */
+	void *dst;
+	unsigned nq; /* reads queued, not yet checked */
+};
+
+int rowlog_read_start(struct rowlog *l, io_ctx *io, struct rl_read *r,
+		      const uint64_t *rows, const uint32_t *idx, size_t n,
+		      void *dst);
+int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r);
+int rowlog_read_check(struct rowlog *l, struct rl_read *r);
+
 /* Reads and checks every record the index points to (row id and
  * checksum). *bad counts the bad ones, *first_bad is the row of the first
  * found (UINT64_MAX: none). tick, if given, hears of every batch of n

@@ -914,21 +914,122 @@ static int check_rows(const et_tfile *tf, const uint64_t *rows, size_t n)
 }
 
 /*
+ * One chunk of a batch of ents (sorted by block): from e[i], up to
+ * stage_blocks distinct blocks are put in the stage, the reads of those
+ * that need one queued on io (consecutive blocks as one larger read). A
+ * block not needing a read is filled with its initial contents; a torn
+ * block with its kept image. Sets *j to the end of the chunk, *nb to its
+ * blocks (tf->stage_blk), *nr to the reads queued (tf->reqs).
+ */
+typedef bool (*need_fn)(et_tfile *, const struct ent *, size_t, uint64_t);
+
+static void chunk_queue(et_tfile *tf, io_ctx *io, const struct ent *e, size_t i,
+			size_t n, need_fn need_read, size_t *jp, uint32_t *nbp,
+			uint32_t *nrp)
+{
+	uint64_t *blocks = tf->stage_blk;
+	uint32_t cap = tf->stage_blocks;
+	uint32_t nb = 0, nr = 0;
+	size_t j = i;
+
+	while (j < n && nb < cap) {
+		uint64_t b = e[j].block;
+		size_t k = j;
+
+		while (k < n && e[k].block == b)
+			k++;
+		unsigned char *buf =
+		    (unsigned char *)tf->stage + (size_t)nb * tf->g.block_size;
+		struct torn *tn = tf->ntorn ? torn_find(tf, b) : NULL;
+
+		if (tn) { /* the disk may hold half of it */
+			memcpy(buf, tn->img, tf->g.block_size);
+			tf->stage_hole[nb] = 0;
+			blocks[nb++] = b;
+			j = k;
+			continue;
+		}
+		if (need_read(tf, e + j, k - j, b)) {
+			struct io_req *r = nr ? &tf->reqs[nr - 1] : NULL;
+
+			/* Consecutive blocks: one larger read. */
+			if (r && (char *)r->buf + r->len == (char *)buf &&
+			    r->off + r->len == block_off(tf, b)) {
+				r->len += tf->g.block_size;
+				tf->stage_hole[nb] = 0;
+				blocks[nb++] = b;
+				j = k;
+				continue;
+			}
+			r = &tf->reqs[nr++];
+			memset(r, 0, sizeof(*r));
+			r->op = IO_READ;
+			r->fd = tf->fd;
+			r->buf = buf;
+			r->len = tf->g.block_size;
+			r->off = block_off(tf, b);
+			r->arg = (void *)(uintptr_t)nb;
+		} else {
+			block_fill_init(tf, b, buf);
+		}
+		tf->stage_hole[nb] = !map_test(&tf->map, b);
+		blocks[nb++] = b;
+		j = k;
+	}
+	for (uint32_t q = 0; q < nr; q++)
+		io_queue(io, &tf->reqs[q]);
+	*jp = j;
+	*nbp = nb;
+	*nrp = nr;
+}
+
+/* The nr reads of a chunk have completed: the first failed one's error,
+ * else every block read is checked (an all-zero block reads as unwritten).
+ * Returns 0 or the first error. */
+static int chunk_check(et_tfile *tf, uint32_t nr)
+{
+	int ret;
+
+	for (uint32_t q = 0; q < nr; q++) {
+		ret = io_req_result(&tf->reqs[q]);
+		if (ret)
+			return ret;
+	}
+	for (uint32_t q = 0; q < nr; q++) {
+		uint32_t s0 = (uint32_t)(uintptr_t)tf->reqs[q].arg;
+		uint32_t cnt = tf->reqs[q].len / tf->g.block_size;
+
+		for (uint32_t s = s0; s < s0 + cnt; s++) {
+			unsigned char *buf = (unsigned char *)tf->stage +
+					     (size_t)s * tf->g.block_size;
+
+			ret = block_check(tf, tf->stage_blk[s], buf);
+			if (ret < 0)
+				return ret;
+			if (ret == 1) {
+				block_fill_init(tf, tf->stage_blk[s], buf);
+				tf->stage_hole[s] = 1;
+			}
+		}
+		tf->st.blocks_read += cnt;
+		tf->st.bytes_read += (uint64_t)cnt * tf->g.block_size;
+	}
+	return 0;
+}
+
+/*
  * Reads the distinct blocks of ents[0..n) (sorted by block) chunk by chunk
  * into the stage and calls fn for each chunk with the stage filled. If
- * missing_ok, a block not in the map is not read: fn finds it filled with
- * its initial contents. Returns the first error.
+ * need_read says a block needs no read, fn finds it filled with its
+ * initial contents. Returns the first error.
  */
 typedef int (*chunk_fn)(et_tfile *tf, const struct ent *e, size_t n,
 			const uint64_t *blocks, uint32_t nblocks, void *arg);
 
 static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
-			  bool (*need_read)(et_tfile *, const struct ent *,
-					    size_t, uint64_t),
-			  chunk_fn fn, void *arg)
+			  need_fn need_read, chunk_fn fn, void *arg)
 {
-	uint64_t *blocks;
-	size_t i = 0;
+	size_t i = 0, j;
 	io_ctx *io;
 	int ret;
 
@@ -937,89 +1038,19 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 		ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
-	blocks = tf->stage_blk;
 	while (i < n) {
-		uint32_t cap = tf->stage_blocks;
-		uint32_t nb = 0, nr = 0;
-		size_t j = i;
+		uint32_t nb, nr;
 
-		/* Gather up to cap distinct blocks starting at e[i]. */
-		while (j < n && nb < cap) {
-			uint64_t b = e[j].block;
-			size_t k = j;
-
-			while (k < n && e[k].block == b)
-				k++;
-			unsigned char *buf = (unsigned char *)tf->stage +
-					     (size_t)nb * tf->g.block_size;
-			struct torn *tn = tf->ntorn ? torn_find(tf, b) : NULL;
-
-			if (tn) { /* the disk may hold half of it */
-				memcpy(buf, tn->img, tf->g.block_size);
-				tf->stage_hole[nb] = 0;
-				blocks[nb++] = b;
-				j = k;
-				continue;
-			}
-			if (need_read(tf, e + j, k - j, b)) {
-				struct io_req *r =
-				    nr ? &tf->reqs[nr - 1] : NULL;
-
-				/* Consecutive blocks: one larger read. */
-				if (r &&
-				    (char *)r->buf + r->len == (char *)buf &&
-				    r->off + r->len == block_off(tf, b)) {
-					r->len += tf->g.block_size;
-					tf->stage_hole[nb] = 0;
-					blocks[nb++] = b;
-					j = k;
-					continue;
-				}
-				r = &tf->reqs[nr++];
-				memset(r, 0, sizeof(*r));
-				r->op = IO_READ;
-				r->fd = tf->fd;
-				r->buf = buf;
-				r->len = tf->g.block_size;
-				r->off = block_off(tf, b);
-				r->arg = (void *)(uintptr_t)nb;
-			} else {
-				block_fill_init(tf, b, buf);
-			}
-			tf->stage_hole[nb] = !map_test(&tf->map, b);
-			blocks[nb++] = b;
-			j = k;
-		}
+		chunk_queue(tf, io, e, i, n, need_read, &j, &nb, &nr);
 		if (nr) {
-			ret = io_run(io, tf->reqs, nr);
+			ret = io_wait(io, nr);
+			if (ret < 0)
+				return ret;
+			ret = chunk_check(tf, nr);
 			if (ret)
 				return ret;
-			for (uint32_t q = 0; q < nr; q++) {
-				uint32_t s0 =
-				    (uint32_t)(uintptr_t)tf->reqs[q].arg;
-				uint32_t cnt =
-				    tf->reqs[q].len / tf->g.block_size;
-
-				for (uint32_t s = s0; s < s0 + cnt; s++) {
-					unsigned char *buf =
-					    (unsigned char *)tf->stage +
-					    (size_t)s * tf->g.block_size;
-
-					ret = block_check(tf, blocks[s], buf);
-					if (ret < 0)
-						return ret;
-					if (ret == 1) {
-						block_fill_init(tf, blocks[s],
-								buf);
-						tf->stage_hole[s] = 1;
-					}
-				}
-				tf->st.blocks_read += cnt;
-				tf->st.bytes_read +=
-				    (uint64_t)cnt * tf->g.block_size;
-			}
 		}
-		ret = fn(tf, e + i, j - i, blocks, nb, arg);
+		ret = fn(tf, e + i, j - i, tf->stage_blk, nb, arg);
 		if (ret)
 			return ret;
 		i = j;
@@ -1068,54 +1099,196 @@ static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
 	return 0;
 }
 
-int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
+/* The first step of a read: rows of unwritten blocks are filled from the
+ * initializer, the others split between the blocks (rd->e[0..m)) and the
+ * row log (rd->lidx[0..nl)), and the staging of both made ready. */
+static int rd_start(struct tf_read *rd)
 {
-	struct ent *e;
-	uint32_t *lidx = NULL;
-	size_t m = 0, nl = 0;
+	et_tfile *tf = rd->tf;
+	const uint64_t *rows = rd->rows;
+	size_t n = rd->n;
 	int ret;
 
 	ret = check_rows(tf, rows, n);
 	if (ret || n == 0)
 		return ret;
-	ret = make_ents(tf, rows, n, &e);
+	ret = make_ents(tf, rows, n, &rd->e);
 	if (ret)
 		return ret;
 	if (rowlog_count(tf->log)) {
-		lidx = mem_alloc(n * sizeof(*lidx), 0);
-		if (!lidx) {
-			mem_free(e, n * sizeof(*e), 0);
+		rd->lidx = mem_alloc(n * sizeof(*rd->lidx), 0);
+		if (!rd->lidx)
 			return -ENOMEM;
-		}
 	}
 	/* Rows in the log are read from it; rows of unwritten blocks need no
 	 * stage at all. */
 	for (size_t i = 0; i < n; i++) {
-		if (lidx && rowlog_has(tf->log, rows[e[i].idx])) {
-			lidx[nl++] = e[i].idx;
+		const struct ent *e = &rd->e[i];
+
+		if (rd->lidx && rowlog_has(tf->log, rows[e->idx])) {
+			rd->lidx[rd->nl++] = e->idx;
 			continue;
 		}
-		if (map_test(&tf->map, e[i].block) ||
-		    (tf->ntorn && torn_find(tf, e[i].block))) {
-			e[m++] = e[i];
+		if (map_test(&tf->map, e->block) ||
+		    (tf->ntorn && torn_find(tf, e->block))) {
+			rd->e[rd->m++] = *e;
 			continue;
 		}
-		tf_init_row_raw(tf, rows[e[i].idx],
-				(char *)dst +
-				    (size_t)e[i].idx * tf->g.row_bytes);
+		tf_init_row_raw(tf, rows[e->idx],
+				(char *)rd->dst +
+				    (size_t)e->idx * tf->g.row_bytes);
 		tf->st.rows_lazy++;
 	}
-	ret = m ? for_each_chunk(tf, e, m, read_needed, read_copy, dst) : 0;
-	if (!ret && nl) {
-		io_ctx *io;
-
-		ret = tf_io(tf, &io);
-		if (!ret)
-			ret = rowlog_read(tf->log, io, rows, lidx, nl, dst);
-	}
-	mem_free(lidx, n * sizeof(*lidx), 0);
-	mem_free(e, n * sizeof(*e), 0);
+	ret = tf_io(tf, &rd->io);
+	if (!ret && rd->m)
+		ret = tf_stage(tf);
+	if (!ret && rd->nl)
+		ret = rowlog_read_start(tf->log, rd->io, &rd->lr, rows,
+					rd->lidx, rd->nl, rd->dst);
 	return ret;
+}
+
+static bool rd_done(const struct tf_read *rd)
+{
+	return rd->i == rd->m && (!rd->nl || rd->lr.b == rd->lr.n);
+}
+
+/* Queues the next chunk of blocks and of log records; returns the reads
+ * queued on rd->io, or an error. */
+static int rd_queue(struct tf_read *rd)
+{
+	int q = 0;
+
+	if (rd->i < rd->m) {
+		chunk_queue(rd->tf, rd->io, rd->e, rd->i, rd->m, read_needed,
+			    &rd->j, &rd->nb, &rd->nr);
+		q = (int)rd->nr;
+	}
+	if (rd->nl && rd->lr.b < rd->lr.n) {
+		int r = rowlog_read_queue(rd->tf->log, rd->io, &rd->lr);
+
+		if (r < 0)
+			return r;
+		q += r;
+		rd->lq = true;
+	}
+	return q;
+}
+
+/* The reads queued by rd_queue have completed: checks them and copies the
+ * rows out. */
+static int rd_check(struct tf_read *rd)
+{
+	int ret = 0;
+
+	if (rd->j > rd->i) {
+		ret = chunk_check(rd->tf, rd->nr);
+		if (!ret)
+			ret = read_copy(rd->tf, rd->e + rd->i, rd->j - rd->i,
+					rd->tf->stage_blk, rd->nb, rd->dst);
+		rd->nr = 0;
+		rd->i = rd->j;
+	}
+	if (!ret && rd->lq) {
+		rd->lq = false;
+		ret = rowlog_read_check(rd->tf->log, &rd->lr);
+	}
+	return ret;
+}
+
+static void rd_end(struct tf_read *rd)
+{
+	mem_free(rd->lidx, rd->n * sizeof(*rd->lidx), 0);
+	mem_free(rd->e, rd->n * sizeof(*rd->e), 0);
+	rd->lidx = NULL;
+	rd->e = NULL;
+}
+
+/* Waits for the reads queued on rd[k].io by rd[k..nrd); an error fails
+ * every one of them with reads on that ring. */
+static void rd_wait(struct tf_read *rd, size_t nrd, size_t k, int *nq)
+{
+	unsigned want = 0;
+	int ret;
+
+	for (size_t i = k; i < nrd; i++)
+		if (nq[i] && rd[i].io == rd[k].io)
+			want += (unsigned)nq[i];
+	ret = io_wait(rd[k].io, want);
+	for (size_t i = k; i < nrd; i++)
+		if (nq[i] && rd[i].io == rd[k].io) {
+			nq[i] = 0; /* waited for */
+			if (ret < 0 && !rd[i].result)
+				rd[i].result = ret;
+		}
+}
+
+int tf_read_multi(struct tf_read *rd, size_t nrd)
+{
+	enum { GROUP = 64 };
+	int nq[GROUP];
+	bool act[GROUP];
+	bool busy = true;
+	int ret = 0;
+
+	if (nrd > GROUP) { /* in groups, each one submission */
+		for (size_t k = 0; k < nrd; k += GROUP) {
+			int r = tf_read_multi(rd + k, nrd - k < GROUP ? nrd - k
+								      : GROUP);
+
+			if (r && !ret)
+				ret = r;
+		}
+		return ret;
+	}
+	for (size_t k = 0; k < nrd; k++) {
+		struct tf_read *r = &rd[k];
+
+		r->e = NULL;
+		r->lidx = NULL;
+		r->m = r->i = r->j = r->nl = 0;
+		r->nb = r->nr = 0;
+		r->lq = false;
+		r->io = NULL;
+		r->result = rd_start(r);
+	}
+	/* Rounds: every file's next chunk of blocks and of log records
+	 * queued, all waited for together, then each checked and copied. */
+	while (busy) {
+		busy = false;
+		for (size_t k = 0; k < nrd; k++) {
+			nq[k] = 0;
+			act[k] = !rd[k].result && !rd_done(&rd[k]);
+			if (!act[k])
+				continue;
+			nq[k] = rd_queue(&rd[k]);
+			if (nq[k] < 0) {
+				rd[k].result = nq[k];
+				nq[k] = 0;
+				act[k] = false;
+			}
+			busy = true;
+		}
+		for (size_t k = 0; k < nrd; k++)
+			if (nq[k])
+				rd_wait(rd, nrd, k, nq);
+		for (size_t k = 0; k < nrd; k++)
+			if (act[k] && !rd[k].result)
+				rd[k].result = rd_check(&rd[k]);
+	}
+	for (size_t k = 0; k < nrd; k++) {
+		rd_end(&rd[k]);
+		if (rd[k].result && !ret)
+			ret = rd[k].result;
+	}
+	return ret;
+}
+
+int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
+{
+	struct tf_read rd = {.tf = tf, .rows = rows, .n = n, .dst = dst};
+
+	return tf_read_multi(&rd, 1);
 }
 
 /* ----------------------------------------------------------- write rows */

@@ -46,6 +46,34 @@ void tf_attach_io(et_tfile *tf, io_ctx *io);
 
 /* Raw rows: n records of row_bytes each. */
 int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst);
+
+/*
+ * tf_read_rows_raw of several files at once, their reads in flight
+ * together: rounds in which every file queues its next chunk of blocks
+ * and of row-log records on its ring, the rings are waited for, and each
+ * file's reads are checked (every block and record, as one file's read
+ * checks them) and copied out. The files must be distinct. Sets each
+ * entry's result (an entry's failure leaves the others' rows good) and
+ * returns the first error in array order.
+ */
+struct tf_read {
+	et_tfile *tf;
+	const uint64_t *rows;
+	size_t n;
+	void *dst;
+	int result;
+	/* private to table_file.c */
+	struct ent *e;	 /* rows read from blocks, sorted by block */
+	size_t m, i, j;	 /* e[0..m); the chunk in flight: e[i..j) */
+	uint32_t nb, nr; /* its blocks and reads */
+	uint32_t *lidx;	 /* rows read from the row log */
+	size_t nl;
+	bool lq; /* a batch of log records in flight */
+	struct rl_read lr;
+	io_ctx *io;
+};
+
+int tf_read_multi(struct tf_read *rd, size_t nrd);
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 		      const void *src);
 
