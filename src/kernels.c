@@ -528,12 +528,13 @@ static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
 	return 0;
 }
 
-/* Phase one: every table's batch deduplicated and resolved, and (for an
- * update) room for its summed gradients. On failure the call has ended. */
+/* Phase one: every table's batch deduplicated and looked up, the misses
+ * of all of them read at once, then placed table by table, and (for an
+ * update) room for the summed gradients. On failure the call has ended. */
 static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			 bool update, size_t *trow_dim)
 {
-	int ret;
+	int ret = 0;
 
 	*trow_dim = 0;
 	for (size_t k = 0; k < nt; k++) {
@@ -550,34 +551,51 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			s->pf_scr[k] = x;
 		}
 		o->m = 0;
+		o->nm = 0;
 		o->nbypass = 0;
+		o->t = (uint32_t)b[k].table;
 		if (t->g->dim > *trow_dim)
 			*trow_dim = t->g->dim;
 		if (!n)
 			continue;
 		s->o = o;
-		ret = op_prepare(s, t, b[k].ids, n, &o->m, false);
-		if (ret) { /* it has ended the call */
-			s->o = &s->one;
-			return ret;
-		}
+		ret = op_lookup(s, t, b[k].ids, n, &o->m, false);
+		if (ret) /* it has ended the call, or not begun it */
+			goto out;
+	}
+	ret = resolve_read(s, s->multi, nt);
+	if (ret) {
+		op_finish(s, 0);
+		goto out;
+	}
+	for (size_t k = 0; k < nt; k++) {
+		struct table *t = &s->tables[b[k].table];
+		struct opscr *o = &s->multi[k];
+		size_t n = b[k].offsets[b[k].nbags];
+
+		if (!n)
+			continue;
+		s->o = o;
+		ret = op_place(s, t, n);
+		if (ret) /* it has ended the call */
+			goto out;
 		if (update) { /* the inputs of each unique row */
 			ret = sbuf_reserve(&o->acc,
 					   (n + o->m + 1) * sizeof(uint32_t));
 			if (ret) {
-				s->o = &s->one;
 				op_finish(s, 0);
-				return ret;
+				goto out;
 			}
 			kern_group(o->inv.p, n, o->m, b[k].offsets, o->acc.p,
 				   (uint32_t *)o->acc.p + n);
 		}
 	}
-	s->o = &s->one;
 	ret = sbuf_reserve(&s->trow, (s->cfg.threads > 1 ? s->cfg.threads : 1) *
 					 *trow_dim * sizeof(float));
 	if (ret)
 		op_finish(s, 0);
+out:
+	s->o = &s->one;
 	return ret;
 }
 

@@ -27,8 +27,8 @@ struct pipeline {
 	pthread_cond_t idle; /* a job finished */
 	struct pl_job *queue, *queue_tail;
 	struct pl_job *done, *done_tail;
-	bool running; /* the worker holds a job: cur */
-	struct pl_job *cur;
+	bool running;	    /* the worker holds a job: cur */
+	struct pl_job *cur; /* with the reads run with it, linked */
 	bool stop;
 };
 
@@ -62,6 +62,55 @@ void pl_job_free(struct pl_job *j)
 	mem_free(j, sizeof(*j), 0);
 }
 
+/* Takes the next job off the queue (under the lock), and with a read the
+ * reads queued right behind it, of other files, up to PL_GROUP: they run
+ * as one, their reads in flight together. Returns them linked. */
+#define PL_GROUP 64
+
+static struct pl_job *take(struct pipeline *pl)
+{
+	struct pl_job *j = pl->queue, *last = j;
+	unsigned n = 1;
+
+	pl->queue = j->next;
+	while (j->kind == PL_READ && pl->queue && pl->queue->kind == PL_READ &&
+	       n < PL_GROUP) {
+		struct pl_job *x;
+
+		for (x = j; x != pl->queue; x = x->next)
+			if (x->tf == pl->queue->tf)
+				break;
+		if (x != pl->queue)
+			break; /* a file twice: the next group */
+		last = pl->queue;
+		pl->queue = last->next;
+		n++;
+	}
+	last->next = NULL;
+	if (!pl->queue)
+		pl->queue_tail = NULL;
+	return j;
+}
+
+/* Runs a job, or a group of reads (take) with one tf_read_multi. */
+static void run(struct pl_job *j)
+{
+	struct tf_read rd[PL_GROUP];
+	size_t n = 0;
+
+	if (j->kind != PL_READ) {
+		j->result = tf_write_rows_raw(j->tf, j->rows, j->n, j->raw);
+		return;
+	}
+	for (struct pl_job *x = j; x; x = x->next)
+		rd[n++] = (struct tf_read){
+		    .tf = x->tf, .rows = x->rows, .n = x->n, .dst = x->raw};
+	tf_read_multi(rd, n);
+	n = 0;
+	for (struct pl_job *x = j; x; x = x->next)
+		x->result = rd[n++].result;
+}
+
 static void *worker(void *arg)
 {
 	struct pipeline *pl = arg;
@@ -74,29 +123,22 @@ static void *worker(void *arg)
 			pthread_cond_wait(&pl->wake, &pl->lock);
 		if (!pl->queue)
 			break; /* stop, and nothing left */
-		j = pl->queue;
-		pl->queue = j->next;
-		if (!pl->queue)
-			pl->queue_tail = NULL;
+		j = take(pl);
 		pl->running = true;
 		pl->cur = j;
 		pthread_mutex_unlock(&pl->lock);
 
-		if (j->kind == PL_READ)
-			j->result =
-			    tf_read_rows_raw(j->tf, j->rows, j->n, j->raw);
-		else
-			j->result =
-			    tf_write_rows_raw(j->tf, j->rows, j->n, j->raw);
+		run(j);
 
 		pthread_mutex_lock(&pl->lock);
-		j->done = true;
-		j->next = NULL;
 		if (pl->done_tail)
 			pl->done_tail->next = j;
 		else
 			pl->done = j;
-		pl->done_tail = j;
+		for (; j; j = j->next) {
+			j->done = true;
+			pl->done_tail = j;
+		}
 		pl->running = false;
 		pl->cur = NULL;
 		pthread_cond_broadcast(&pl->idle);
@@ -192,8 +234,9 @@ struct pl_job *pl_drain(struct pipeline *pl, uint64_t *late,
 		for (j = pl->queue; j; j = j->next)
 			if (j->kind == PL_READ)
 				*late += j->n;
-		if (pl->cur && pl->cur->kind == PL_READ)
-			*late += pl->cur->n;
+		for (j = pl->cur; j; j = j->next) /* its group too */
+			if (j->kind == PL_READ)
+				*late += j->n;
 	}
 	while (pl->queue || pl->running)
 		pthread_cond_wait(&pl->idle, &pl->lock);

@@ -703,7 +703,7 @@ static void store_free(et_store *s)
 	io_close(s->io);
 	struct sbuf *bufs[] = {&s->map,	  &s->tmp,    &s->wkeys, &s->wbuf,
 			       &s->wsort, &s->wcount, &s->wrows, &s->wraw,
-			       &s->widx,  &s->trow};
+			       &s->widx,  &s->trow,   &s->rds};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
 	opscr_free(&s->one);

@@ -114,6 +114,8 @@ struct opscr {
 	struct sbuf bypass; /* u32 unique indexes served from the bypass */
 	size_t nbypass;
 	size_t m;	  /* unique rows */
+	size_t nm;	  /* misses listed in mrows, midx */
+	uint32_t t;	  /* the table resolved */
 	struct sbuf dids; /* u64: the ids uniq, inv and last are of */
 	size_t dn, dm;	  /* their count, and the unique rows among them */
 };
@@ -174,6 +176,7 @@ struct et_store {
 	struct sbuf wcount;   /* size_t per table + 1: counting sort */
 	struct sbuf wrows;    /* u64 rows of one table for write-back */
 	struct sbuf wraw;     /* their bytes, grouped */
+	struct sbuf rds;      /* resolve_read: a tf_read and tf_stats a table */
 };
 
 enum {
@@ -230,6 +233,10 @@ int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	     struct table **out);
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped);
+int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
+	      size_t *m, bool deduped);
+int resolve_read(et_store *s, struct opscr *os, size_t nt);
+int op_place(et_store *s, struct table *t, size_t n);
 int op_start(et_store *s);
 int op_end(et_store *s, uint32_t t, bool changed);
 int op_bypass_done(et_store *s, uint32_t t, bool changed);

@@ -335,57 +335,94 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 }
 
 /*
- * Step 2 of resolve: brings the nm misses of table t into mbuf, in miss
- * order. Rows queued for write-back are copied from the queue (their file
- * may not have them yet); the others are read in one batch.
+ * Step 2 of resolve, for the parts of nt tables at once (os[k]: table
+ * os[k].t, its os[k].nm misses listed): brings each part's misses into its
+ * mbuf, in miss order. Rows queued for write-back are copied from the
+ * queue (their file may not have them yet); the others of every table are
+ * read in one tf_read_multi, their reads in flight together. A failed
+ * read fails the call; nothing is placed before every read is checked.
  */
-static int resolve_read(et_store *s, uint32_t t, size_t nm)
+int resolve_read(et_store *s, struct opscr *os, size_t nt)
 {
-	struct table *tb = &s->tables[t];
-	const uint8_t *kind = s->o->kind.p;
-	uint64_t *mrows = s->o->mrows.p;
-	const uint32_t *midx = s->o->midx.p;
-	uint32_t rb = tb->g->row_bytes;
-	struct tf_stats t0, t1;
-	uint64_t *rr = mrows + nm; /* the rows to read: room reserved */
-	size_t nr = 0, k = 0;
+	struct tf_read *rd;
+	struct tf_stats *t0;
+	size_t nrd = 0;
 	uint64_t w0;
 	int ret;
 
-	ret = sbuf_reserve(&s->o->mbuf, nm * (size_t)rb);
+	ret = sbuf_reserve(&s->rds, nt * (sizeof(*rd) + sizeof(*t0)));
 	if (ret)
 		return ret;
-	for (size_t q = 0; q < nm; q++) {
-		uint64_t key = cache_key(t, mrows[q]);
+	rd = s->rds.p;
+	t0 = (struct tf_stats *)(rd + nt);
+	for (size_t k = 0; k < nt; k++) {
+		struct opscr *o = &os[k];
+		struct table *tb = &s->tables[o->t];
+		const uint8_t *kind = o->kind.p;
+		const uint32_t *midx = o->midx.p;
+		uint64_t *mrows = o->mrows.p;
+		uint64_t *rr =
+		    mrows + o->nm; /* the rows to read: room reserved */
+		size_t nr = 0;
 
-		if (kind[midx[q]] == K_WB)
-			memcpy((char *)s->o->mbuf.p + q * (size_t)rb,
-			       (char *)s->wbuf.p +
-				   (size_t)wb_find(s, key) * s->slot_bytes,
-			       rb);
-		else
-			rr[nr++] = mrows[q];
+		if (!o->nm)
+			continue;
+		ret = sbuf_reserve(&o->mbuf, o->nm * (size_t)tb->g->row_bytes);
+		if (ret)
+			return ret;
+		for (size_t q = 0; q < o->nm; q++)
+			if (kind[midx[q]] != K_WB)
+				rr[nr++] = mrows[q];
+		if (!nr)
+			continue;
+		tf_get_stats(tb->tf, &t0[nrd]);
+		rd[nrd++] = (struct tf_read){
+		    .tf = tb->tf, .rows = rr, .n = nr, .dst = o->mbuf.p};
 	}
-	if (!nr)
-		return 0;
-	ret = sbuf_reserve(&s->wraw, nr * (size_t)rb);
-	if (ret)
-		return ret;
-	tf_get_stats(tb->tf, &t0);
 	w0 = now_ns();
-	ret = tf_read_rows_raw(tb->tf, rr, nr, s->wraw.p);
+	ret = nrd ? tf_read_multi(rd, nrd) : 0;
 	s->tm.miss_ns += now_ns() - w0;
-	tf_get_stats(tb->tf, &t1);
-	tb->st.rows_lazy += t1.rows_lazy - t0.rows_lazy;
-	tb->st.nvme_rows_read += nr - (t1.rows_lazy - t0.rows_lazy);
-	if (ret)
-		return ret;
-	/* spread the rows read back to their places among the misses */
-	for (size_t q = 0; q < nm; q++)
-		if (kind[midx[q]] != K_WB)
-			memcpy((char *)s->o->mbuf.p + q * (size_t)rb,
-			       (char *)s->wraw.p + (k++) * (size_t)rb, rb);
-	return 0;
+	for (size_t k = 0, r = 0; k < nt; k++) {
+		struct opscr *o = &os[k];
+		struct table *tb = &s->tables[o->t];
+		const uint8_t *kind = o->kind.p;
+		const uint32_t *midx = o->midx.p;
+		const uint64_t *mrows = o->mrows.p;
+		uint32_t rb = tb->g->row_bytes;
+		char *mbuf = o->mbuf.p;
+		struct tf_stats t1;
+		size_t nr = 0, lazy;
+
+		if (!o->nm)
+			continue;
+		for (size_t q = 0; q < o->nm; q++)
+			nr += kind[midx[q]] != K_WB;
+		if (nr) {
+			tf_get_stats(tb->tf, &t1);
+			lazy = t1.rows_lazy - t0[r++].rows_lazy;
+			tb->st.rows_lazy += lazy;
+			tb->st.nvme_rows_read += nr - lazy;
+		}
+		if (ret)
+			continue;
+		/* The rows read are packed at the front: spread them to
+		 * their places among the misses, last first (the k-th read
+		 * row's place is k or later), and copy the queued ones. */
+		for (size_t q = o->nm; q-- > 0;) {
+			if (kind[midx[q]] == K_WB) {
+				uint64_t key = cache_key(o->t, mrows[q]);
+
+				memcpy(mbuf + q * rb,
+				       (char *)s->wbuf.p +
+					   (size_t)wb_find(s, key) *
+					       s->slot_bytes,
+				       rb);
+			} else if (--nr != q) {
+				memcpy(mbuf + q * rb, mbuf + nr * rb, rb);
+			}
+		}
+	}
+	return ret;
 }
 
 /*
@@ -441,13 +478,14 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 }
 
 /*
- * Makes the m unique rows of table t resident in the top tier (or the
- * bypass), pinned for this operation, and points ptrs[i] at each one's
- * bytes: lookup, one read for the misses, placement. Updates the stats.
+ * Step 1 of resolve with its scratch: looks up the m unique rows of table t
+ * (s->o) and lists the misses (s->o->nm). Then resolve_read (of this table
+ * alone or with others) and resolve_place make them resident in the top
+ * tier (or the bypass), pinned for this operation, with ptrs[i] at each
+ * one's bytes. Updates the stats.
  */
-static int resolve(et_store *s, uint32_t t, size_t m)
+static int resolve_begin(et_store *s, uint32_t t, size_t m)
 {
-	size_t nm;
 	int ret;
 
 	ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
@@ -464,13 +502,9 @@ static int resolve(et_store *s, uint32_t t, size_t m)
 	if (ret)
 		return ret;
 	s->o->nbypass = 0;
-	nm = resolve_lookup(s, t, m);
-	if (nm) {
-		ret = resolve_read(s, t, nm);
-		if (ret)
-			return ret;
-	}
-	return resolve_place(s, t, m);
+	s->o->t = t;
+	s->o->nm = resolve_lookup(s, t, m);
+	return 0;
 }
 
 /* Ends an operation: bypassed rows it changed join the dirty victims in the
@@ -584,12 +618,17 @@ int op_start(et_store *s)
 	return ret;
 }
 
-/* Dedups and resolves; on success the unique rows are at s->o->ptrs. */
-int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
-	       size_t *m, bool deduped)
+/*
+ * The steps of op_prepare, apart so that a multi-table call can read the
+ * misses of all its tables at once: op_lookup dedups and looks up table
+ * t's batch into s->o (on a failure after the dedup the operation has
+ * ended); resolve_read brings in the misses; op_place places them into
+ * s->o (on failure the operation has ended).
+ */
+int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
+	      size_t *m, bool deduped)
 {
 	uint32_t tid = (uint32_t)(t - s->tables);
-	uint64_t conflicts0 = t->st.conflict_unique_misses;
 	int ret;
 
 	/* this table's part of the lookahead window's batch 0 is now */
@@ -601,7 +640,21 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	t->st.calls++;
 	t->st.requested += n;
 	t->st.unique += *m;
-	ret = resolve(s, tid, *m);
+	s->o->m = *m;
+	s->o->nm = 0;
+	ret = resolve_begin(s, tid, *m);
+	if (ret)
+		op_end(s, tid, false);
+	return ret;
+}
+
+int op_place(et_store *s, struct table *t, size_t n)
+{
+	uint32_t tid = (uint32_t)(t - s->tables);
+	uint64_t conflicts0 = t->st.conflict_unique_misses;
+	int ret;
+
+	ret = resolve_place(s, tid, s->o->m);
 	if (ret) {
 		/* Nothing changed but pins, policy words and, perhaps,
 		 * rows moved between tiers; dirty victims are queued. */
@@ -618,4 +671,20 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 				t->st.conflict_misses++;
 	}
 	return 0;
+}
+
+/* Dedups and resolves; on success the unique rows are at s->o->ptrs. */
+int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
+	       size_t *m, bool deduped)
+{
+	int ret = op_lookup(s, t, ids, n, m, deduped);
+
+	if (ret)
+		return ret;
+	ret = resolve_read(s, s->o, 1);
+	if (ret) {
+		op_end(s, (uint32_t)(t - s->tables), false);
+		return ret;
+	}
+	return op_place(s, t, n);
 }
