@@ -57,8 +57,9 @@ struct bench_opts {
 	uint64_t batches; /* measured batches; 0: by time */
 	int64_t warmup;	  /* batches; -1: until DDR is full */
 	double warmup_max_s;
-	int op;		     /* OP_* */
-	bool update;	     /* apply gradients after each gather */
+	int op;	     /* OP_* */
+	bool update; /* apply gradients after each gather */
+	bool multi;  /* pooled: all tables of a batch in one multi-table call */
 	bool update_vs_read; /* measure read-only, then with updates */
 	/* what else runs */
 	bool limits, pread, rocksdb;

@@ -144,6 +144,11 @@ static void usage(void)
 	    "                        and store, with them, for the same time "
 	    "(peers\n"
 	    "                        skipped)\n"
+	    "      --multi           pooled: every table of a batch in one "
+	    "et_gather_pooled_multi\n"
+	    "                        (and et_update_pooled_multi) call, their "
+	    "misses read\n"
+	    "                        together\n"
 	    "      --record FILE     also write the batches run to a trace\n"
 	    "\n"
 	    "Limits and peers (run):\n"
@@ -248,6 +253,7 @@ enum {
 	O_WARMUP_MAX,
 	O_OP,
 	O_UPDATE,
+	O_MULTI,
 	O_UPDATE_VS_READ,
 	O_RECORD,
 	O_NO_LIMITS,
@@ -300,6 +306,7 @@ static const struct option longopts[] = {
     {"warmup-max", required_argument, NULL, O_WARMUP_MAX},
     {"op", required_argument, NULL, O_OP},
     {"update", no_argument, NULL, O_UPDATE},
+    {"multi", no_argument, NULL, O_MULTI},
     {"update-vs-read", no_argument, NULL, O_UPDATE_VS_READ},
     {"record", required_argument, NULL, O_RECORD},
     {"no-limits", no_argument, NULL, O_NO_LIMITS},
@@ -588,6 +595,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			break;
 		case O_UPDATE:
 			o->update = true;
+			break;
+		case O_MULTI:
+			o->multi = true;
 			break;
 		case O_UPDATE_VS_READ:
 			o->update_vs_read = true;

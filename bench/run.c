@@ -451,6 +451,38 @@ static int bufs_fit(struct op_bufs *ob, const struct wl_batch *b,
 	return 0;
 }
 
+/* The pooled calls of a batch as one multi-table call (--multi). */
+static int store_batch_multi(et_store *s, const struct tables *tb,
+			     const struct wl_batch *b,
+			     const struct bench_opts *o, struct op_bufs *ob,
+			     size_t *floats)
+{
+	const struct et_update_params up = {.lr = 0.01f};
+	struct et_table_batch *d = calloc(b->count ? b->count : 1, sizeof(*d));
+	size_t off = 0;
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < b->count; k++) {
+		const struct wl_table_ids *t = &b->t[k];
+
+		d[k] = (struct et_table_batch){.table = tb->sid[t->table],
+					       .ids = t->ids,
+					       .offsets = t->offsets,
+					       .nbags = t->nbags,
+					       .out = ob->out + off,
+					       .grads = ob->grads};
+		off += (size_t)t->nbags * opt_dim(o, t->table);
+	}
+	ret = et_gather_pooled_multi(s, d, b->count, ET_POOL_SUM);
+	if (!ret && o->update)
+		ret = et_update_pooled_multi(s, d, b->count, ET_POOL_SUM, &up);
+	free(d);
+	*floats = off;
+	return ret;
+}
+
 /* Every table's call of one batch; *h receives the hash of the outputs. */
 static int store_batch(et_store *s, const struct tables *tb,
 		       const struct wl_batch *b, const struct bench_opts *o,
@@ -460,6 +492,8 @@ static int store_batch(et_store *s, const struct tables *tb,
 	size_t off = 0;
 	int ret = 0;
 
+	if (o->op == OP_POOLED && o->multi)
+		return store_batch_multi(s, tb, b, o, ob, floats);
 	for (uint32_t k = 0; k < b->count && !ret; k++) {
 		const struct wl_table_ids *t = &b->t[k];
 		int sid = tb->sid[t->table];
