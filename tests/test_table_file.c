@@ -1111,6 +1111,78 @@ static int progress_stop(void *arg, uint64_t done, uint64_t total)
 	return 1;
 }
 
+/*
+ * tf_read_multi: two files on one ring, rows of many blocks each, read
+ * together give the rows each file's own read gives. A flipped byte in one
+ * block of the second file fails its entry with ET_EBLOCKSUM (the call
+ * returns it) while the first file's rows are still read right.
+ */
+static void test_read_multi(void **state)
+{
+	struct tfx *f = *state;
+	struct et_table_params p = {
+	    .rows = 20000, .dim = 32, .init = ET_INIT_UNIFORM, .seed = 3};
+	float *v = tu_calloc((size_t)20000 * 32, sizeof(float));
+	const char *path2;
+	et_tfile *tf2 = NULL;
+	struct et_table_info in;
+	uint64_t ids[2][700];
+	unsigned char *got[2], *want[2];
+	struct tf_read rd[2];
+	size_t rb;
+
+	mk(f, &p);
+	for (size_t i = 0; i < (size_t)20000 * 32; i++)
+		v[i] = (float)i;
+	assert_err(et_tfile_write_range(f->tf, 0, 20000, v), 0);
+	path2 = tu_path("tf2");
+	p.seed = 4;
+	assert_err(et_tfile_create(path2, &p, &tf2), 0);
+	for (size_t i = 0; i < (size_t)20000 * 32; i++)
+		v[i] = -(float)i;
+	assert_err(et_tfile_write_range(tf2, 0, 20000, v), 0);
+	assert_err(io_open(64, &f->io, NULL), 0); /* closed by the teardown */
+	tf_attach_io(f->tf, f->io);
+	tf_attach_io(tf2, f->io);
+	in = info_of(tf2);
+	rb = tf_geom(tf2)->row_bytes;
+	for (int k = 0; k < 2; k++) {
+		for (size_t i = 0; i < 700; i++) /* ~ one a block, shuffled */
+			ids[k][i] = (i * 7919 + (size_t)k * 13) % 20000;
+		got[k] = tu_calloc(700, rb);
+		want[k] = tu_calloc(700, rb);
+	}
+	assert_err(tf_read_rows_raw(f->tf, ids[0], 700, want[0]), 0);
+	assert_err(tf_read_rows_raw(tf2, ids[1], 700, want[1]), 0);
+	rd[0] = (struct tf_read){
+	    .tf = f->tf, .rows = ids[0], .n = 700, .dst = got[0]};
+	rd[1] = (struct tf_read){
+	    .tf = tf2, .rows = ids[1], .n = 700, .dst = got[1]};
+	assert_err(tf_read_multi(rd, 2), 0);
+	assert_memory_equal(got[0], want[0], 700 * rb);
+	assert_memory_equal(got[1], want[1], 700 * rb);
+	/* the block of ids[1][350] goes bad */
+	assert_int_equal(
+	    tu_flip_byte(path2,
+			 (off_t)in.block_size *
+				 (off_t)(1 + ids[1][350] / in.rows_per_block) +
+			     5,
+			 0x01),
+	    0);
+	memset(got[0], 0, 700 * rb);
+	assert_err(tf_read_multi(rd, 2), ET_EBLOCKSUM);
+	assert_int_equal(rd[0].result, 0);
+	assert_int_equal(rd[1].result, ET_EBLOCKSUM);
+	assert_memory_equal(got[0], want[0], 700 * rb);
+	for (int k = 0; k < 2; k++) {
+		free(got[k]);
+		free(want[k]);
+	}
+	et_tfile_close(tf2);
+	tu_unlink(path2);
+	free(v);
+}
+
 static void test_verify_many(void **state)
 {
 	struct tfx *f = *state;
@@ -1956,6 +2028,7 @@ int main(void)
 	    T(test_info),
 	    T(test_reopen_map),
 	    T(test_small_blocks),
+	    T(test_read_multi),
 	    T(test_verify_many),
 	    T(test_bad_magic),
 	    T(test_bad_version),
