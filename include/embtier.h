@@ -360,7 +360,9 @@ struct et_table_batch {
 
 /* et_gather_pooled of the tables of batch[0..ntables) in one call, with
  * the same results, bit for bit, as one call per table in order: every
- * table's rows are looked up and placed first, then the bags pooled over
+ * table's rows are looked up and placed first (the misses of all tables
+ * read together; a failed read fails the call and places nothing), then
+ * the bags pooled over
  * et_store_config.threads threads. A table may appear once. A bad
  * descriptor (unknown or repeated table, NULL pointer, bad offsets, id
  * out of range) is an error naming batch[k] and nothing is done. */

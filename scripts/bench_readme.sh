@@ -13,6 +13,9 @@ run "$b" --rows 2^14 --ddr 1G --materialize none --no-pread --no-rocksdb --secon
 run "$b" --rows 2^14 --ddr 1G --materialize none --no-pread --no-rocksdb --seconds 5 --update
 run "$b" --workload uniform --batch 64 --ddr 16M --no-pread --no-rocksdb --seconds 5 --limit-qd 64
 run "$b" --workload uniform --batch 64 --ddr 16M --no-pread --no-rocksdb --seconds 5 --update-vs-read
+run "$b" --workload uniform --batch 4 --ddr 16M --no-pread --no-rocksdb --seconds 5 --multi
+run "$b" --workload uniform --batch 4 --ddr 16M --no-pread --no-rocksdb --seconds 5
+run "$b" --workload uniform --batch 64 --ddr 16M --no-pread --no-rocksdb --seconds 5 --multi
 run "$b" flush
 run "$b" --ddr 32M --batch 128 --seconds 5
 run "$b" mrc --batches 20 --points 5
