@@ -362,10 +362,10 @@ struct et_table_batch {
  * the same results, bit for bit, as one call per table in order: every
  * table's rows are looked up and placed first (the misses of all tables
  * read together; a failed read fails the call and places nothing), then
- * the bags pooled over
- * et_store_config.threads threads. A table may appear once. A bad
- * descriptor (unknown or repeated table, NULL pointer, bad offsets, id
- * out of range) is an error naming batch[k] and nothing is done. */
+ * the bags pooled over et_store_config.threads threads. A table may
+ * appear once. A bad descriptor (unknown or repeated table, NULL pointer,
+ * bad offsets, id out of range) is an error naming batch[k] and nothing
+ * is done. */
 ET_API int et_gather_pooled_multi(et_store *s,
 				  const struct et_table_batch *batch,
 				  size_t ntables, et_pool mode);
