@@ -145,7 +145,7 @@ static bool batch_same(const struct et_batch *b, const uint64_t *w, size_t len)
 		const struct et_batch_ids *t = &b->tables[k];
 
 		if (w[0] != (uint64_t)(uint32_t)t->table || w[1] != t->n ||
-		    memcmp(w + 2, t->ids, t->n * sizeof(*t->ids)))
+		    (t->n && memcmp(w + 2, t->ids, t->n * sizeof(*t->ids))))
 			return false;
 		w += 2 + t->n;
 	}
@@ -200,8 +200,9 @@ static void remember(struct lookahead *la, const struct et_batch *b, size_t n)
 
 			la->prev[words++] = (uint64_t)(uint32_t)t->table;
 			la->prev[words++] = t->n;
-			memcpy(la->prev + words, t->ids,
-			       t->n * sizeof(*t->ids));
+			if (t->n) /* ids may be NULL then */
+				memcpy(la->prev + words, t->ids,
+				       t->n * sizeof(*t->ids));
 			words += t->n;
 		}
 	}

@@ -53,6 +53,18 @@ int drain(et_store *s)
 	s->pl_pending = false;
 	s->pf.late += late;
 	s->pf.wait_ns += waited;
+	{
+		/* Room for every row the jobs may queue: a failed write's
+		 * rows, and a victim for each row read. Without it a row
+		 * could be dropped; the store then refuses to go on. */
+		size_t need = 0;
+
+		for (struct pl_job *k = j; k; k = k->next)
+			if (k->kind != PL_WRITE || k->result)
+				need += k->n;
+		if (wb_reserve(s, 2 * need))
+			s->lost = -ENOMEM;
+	}
 	for (; j; j = next) {
 		struct table *tb = &s->tables[j->table];
 
@@ -66,12 +78,14 @@ int drain(et_store *s)
 					ret = wb_queue(
 					    s, cache_key(j->table, j->rows[i]),
 					    (char *)j->raw + i * j->row_bytes);
+				if (ret && !s->lost)
+					s->lost = ret;
 				if (!s->failed)
 					s->failed = j->result;
 			} else {
 				tb->st.writebacks += j->n;
 			}
-		} else if (!j->result) {
+		} else if (!j->result && !s->lost) {
 			tb->st.nvme_rows_read += j->n;
 			for (size_t i = 0; i < j->n && !ret; i++)
 				ret = pf_install(s, j->table, j->rows[i],
@@ -119,6 +133,8 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
+	if (!ret) /* the victims its placements may queue (see op_lookup) */
+		ret = wb_reserve(s, 2 * m);
 	if (ret)
 		return ret;
 	uniq = s->o->uniq.p;

@@ -139,6 +139,9 @@ struct et_store {
 	uint32_t bcur;	     /* pin epoch of the last prefetched batch, or 0 */
 	uint32_t bprev;	     /* and of the one before it */
 	int failed;	  /* first write-back error not yet recovered, or 0 */
+	int lost;	  /* rows could not be kept (no memory to queue them):
+		   * every later call fails, nothing more is committed */
+	size_t wb_room;	  /* queue entries the operation has reserved */
 	uint64_t ckpt;	  /* last commit; 0: none */
 	uint64_t ckpt_id; /* et_checkpoint calls it includes */
 	uint32_t ckpt_flags; /* CKPT_* of the record */
@@ -246,6 +249,7 @@ void epoch_next(et_store *s);
 /* writeback.c: the write-back queue */
 int wb_widen(et_store *s, uint32_t slot_bytes);
 int64_t wb_find(const et_store *s, uint64_t key);
+int wb_reserve(et_store *s, size_t extra);
 int wb_queue(et_store *s, uint64_t key, const void *raw);
 int wb_run(et_store *s);
 bool wb_deferrable(const et_store *s);

@@ -191,8 +191,12 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			}
 			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
 					&dslot);
-			if (ret)
+			if (ret) {
+				/* the victim is out of its slot and not
+				 * queued (the operation's room was short) */
+				s->lost = s->lost ? s->lost : ret;
 				return ret;
+			}
 			goto placed;
 		}
 		if (vkey & CACHE_DIRTY) {
@@ -527,6 +531,8 @@ int op_bypass_done(et_store *s, uint32_t t, bool changed)
 		for (size_t i = 0; i < s->o->nbypass && !ret; i++)
 			ret =
 			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
+	if (ret && !s->lost)
+		s->lost = ret; /* changed rows in no cache and not queued */
 	s->o->nbypass = 0;
 	return ret;
 }
@@ -611,8 +617,9 @@ int op_start(et_store *s)
 {
 	int ret = op_drain(s);
 
-	if (s->failed)
+	if (s->failed || s->lost)
 		return ET_EFAILED;
+	s->wb_room = 0;
 	if (!ret)
 		ret = caches_ensure(s);
 	return ret;
@@ -635,6 +642,14 @@ int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	la_consume(&s->la, tid);
 
 	ret = deduped ? 0 : dedup(s, ids, n, m);
+	if (ret)
+		return ret;
+	/* Room in the write-back queue for what placing this call's rows
+	 * may queue (a victim or the row itself, and the row again if it
+	 * bypasses the caches and changes): all tables of a multi-table
+	 * call are looked up before any is placed, so the room adds up. */
+	s->wb_room += 2 * *m;
+	ret = wb_reserve(s, s->wb_room);
 	if (ret)
 		return ret;
 	t->st.calls++;

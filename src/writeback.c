@@ -74,6 +74,36 @@ static void widx_insert(et_store *s, uint64_t key, size_t pos)
 	ix[h] = (uint32_t)(pos + 1);
 }
 
+/*
+ * Makes room for extra more rows in the queue (keys, bytes and index)
+ * without queueing any, so that the queueing an operation does while it
+ * moves rows between tiers cannot fail for memory halfway: a victim taken
+ * out of its slot must reach the queue.
+ */
+int wb_reserve(et_store *s, size_t extra)
+{
+	size_t n = s->nwb + extra;
+	int ret;
+
+	ret = sbuf_reserve(&s->wkeys, n * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->wbuf, n * s->slot_bytes);
+	if (!ret && 2 * n > s->widx_cap) { /* grow and rebuild */
+		size_t cap = s->widx_cap ? s->widx_cap : 1024;
+
+		while (2 * n > cap)
+			cap *= 2;
+		ret = sbuf_reserve(&s->widx, cap * sizeof(uint32_t));
+		if (ret)
+			return ret;
+		s->widx_cap = cap;
+		widx_clear(s);
+		for (size_t i = 0; i < s->nwb; i++)
+			widx_insert(s, ((uint64_t *)s->wkeys.p)[i], i);
+	}
+	return ret;
+}
+
 int wb_queue(et_store *s, uint64_t key, const void *raw)
 {
 	uint32_t rb;
@@ -87,22 +117,9 @@ int wb_queue(et_store *s, uint64_t key, const void *raw)
 		memcpy((char *)s->wbuf.p + (size_t)at * s->slot_bytes, raw, rb);
 		return 0;
 	}
-	ret = sbuf_reserve(&s->wkeys, (s->nwb + 1) * sizeof(uint64_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->wbuf, (s->nwb + 1) * s->slot_bytes);
+	ret = wb_reserve(s, 1);
 	if (ret)
 		return ret;
-	if (2 * (s->nwb + 1) > s->widx_cap) { /* grow and rebuild */
-		size_t cap = s->widx_cap ? s->widx_cap * 2 : 1024;
-
-		ret = sbuf_reserve(&s->widx, cap * sizeof(uint32_t));
-		if (ret)
-			return ret;
-		s->widx_cap = cap;
-		widx_clear(s);
-		for (size_t i = 0; i < s->nwb; i++)
-			widx_insert(s, ((uint64_t *)s->wkeys.p)[i], i);
-	}
 	((uint64_t *)s->wkeys.p)[s->nwb] = key;
 	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, rb);
 	widx_insert(s, key, s->nwb);
@@ -301,6 +318,9 @@ int et_flush(et_store *s)
 	ret = drain(s);
 	if (ret)
 		return ret;
+	if (s->lost)
+		return err_set(ET_EFAILED, "rows were lost to a failed "
+					   "allocation; close the store");
 	/* Rows left over from a failed write-back first. */
 	ret = wb_run(s);
 	if (ret)
