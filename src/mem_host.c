@@ -9,6 +9,8 @@
  * atomics.
  */
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,10 +32,45 @@ static void count(size_t n)
 		;
 }
 
+/* The allocation fault seam (tests): the fault_at-th allocation from when
+ * it was set fails, once. */
+static _Atomic uint64_t fault_at;
+static _Atomic int fault_fired;
+
+void mem_fault_set(uint64_t nth)
+{
+	atomic_store(&fault_fired, 0);
+	atomic_store(&fault_at, nth);
+}
+
+void mem_fault_clear(void)
+{
+	atomic_store(&fault_at, 0);
+}
+
+bool mem_fault_fired(void)
+{
+	return atomic_load(&fault_fired);
+}
+
+static bool fault_now(void)
+{
+	uint64_t a = atomic_load(&fault_at);
+
+	while (a && !atomic_compare_exchange_weak(&fault_at, &a, a - 1))
+		;
+	if (a != 1)
+		return false;
+	atomic_store(&fault_fired, 1);
+	return true;
+}
+
 void *mem_alloc(size_t n, size_t align)
 {
 	void *p;
 
+	if (fault_now())
+		return NULL;
 	if (n == 0)
 		n = 1;
 #ifndef ET_NO_JEMALLOC

@@ -10,13 +10,21 @@
 #ifndef ET_MEM_HOST_H
 #define ET_MEM_HOST_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Zeroed memory of n bytes aligned to align (a power of two, or 0 for the
  * default), or NULL. */
 void *mem_alloc(size_t n, size_t align);
 /* Frees p, which was allocated with (n, align). NULL is harmless. */
 void mem_free(void *p, size_t n, size_t align);
+
+/* Fault seam for tests: the nth mem_alloc from now (any thread) returns
+ * NULL, once; mem_fault_fired() says whether it has. */
+void mem_fault_set(uint64_t nth);
+void mem_fault_clear(void);
+bool mem_fault_fired(void);
 
 size_t mem_in_use(void);
 size_t mem_peak(void);

@@ -45,6 +45,11 @@
  * failed store (test_crash.c kills real processes): recovery must give
  * exactly the last commit.
  *
+ * Allocations too (mem_host.h: mem_fault_set): a failed allocation at a
+ * random point of growing multi-table calls and prefetches on tiny tiers
+ * under TinyLFU fails the call cleanly or, if rows could not be kept,
+ * stops the store before it commits (test_alloc_failure).
+ *
  * Not reachable through the seam, so not tested here: the checkpoint
  * record's own write and rename (plain write(2), fsync(2)), the snapshot
  * rename of a journal, fallocate of a new segment, and the journal cut at
@@ -67,6 +72,7 @@
 
 #include "embtier.h"
 #include "io.h"
+#include "mem_host.h"
 #include "rowlog.h"
 #include "util.h"
 
@@ -1343,6 +1349,138 @@ static void test_prefetch_write_error(void **state)
 	}
 }
 
+/* ------------------------------------------------------ 5. allocations */
+
+#define AMAX 512 /* ids per table of the largest call */
+
+/* Call kind of a sequence on store w, with n ids a table (bags of one id):
+ * a multi-table update, a multi-table gather, or a prefetch. */
+static int alloc_step(struct pair *p, int w, int kind, uint64_t (*ids)[AMAX],
+		      size_t n, uint32_t salt, float (*out)[AMAX * DIM])
+{
+	static uint64_t off[AMAX + 1];
+	static float g[NT][AMAX * DIM];
+	struct et_table_batch tb[NT];
+	struct et_batch_ids b[NT];
+
+	for (size_t i = 0; i <= AMAX; i++)
+		off[i] = i;
+	for (int t = 0; t < NT; t++) {
+		values(g[t], n, salt + (uint32_t)t);
+		tb[t] = (struct et_table_batch){.table = p->t[w][t],
+						.ids = ids[t],
+						.offsets = off,
+						.nbags = n,
+						.out = out[t],
+						.grads = g[t]};
+		b[t] = (struct et_batch_ids){
+		    .table = p->t[w][t], .ids = ids[t], .n = n};
+	}
+	if (kind == 0)
+		return et_update_pooled_multi(p->s[w], tb, NT, ET_POOL_SUM,
+					      uparams);
+	if (kind == 1)
+		return et_gather_pooled_multi(p->s[w], tb, NT, ET_POOL_SUM);
+	return et_prefetch(p->s[w], b, NT);
+}
+
+/*
+ * An allocation fails (the mem_alloc seam) inside one call after another
+ * of a training sequence on a store with tiny HBM and DDR tiers under
+ * TinyLFU, where rows are refused, bypass the caches and queue their
+ * write-backs; calls grow (8 to 512 ids a table) so that the write-back
+ * queue grows in the middle of moving rows. Every call either succeeds,
+ * or fails having changed no row (the reference skips it; et_flush, with
+ * no fault, then succeeds), or the store says rows were lost to it:
+ * et_flush returns ET_EFAILED, so does close, which commits nothing, and
+ * a reopen gives the last commit. Never a row silently wrong: at the end
+ * every row of both stores is the same. Each call gets one fault, at a
+ * random allocation among its first 12.
+ */
+static void test_alloc_failure(void **state)
+{
+	static uint64_t ids[NT][AMAX];
+	static float a[NT][AMAX * DIM], b[NT][AMAX * DIM];
+	struct et_store_config c = small();
+	unsigned fired = 0, failed = 0, lost = 0;
+
+	c.hbm_bytes = 16 * (SLOT + ET_SLOT_META_BYTES);
+	c.hbm_policy = ET_POLICY_TINYLFU;
+	c.ddr_policy = ET_POLICY_TINYLFU;
+	for (uint64_t seed = 1; seed <= 16; seed++) {
+		struct pair *p = pair_new(*state, c);
+		struct tu_rng rng;
+		struct image *base;
+		bool gone = false;
+
+		tu_rng_seed(&rng, seed);
+		history(p);
+		assert_int_equal(et_checkpoint(p->s[TS], NULL, 0), 0);
+		base = ref_image(p);
+		for (int i = 0; i < 28 && !gone; i++) {
+			size_t n = (size_t)8 << (i / 4 % 7); /* 8..512 */
+			int kind = (int)tu_rng_below(&rng, 3), ret;
+
+			for (int t = 0; t < NT; t++)
+				for (size_t j = 0; j < n; j++)
+					ids[t][j] = tu_rng_below(&rng, 2048) *
+						    SPREAD % ROWS;
+			mem_fault_set(1 + tu_rng_below(&rng, 12));
+			ret = alloc_step(p, TS, kind, ids, n, 90 + (uint32_t)i,
+					 a);
+			fired += mem_fault_fired();
+			mem_fault_clear();
+			if (ret == 0) {
+				assert_int_equal(alloc_step(p, RF, kind, ids, n,
+							    90 + (uint32_t)i,
+							    b),
+						 0);
+				if (kind == 1)
+					for (int t = 0; t < NT; t++)
+						assert_memory_equal(
+						    a[t], b[t],
+						    n * DIM * sizeof(float));
+				continue;
+			}
+			assert_true(ret == -ENOMEM || ret == ET_EFAILED);
+			failed++;
+			ret = et_flush(p->s[TS]);
+			if (ret == 0)
+				continue; /* nothing changed: the ref skips */
+			/* rows lost: refused from now on, nothing
+			 * committed, the last commit at reopen */
+			assert_int_equal(ret, ET_EFAILED);
+			assert_int_equal(alloc_step(p, TS, 1, ids, 8, 0, a),
+					 ET_EFAILED);
+			assert_int_equal(et_store_close(p->s[TS]), ET_EFAILED);
+			open_store(p, TS);
+			assert_int_equal(et_store_close(p->s[TS]), 0);
+			p->s[TS] = NULL;
+			{
+				struct image *im = image_read(p->dir[TS]);
+
+				image_check(im, base, "lost: the last commit");
+				free(im);
+			}
+			lost++;
+			gone = true;
+		}
+		free(base);
+		if (!gone) {
+			pair_finish(p);
+		} else {
+			assert_int_equal(et_store_close(p->s[RF]), 0);
+			p->s[RF] = NULL;
+		}
+	}
+	printf("alloc faults: %u fired, %u calls failed, %u stores lost "
+	       "rows\n",
+	       fired, failed, lost);
+	/* the faults reached calls, and some failed */
+	assert_true(fired > 100);
+	assert_true(failed > 10);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1367,6 +1505,7 @@ int main(void)
 	    T(test_close_fault),
 	    T(test_prefetch_read_error),
 	    T(test_prefetch_write_error),
+	    T(test_alloc_failure),
 #undef T
 	};
 

@@ -837,7 +837,6 @@ static void op_gather_pooled(struct harness *h, int k, const uint64_t *ids,
 			     const uint64_t *off, size_t nbags, et_pool mode)
 {
 	struct mtable *t = &h->t[k];
-	uint32_t dim = t->sp->dim;
 
 	h->opname =
 	    mode == ET_POOL_MEAN ? "gather_pooled mean" : "gather_pooled sum";
