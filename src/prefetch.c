@@ -244,7 +244,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		return ret;
 	t0 = now_ns();
 	ret = op_drain(s);
-	if (s->failed)
+	if (s->failed || s->lost)
 		return ET_EFAILED;
 	if (!ret)
 		ret = caches_ensure(s);
@@ -254,6 +254,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	/* A new batch: its pins and the last batch's hold; older go. */
 	s->bprev = s->bcur;
 	s->bcur = s->epoch;
+	s->pf_placing = true; /* rows wanted next batch: always admitted */
 	for (size_t k = 0; k < ntables && !ret; k++) {
 		s->o = &s->pf_scr[k]; /* kept for the operations on the batch */
 		ret = pf_table(s, (uint32_t)batch[k].table, batch[k].ids,
@@ -261,6 +262,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		if (*tail)
 			tail = &(*tail)->next;
 	}
+	s->pf_placing = false;
 	s->o = &s->one;
 	/* Victims first, then the reads: the I/O thread keeps the order. */
 	w0 = now_ns();

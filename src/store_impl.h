@@ -142,6 +142,7 @@ struct et_store {
 	int lost;	  /* rows could not be kept (no memory to queue them):
 		   * every later call fails, nothing more is committed */
 	size_t wb_room;	  /* queue entries the operation has reserved */
+	bool pf_placing;  /* et_prefetch is placing its batch's rows */
 	uint64_t ckpt;	  /* last commit; 0: none */
 	uint64_t ckpt_id; /* et_checkpoint calls it includes */
 	uint32_t ckpt_flags; /* CKPT_* of the record */

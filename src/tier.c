@@ -149,7 +149,8 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	s->now++;
 	/* Demand misses may be refused by the policy (frequency admission,
 	 * the lookahead window); prefetched rows are wanted next batch. */
-	slot = cache_pick(top, key, s->now, &ps, pin == s->epoch);
+	slot = cache_pick(top, key, s->now, &ps,
+			  pin == s->epoch && !s->pf_placing);
 	if (slot == CACHE_NONE || slot == CACHE_REJECT) {
 		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
 		if (dslot != CACHE_NONE) {
