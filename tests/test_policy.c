@@ -682,7 +682,8 @@ static void test_policy_get(void **state)
 	assert_ptr_equal(policy_get(ET_POLICY_LFU), &policy_lfu);
 	assert_null(policy_get((et_policy)0));
 	assert_ptr_equal(policy_get(ET_POLICY_TINYLFU), &policy_tinylfu);
-	assert_null(policy_get((et_policy)4));
+	assert_ptr_equal(policy_get(ET_POLICY_WTINYLFU), &policy_wtinylfu);
+	assert_null(policy_get((et_policy)5));
 	assert_null(policy_get((et_policy)-1));
 	assert_null(policy_get((et_policy)0x7fffffff));
 	assert_non_null(policy_lru.on_hit);
