@@ -13,6 +13,8 @@
  * sketch's estimate for the new row, and when its set is full admits the
  * row only if that estimate beats freq() of the victim; a slot's count
  * goes back into the sketch when the row leaves (policy_tinylfu.c).
+ * W-TinyLFU has the sketch too but no refusal: its evict() chooses the
+ * victim and moves the set's window row to main when it wins.
  *
  * Pure functions of their arguments; any thread.
  */
