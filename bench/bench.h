@@ -8,7 +8,7 @@
  *               that puts the store beside its limits and peers
  *   limits.c    raw random gather over memory; raw io_uring block reads
  *   peers.c     pread from threads; RocksDB (with ET_HAVE_ROCKSDB)
- *   mrc.c       miss-ratio curves: LRU and LFU in the store, Belady
+ *   mrc.c       miss-ratio curves: every policy in the store, Belady
  *   pipeline.c  a training loop with and without et_prefetch
  *   flush.c     write-back rate beside the disk's sequential writes
  *   report.c    tables for people, JSON and CSV for scripts

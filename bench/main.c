@@ -26,8 +26,8 @@ static void usage(void)
 	    "its limits\n"
 	    "                                               and its peers\n"
 	    "       embtier-bench mrc [options]             miss-ratio curves: "
-	    "LRU, LFU,\n"
-	    "                                               Belady\n"
+	    "every\n"
+	    "                                               policy, Belady\n"
 	    "       embtier-bench pipeline [options]        step time with and "
 	    "without\n"
 	    "                                               et_prefetch\n"
@@ -175,7 +175,8 @@ static void usage(void)
 	    "distinct\n"
 	    "                        rows (default 8)\n"
 	    "      --sizes LIST      DDR sizes instead, e.g. 16M,64M,256M\n"
-	    "      --policies LIST   of lru,lfu,tinylfu (default all)\n"
+	    "      --policies LIST   of lru,lfu,tinylfu,wtinylfu (default "
+	    "all)\n"
 	    "      --hits N          also time DDR-hit gathers of every series "
 	    "(every\n"
 	    "                        row cached; N rounds, the series "
@@ -365,8 +366,8 @@ static void defaults(struct bench_opts *o, int cmd)
 	o->peer_threads = 2;
 	o->pread_cache = true;
 	o->rocksdb_extra = 0.25;
-	o->mrc_policies =
-	    1u << ET_POLICY_LRU | 1u << ET_POLICY_LFU | 1u << ET_POLICY_TINYLFU;
+	o->mrc_policies = 1u << ET_POLICY_LRU | 1u << ET_POLICY_LFU |
+			  1u << ET_POLICY_TINYLFU | 1u << ET_POLICY_WTINYLFU;
 	o->mrc_la[0] = 0;
 	o->mrc_la[1] = 1;
 	o->mrc_la[2] = 4;

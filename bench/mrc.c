@@ -37,7 +37,7 @@
 #include "cli.h"
 #include "progress.h"
 
-#define MAX_SERIES (3 * BENCH_MAX_LA)
+#define MAX_SERIES (4 * BENCH_MAX_LA)
 
 /* A curve: a policy with a lookahead window. */
 struct series {
@@ -56,7 +56,7 @@ struct point {
 static size_t series_list(const struct bench_opts *o, struct series *out)
 {
 	static const et_policy pols[] = {ET_POLICY_LRU, ET_POLICY_LFU,
-					 ET_POLICY_TINYLFU};
+					 ET_POLICY_TINYLFU, ET_POLICY_WTINYLFU};
 	size_t n = 0;
 
 	for (size_t p = 0; p < sizeof(pols) / sizeof(pols[0]); p++) {

@@ -245,6 +245,10 @@ typedef enum et_policy {
 	ET_POLICY_TINYLFU = 3, /* frequency admission (TinyLFU): a missed row
 				* replaces the victim only if seen more often
 				* lately (count-min sketch per cache) */
+	ET_POLICY_WTINYLFU = 4, /* W-TinyLFU: every missed row enters a small
+				 * LRU window of its set; the window's oldest
+				 * row moves to the main (segmented LRU) part
+				 * only if seen more often than main's victim */
 } et_policy;
 
 typedef enum et_hbm_backend {

@@ -89,11 +89,22 @@ uint64_t cache_lookup(const struct cache *c, uint64_t key)
 	return cache_lookup_at(c, cache_set_base(c, key), key);
 }
 
+/* The policy's victim among eligible ways of the set at base; a policy
+ * that admits inside the set may relabel its ways as it chooses. */
+static unsigned policy_victim(struct cache *c, uint64_t base, uint64_t eligible,
+			      uint32_t clock)
+{
+	if (c->pol->evict)
+		return c->pol->evict(c->pstate + base, c->ways, eligible,
+				     clock);
+	return c->pol->victim(c->pstate + base, c->ways, eligible, clock);
+}
+
 /* The way among eligible whose row the window uses last (ties: the
  * policy's choice among them); *next its next use, LA_NONE if one is not
  * used at all (then the policy chooses among every such way). */
-static unsigned window_victim(const struct cache *c, uint64_t base,
-			      uint64_t eligible, uint32_t clock, uint32_t *next)
+static unsigned window_victim(struct cache *c, uint64_t base, uint64_t eligible,
+			      uint32_t clock, uint32_t *next)
 {
 	uint64_t unused = 0, last = 0;
 	uint32_t far = 0;
@@ -114,8 +125,7 @@ static unsigned window_victim(const struct cache *c, uint64_t base,
 		}
 	}
 	*next = unused ? LA_NONE : far;
-	return c->pol->victim(c->pstate + base, c->ways, unused ? unused : last,
-			      clock);
+	return policy_victim(c, base, unused ? unused : last, clock);
 }
 
 uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
@@ -154,9 +164,9 @@ uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 		if (la_next(c->la, key) != LA_NONE)
 			return base + v; /* needed soon, the victim is not */
 	} else {
-		v = c->pol->victim(c->pstate + base, c->ways, eligible, clock);
+		v = policy_victim(c, base, eligible, clock);
 	}
-	if (admit && c->pol->freq &&
+	if (admit && c->pol->freq && !c->pol->evict &&
 	    fkey <= c->pol->freq(c->pstate[base + v], clock))
 		return CACHE_REJECT;
 	return base + v;

@@ -197,7 +197,9 @@ void cache_set_dirty(struct cache *c, uint64_t slot);
  * If admit is set, the row may be refused (CACHE_REJECT, the caller keeps
  * it out of the cache): by the window, when the victim is used in it
  * before key (or key is not); by frequency admission, when the window
- * says nothing of either and the policy's victim was seen as often.
+ * says nothing of either and the policy's victim was seen as often (not
+ * a policy with evict(): W-TinyLFU takes every row into its window and
+ * admits by frequency inside the set, relabelling ways as it picks).
  */
 uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps, bool admit);

@@ -13,6 +13,8 @@
  * sketch's estimate for the new row, and when its set is full admits the
  * row only if that estimate beats freq() of the victim; a slot's count
  * goes back into the sketch when the row leaves (policy_tinylfu.c).
+ * W-TinyLFU has the sketch too but no refusal: its evict() chooses the
+ * victim and moves the set's window row to main when it wins.
  *
  * Pure functions of their arguments; any thread.
  */
@@ -44,6 +46,13 @@ struct policy_ops {
 	 * (0: none, and freq is NULL); the slot's count now, 0..15. */
 	uint32_t halve_ticks;
 	uint32_t (*freq)(uint32_t st, uint32_t now);
+	/* Admission inside the set (W-TinyLFU): a missed row always goes in
+	 * (the cache never refuses it by frequency), and the cache asks
+	 * evict() rather than victim() for the way to empty; evict() may
+	 * relabel other ways of the set (a window row moving to the main
+	 * part). NULL: victim() decides and the set keeps its labels. */
+	unsigned (*evict)(uint32_t *st, unsigned ways, uint64_t eligible,
+			  uint32_t now);
 };
 
 #define POLICY_SCALE 1024
@@ -51,6 +60,7 @@ struct policy_ops {
 extern const struct policy_ops policy_lru;
 extern const struct policy_ops policy_lfu;
 extern const struct policy_ops policy_tinylfu;
+extern const struct policy_ops policy_wtinylfu;
 
 /* The ops of p, or NULL if p is not a policy. */
 const struct policy_ops *policy_get(et_policy p);

@@ -55,6 +55,8 @@ const struct policy_ops *policy_get(et_policy p)
 		return &policy_lfu;
 	case ET_POLICY_TINYLFU:
 		return &policy_tinylfu;
+	case ET_POLICY_WTINYLFU:
+		return &policy_wtinylfu;
 	}
 	return NULL;
 }

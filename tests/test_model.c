@@ -131,6 +131,7 @@ struct mcase {
 #define LRU ET_POLICY_LRU
 #define LFU ET_POLICY_LFU
 #define TLF ET_POLICY_TINYLFU
+#define WTL ET_POLICY_WTINYLFU
 #define SGD ET_OPT_SGD
 #define ADA ET_OPT_ROWWISE_ADAGRAD
 #define UNI ET_INIT_UNIFORM
@@ -188,6 +189,15 @@ static const struct mcase model_cases[] = {
 	      0, 16 } },
 	  { { "a", 100000, 8, ET_F16, SGD, UNI, 0.3f, 121 },
 	    { "b", 400000, 24, ET_F32, ADA, NRM, 0.2f, 122 } } },
+	{ "wtinylfu_w16_f32", 0x100c, 2, 1,
+	  { { "hbm64-wtinylfu/ddr256-wtinylfu/w16/prefetch/threads2",
+	      HBM_SLOTS, DDR_SLOTS, WTL, WTL, 16, 0, true, 2, 0 } },
+	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 141 },
+	    { "b", 300000, 12, ET_F16, ADA, NRM, 0.1f, 142 } } },
+	{ "nohbm_wtinylfu_w4_la4", 0x100d, 2, 1,
+	  { { "ddr128-wtinylfu/w4/la4", 0, 128, 0, WTL, 4, 0, false, 0, 4 } },
+	  { { "a", 100000, 8, ET_BF16, ADA, UNI, 0.3f, 151 },
+	    { "b", 400000, 24, ET_F32, SGD, NRM, 0.2f, 152 } } },
 	{ "lfu_w16_f32", 0x1008, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16", HBM_SLOTS, DDR_SLOTS,
 	      LFU, LRU, 16, 0, false, 0, 0 } },
@@ -207,16 +217,16 @@ static const struct mcase transparency_case = {
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
 };
 
-/* The same against TinyLFU and lookahead windows (1, 4 and 16 batches,
- * with and without prefetch, over HBM and DDR or DDR alone). */
+/* The same against TinyLFU, W-TinyLFU and lookahead windows (1, 4 and 16
+ * batches, with and without prefetch, over HBM and DDR or DDR alone). */
 static const struct mcase policy_transparency_case = {
 	"policy_transparency", 0x2003, 6, 4,
 	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false, 0, 0 },
 	  { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch/la4", HBM_SLOTS,
 	    DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4 },
 	  { "ddr128-tinylfu/w16/la16", 0, 128, 0, TLF, 16, 0, false, 0, 16 },
-	  { "hbm64-lru/ddr256-tinylfu/w4/la1", HBM_SLOTS, DDR_SLOTS,
-	    LRU, TLF, 4, 0, false, 0, 1 } },
+	  { "hbm64-wtinylfu/ddr256-tinylfu/w4/la1", HBM_SLOTS, DDR_SLOTS,
+	    WTL, TLF, 4, 0, false, 0, 1 } },
 	{ { "a", 300000, 16, ET_F32, ADA, UNI, 0.5f, 131 },
 	  { "b", 200000, 8, ET_F16, SGD, NRM, 0, 132 } },
 };
@@ -239,8 +249,8 @@ static const struct mcase dims_transparency_case = {
 
 static const struct mcase memory_case = {
 	"memory", 0x3001, 2, 1,
-	{ { "hbm64-tinylfu/ddr256-lfu/w4/la8", HBM_SLOTS, DDR_SLOTS,
-	    TLF, LFU, 4, 0, false, 0, 8 } },
+	{ { "hbm64-tinylfu/ddr256-wtinylfu/w4/la8", HBM_SLOTS, DDR_SLOTS,
+	    TLF, WTL, 4, 0, false, 0, 8 } },
 	{ { "a", 1000000, 32, ET_F32, ADA, UNI, 0.5f, 101 },
 	  { "b", 500000, 16, ET_F16, SGD, UNI, 0.5f, 102 } },
 };
@@ -1585,9 +1595,11 @@ static uint64_t documented_overhead(struct harness *h, struct mstore *ms,
 		struct et_stats st;
 
 		h_rc(h, ms, et_get_stats(ms->s, -1, &st));
-		if (ms->cfg->hp == ET_POLICY_TINYLFU)
+		if (ms->cfg->hp == ET_POLICY_TINYLFU ||
+		    ms->cfg->hp == ET_POLICY_WTINYLFU)
 			sum += 8 * st.hbm.capacity_rows + 32 * (uint64_t)h->nt;
-		if (ms->cfg->dp == ET_POLICY_TINYLFU)
+		if (ms->cfg->dp == ET_POLICY_TINYLFU ||
+		    ms->cfg->dp == ET_POLICY_WTINYLFU)
 			sum += 8 * st.ddr.capacity_rows + 32 * (uint64_t)h->nt;
 	}
 	/* a lookahead window of la batches (the first of two tables): its

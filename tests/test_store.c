@@ -143,7 +143,7 @@ static void test_open_bad_config(void **state)
 	    {{.ways = 65}, ET_ECONFIG},
 	    {{.ways = 1000}, ET_ECONFIG},
 	    {{.ways = UINT32_MAX}, ET_ECONFIG},
-	    {{.hbm_policy = (et_policy)4}, ET_ECONFIG},
+	    {{.hbm_policy = (et_policy)5}, ET_ECONFIG},
 	    {{.ddr_policy = (et_policy)99}, ET_ECONFIG},
 	    {{.ddr_policy = (et_policy)-1}, ET_ECONFIG},
 	    {{.hbm_backend = (et_hbm_backend)7}, ET_ECONFIG},

@@ -330,7 +330,7 @@ static uint64_t one_config(const char *tiers, bool expect_spill)
 static void test_checksum_transparent(void **state)
 {
 	uint64_t all_ddr, tiny_pf, tiny_nopf, tiny_lfu, tiny_tlfu, tiny_la;
-	uint64_t tiny_la_nopf;
+	uint64_t tiny_la_nopf, tiny_wtlfu;
 
 	(void)state;
 	tu_require_uring();
@@ -354,7 +354,11 @@ static void test_checksum_transparent(void **state)
 	tiny_la_nopf = one_config("--hbm-mb 0.006 --ddr-mb 0.006 --lookahead 1 "
 				  "--no-prefetch",
 				  true);
+	tiny_wtlfu = one_config(
+	    "--hbm-mb 0.004 --ddr-mb 0.008 --policy wtinylfu --lookahead 4",
+	    true);
 	assert_true(all_ddr == tiny_tlfu);
+	assert_true(all_ddr == tiny_wtlfu);
 	assert_true(all_ddr == tiny_la);
 	assert_true(all_ddr == tiny_la_nopf);
 }

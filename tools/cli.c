@@ -246,6 +246,7 @@ static const char *const policy_names[] = {
     [ET_POLICY_LRU] = "lru",
     [ET_POLICY_LFU] = "lfu",
     [ET_POLICY_TINYLFU] = "tinylfu",
+    [ET_POLICY_WTINYLFU] = "wtinylfu",
 };
 static const char *const init_names[] = {
     [ET_INIT_ZEROS] = "zeros",

@@ -157,9 +157,10 @@ def test_prefetch_changes_nothing_but_speed(store_dir):
         s.prefetch([(a, [1, 2, 3])])
 
 
-def test_lookahead_and_tinylfu_change_nothing(store_dir):
+@pytest.mark.parametrize("policy", ["tinylfu", "wtinylfu"])
+def test_lookahead_and_frequency_policies_change_nothing(store_dir, policy):
     rng = np.random.default_rng(5)
-    with open_store(store_dir, ddr_bytes=16 * 1024, ddr_policy="tinylfu") as s:
+    with open_store(store_dir, ddr_bytes=16 * 1024, ddr_policy=policy) as s:
         a = s.create_table("a", rows=10000, dim=8, init="uniform")
         ref = a.gather(np.arange(10000))
         batches = [rng.integers(0, 2000, 128) for _ in range(8)]

@@ -224,7 +224,7 @@ static void usage(FILE *f)
 	    "store:\n"
 	    "  --hbm-mb F           HBM tier capacity in MiB (0: none)\n"
 	    "  --ddr-mb F           DDR tier capacity in MiB\n"
-	    "  --policy NAME        lru, lfu or tinylfu\n"
+	    "  --policy NAME        lru, lfu, tinylfu or wtinylfu\n"
 	    "  --lookahead K        hand the store the ids of the next K "
 	    "batches\n"
 	    "                       (et_lookahead, 1..32; 0: none)\n"
