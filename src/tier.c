@@ -155,7 +155,10 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
 		if (dslot != CACHE_NONE) {
 			cache_touch(ddr, dslot, s->now);
-			cache_pin(ddr, dslot, pin);
+			if (pin == s->epoch) /* keep a prefetch's pin */
+				pin_op(s, ddr, dslot);
+			else
+				cache_pin(ddr, dslot, pin);
 			*where |= K_DDR;
 			*slot_out = dslot;
 			return 0;
