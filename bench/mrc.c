@@ -163,24 +163,33 @@ static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
 	return 0;
 }
 
+/* A fresh store of the tables for a point of series se: no HBM, a DDR tier
+ * of ddr bytes under the series' policy. */
+static int series_store(const struct bench_opts *o, struct tables *tb,
+			uint64_t ddr, const struct series *se, et_store **s)
+{
+	struct et_store_config cfg;
+
+	store_config(o, &cfg);
+	cfg.hbm_bytes = 0;
+	cfg.ddr_bytes = ddr;
+	cfg.ddr_policy = se->pol;
+	return tables_store(tb, &cfg, s);
+}
+
 /* Runs every batch through a fresh store; the DDR miss ratio. */
 static int store_point(const struct bench_opts *o, struct tables *tb,
 		       const struct wl_batch *bs, uint64_t nb, uint64_t ddr,
 		       const struct series *se, double *ratio, uint64_t *cap,
 		       struct progress *pg, uint64_t *done)
 {
-	struct et_store_config cfg;
 	struct et_stats st;
 	et_store *s;
 	float *out = NULL;
 	size_t out_cap = 0;
 	int ret;
 
-	store_config(o, &cfg);
-	cfg.hbm_bytes = 0;
-	cfg.ddr_bytes = ddr;
-	cfg.ddr_policy = se->pol;
-	ret = tables_store(tb, &cfg, &s);
+	ret = series_store(o, tb, ddr, se, &s);
 	if (ret)
 		return ret;
 	for (uint64_t i = 0; i < nb && !ret && !bench_stop; i++) {
@@ -268,7 +277,6 @@ static int hit_round(const struct bench_opts *o, struct tables *tb,
 		     const struct wl_batch *bs, uint64_t nb, uint64_t ddr,
 		     const struct series *se, double *rate, double *hit_ratio)
 {
-	struct et_store_config cfg;
 	struct et_stats es;
 	et_store *s;
 	float *out = NULL;
@@ -277,11 +285,7 @@ static int hit_round(const struct bench_opts *o, struct tables *tb,
 	double t0;
 	int ret, r2;
 
-	store_config(o, &cfg);
-	cfg.hbm_bytes = 0;
-	cfg.ddr_bytes = ddr;
-	cfg.ddr_policy = se->pol;
-	ret = tables_store(tb, &cfg, &s);
+	ret = series_store(o, tb, ddr, se, &s);
 	if (ret)
 		return ret;
 	ret = hit_pass(s, o, tb, bs, nb, se, &out, &out_cap, &n);

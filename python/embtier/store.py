@@ -441,17 +441,23 @@ class Store:
     def prefetch(self, batch):
         """et_prefetch of the next batch: {table: ids} or [(table, ids)],
         any number of tables; returns at once."""
-        items = list(batch.items() if isinstance(batch, dict) else batch)
-        arr = _batch_array(len(items))()
         keep = []
+        arr, n = self._batch_ids(batch, "et_prefetch", keep)
+        _check(lib.et_prefetch(self.handle, arr, n), "et_prefetch")
+
+    def _batch_ids(self, batch, where, keep):
+        """An et_batch_ids array of batch ({table: ids} or [(table, ids)])
+        and its length; the id arrays it points to are appended to keep."""
+        items = list(batch.items() if isinstance(batch, dict) else batch)
+        arr = _batch_array(max(1, len(items)))()
         for i, (t, ids) in enumerate(items):
-            self._dim(t, "et_prefetch")
-            ids = as_ids(ids, "et_prefetch: ids")
+            self._dim(t, where)
+            ids = as_ids(ids, f"{where}: ids")
             keep.append(ids)
             arr[i].table = int(t)
             arr[i].ids = _ptr(ids)
             arr[i].n = ids.shape[0]
-        _check(lib.et_prefetch(self.handle, arr, len(items)), "et_prefetch")
+        return arr, len(items)
 
     def lookahead(self, batches):
         """et_lookahead: the ids of the next batches, the next one first,
@@ -461,19 +467,10 @@ class Store:
         win = (_abi.struct_class("et_batch") * max(1, len(batches)))()
         keep = []
         for b, batch in enumerate(batches):
-            items = list(batch.items() if isinstance(batch, dict)
-                         else batch)
-            arr = _batch_array(max(1, len(items)))()
-            for i, (t, ids) in enumerate(items):
-                self._dim(t, "et_lookahead")
-                ids = as_ids(ids, "et_lookahead: ids")
-                keep.append(ids)
-                arr[i].table = int(t)
-                arr[i].ids = _ptr(ids)
-                arr[i].n = ids.shape[0]
+            arr, n = self._batch_ids(batch, "et_lookahead", keep)
             keep.append(arr)
             win[b].tables = ctypes.cast(arr, ctypes.c_void_p)
-            win[b].ntables = len(items)
+            win[b].ntables = n
         _check(lib.et_lookahead(self.handle, win, len(batches)),
                "et_lookahead")
 
