@@ -242,6 +242,8 @@ int la_set(struct lookahead *la, const struct et_batch *b, size_t n,
 				    (uint32_t)j);
 		}
 	if (ret) {
+		/* a slid window is half made: none at all, as promised */
+		la_clear(la);
 		la->prev_nb = 0;
 		return ret;
 	}

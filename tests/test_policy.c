@@ -40,6 +40,7 @@
  * first operation on a table (la_consume) makes batch 0 no longer count
  * for that table's rows.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +53,7 @@
 #include "cache.h"
 #include "embtier.h"
 #include "lookahead.h"
+#include "mem_host.h"
 #include "policy.h"
 #include "sketch.h"
 #include "util.h"
@@ -789,6 +791,38 @@ static void test_window(void **state)
 	la_free(&la);
 }
 
+/* A window that fails to slide for memory is no window at all, not the
+ * old one shifted by a batch. */
+static void test_window_enomem(void **state)
+{
+	uint64_t ids[3][3] = {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}};
+	struct et_batch_ids t[3];
+	struct et_batch b[3];
+	struct lookahead la = {0};
+
+	for (int j = 0; j < 3; j++) {
+		t[j] = (struct et_batch_ids){.table = 0, .ids = ids[j], .n = 3};
+		b[j] = (struct et_batch){.tables = &t[j], .ntables = 1};
+	}
+	assert_int_equal(la_set(&la, b, 2, 1), 0);
+	assert_int_equal(la_next(&la, cache_key(0, 4)), 1);
+	/* the window slides by one and needs room for 64 more tables: that
+	 * allocation fails after the masks have moved */
+	mem_fault_set(1);
+	assert_int_equal(la_set(&la, b + 1, 2, 130), -ENOMEM);
+	assert_true(mem_fault_fired());
+	mem_fault_clear();
+	assert_false(la_active(&la));
+	assert_int_equal(la_next(&la, cache_key(0, 4)), LA_NONE);
+	assert_int_equal(la_next(&la, cache_key(0, 7)), LA_NONE);
+	/* and the next call builds the window anew */
+	assert_int_equal(la_set(&la, b + 1, 2, 1), 0);
+	assert_int_equal(la_next(&la, cache_key(0, 4)), 0);
+	assert_int_equal(la_next(&la, cache_key(0, 7)), 1);
+	la_free(&la);
+	(void)state;
+}
+
 static void test_policy_get(void **state)
 {
 	assert_ptr_equal(policy_get(ET_POLICY_LRU), &policy_lru);
@@ -833,6 +867,7 @@ int main(void)
 	    cmocka_unit_test(test_wtlfu_idle),
 	    cmocka_unit_test(test_wtlfu_admission),
 	    cmocka_unit_test(test_window),
+	    cmocka_unit_test(test_window_enomem),
 	    cmocka_unit_test(test_policy_get),
 	};
 
