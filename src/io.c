@@ -43,6 +43,8 @@ struct io_ctx {
 	struct io_req *head, *tail;
 	struct io_req *failed; /* failed by the fault seam, not yet reaped */
 	struct io_req *failed_tail;
+	int down;	/* not 0: requests fail with it, unsent (settling after
+		   * a failure, or for good) */
 	char *reg_base; /* the registered fixed buffer, if any */
 	size_t reg_len;
 	struct io_stats st;
@@ -206,6 +208,15 @@ static int pump(io_ctx *io)
 	unsigned added = 0;
 	int ret;
 
+	while (io->head && io->down) { /* nothing more is sent */
+		struct io_req *r = io->head;
+
+		io->head = r->next;
+		if (!io->head)
+			io->tail = NULL;
+		io->queued--;
+		fail_locally(io, r, io->down);
+	}
 	while (io->head && io->inflight + added < io->depth) {
 		struct io_req *r = io->head;
 		struct io_uring_sqe *sqe;
@@ -299,50 +310,99 @@ static void complete(io_ctx *io, struct io_req *r)
 		r->done(r);
 }
 
+/* Completes the requests the seam or a down ring failed; returns how
+ * many. */
+static unsigned reap_failed(io_ctx *io)
+{
+	unsigned done = 0;
+
+	while (io->failed) {
+		struct io_req *r = io->failed;
+
+		io->failed = r->next;
+		if (!io->failed)
+			io->failed_tail = NULL;
+		complete(io, r);
+		done++;
+	}
+	return done;
+}
+
+/* Waits for one completion at least and reaps every one there is; returns
+ * how many, or -errno. */
+static int reap_ring(io_ctx *io)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+	int ret;
+
+	if (fault_hit(IO_WAIT))
+		return -atomic_load(&fault_err);
+	do {
+		ret = io_uring_wait_cqe(&io->ring, &cqe);
+	} while (ret == -EINTR);
+	if (ret < 0)
+		return ret;
+	io_uring_for_each_cqe(&io->ring, head, cqe)
+	{
+		struct io_req *r = io_uring_cqe_get_data(cqe);
+
+		r->res = cqe->res;
+		seen++;
+		io->inflight--;
+		complete(io, r);
+	}
+	io_uring_cq_advance(&io->ring, seen);
+	return (int)seen;
+}
+
+/* After the ring failed with err: fails what was never sent, and waits
+ * for what is in flight (sending again what a failed submit left in the
+ * submission ring), so that every request has completed. If the ring
+ * still fails, it is given up: the ctx is down for good. */
+static void settle(io_ctx *io, int err)
+{
+	int tries = 0;
+
+	io->down = err;
+	for (;;) {
+		(void)pump(io); /* the FIFO fails locally while down */
+		reap_failed(io);
+		if (!io->inflight && !io->head)
+			break;
+		if (!io->inflight)
+			continue; /* a callback queued more */
+		if (io_uring_sq_ready(&io->ring))
+			(void)io_uring_submit(&io->ring);
+		if (reap_ring(io) < 0 && ++tries >= 100) {
+			io->down = -EIO; /* never up again */
+			return;
+		}
+	}
+	io->down = 0;
+}
+
 int io_wait(io_ctx *io, unsigned min)
 {
 	unsigned done = 0;
 	int ret;
 
 	for (;;) {
-		struct io_uring_cqe *cqe;
-		unsigned head, seen;
-
 		ret = pump(io);
 		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY)
-			return ret;
-		while (io->failed) {
-			struct io_req *r = io->failed;
-
-			io->failed = r->next;
-			if (!io->failed)
-				io->failed_tail = NULL;
-			complete(io, r);
-			done++;
-		}
-		if (done >= min || (!io->inflight && !io->head && !io->failed))
 			break;
+		done += reap_failed(io);
+		if (done >= min || (!io->inflight && !io->head && !io->failed))
+			return (int)done;
 		if (!io->inflight)
 			continue; /* a callback queued more: pump them */
-		do {
-			ret = io_uring_wait_cqe(&io->ring, &cqe);
-		} while (ret == -EINTR);
+		ret = reap_ring(io);
 		if (ret < 0)
-			return ret;
-		seen = 0;
-		io_uring_for_each_cqe(&io->ring, head, cqe)
-		{
-			struct io_req *r = io_uring_cqe_get_data(cqe);
-
-			r->res = cqe->res;
-			seen++;
-			io->inflight--;
-			complete(io, r);
-			done++;
-		}
-		io_uring_cq_advance(&io->ring, seen);
+			break;
+		done += (unsigned)ret;
 	}
-	return (int)done;
+	settle(io, ret);
+	return ret;
 }
 
 int io_req_result(const struct io_req *req)

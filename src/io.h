@@ -28,6 +28,7 @@ enum io_op {
 	IO_READ = 0,
 	IO_WRITE = 1,
 	IO_FSYNC = 2,
+	IO_WAIT = 3, /* fault seam only: the ring's wait for completions */
 };
 
 struct io_req;
@@ -76,7 +77,12 @@ void io_queue(io_ctx *io, struct io_req *req);
 /* Sends queued requests (up to depth in flight) and reaps until at least
  * min of them have completed since the call began (min may exceed depth),
  * or none are left. Returns how many completed, or -errno if io_uring
- * itself failed. Per-request results are in each req->res. */
+ * itself failed (a submit or a wait). Per-request results are in each
+ * req->res. After a failure every request queued on the ctx has still
+ * completed, its done callback run: those never sent fail with the error,
+ * those in flight are waited for, so no buffer of the caller's is left in
+ * the kernel's hands. Should the ring keep failing, the ctx is down for
+ * good: every later request fails with -EIO and is never sent. */
 int io_wait(io_ctx *io, unsigned min);
 
 /* Requests queued or in flight. */
@@ -105,7 +111,8 @@ int io_file_align(int fd, uint32_t *mem_align, uint32_t *off_align);
 
 /* Fault seam. nth counts from 1: the nth matching operation fails. err > 0
  * is the errno to fail with; if err == 0, the operation is shortened by
- * short_by bytes instead. io_fault_clear() disarms; io_fault_fired() says
+ * short_by bytes instead. op IO_WAIT fails the nth wait for completions
+ * itself with err (the requests stay in flight). io_fault_clear() disarms; io_fault_fired() says
  * whether the armed fault has been used. */
 void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by);
 void io_fault_clear(void);

@@ -415,6 +415,42 @@ static void test_fault_read_eio(void **state)
 	assert_memory_equal(f->buf, f->src, 5 * f->bs);
 }
 
+/* The ring's own wait fails with reads in flight: io_wait returns the
+ * error only when every request has completed (none left in the kernel's
+ * hands, each done callback run once), and the ring works after. */
+static void test_fault_wait(void **state)
+{
+	struct iofx *f = fx_open(state);
+	struct io_req reqs[NBLK];
+	size_t b, n = NBLK, sent = 0;
+
+	write_gen(f, 3, n);
+	for (b = 0; b < n; b++) {
+		prep(f, &reqs[b], IO_READ, b, f->buf);
+		io_queue(f->io, &reqs[b]);
+	}
+	io_fault_set(IO_WAIT, 1, EBADR, 0);
+	assert_int_equal(io_wait(f->io, (unsigned)n), -EBADR);
+	assert_true(io_fault_fired());
+	assert_int_equal(io_pending(f->io), 0);
+	for (b = 0; b < n; b++) {
+		assert_int_equal(f->done_calls[b], 1);
+		/* sent before the wait failed: its own result; the rest
+		 * were never sent */
+		if (reqs[b].res >= 0) {
+			assert_int_equal(reqs[b].res, (int)f->bs);
+			sent++;
+		} else {
+			assert_int_equal(reqs[b].res, -EBADR);
+		}
+	}
+	assert_int_equal(sent, DEPTH);
+	memset(f->done_calls, 0, sizeof(f->done_calls));
+	memset(f->buf, 0, n * f->bs);
+	assert_int_equal(io_run(f->io, reqs, (unsigned)n), 0);
+	assert_memory_equal(f->buf, f->src, n * f->bs);
+}
+
 /* The count is of reads only, and runs across calls. */
 static void test_fault_counts_across_calls(void **state)
 {
@@ -625,6 +661,7 @@ int main(void)
 	    T(test_roundtrip_many),
 	    T(test_callback_queues_more),
 	    T(test_registered_region),
+	    T(test_fault_wait),
 	    T(test_fault_read_eio),
 	    T(test_fault_counts_across_calls),
 	    T(test_fault_write_enospc),
