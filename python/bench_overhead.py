@@ -183,7 +183,8 @@ class binding_only:
         if self.tables is not None:
             nops = types.SimpleNamespace()
             for n in ("etpy_gather_pooled", "etpy_update_pooled",
-                      "etpy_prefetch"):
+                      "etpy_prefetch", "etpy_plan_prefetch",
+                      "etpy_plan_gather", "etpy_plan_update"):
                 setattr(nops, n, self.nop("cb_nop_" + n,
                                           getattr(self.tables, n)))
             embtier._abi.tables_lib = nops

@@ -291,8 +291,17 @@ def _load_tables():
     t.etpy_gather_pooled.argtypes = common + [_P, _P]
     t.etpy_update_pooled.argtypes = common + [_P, _P, _P]
     t.etpy_prefetch.argtypes = [_P, _Z, _P, _P, _Z]
-    for f in (t.etpy_gather_pooled, t.etpy_update_pooled, t.etpy_prefetch):
+    t.etpy_plan_prefetch.argtypes = [_P, _P, _P, _Z]
+    t.etpy_plan_gather.argtypes = [_P, _P, _P, _Z, _P, _P, _P]
+    t.etpy_plan_update.argtypes = [_P, _P, _P, _Z, _P, ctypes.c_float,
+                                   ctypes.c_float, _P]
+    for f in (t.etpy_gather_pooled, t.etpy_update_pooled, t.etpy_prefetch,
+              t.etpy_plan_prefetch, t.etpy_plan_gather, t.etpy_plan_update):
         f.restype = _I
+    t.etpy_plan_new.argtypes = [_Z, _P, _P, _I]
+    t.etpy_plan_new.restype = _P
+    t.etpy_plan_free.argtypes = [_P]
+    t.etpy_plan_free.restype = None
     return t
 
 
