@@ -170,6 +170,7 @@ class binding_only:
     what Python, ctypes and torch add, alone."""
 
     NAMES = ("et_gather_pooled", "et_update_pooled", "et_prefetch")
+    PLAN = ("etpy_plan_prefetch", "etpy_plan_gather", "etpy_plan_update")
 
     def __init__(self, cb):
         self.cb = cb
@@ -182,12 +183,12 @@ class binding_only:
         self.tables = embtier._abi.tables_lib
         if self.tables is not None:
             nops = types.SimpleNamespace()
-            for n in ("etpy_gather_pooled", "etpy_update_pooled",
-                      "etpy_prefetch", "etpy_plan_prefetch",
-                      "etpy_plan_gather", "etpy_plan_update"):
+            for n in self.PLAN + ("etpy_gather_pooled", "etpy_update_pooled",
+                                  "etpy_prefetch"):
                 setattr(nops, n, self.nop("cb_nop_" + n,
                                           getattr(self.tables, n)))
             embtier._abi.tables_lib = nops
+            embtier._abi.bind_plan(*(getattr(nops, n) for n in self.PLAN))
 
     def nop(self, name, f):
         nop = getattr(self.cb, name)
@@ -198,6 +199,9 @@ class binding_only:
         for n, f in zip(self.NAMES, self.saved):
             setattr(embtier._abi.lib, n, f)
         embtier._abi.tables_lib = self.tables
+        if self.tables is not None:
+            embtier._abi.bind_plan(*(getattr(self.tables, n)
+                                     for n in self.PLAN))
 
 
 def bench_gather(cb, d, ids, a):

@@ -307,6 +307,41 @@ def _load_tables():
 
 tables_lib = _load_tables()
 
+
+def _load_fast():
+    """build-python/python/_embtier_fast.so (_fast.c), or None."""
+    if tables_lib is None or os.environ.get("EMBTIER_NO_FAST"):
+        return None
+    import importlib.util
+    path = os.path.join(os.path.dirname(tables_lib._name), "_embtier_fast.so")
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location("_embtier_fast", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bind_plan(prefetch, gather, update):
+    """Makes plan_prefetch, plan_gather and plan_update (what the module's
+    step calls) these three ctypes functions of _tables.c's plan calls'
+    signatures: through _fast.c's module if it is built, else directly."""
+    global plan_prefetch, plan_gather, plan_update
+    if fast is not None:
+        fast.bind(*(ctypes.cast(f, ctypes.c_void_p).value
+                    for f in (prefetch, gather, update)))
+        plan_prefetch, plan_gather, plan_update = \
+            fast.prefetch, fast.gather, fast.update
+    else:
+        plan_prefetch, plan_gather, plan_update = prefetch, gather, update
+
+
+fast = _load_fast()
+plan_prefetch = plan_gather = plan_update = None
+if tables_lib is not None:
+    bind_plan(tables_lib.etpy_plan_prefetch, tables_lib.etpy_plan_gather,
+              tables_lib.etpy_plan_update)
+
 HEADER = Header(_find_header(LIB_PATH))
 STRUCTS = HEADER.build_structs()
 CONSTS = HEADER.consts

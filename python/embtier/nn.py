@@ -84,7 +84,7 @@ class _Lookup2D(torch.autograd.Function):
             buf = (a, _ptr(a))
         out = torch.empty((ebc._ntables, nbags, ebc.dims[0]),
                           dtype=torch.float32)
-        ebc._plan_call(_abi.tables_lib.etpy_plan_gather, "et_gather_pooled",
+        ebc._plan_call(_abi.plan_gather, "et_gather_pooled",
                        ids.data_ptr(), nbags, buf[1], out.data_ptr())
         ctx.ebc = ebc
         ctx.buf = buf
@@ -102,7 +102,7 @@ class _Lookup2D(torch.autograd.Function):
         if grad.dtype is not torch.float32 or not grad.is_contiguous():
             grad = grad.float().contiguous()
         try:
-            ebc._plan_call(_abi.tables_lib.etpy_plan_update,
+            ebc._plan_call(_abi.plan_update,
                            "et_update_pooled", buf[1], ctx.nbags,
                            grad.data_ptr(), ebc.lr, ebc.eps)
         finally:
@@ -153,6 +153,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         self._dims_ptr = _ptr(self._dims_np)
         self._failed = ctypes.c_size_t()
         self._failed_ref = ctypes.byref(self._failed)
+        self._failed_addr = ctypes.addressof(self._failed)
         # the plan of the [T, B] tensor path (_tables.c): built once
         self._ntables = T
         self._idpool = []
@@ -297,7 +298,7 @@ class EmbeddingBagCollection(torch.nn.Module):
             x for x in (where, detail) if x))
 
     def _plan_call(self, fn, name, *args):
-        ret = fn(self.store.handle, self._plan, *args, self._failed_ref)
+        ret = fn(self.store.handle, self._plan, *args, self._failed_addr)
         if ret:
             self._raise(ret, name)
 
@@ -326,7 +327,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                 return _Lookup2D.apply(self._anchor, self, ids)
             out = torch.empty((self._ntables, nbags, self.dims[0]),
                               dtype=torch.float32)
-            self._plan_call(_abi.tables_lib.etpy_plan_gather,
+            self._plan_call(_abi.plan_gather,
                             "et_gather_pooled", ids.data_ptr(), nbags, None,
                             out.data_ptr())
             return out
@@ -343,7 +344,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         tensors or arrays, or a [T, B] tensor); returns at once."""
         n = self._nbags2d(ids)
         if n >= 0:
-            ret = _abi.tables_lib.etpy_plan_prefetch(
+            ret = _abi.plan_prefetch(
                 self.store.handle, self._plan, ids.data_ptr(), n)
             if ret:
                 raise EmbtierError(ret, "et_prefetch")
