@@ -47,6 +47,10 @@ def _as_np(x):
     return x
 
 
+_TWICE = "EmbeddingBagCollection: a second backward through the same " \
+    "forward (the rows were updated by the first)"
+
+
 class _Lookup(torch.autograd.Function):
     """forward: pooled gathers; backward: fused updates, no gradient."""
 
@@ -58,8 +62,10 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.ebc._update(ctx.batch, grad)
-        ctx.batch = None
+        if ctx.batch is None:
+            raise RuntimeError(_TWICE)
+        batch, ctx.batch = ctx.batch, None
+        ctx.ebc._update(batch, grad)
         return None, None, None
 
 
@@ -74,41 +80,39 @@ class _Lookup2D(torch.autograd.Function):
     every step: it may be saved by the caller's autograd graph."""
 
     @staticmethod
-    def forward(ctx, anchor, ebc, ids):
-        nbags = ids.shape[1]
-        n = ebc._ntables * nbags
+    def forward(ctx, anchor, ebc, ids, nbags):
         pool = ebc._idpool
         buf = pool.pop() if pool else None
-        if buf is None or buf[0].shape[0] != n:
-            a = np.empty(n, np.uint64)
-            buf = (a, _ptr(a))
-        out = torch.empty((ebc._ntables, nbags, ebc.dims[0]),
+        if buf is None or buf[2] != nbags:
+            a = np.empty(ebc._ntables * nbags, np.uint64)
+            buf = (a, _ptr(a), nbags)
+        out = torch.empty(ebc._ntables, nbags, ebc.dims[0],
                           dtype=torch.float32)
-        ebc._plan_call(_abi.plan_gather, "et_gather_pooled",
-                       ids.data_ptr(), nbags, buf[1], out.data_ptr())
-        ctx.ebc = ebc
-        ctx.buf = buf
-        ctx.nbags = nbags
+        ret = _abi.plan_gather(ebc.store.handle, ebc._plan, ids.data_ptr(),
+                               nbags, buf[1], out.data_ptr(),
+                               ebc._failed_addr)
+        if ret:
+            ebc._raise(ret, "et_gather_pooled")
+        ctx.state = (ebc, buf)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        buf, ebc = ctx.buf, ctx.ebc
+        ebc, buf = ctx.state
         if buf is None:
-            raise RuntimeError("EmbeddingBagCollection: a second backward "
-                               "through the same forward (the rows were "
-                               "updated by the first)")
-        ctx.buf = None
+            raise RuntimeError(_TWICE)
+        ctx.state = (ebc, None)
         if grad.dtype is not torch.float32 or not grad.is_contiguous():
             grad = grad.float().contiguous()
-        try:
-            ebc._plan_call(_abi.plan_update,
-                           "et_update_pooled", buf[1], ctx.nbags,
-                           grad.data_ptr(), ebc.lr, ebc.eps)
-        finally:
-            if len(ebc._idpool) < 4:
-                ebc._idpool.append(buf)
-        return None, None, None
+        ret = _abi.plan_update(ebc.store.handle, ebc._plan, buf[1], buf[2],
+                               grad.data_ptr(), ebc.lr, ebc.eps,
+                               ebc._failed_addr)
+        # only now may a later forward overwrite these ids
+        if len(ebc._idpool) < 4:
+            ebc._idpool.append(buf)
+        if ret:
+            ebc._raise(ret, "et_update_pooled")
+        return None, None, None, None
 
 
 class EmbeddingBagCollection(torch.nn.Module):
@@ -324,8 +328,8 @@ class EmbeddingBagCollection(torch.nn.Module):
         nbags = -1 if offsets is not None else self._nbags2d(ids)
         if nbags >= 0:
             if torch.is_grad_enabled() and self.training:
-                return _Lookup2D.apply(self._anchor, self, ids)
-            out = torch.empty((self._ntables, nbags, self.dims[0]),
+                return _Lookup2D.apply(self._anchor, self, ids, nbags)
+            out = torch.empty(self._ntables, nbags, self.dims[0],
                               dtype=torch.float32)
             self._plan_call(_abi.plan_gather,
                             "et_gather_pooled", ids.data_ptr(), nbags, None,
