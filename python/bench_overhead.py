@@ -150,10 +150,31 @@ def bench_step(cb, s, tables, ids, a):
         c_step(k)
         return one(torch_step, k)
 
+    class Trivial(torch.autograd.Function):
+        """What any autograd function costs: a forward that makes the
+        output tensor, a backward that does nothing."""
+
+        @staticmethod
+        def forward(ctx, anchor):
+            return torch.empty(T, B, a.dim, dtype=torch.float32)
+
+        @staticmethod
+        def backward(ctx, g):
+            return None
+
+    anchor = torch.zeros(0, requires_grad=True)
+
+    def cold_trivial(k):
+        c_step(k)
+        t0 = now_ns()
+        Trivial.apply(anchor).backward(grad)
+        return now_ns() - t0
+
     nop = binding_only(cb)
     runs = [c_run, torch_step, numpy_step, torch_step, numpy_step,
-            cold_torch_step]
-    timed_by = [None, one, one, one, one, lambda fn, k: fn(k)]
+            cold_torch_step, cold_trivial]
+    timed_by = [None, one, one, one, one, lambda fn, k: fn(k),
+                lambda fn, k: fn(k)]
     best = [float("inf")] * len(runs)
     for _ in range(a.passes):
         tot = [0] * len(runs)
@@ -239,7 +260,7 @@ def bench_gather(cb, d, ids, a):
 
 
 def report_step(title, res, a):
-    c_step, py_torch, py_numpy, bind_torch, bind_numpy, cold = res
+    c_step, py_torch, py_numpy, bind_torch, bind_numpy, cold, trivial = res
     print(f"{title}: {a.tables} tables, batch {a.batch}, dim {a.dim}; "
           f"prefetch + pooled gather + fused update")
     print(f"  C             {c_step / 1e3:9.1f} us/step")
@@ -254,6 +275,9 @@ def report_step(title, res, a):
           f"= {bind_numpy / c_step * 100:.1f}% of the C step")
     print(f"  torch module, each step right after C's (untimed): "
           f"{cold / 1e3:.1f} us/step = {cold / c_step * 100:.1f}%")
+    print(f"    of which torch's autograd alone (an empty Function's apply "
+          f"and backward): {trivial / 1e3:.1f} us/step = "
+          f"{trivial / c_step * 100:.1f}%")
 
 
 def main():
