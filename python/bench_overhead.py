@@ -29,7 +29,14 @@ timed alone, with the library's calls replaced by no-ops: once step after
 step, its code and data warm in the CPU's caches, and once with each step
 right after a real C step (untimed), as the binding's code runs in a real
 step, after the library's work has evicted it; the difference between the
-two is most of what the module costs over C.
+two is most of what the module costs over C.  "least torch" is the same
+three C calls the module makes, without its checks or ids copy, in an
+autograd Function: the least any torch module can add.
+
+    perf record -e cpu-clock -F 2000 /usr/bin/python3 \
+        python/bench_overhead.py --only torch    # (or --only c)
+
+runs 3000 all-DDR steps one way only, untimed, for a profiler.
 """
 
 import argparse
@@ -194,6 +201,13 @@ def bench_step(cb, s, tables, ids, a):
         ab.plan_prefetch(h, plan, tids[(k + 1) % steps].data_ptr(), B)
         Minimal.apply(anchor, tids[k]).backward(grad)
 
+    if a.only:
+        fn = c_step if a.only == "c" else torch_step
+        for k in range(a.loop):
+            fn(k % steps)
+        s.close()
+        return None
+
     nop = binding_only(cb)
     runs = [c_run, torch_step, numpy_step, torch_step, numpy_step,
             cold_torch_step, cold_trivial, minimal_step]
@@ -329,6 +343,11 @@ def main():
     ap.add_argument("--interleave", choices=("pass", "step"), default="pass",
                     help="alternate C and Python pass by pass (default) or "
                     "step by step")
+    ap.add_argument("--only", choices=("c", "torch"),
+                    help="for a profiler (perf record): only --loop steps "
+                    "of the all-DDR step, from C or from the torch module, "
+                    "and no timing")
+    ap.add_argument("--loop", type=int, default=3000)
     a = ap.parse_args()
     cb = load_baseline()
     global now_ns
@@ -348,14 +367,19 @@ def main():
         src = dlrm.Synthetic(rows, ex.hot, ex.zipf, ex.seed, 0)
         ex_ids = np.stack([np.stack(src.next(a.batch).ids)
                            for _ in range(a.steps)]).astype(np.uint64)
-        s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
-                               int(ex.hbm_mb * 2**20), int(ex.ddr_mb * 2**20))
-        example = bench_step(cb, s, tables, ex_ids, a)
+        if not a.only:
+            s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
+                                   int(ex.hbm_mb * 2**20),
+                                   int(ex.ddr_mb * 2**20))
+        if not a.only:
+            example = bench_step(cb, s, tables, ex_ids, a)
         step_ids = rng.integers(0, a.rows, (a.steps, a.tables, a.batch),
                                 dtype=np.uint64)
         s, tables = make_store(os.path.join(tmp, "s1"), [a.rows] * a.tables,
                                a.dim)
         ddr = bench_step(cb, s, tables, step_ids, a)
+        if a.only:
+            return
         gather_ids = rng.integers(0, a.gather_rows,
                                   (a.steps, 1, a.gather_batch),
                                   dtype=np.uint64)
