@@ -6,6 +6,12 @@ struct layout the bindings use comes from it.  So when a field is added to
 struct et_stats or the ET_ error codes are renumbered, the bindings follow
 on the next import; only a new function needs a line in FUNCTIONS below.
 
+Beside the library, `make python` builds _tables.c's table-batched calls
+(libembtier_tables.so) and _fast.c's extension module (_embtier_fast.so),
+which the module's [T, B] step calls go through; without them (or with
+$EMBTIER_NO_TABLES or $EMBTIER_NO_FAST set) the same calls are made with
+ctypes.
+
 The header is looked for, in order, at $EMBTIER_HEADER, in the repository
 (python/embtier/../../include), and beside the library (LIBDIR/../include);
 the library at $EMBTIER_LIB, in the repository's build-python/ (`make
