@@ -143,13 +143,23 @@ PYBUILD := build-python
 python: ## Build the library for the Python package (in build-python/)
 	$(Q)$(MAKE) --no-print-directory BUILD=$(PYBUILD) NO_JEMALLOC=1 SAN= \
 		lib $(PYBUILD)/python/libc_baseline.so \
-		$(PYBUILD)/python/libembtier_tables.so
+		$(PYBUILD)/python/libembtier_tables.so \
+		$(PYBUILD)/python/_embtier_fast.so
 
 $(BUILD)/python/libembtier_tables.so: python/embtier/_tables.c $(SHARED)
 	$(call msg,LD,$@)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -shared -o $@ $< -L$(BUILD) -lembtier \
 		-Wl,-rpath,'$$ORIGIN/..' $(ET_LDFLAGS) $(LDFLAGS)
+
+# The CPython extension the module's step calls go through (no library
+# link: python/embtier/_abi.py binds it to _tables.c's functions).
+$(BUILD)/python/_embtier_fast.so: python/embtier/_fast.c
+	$(call msg,LD,$@)
+	$(Q)mkdir -p $(dir $@)
+	$(Q)$(CC) $(ET_CFLAGS) $(CFLAGS) -I$(shell $(PYTHON) -c \
+		'import sysconfig; print(sysconfig.get_paths()["include"])') \
+		-shared -o $@ $< $(LDFLAGS)
 
 $(BUILD)/python/libc_baseline.so: python/bench/c_baseline.c $(SHARED)
 	$(call msg,LD,$@)

@@ -25,7 +25,18 @@ its fastest of --passes passes: the machine is shared, and the minimum is
 what the code costs when little else interferes.  (--interleave step
 alternates step by step, which shares the load more evenly but lets each
 way find the rows the one before it just read in the CPU's caches.)  The binding's own cost is also
-timed alone, with the library's three calls replaced by no-ops.
+timed alone, with the library's calls replaced by no-ops: once step after
+step, its code and data warm in the CPU's caches, and once with each step
+right after a real C step (untimed), as the binding's code runs in a real
+step, after the library's work has evicted it; the difference between the
+two is most of what the module costs over C.  "least torch" is the same
+three C calls the module makes, without its checks or ids copy, in an
+autograd Function: the least any torch module can add.
+
+    perf record -e cpu-clock -F 2000 /usr/bin/python3 \
+        python/bench_overhead.py --only torch    # (or --only c)
+
+runs 3000 all-DDR steps one way only, untimed, for a profiler.
 """
 
 import argparse
@@ -139,24 +150,87 @@ def bench_step(cb, s, tables, ids, a):
     def c_run(k):
         c_run.ns += c_step(k)
 
+    def cold_torch_step(k):
+        # the binding alone, as it runs in a real step: right after the
+        # library's work (here C's whole step, untimed) has been through
+        # the CPU's caches
+        c_step(k)
+        return one(torch_step, k)
+
+    class Trivial(torch.autograd.Function):
+        """What any autograd function costs: a forward that makes the
+        output tensor, a backward that does nothing."""
+
+        @staticmethod
+        def forward(ctx, anchor):
+            return torch.empty(T, B, a.dim, dtype=torch.float32)
+
+        @staticmethod
+        def backward(ctx, g):
+            return None
+
+    anchor = torch.zeros(0, requires_grad=True)
+
+    def cold_trivial(k):
+        c_step(k)
+        t0 = now_ns()
+        Trivial.apply(anchor).backward(grad)
+        return now_ns() - t0
+
+    # the least a torch module can add: the module's three C calls with
+    # no checks, no ids copy, in an autograd Function
+    ab = embtier._abi
+    h, plan, fail = s.handle, ebc._plan, ebc._failed_addr
+
+    class Minimal(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, anchor, ids):
+            out = torch.empty(T, B, a.dim, dtype=torch.float32)
+            ab.plan_gather(h, plan, ids.data_ptr(), B, None, out.data_ptr(),
+                           fail)
+            ctx.ids = ids
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            ab.plan_update(h, plan, ctx.ids.data_ptr(), B, g.data_ptr(),
+                           0.01, 0.0, fail)
+            return None, None
+
+    def minimal_step(k):
+        ab.plan_prefetch(h, plan, tids[(k + 1) % steps].data_ptr(), B)
+        Minimal.apply(anchor, tids[k]).backward(grad)
+
+    if a.only:
+        fn = c_step if a.only == "c" else torch_step
+        for k in range(a.loop):
+            fn(k % steps)
+        s.close()
+        return None
+
     nop = binding_only(cb)
-    runs = [c_run, torch_step, numpy_step, torch_step, numpy_step]
-    best = [float("inf")] * 5
+    runs = [c_run, torch_step, numpy_step, torch_step, numpy_step,
+            cold_torch_step, cold_trivial, minimal_step]
+    timed_by = [None, one, one, one, one, lambda fn, k: fn(k),
+                lambda fn, k: fn(k), one]
+    best = [float("inf")] * len(runs)
     for _ in range(a.passes):
-        tot = [0] * 5
+        tot = [0] * len(runs)
         if a.interleave == "step":
             # every step runs right after the same step of another way,
             # which brought its rows into the CPU's caches: flattering
             for k in range(steps):
                 for i, fn in enumerate(runs):
-                    with nop if i >= 3 else nullcontext():
+                    with nop if i in (3, 4, 5) else nullcontext():
                         c_run.ns = 0
-                        tot[i] += one(fn, k) if i else (c_run(k), c_run.ns)[1]
+                        tot[i] += timed_by[i](fn, k) if i else \
+                            (c_run(k), c_run.ns)[1]
         else:
             for i, fn in enumerate(runs):
-                with nop if i >= 3 else nullcontext():
+                with nop if i in (3, 4, 5) else nullcontext():
                     c_run.ns = 0
-                    t = sum(one(fn, k) for k in range(steps))
+                    t = sum(timed_by[i](fn, k) for k in range(steps)) \
+                        if i else [c_run(k) for k in range(steps)]
                     tot[i] = c_run.ns if i == 0 else t
         best = [min(b, t / steps) for b, t in zip(best, tot)]
     s.close()
@@ -170,6 +244,7 @@ class binding_only:
     what Python, ctypes and torch add, alone."""
 
     NAMES = ("et_gather_pooled", "et_update_pooled", "et_prefetch")
+    PLAN = ("etpy_plan_prefetch", "etpy_plan_gather", "etpy_plan_update")
 
     def __init__(self, cb):
         self.cb = cb
@@ -182,11 +257,12 @@ class binding_only:
         self.tables = embtier._abi.tables_lib
         if self.tables is not None:
             nops = types.SimpleNamespace()
-            for n in ("etpy_gather_pooled", "etpy_update_pooled",
-                      "etpy_prefetch"):
+            for n in self.PLAN + ("etpy_gather_pooled", "etpy_update_pooled",
+                                  "etpy_prefetch"):
                 setattr(nops, n, self.nop("cb_nop_" + n,
                                           getattr(self.tables, n)))
             embtier._abi.tables_lib = nops
+            embtier._abi.bind_plan(*(getattr(nops, n) for n in self.PLAN))
 
     def nop(self, name, f):
         nop = getattr(self.cb, name)
@@ -197,6 +273,9 @@ class binding_only:
         for n, f in zip(self.NAMES, self.saved):
             setattr(embtier._abi.lib, n, f)
         embtier._abi.tables_lib = self.tables
+        if self.tables is not None:
+            embtier._abi.bind_plan(*(getattr(self.tables, n)
+                                     for n in self.PLAN))
 
 
 def bench_gather(cb, d, ids, a):
@@ -219,12 +298,16 @@ def bench_gather(cb, d, ids, a):
 
 
 def report_step(title, res, a):
-    c_step, py_torch, py_numpy, bind_torch, bind_numpy = res
+    c_step, py_torch, py_numpy, bind_torch, bind_numpy, cold, trivial, \
+        minimal = res
     print(f"{title}: {a.tables} tables, batch {a.batch}, dim {a.dim}; "
           f"prefetch + pooled gather + fused update")
     print(f"  C             {c_step / 1e3:9.1f} us/step")
     print(f"  torch module  {py_torch / 1e3:9.1f} us/step   overhead "
           f"{(py_torch / c_step - 1) * 100:+.1f}%")
+    print(f"  least torch   {minimal / 1e3:9.1f} us/step   overhead "
+          f"{(minimal / c_step - 1) * 100:+.1f}%   (the module's C calls "
+          f"alone in an autograd Function)")
     print(f"  numpy API     {py_numpy / 1e3:9.1f} us/step   overhead "
           f"{(py_numpy / c_step - 1) * 100:+.1f}%")
     print("  the binding alone (library calls replaced by no-ops):")
@@ -232,6 +315,11 @@ def report_step(title, res, a):
           f"= {bind_torch / c_step * 100:.1f}% of the C step")
     print(f"  numpy API     {bind_numpy / 1e3:9.1f} us/step   "
           f"= {bind_numpy / c_step * 100:.1f}% of the C step")
+    print(f"  torch module, each step right after C's (untimed): "
+          f"{cold / 1e3:.1f} us/step = {cold / c_step * 100:.1f}%")
+    print(f"    of which torch's autograd alone (an empty Function's apply "
+          f"and backward): {trivial / 1e3:.1f} us/step = "
+          f"{trivial / c_step * 100:.1f}%")
 
 
 def main():
@@ -255,6 +343,11 @@ def main():
     ap.add_argument("--interleave", choices=("pass", "step"), default="pass",
                     help="alternate C and Python pass by pass (default) or "
                     "step by step")
+    ap.add_argument("--only", choices=("c", "torch"),
+                    help="for a profiler (perf record): only --loop steps "
+                    "of the all-DDR step, from C or from the torch module, "
+                    "and no timing")
+    ap.add_argument("--loop", type=int, default=3000)
     a = ap.parse_args()
     cb = load_baseline()
     global now_ns
@@ -274,14 +367,19 @@ def main():
         src = dlrm.Synthetic(rows, ex.hot, ex.zipf, ex.seed, 0)
         ex_ids = np.stack([np.stack(src.next(a.batch).ids)
                            for _ in range(a.steps)]).astype(np.uint64)
-        s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
-                               int(ex.hbm_mb * 2**20), int(ex.ddr_mb * 2**20))
-        example = bench_step(cb, s, tables, ex_ids, a)
+        if not a.only:
+            s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
+                                   int(ex.hbm_mb * 2**20),
+                                   int(ex.ddr_mb * 2**20))
+        if not a.only:
+            example = bench_step(cb, s, tables, ex_ids, a)
         step_ids = rng.integers(0, a.rows, (a.steps, a.tables, a.batch),
                                 dtype=np.uint64)
         s, tables = make_store(os.path.join(tmp, "s1"), [a.rows] * a.tables,
                                a.dim)
         ddr = bench_step(cb, s, tables, step_ids, a)
+        if a.only:
+            return
         gather_ids = rng.integers(0, a.gather_rows,
                                   (a.steps, 1, a.gather_batch),
                                   dtype=np.uint64)

@@ -4,11 +4,12 @@
 # Set ET_DEPS_EXTRA to add packages (CI adds the sanitizer runtime and
 # Open MPI for the MPI tests).
 # The Python package (python/) uses Debian's numpy, torch and pytest, for
-# Debian's interpreter, /usr/bin/python3.
+# Debian's interpreter, /usr/bin/python3; python3-dev for its small C
+# extension (python/embtier/_fast.c).
 set -eu
 pkgs="build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev
-libcmocka-dev libopenblas-dev python3 python3-numpy python3-torch
-python3-pytest ${ET_DEPS_EXTRA:-}"
+libcmocka-dev libopenblas-dev python3 python3-dev python3-numpy
+python3-torch python3-pytest ${ET_DEPS_EXTRA:-}"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -169,3 +169,36 @@ int cb_nop_etpy_prefetch(et_store *s, size_t ntables, const int *tid,
 {
 	return 0;
 }
+
+/* And of its plan's calls. */
+struct etpy_plan;
+int cb_nop_etpy_plan_prefetch(et_store *s, struct etpy_plan *p,
+			      const uint64_t *ids, size_t n);
+int cb_nop_etpy_plan_gather(et_store *s, struct etpy_plan *p,
+			    const uint64_t *ids, size_t nbags,
+			    uint64_t *ids_copy, float *out, size_t *failed);
+int cb_nop_etpy_plan_update(et_store *s, struct etpy_plan *p,
+			    const uint64_t *ids, size_t nbags,
+			    const float *grads, float lr, float eps,
+			    size_t *failed);
+
+int cb_nop_etpy_plan_prefetch(et_store *s, struct etpy_plan *p,
+			      const uint64_t *ids, size_t n)
+{
+	return 0;
+}
+
+int cb_nop_etpy_plan_gather(et_store *s, struct etpy_plan *p,
+			    const uint64_t *ids, size_t nbags,
+			    uint64_t *ids_copy, float *out, size_t *failed)
+{
+	return 0;
+}
+
+int cb_nop_etpy_plan_update(et_store *s, struct etpy_plan *p,
+			    const uint64_t *ids, size_t nbags,
+			    const float *grads, float lr, float eps,
+			    size_t *failed)
+{
+	return 0;
+}

@@ -6,6 +6,12 @@ struct layout the bindings use comes from it.  So when a field is added to
 struct et_stats or the ET_ error codes are renumbered, the bindings follow
 on the next import; only a new function needs a line in FUNCTIONS below.
 
+Beside the library, `make python` builds _tables.c's table-batched calls
+(libembtier_tables.so) and _fast.c's extension module (_embtier_fast.so),
+which the module's [T, B] step calls go through; without them (or with
+$EMBTIER_NO_TABLES or $EMBTIER_NO_FAST set) the same calls are made with
+ctypes.
+
 The header is looked for, in order, at $EMBTIER_HEADER, in the repository
 (python/embtier/../../include), and beside the library (LIBDIR/../include);
 the library at $EMBTIER_LIB, in the repository's build-python/ (`make
@@ -291,12 +297,56 @@ def _load_tables():
     t.etpy_gather_pooled.argtypes = common + [_P, _P]
     t.etpy_update_pooled.argtypes = common + [_P, _P, _P]
     t.etpy_prefetch.argtypes = [_P, _Z, _P, _P, _Z]
-    for f in (t.etpy_gather_pooled, t.etpy_update_pooled, t.etpy_prefetch):
+    t.etpy_plan_prefetch.argtypes = [_P, _P, _P, _Z]
+    t.etpy_plan_gather.argtypes = [_P, _P, _P, _Z, _P, _P, _P]
+    t.etpy_plan_update.argtypes = [_P, _P, _P, _Z, _P, ctypes.c_float,
+                                   ctypes.c_float, _P]
+    for f in (t.etpy_gather_pooled, t.etpy_update_pooled, t.etpy_prefetch,
+              t.etpy_plan_prefetch, t.etpy_plan_gather, t.etpy_plan_update):
         f.restype = _I
+    t.etpy_plan_new.argtypes = [_Z, _P, _P, _I]
+    t.etpy_plan_new.restype = _P
+    t.etpy_plan_free.argtypes = [_P]
+    t.etpy_plan_free.restype = None
     return t
 
 
 tables_lib = _load_tables()
+
+
+def _load_fast():
+    """build-python/python/_embtier_fast.so (_fast.c), or None."""
+    if tables_lib is None or os.environ.get("EMBTIER_NO_FAST"):
+        return None
+    import importlib.util
+    path = os.path.join(os.path.dirname(tables_lib._name), "_embtier_fast.so")
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location("_embtier_fast", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bind_plan(prefetch, gather, update):
+    """Makes plan_prefetch, plan_gather and plan_update (what the module's
+    step calls) these three ctypes functions of _tables.c's plan calls'
+    signatures: through _fast.c's module if it is built, else directly."""
+    global plan_prefetch, plan_gather, plan_update
+    if fast is not None:
+        fast.bind(*(ctypes.cast(f, ctypes.c_void_p).value
+                    for f in (prefetch, gather, update)))
+        plan_prefetch, plan_gather, plan_update = \
+            fast.prefetch, fast.gather, fast.update
+    else:
+        plan_prefetch, plan_gather, plan_update = prefetch, gather, update
+
+
+fast = _load_fast()
+plan_prefetch = plan_gather = plan_update = None
+if tables_lib is not None:
+    bind_plan(tables_lib.etpy_plan_prefetch, tables_lib.etpy_plan_gather,
+              tables_lib.etpy_plan_update)
 
 HEADER = Header(_find_header(LIB_PATH))
 STRUCTS = HEADER.build_structs()

@@ -26,6 +26,7 @@ tables have dim D, else a tuple of [B, D_t] tensors.
 
 import ctypes
 import re
+import weakref
 
 import numpy as np
 import torch
@@ -46,6 +47,10 @@ def _as_np(x):
     return x
 
 
+_TWICE = "EmbeddingBagCollection: a second backward through the same " \
+    "forward (the rows were updated by the first)"
+
+
 class _Lookup(torch.autograd.Function):
     """forward: pooled gathers; backward: fused updates, no gradient."""
 
@@ -57,9 +62,57 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.ebc._update(ctx.batch, grad)
-        ctx.batch = None
+        if ctx.batch is None:
+            raise RuntimeError(_TWICE)
+        batch, ctx.batch = ctx.batch, None
+        ctx.ebc._update(batch, grad)
         return None, None, None
+
+
+class _Lookup2D(torch.autograd.Function):
+    """The same for a [T, B] int64 tensor of ids (the common case), with
+    one C call each way through the module's plan (_tables.c): the forward
+    copies the ids into a buffer of the module's pool and gathers from
+    it; the backward updates the rows of that copy and only then gives
+    the buffer back to the pool, so a later forward can never overwrite
+    ids a pending backward still needs (a graph dropped without backward
+    keeps its buffer, which goes with it).  The output is a fresh tensor
+    every step: it may be saved by the caller's autograd graph."""
+
+    @staticmethod
+    def forward(ctx, anchor, ebc, ids, nbags):
+        pool = ebc._idpool
+        buf = pool.pop() if pool else None
+        if buf is None or buf[2] != nbags:
+            a = np.empty(ebc._ntables * nbags, np.uint64)
+            buf = (a, _ptr(a), nbags)
+        out = torch.empty(ebc._ntables, nbags, ebc.dims[0],
+                          dtype=torch.float32)
+        ret = _abi.plan_gather(ebc.store.handle, ebc._plan, ids.data_ptr(),
+                               nbags, buf[1], out.data_ptr(),
+                               ebc._failed_addr)
+        if ret:
+            ebc._raise(ret, "et_gather_pooled")
+        ctx.state = (ebc, buf)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        ebc, buf = ctx.state
+        if buf is None:
+            raise RuntimeError(_TWICE)
+        ctx.state = (ebc, None)
+        if grad.dtype is not torch.float32 or not grad.is_contiguous():
+            grad = grad.float().contiguous()
+        ret = _abi.plan_update(ebc.store.handle, ebc._plan, buf[1], buf[2],
+                               grad.data_ptr(), ebc.lr, ebc.eps,
+                               ebc._failed_addr)
+        # only now may a later forward overwrite these ids
+        if len(ebc._idpool) < 4:
+            ebc._idpool.append(buf)
+        if ret:
+            ebc._raise(ret, "et_update_pooled")
+        return None, None, None, None
 
 
 class EmbeddingBagCollection(torch.nn.Module):
@@ -104,6 +157,18 @@ class EmbeddingBagCollection(torch.nn.Module):
         self._dims_ptr = _ptr(self._dims_np)
         self._failed = ctypes.c_size_t()
         self._failed_ref = ctypes.byref(self._failed)
+        self._failed_addr = ctypes.addressof(self._failed)
+        # the plan of the [T, B] tensor path (_tables.c): built once
+        self._ntables = T
+        self._idpool = []
+        self._plan = None
+        tl = _abi.tables_lib
+        if tl is not None and self._uniform:
+            self._plan = tl.etpy_plan_new(T, self._tid_ptr, self._dims_ptr,
+                                          self._mode)
+            if not self._plan:
+                raise MemoryError("EmbeddingBagCollection")
+            weakref.finalize(self, tl.etpy_plan_free, self._plan)
 
     def extra_repr(self):
         return f"tables={[t.name for t in self.tables]}, dims={self.dims}, " \
@@ -210,16 +275,7 @@ class EmbeddingBagCollection(torch.nn.Module):
             else:
                 ret = tl.etpy_update_pooled(*args, up, self._failed_ref)
             if ret:
-                detail = errdetail()
-                k = self._failed.value
-                if k >= len(self.tables):
-                    # a multi-table call's words name batch[k]
-                    m = re.search(r"batch\[(\d+)\]", detail)
-                    k = int(m.group(1)) if m else len(self.tables)
-                where = (f"table {self.tables[k].name!r}"
-                         if k < len(self.tables) else "")
-                raise EmbtierError(ret, name, "; ".join(
-                    x for x in (where, detail) if x))
+                self._raise(ret, name)
             return
         fn = getattr(lib, name)
         for k, (tid, dim) in enumerate(zip(self._ids, self.dims)):
@@ -232,6 +288,36 @@ class EmbeddingBagCollection(torch.nn.Module):
                                    f"table {self.tables[k].name!r}")
             data += nbags * dim * 4
 
+    def _raise(self, ret, name):
+        """The EmbtierError of a table-batched call: the table it names."""
+        detail = errdetail()
+        k = self._failed.value
+        if k >= len(self.tables):
+            # a multi-table call's words name batch[k]
+            m = re.search(r"batch\[(\d+)\]", detail)
+            k = int(m.group(1)) if m else len(self.tables)
+        where = (f"table {self.tables[k].name!r}"
+                 if k < len(self.tables) else "")
+        raise EmbtierError(ret, name, "; ".join(
+            x for x in (where, detail) if x))
+
+    def _plan_call(self, fn, name, *args):
+        ret = fn(self.store.handle, self._plan, *args, self._failed_addr)
+        if ret:
+            self._raise(ret, name)
+
+    def _nbags2d(self, ids):
+        """B if ids is a C-contiguous [T, B] int64 CPU tensor and the
+        module has a plan, else -1 (the general path's checks apply)."""
+        if self._plan is None or type(ids) is not torch.Tensor or \
+                ids.dtype is not torch.int64 or not ids.is_cpu:
+            return -1
+        sh = ids.shape
+        if len(sh) != 2 or sh[0] != self._ntables or \
+                not ids.is_contiguous():
+            return -1
+        return sh[1]
+
     def _shape(self, flat, nbags):
         if self._uniform:
             return flat.view(len(self.tables), nbags, self.dims[0])
@@ -239,6 +325,16 @@ class EmbeddingBagCollection(torch.nn.Module):
         return tuple(x.view(nbags, d) for x, d in zip(parts, self.dims))
 
     def forward(self, ids, offsets=None):
+        nbags = -1 if offsets is not None else self._nbags2d(ids)
+        if nbags >= 0:
+            if torch.is_grad_enabled() and self.training:
+                return _Lookup2D.apply(self._anchor, self, ids, nbags)
+            out = torch.empty(self._ntables, nbags, self.dims[0],
+                              dtype=torch.float32)
+            self._plan_call(_abi.plan_gather,
+                            "et_gather_pooled", ids.data_ptr(), nbags, None,
+                            out.data_ptr())
+            return out
         if torch.is_grad_enabled() and self.training:
             batch = self._batch(ids, offsets, True)
             flat = _Lookup.apply(self._anchor, self, batch)
@@ -250,6 +346,13 @@ class EmbeddingBagCollection(torch.nn.Module):
     def prefetch(self, ids):
         """et_prefetch of the next batch's ids (a list of per-table 1-D
         tensors or arrays, or a [T, B] tensor); returns at once."""
+        n = self._nbags2d(ids)
+        if n >= 0:
+            ret = _abi.plan_prefetch(
+                self.store.handle, self._plan, ids.data_ptr(), n)
+            if ret:
+                raise EmbtierError(ret, "et_prefetch")
+            return
         T = len(self.tables)
         pf = self._pf_np
         tl = _abi.tables_lib

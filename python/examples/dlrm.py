@@ -54,12 +54,15 @@ NCAT = 26
 
 class Batch:
     """dense [B, 13] float32, label [B], and per table ids (int64) and
-    offsets (int64, B + 1); truth: the teacher's logit (synthetic)."""
+    offsets (int64, B + 1), or, with one id per bag (offsets None), the
+    ids as one [T, B] int64 tensor (the module's fastest form); truth: the
+    teacher's logit (synthetic)."""
 
     def __init__(self, dense, label, ids, offsets, truth=None):
         self.dense = torch.from_numpy(dense)
         self.label = torch.from_numpy(label)
-        self.ids = [torch.from_numpy(i) for i in ids]
+        self.ids = torch.from_numpy(np.stack(ids)) if offsets is None else \
+            [torch.from_numpy(i) for i in ids]
         self.offsets = None if offsets is None else \
             [torch.from_numpy(o) for o in offsets]
         self.truth = truth

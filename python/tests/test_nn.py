@@ -39,14 +39,22 @@ def batches(rng, ntables, nbags, steps):
         yield ids, offs
 
 
-@pytest.fixture(params=["batched", "per-table"])
+@pytest.fixture(params=["batched", "batched-ctypes", "per-table"])
 def calls(request, monkeypatch):
-    """The module's two ways to call the library: _tables.c's
-    table-batched calls, or one ctypes call per table."""
+    """The module's ways to call the library: _tables.c's table-batched
+    calls (a [T, B] tensor's through _fast.c's extension, or through
+    ctypes), or one ctypes call per table."""
     if request.param == "per-table":
         monkeypatch.setattr(embtier._abi, "tables_lib", None)
-    elif embtier._abi.tables_lib is None:
-        pytest.fail("libembtier_tables.so not built: run `make python`")
+        return request.param
+    tl = embtier._abi.tables_lib
+    if tl is None or embtier._abi.fast is None:
+        pytest.fail("libembtier_tables.so or _embtier_fast.so not built: "
+                    "run `make python`")
+    if request.param == "batched-ctypes":
+        for n in ("prefetch", "gather", "update"):
+            monkeypatch.setattr(embtier._abi, "plan_" + n,
+                                getattr(tl, "etpy_plan_" + n))
     return request.param
 
 
@@ -141,3 +149,45 @@ def test_forms_of_input(store_dir, calls):
         ebc.prefetch(torch.tensor([[5, 6], [7, 8]]))
         ebc.prefetch([np.array([1]), [2, 3]])
         assert s.stats()["prefetch_calls"] == 2
+
+
+def test_pending_graphs(store_dir, calls):
+    """Two forwards before their backwards (gradient accumulation), in
+    either order: each backward updates the rows of its own forward's ids
+    and the outputs are never overwritten; a second backward through one
+    forward is refused. The same steps through the per-table calls of
+    Store give the same bits."""
+    rng = np.random.default_rng(3)
+    ids = [torch.from_numpy(rng.integers(0, ROWS, (2, 5))) for _ in range(4)]
+    grads = [torch.from_numpy(rng.standard_normal((2, 5, DIM),
+                                                  dtype=np.float32))
+             for _ in range(4)]
+    weights = []
+    for way in ("module", "store"):
+        with embtier.Store(f"{store_dir}-{way}", ddr_bytes=4 << 20) as s:
+            tables = [s.create_table(f"t{i}", rows=ROWS, dim=DIM,
+                                     optim="rowwise_adagrad",
+                                     init="uniform", seed=i)
+                      for i in range(2)]
+            ebc = EmbeddingBagCollection(s, tables, lr=LR)
+            one = np.arange(6, dtype=np.uint64)
+            for order in ((0, 1), (1, 0)):
+                k = 2 * order[0]
+                if way == "store":
+                    for j in order:
+                        for t in range(2):
+                            s.update_pooled(tables[t], ids[k + j][t].numpy(),
+                                            one, grads[k + j][t].numpy(),
+                                            lr=LR)
+                    continue
+                ys = [ebc(ids[k]), ebc(ids[k + 1])]
+                saved = [y.detach().clone() for y in ys]
+                for j in order:
+                    ys[j].backward(grads[k + j], retain_graph=True)
+                for y, c in zip(ys, saved):
+                    assert torch.equal(y.detach(), c)
+                with pytest.raises(RuntimeError, match="second backward"):
+                    ys[0].backward(grads[k])
+            weights.append([t.gather(np.arange(ROWS)) for t in tables])
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
