@@ -586,8 +586,11 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 			       (double)p[i].cap_rows / (double)distinct);
 			for (size_t k = 0; k < ns; k++)
 				printf(",%.6f", p[i].miss[k]);
-			printf(",%.6f,%.6f,%.6f\n", p[i].oracle, p[i].opt,
-			       floor_ratio);
+			if (p[i].oracle >= 0) /* else an empty field */
+				printf(",%.6f", p[i].oracle);
+			else
+				printf(",");
+			printf(",%.6f,%.6f\n", p[i].opt, floor_ratio);
 		}
 		return;
 	}

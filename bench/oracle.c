@@ -50,7 +50,7 @@ static void omap_phase(struct omap *m, const struct wl_gen *g, uint64_t batch)
 }
 
 /* The max-heap h[0..n) of slots of m, by priority. */
-static void heap_down(const struct omap *m, uint64_t *h, size_t n, size_t i)
+static void omap_down(const struct omap *m, uint64_t *h, size_t n, size_t i)
 {
 	uint64_t v = h[i];
 
@@ -69,7 +69,7 @@ static void heap_down(const struct omap *m, uint64_t *h, size_t n, size_t i)
 	h[i] = v;
 }
 
-static void heap_up(const struct omap *m, uint64_t *h, size_t i)
+static void omap_up(const struct omap *m, uint64_t *h, size_t i)
 {
 	uint64_t v = h[i];
 
@@ -118,7 +118,7 @@ int oracle_misses(const struct wl_gen *g, const uint64_t *keys,
 		if (ph != phase) {
 			omap_phase(&m, g, b);
 			for (size_t i = n / 2; i-- > 0;)
-				heap_down(&m, h, n, i);
+				omap_down(&m, h, n, i);
 			phase = ph;
 		}
 		for (size_t i = bstart[b]; i < bstart[b + 1]; i++) {
@@ -130,11 +130,11 @@ int oracle_misses(const struct wl_gen *g, const uint64_t *keys,
 			if (n == cap) { /* the least probable goes */
 				m.res[h[0]] = 0;
 				h[0] = h[--n];
-				heap_down(&m, h, n, 0);
+				omap_down(&m, h, n, 0);
 			}
 			m.res[s] = 1;
 			h[n] = s;
-			heap_up(&m, h, n++);
+			omap_up(&m, h, n++);
 		}
 	}
 	*misses = miss;
