@@ -31,7 +31,9 @@
  * turnover missed like LRU, every 4 missed 0.670, every 16 0.636; on its
  * shift trace (the ranks move every 10 batches) 4 and 16 both missed more
  * than LRU at 25%. The state the sketch needs is in the cache's clock, so
- * a hit stays one word written.
+ * a hit stays one word written. A sudden change of popularity is left to
+ * the cache: when its hit ratio collapses it moves the clock on by
+ * TLFU_DRIFT (policy_drift in policy.h), and every count reads 0.
  *
  * The victim is the eligible way with the lowest count, then the oldest
  * access, then the lowest way: in-cache eviction by frequency, which is
