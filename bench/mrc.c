@@ -15,6 +15,13 @@
  * rows, so it is a lower bound, not a policy the store could run. The
  * compulsory floor (distinct keys / lookups) bounds every curve.
  *
+ * On the zipf and shift generators a second reference, the oracle
+ * (oracle.h), runs A0 on the same lookups: it knows the generator's
+ * distribution (not its draws) and evicts the least probable row. It is
+ * what an online policy can expect at best; its ratio to Belady's is
+ * printed beside the best online policy's and the best with the largest
+ * window.
+ *
  * Sizes: --sizes A,B,... (DDR bytes), or --points N (default 8) capacities
  * spaced by powers of two down from the trace's distinct rows.
  *
@@ -33,6 +40,7 @@
 #include <unistd.h>
 
 #include "belady.h"
+#include "oracle.h"
 #include "bench.h"
 #include "cli.h"
 #include "progress.h"
@@ -50,6 +58,7 @@ struct point {
 	uint64_t ddr_bytes, cap_rows;
 	double miss[MAX_SERIES]; /* miss ratio of each series; < 0: not run */
 	double opt;		 /* Belady's; < 0: not run */
+	double oracle;		 /* the distribution oracle's; < 0: none */
 };
 
 /* The series asked for, in the order of the policies' values. */
@@ -114,9 +123,10 @@ static int keycmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Each call's distinct ids in first-appearance order, as keys. */
+/* Each call's distinct ids in first-appearance order, as keys; batch b's
+ * are (*out)[bstart[b] .. bstart[b + 1]) (bstart: nb + 1 entries). */
 static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
-		   size_t *n)
+		   size_t *n, size_t *bstart)
 {
 	size_t total = 0, k = 0, hcap = 16;
 	uint64_t *keys, *h;
@@ -135,6 +145,7 @@ static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
 		return -ENOMEM;
 	}
 	for (uint64_t i = 0; i < nb; i++) {
+		bstart[i] = k;
 		for (uint32_t j = 0; j < bs[i].count; j++) {
 			const struct wl_table_ids *t = &bs[i].t[j];
 			size_t cap = 16;
@@ -157,6 +168,7 @@ static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
 			}
 		}
 	}
+	bstart[nb] = k;
 	free(h);
 	*out = keys;
 	*n = k;
@@ -352,6 +364,8 @@ static int hits(const struct bench_opts *o, struct tables *tb,
 	return 0;
 }
 
+static bool has_oracle(const struct point *p, size_t np);
+
 static bool find_gnuplot(void)
 {
 	const char *path = getenv("PATH");
@@ -394,7 +408,7 @@ static void plot(const struct bench_opts *o, const struct series *se, size_t ns,
 		fprintf(f, "%" PRIu64 " %.6f", p[i].cap_rows, p[i].opt);
 		for (size_t k = 0; k < ns; k++)
 			fprintf(f, " %.6f", p[i].miss[k]);
-		fprintf(f, "\n");
+		fprintf(f, " %.6f\n", p[i].oracle);
 	}
 	fclose(f);
 	gp = popen("gnuplot", "w");
@@ -426,6 +440,12 @@ static void plot(const struct bench_opts *o, const struct series *se, size_t ns,
 			"'%s' using 1:($2 < 0 ? NaN : $2) with "
 			"linespoints lw 2 title 'Belady MIN (fully assoc.)', ",
 			data);
+	if (has_oracle(p, np))
+		fprintf(gp,
+			"'%s' using 1:($%zu < 0 ? NaN : $%zu) with "
+			"linespoints lw 2 title 'oracle (A0, knows the "
+			"distribution)', ",
+			data, ns + 3, ns + 3);
 	fprintf(gp, "%.6f with lines dashtype 2 title 'compulsory'\n",
 		floor_ratio);
 	st = pclose(gp);
@@ -463,6 +483,68 @@ static int parse_sizes(const char *s, uint64_t **out, size_t *n)
 	return k ? 0 : -EINVAL;
 }
 
+static bool has_oracle(const struct point *p, size_t np)
+{
+	for (size_t i = 0; i < np; i++)
+		if (p[i].oracle >= 0)
+			return true;
+	return false;
+}
+
+/* The best series of lookahead la at point i (the least misses); -1 if
+ * none ran. */
+static int best_series(const struct series *se, size_t ns,
+		       const struct point *pt, uint32_t la)
+{
+	int best = -1;
+
+	for (size_t k = 0; k < ns; k++)
+		if (se[k].la == la && pt->miss[k] >= 0 &&
+		    (best < 0 || pt->miss[k] < pt->miss[best]))
+			best = (int)k;
+	return best;
+}
+
+/* Misses as ratios to Belady's: the best online policy (no window), the
+ * oracle, and the best policy with the largest window. */
+static void print_ratios(const struct series *se, size_t ns,
+			 const struct point *p, size_t np, uint64_t distinct)
+{
+	uint32_t kmax = 0;
+
+	for (size_t k = 0; k < ns; k++)
+		if (se[k].la > kmax)
+			kmax = se[k].la;
+	if (!np || p[0].opt <= 0)
+		return;
+	printf("\nmisses / Belady's:\n  %7s %-22s %7s", "of all",
+	       "best online (no window)", "oracle");
+	if (kmax)
+		printf("  best +K%u", kmax);
+	printf("\n");
+	for (size_t i = 0; i < np; i++) {
+		int b = best_series(se, ns, &p[i], 0);
+		int bk = kmax ? best_series(se, ns, &p[i], kmax) : -1;
+		char name[40] = "-";
+
+		if (p[i].opt <= 0)
+			continue;
+		if (b >= 0)
+			snprintf(name, sizeof(name), "%.3fx %s",
+				 p[i].miss[b] / p[i].opt, se[b].name);
+		printf("  %6.1f%% %-22s",
+		       100.0 * (double)p[i].cap_rows / (double)distinct, name);
+		if (p[i].oracle >= 0)
+			printf(" %6.3fx", p[i].oracle / p[i].opt);
+		else
+			printf(" %7s", "-");
+		if (bk >= 0)
+			printf("  %.3fx %s", p[i].miss[bk] / p[i].opt,
+			       se[bk].name);
+		printf("\n");
+	}
+}
+
 static void print_points(const struct bench_opts *o, const struct series *se,
 			 size_t ns, const struct point *p, size_t np,
 			 uint64_t distinct, uint64_t lookups_n, uint64_t nb,
@@ -486,6 +568,8 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 			for (size_t k = 0; k < ns; k++)
 				printf(",\"%s\":%.6f", se[k].name,
 				       p[i].miss[k]);
+			if (p[i].oracle >= 0)
+				printf(",\"oracle\":%.6f", p[i].oracle);
 			printf(",\"belady\":%.6f}", p[i].opt);
 		}
 		printf("]}\n");
@@ -495,13 +579,17 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 		printf("ddr_bytes,capacity_rows,capacity_frac");
 		for (size_t k = 0; k < ns; k++)
 			printf(",%s", se[k].name);
-		printf(",belady,compulsory\n");
+		printf(",oracle,belady,compulsory\n");
 		for (size_t i = 0; i < np; i++) {
 			printf("%" PRIu64 ",%" PRIu64 ",%.6f", p[i].ddr_bytes,
 			       p[i].cap_rows,
 			       (double)p[i].cap_rows / (double)distinct);
 			for (size_t k = 0; k < ns; k++)
 				printf(",%.6f", p[i].miss[k]);
+			if (p[i].oracle >= 0) /* else an empty field */
+				printf(",%.6f", p[i].oracle);
+			else
+				printf(",");
 			printf(",%.6f,%.6f\n", p[i].opt, floor_ratio);
 		}
 		return;
@@ -513,11 +601,19 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 	       cli_human_count((double)distinct, b2, sizeof(b2)), floor_ratio);
 	printf("store:    no HBM, DDR of each size below, %u ways; cold "
 	       "start; +K = lookahead window of K batches; Belady = MIN, "
-	       "fully associative, same capacity\n\n",
+	       "fully associative, same capacity\n",
 	       o->ways ? o->ways : 16);
+	if (has_oracle(p, np))
+		printf("oracle:   A0, evicting the row least probable under "
+		       "the generator's distribution (of the current phase): "
+		       "it knows the distribution, not the draws, so no "
+		       "online policy can expect fewer misses\n");
+	printf("\n");
 	printf("  %10s %9s %7s", "DDR", "rows", "of all");
 	for (size_t k = 0; k < ns; k++)
 		printf(" %*s", se[k].la ? 11 : 7, se[k].name);
+	if (has_oracle(p, np))
+		printf(" %7s", "oracle");
 	printf(" %7s\n", "Belady");
 	for (size_t i = 0; i < np; i++) {
 		printf("  %10s %9" PRIu64 " %6.1f%%",
@@ -532,11 +628,16 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 			else
 				printf(" %*.4f", w, p[i].miss[k]);
 		}
+		if (p[i].oracle >= 0)
+			printf(" %7.4f", p[i].oracle);
+		else if (has_oracle(p, np))
+			printf(" %7s", "-");
 		if (p[i].opt < 0)
 			printf(" %7s\n", "-");
 		else
 			printf(" %7.4f\n", p[i].opt);
 	}
+	print_ratios(se, ns, p, np, distinct);
 }
 
 int cmd_mrc(const struct bench_opts *o)
@@ -548,6 +649,7 @@ int cmd_mrc(const struct bench_opts *o)
 	struct tables tb;
 	struct wl_gen g;
 	uint64_t nb = 0, want, *keys = NULL, *sorted = NULL, *sizes = NULL;
+	size_t *bstart = NULL;
 	uint64_t distinct = 0, done = 0;
 	size_t nkeys = 0, np = 0, cap_b = 0;
 	uint32_t slot;
@@ -595,7 +697,8 @@ int cmd_mrc(const struct bench_opts *o)
 		}
 		nb++;
 	}
-	if (lookups(bs, nb, &keys, &nkeys))
+	bstart = malloc((nb + 1) * sizeof(*bstart));
+	if (!bstart || lookups(bs, nb, &keys, &nkeys, bstart))
 		goto oom;
 	if (!nkeys) {
 		cli_error("the trace has no ids");
@@ -643,6 +746,7 @@ int cmd_mrc(const struct bench_opts *o)
 
 		pts[i].ddr_bytes = sizes[i];
 		pts[i].opt = -1;
+		pts[i].oracle = -1;
 		for (size_t k = 0; k < MAX_SERIES; k++)
 			pts[i].miss[k] = -1;
 		for (size_t k = 0; k < ns && !ret; k++)
@@ -672,6 +776,16 @@ int cmd_mrc(const struct bench_opts *o)
 			}
 			pts[i].opt = (double)m / (double)nkeys;
 		}
+		if (o->wl.kind == WL_ZIPF || o->wl.kind == WL_SHIFT) {
+			uint64_t m;
+
+			ret = oracle_misses(&g, keys, bstart, nb, cap, &m);
+			if (ret) {
+				cli_error("oracle: %s", strerror(-ret));
+				break;
+			}
+			pts[i].oracle = (double)m / (double)nkeys;
+		}
 	}
 	progress_end(&pg);
 	if (ret || bench_stop)
@@ -693,6 +807,7 @@ out:
 		wl_batch_free(&bs[i]);
 	free(bs);
 	free(keys);
+	free(bstart);
 	free(sizes);
 	free(pts);
 	wl_close(&g);

@@ -137,6 +137,12 @@ uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 	unsigned v;
 
 	c->last_now = now;
+	if (c->pol->drift_ticks) { /* may move the clock on */
+		policy_drift(&c->drift, c->st.hits, c->st.hits + c->st.misses,
+			     cache_slots(c),
+			     (uint64_t)c->pol->drift_ticks * c->clock_div);
+		clock = cache_clock(c, now);
+	}
 	if (c->pol->halve_ticks) {
 		sketch_age(&c->sk, clock / c->pol->halve_ticks);
 		fkey = sketch_add(&c->sk, key);

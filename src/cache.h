@@ -90,6 +90,7 @@ struct cache {
 	struct sketch sk;   /* frequency policies: recent counts (else empty) */
 	const struct lookahead *la; /* the store's window, or NULL */
 	uint64_t last_now;	    /* the access count at the last pick */
+	struct policy_drift drift;  /* its warp moves the policy's clock */
 	struct cache_stats st;
 };
 
@@ -170,7 +171,7 @@ static inline bool cache_pinned(const struct cache *c, uint64_t slot,
 /* The policy's clock at access count now. */
 static inline uint32_t cache_clock(const struct cache *c, uint64_t now)
 {
-	return (uint32_t)(now / c->clock_div);
+	return (uint32_t)((now + c->drift.warp) / c->clock_div);
 }
 
 static inline void cache_touch(struct cache *c, uint64_t slot, uint64_t now)

@@ -53,7 +53,31 @@ struct policy_ops {
 	 * part). NULL: victim() decides and the set keeps its labels. */
 	unsigned (*evict)(uint32_t *st, unsigned ways, uint64_t eligible,
 			  uint32_t now);
+	/* Ticks the cache moves the policy's clock on when its hit ratio
+	 * collapses (policy_drift below); 0: never. */
+	uint32_t drift_ticks;
 };
+
+/*
+ * A change of popularity seen from the hit ratio (policy_lru.c): the
+ * cache feeds its cumulative hits and lookups (hits + misses) at each
+ * pick; once per period (a sixteenth of its slots, at least
+ * DRIFT_MIN_PERIOD lookups) the period's hit ratio is compared with the
+ * previous period's, and a fall to under half of it, by more than a tenth,
+ * adds jump (accesses) to warp, which the cache adds to its access count
+ * before turning it into the policy's clock. Every count the policy keeps
+ * then looks as old as it would after that much time: frequencies learnt
+ * under the old popularity stop holding the cache against the new.
+ */
+struct policy_drift {
+	uint64_t warp;		/* accesses added to the clock */
+	uint64_t hits, lookups; /* at the start of the period */
+	uint32_t prev;		/* last period's hit ratio, 1/65536 */
+	uint32_t changes;	/* falls seen */
+};
+
+void policy_drift(struct policy_drift *d, uint64_t hits, uint64_t lookups,
+		  uint64_t slots, uint64_t jump);
 
 #define POLICY_SCALE 1024
 

@@ -8,7 +8,9 @@
  * and matches k^-s / H(n, s), the id bijection is one, the shifting hot set
  * moves only at its period, generators are deterministic, and Belady's MIN
  * gives the textbook miss count and the exhaustive-search optimum on random
- * small traces. The built tool ($ET_BUILD/embtier-bench) is run for --help,
+ * small traces; the distribution oracle (oracle.c) evicts the resident row
+ * of the highest rank, ties between tables to the higher table, with the
+ * ranks of the current shift phase. The built tool ($ET_BUILD/embtier-bench) is run for --help,
  * a usage error, convert and gen; those tests skip, saying so, if it has not
  * been built (`make bench`).
  */
@@ -33,6 +35,7 @@
 #include "util.h"
 
 #include "../bench/belady.c"
+#include "../bench/oracle.c"
 #include "../bench/workload.c"
 
 extern char **environ;
@@ -635,6 +638,74 @@ static void test_generators(void **state)
 	wl_batch_free(&b);
 }
 
+/* ------------------------------------------------------------ oracle */
+
+static uint64_t okey(const struct wl_gen *g, uint32_t t, uint64_t rank,
+		     uint64_t batch)
+{
+	return (uint64_t)(t + 1) << 40 | wl_rank_to_row(g, t, rank, batch);
+}
+
+static void test_oracle(void **state)
+{
+	struct wl_params p = {.kind = WL_ZIPF,
+			      .tables = 2,
+			      .rows = 1000,
+			      .batch = 4,
+			      .pooling = 1,
+			      .zipf_s = 1.15,
+			      .seed = 3};
+	struct wl_gen g;
+	uint64_t k[8], m;
+	size_t b1[2] = {0, 6}, b2[3] = {0, 2, 5};
+
+	(void)state;
+	assert_int_equal(wl_open(&g, &p), 0);
+	/* ranks 3 1 2 3 1 2 of table 0: with room for 2, the miss of 2
+	 * evicts 3 and the miss of 3 evicts 2 (LRU would miss all six) */
+	for (int i = 0; i < 6; i++)
+		k[i] = okey(&g, 0, (uint64_t)(i % 3 == 0 ? 3 : i % 3), 0);
+	assert_int_equal(oracle_misses(&g, k, b1, 1, 2, &m), 0);
+	assert_int_equal(m, 5);
+	assert_int_equal(oracle_misses(&g, k, b1, 1, 3, &m), 0);
+	assert_int_equal(m, 3); /* room for all: the distinct ones */
+	assert_int_equal(oracle_misses(&g, k, b1, 1, 1, &m), 0);
+	assert_int_equal(m, 6);
+	assert_int_equal(oracle_misses(&g, k, b1, 1, 0, &m), -EINVAL);
+	/* rank 1 of table 1 comes before rank 2 of table 0: table 0's
+	 * rank 2 goes, table 1's rank 1 is hit, then it goes for rank 2 */
+	k[0] = okey(&g, 0, 2, 0);
+	k[1] = okey(&g, 1, 1, 0);
+	k[2] = okey(&g, 0, 1, 0);
+	k[3] = okey(&g, 1, 1, 0);
+	k[4] = okey(&g, 0, 2, 0);
+	b1[1] = 5;
+	assert_int_equal(oracle_misses(&g, k, b1, 1, 2, &m), 0);
+	assert_int_equal(m, 4);
+	wl_close(&g);
+
+	/* Shift, every batch by 100 ranks: in batch 1 the rows of batch 0's
+	 * ranks 1 and 2 are improbable; the oracle evicts them first. */
+	p.kind = WL_SHIFT;
+	p.tables = 1;
+	p.shift_every = 1;
+	p.shift_by = 100;
+	assert_int_equal(wl_open(&g, &p), 0);
+	k[0] = okey(&g, 0, 1, 0);
+	k[1] = okey(&g, 0, 2, 0);
+	k[2] = okey(&g, 0, 1, 1);
+	k[3] = okey(&g, 0, 2, 1); /* evicts batch 0's rank 1, not 1's */
+	k[4] = okey(&g, 0, 1, 0);
+	assert_int_equal(oracle_misses(&g, k, b2, 2, 2, &m), 0);
+	assert_int_equal(m, 5);
+	wl_close(&g);
+
+	p.kind = WL_UNIFORM;
+	assert_int_equal(wl_open(&g, &p), 0);
+	assert_int_equal(oracle_misses(&g, k, b2, 2, 2, &m), -ENOTSUP);
+	wl_close(&g);
+}
+
 /* ------------------------------------------------------------ Belady */
 
 static void test_belady_textbook(void **state)
@@ -871,7 +942,7 @@ static void test_tool_mrc_series(void **state)
 			     "--hits",	   "1",		  "--csv",	 NULL};
 	const char *bad1[] = {"mrc", "--policies", "lru,arc", NULL};
 	const char *bad2[] = {"mrc", "--lookahead", "0,33", NULL};
-	double v[4];
+	double v[6];
 	const char *line;
 	struct run r;
 
@@ -883,14 +954,17 @@ static void test_tool_mrc_series(void **state)
 		print_error("%s", r.err);
 	assert_int_equal(r.status, 0);
 	assert_non_null(strstr(r.out, "ddr_bytes,capacity_rows,capacity_frac,"
-				      "lru,lru+K6,tinylfu,tinylfu+K6,belady,"
-				      "compulsory\n"));
+				      "lru,lru+K6,tinylfu,tinylfu+K6,oracle,"
+				      "belady,compulsory\n"));
 	line = strchr(r.out, '\n') + 1;
-	assert_int_equal(sscanf(line, "%*[^,],%*[^,],%*[^,],%lf,%lf,%lf,%lf",
-				&v[0], &v[1], &v[2], &v[3]),
-			 4);
+	assert_int_equal(sscanf(line,
+				"%*[^,],%*[^,],%*[^,],%lf,%lf,%lf,%lf,%lf,%lf",
+				&v[0], &v[1], &v[2], &v[3], &v[4], &v[5]),
+			 6);
 	assert_true(v[1] <= v[0]);
 	assert_true(v[3] <= v[2]);
+	/* Belady is below the oracle, which is below LRU here */
+	assert_true(v[5] <= v[4] && v[4] <= v[0]);
 	run_free(&r);
 	run_tool(&r, bad1);
 	assert_int_equal(r.status, 2);
@@ -976,6 +1050,7 @@ int main(void)
 	    cmocka_unit_test(test_zipf_range_and_skew),
 	    cmocka_unit_test(test_perm_bijective),
 	    cmocka_unit_test(test_generators),
+	    cmocka_unit_test(test_oracle),
 	    cmocka_unit_test(test_belady_textbook),
 	    cmocka_unit_test(test_belady_optimal),
 	    cmocka_unit_test(test_belady_long),

@@ -33,6 +33,10 @@
  * than the victim, taken once it has been seen more often, and never
  * refused when the caller does not ask for admission (prefetch).
  *
+ * Drift (policy_drift in policy_lru.c): a collapse of the hit ratio from
+ * one period to the next moves the policy's clock on, by four halvings for
+ * TinyLFU, so every count, in slots and in the sketch, reads 0.
+ *
  * The lookahead window (lookahead.c through cache_pick, any policy): the
  * victim is a way the window does not use if there is one (the policy
  * choosing among those), else the way used last in it; a missed key that
@@ -737,6 +741,74 @@ static void test_wtlfu_admission(void **state)
 	cache_free(&c);
 }
 
+/* policy_drift: a period's hit ratio under half the last period's and
+ * lower by more than a tenth moves the clock on by the jump, once per
+ * such fall; a steady or rising ratio, a small fall or a fall from a low
+ * ratio does not; periods are a sixteenth of the slots, at least 1024
+ * lookups. */
+static void test_drift(void **state)
+{
+	struct policy_drift d = {0};
+	uint64_t hits = 0, looks = 0;
+
+	(void)state;
+	/* slots 64: the period is 1024 lookups; 1000 are not one */
+	hits += 500, looks += 1000;
+	policy_drift(&d, hits, looks, 64, 77);
+	assert_int_equal(d.prev, 0);
+	hits += 12, looks += 24; /* 512 of 1024: ratio 1/2 */
+	policy_drift(&d, hits, looks, 64, 77);
+	assert_int_equal(d.prev, 32768);
+	assert_int_equal(d.warp, 0);
+	hits += 300, looks += 1024; /* 0.29: not under half */
+	policy_drift(&d, hits, looks, 64, 77);
+	assert_int_equal(d.warp, 0);
+	hits += 100, looks += 1024; /* 0.098: under half, by 0.19 */
+	policy_drift(&d, hits, looks, 64, 77);
+	assert_int_equal(d.warp, 77);
+	assert_int_equal(d.changes, 1);
+	hits += 40, looks += 1024; /* 0.039: under half, by 0.059 only */
+	policy_drift(&d, hits, looks, 64, 77);
+	assert_int_equal(d.warp, 77);
+	hits += 1000, looks += 1024; /* rising */
+	policy_drift(&d, hits, looks, 64, 77);
+	hits += 10, looks += 1024; /* falls again */
+	policy_drift(&d, hits, looks, 64, 77);
+	assert_int_equal(d.warp, 154);
+	assert_int_equal(d.changes, 2);
+	/* 32768 slots: the period is 2048 lookups */
+	hits += 2000, looks += 2047;
+	policy_drift(&d, hits, looks, 32768, 77);
+	assert_int_equal(d.changes, 2);
+	hits += 0, looks += 1;
+	policy_drift(&d, hits, looks, 32768, 77);
+	assert_int_equal(d.prev, (uint32_t)((2000ULL << 16) / 2048));
+}
+
+/* Through a one-set TinyLFU cache: rows whose counts refuse a new key
+ * stop refusing it once the cache's hit ratio collapses (every count and
+ * the sketch aged to 0), and the oldest row goes. */
+static void test_drift_admission(void **state)
+{
+	const struct pinset none = {{0, 0, 0}};
+	struct cache c;
+	uint64_t now = 0;
+	uint64_t newk = cache_key(0, 99);
+
+	one_set(&c, tlfu, &now);
+	for (uint64_t s = 0; s < 4; s++) /* counts 2 */
+		cache_touch(&c, s, ++now);
+	c.st.hits += 900, c.st.misses += 124;
+	assert_int_equal(cache_pick(&c, newk, ++now, &none, true),
+			 CACHE_REJECT);
+	assert_int_equal(c.drift.warp, 0);
+	c.st.misses += 1024; /* a period without a hit */
+	assert_int_equal(cache_pick(&c, newk, ++now, &none, true), 0);
+	assert_int_equal(c.drift.changes, 1);
+	assert_int_equal(c.pol->freq(c.pstate[0], cache_clock(&c, now)), 0);
+	cache_free(&c);
+}
+
 static void test_window(void **state)
 {
 	const struct pinset none = {{0, 0, 0}};
@@ -866,6 +938,8 @@ int main(void)
 	    cmocka_unit_test(test_wtlfu_window),
 	    cmocka_unit_test(test_wtlfu_idle),
 	    cmocka_unit_test(test_wtlfu_admission),
+	    cmocka_unit_test(test_drift),
+	    cmocka_unit_test(test_drift_admission),
 	    cmocka_unit_test(test_window),
 	    cmocka_unit_test(test_window_enomem),
 	    cmocka_unit_test(test_policy_get),
