@@ -55,11 +55,18 @@ static inline uint32_t epoch_of(uint32_t now)
 	return (now / TLFU_TICKS) & 0xf;
 }
 
+/* The slot's count halved once per epoch since it was written. The epoch
+ * field wraps every 16 epochs, the access time every 64: a slot idle for
+ * 4 epochs' ticks or more reads 0 by its time, so that the epoch's wrap
+ * cannot bring an old count back; only an idle stretch of 64 epochs (1024
+ * turnovers, in which every eviction of the set would have chosen it)
+ * could. */
 static inline uint32_t tlfu_count(uint32_t st, uint32_t now)
 {
 	uint32_t d = (epoch_of(now) - ((st >> EPOCH_SHIFT) & 0xf)) & 0xf;
+	uint32_t age = (now - (st >> 12)) & TIME_MASK;
 
-	return d >= 4 ? 0 : (st & 0xf) >> d;
+	return d >= 4 || age >= 4 * TLFU_TICKS ? 0 : (st & 0xf) >> d;
 }
 
 static inline uint32_t pack(uint32_t now, uint32_t count)

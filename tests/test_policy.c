@@ -497,6 +497,11 @@ static void test_tlfu_halving(void **state)
 	tlfu->on_hit(&st, e + 1); /* 12 halved to 6, then one more */
 	assert_int_equal(tlfu->freq(st, e + 2), 7);
 	assert_int_equal(tlfu->freq(st, 2 * e), 3);
+	/* the epoch field wraps after 16: an idle count stays 0 */
+	tlfu->on_insert(&st, 5, 12);
+	for (uint32_t k = 4; k < 64; k++)
+		assert_int_equal(tlfu->freq(st, 5 + k * e), 0);
+	assert_int_equal(wtlfu->freq(st, 5 + 16 * e), 0);
 }
 
 static void test_tlfu_victim(void **state)
