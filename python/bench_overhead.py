@@ -34,12 +34,13 @@ C and Python alternate pass by pass over the same store, and each keeps
 its fastest of --passes passes: the machine is shared, and the minimum is
 what the code costs when little else interferes.  (--interleave step
 alternates step by step, which shares the load more evenly but lets each
-way find the rows the one before it just read in the CPU's caches.)  The binding's own cost is also
-timed alone, with the library's calls replaced by no-ops: once step after
-step, its code and data warm in the CPU's caches, and once with each step
-right after a real C step (untimed), as the binding's code runs in a real
-step, after the library's work has evicted it; the difference between the
-two is most of what the module costs over C.  "least torch" is the same
+way find the rows the one before it just read in the CPU's caches.)  The
+binding's own cost is also timed alone, with the library's calls replaced
+by no-ops: once step after step, its code and data warm in the CPU's
+caches, and once with each step right after a real C step (untimed), as
+the binding's code runs in a real step, after the library's work has
+evicted it; the difference between the two is most of what the module
+costs over C.  "least torch" is the same
 three C calls the module makes, without its checks or ids copy, in an
 autograd Function: the least any torch module can add.
 
@@ -335,24 +336,29 @@ def example_ways(cb, s, tables, batches, ex):
 
 
 def bench_example(cb, s, tables, batches, ex, a):
-    """ns per whole step of the example: the store driven from C, and
-    through the torch module."""
+    """ns per whole step of the example, the store driven from C and
+    through the torch module (the fastest pass of each), and the median
+    over passes of the module's time over C's.  Which way goes first
+    alternates pass by pass (step by step with --interleave step)."""
     import torch
     torch.set_num_threads(1)
     (step_a, _), (step_b, _) = example_ways(cb, s, tables, batches, ex)
     steps = len(batches)
-    best = [float("inf")] * 2
-    for _ in range(a.passes):
+    ways = (step_b, step_a)
+    best, ratios = [float("inf")] * 2, []
+    for p in range(a.passes):
+        tot = [0, 0]
         if a.interleave == "step":
-            tot = [0, 0]
             for k in range(steps):
-                for i, fn in enumerate((step_b, step_a)):
-                    tot[i] += timed(lambda _: fn(k), 1)
+                for i in ((0, 1), (1, 0))[(p + k) % 2]:
+                    tot[i] += timed(lambda _: ways[i](k), 1)
         else:
-            tot = [timed(fn, steps) for fn in (step_b, step_a)]
+            for i in ((0, 1), (1, 0))[p % 2]:
+                tot[i] = timed(ways[i], steps)
         best = [min(b, t / steps) for b, t in zip(best, tot)]
+        ratios.append(tot[1] / tot[0])
     s.close()
-    return best
+    return best + [float(np.median(ratios))]
 
 
 class binding_only:
@@ -520,13 +526,14 @@ def main():
                     f"ids)", ddr, a)
         report_gather(c_gather, py_g, a)
     if a.what != "store":
-        c_whole, py_whole = whole
+        c_whole, py_whole, median = whole
         print(f"example step: python/examples/dlrm.py's whole training "
               f"step, {a.tables} tables, batch {a.batch}, dim {a.dim}, its "
               f"store and data")
         print(f"  C store calls {c_whole / 1e3:9.1f} us/step")
         print(f"  torch module  {py_whole / 1e3:9.1f} us/step   overhead "
-              f"{(py_whole / c_whole - 1) * 100:+.1f}%")
+              f"{(py_whole / c_whole - 1) * 100:+.1f}%   (the median pass: "
+              f"{(median - 1) * 100:+.1f}%)")
 
 
 def report_gather(c_gather, py_g, a):
