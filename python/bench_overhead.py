@@ -40,9 +40,11 @@ by no-ops: once step after step, its code and data warm in the CPU's
 caches, and once with each step right after a real C step (untimed), as
 the binding's code runs in a real step, after the library's work has
 evicted it; the difference between the two is most of what the module
-costs over C.  "least torch" is the same
-three C calls the module makes, without its checks or ids copy, in an
-autograd Function: the least any torch module can add.
+costs over C.  "least torch" is the same three C calls the module makes,
+without its checks or ids copy, in an autograd Function: the least any
+torch module can add.  The example step also prints the median over
+passes of the module's time over C's, and alternates which way goes
+first.
 
     perf record -e cpu-clock -F 2000 /usr/bin/python3 \
         python/bench_overhead.py --only torch    # (or --only c)
