@@ -19,24 +19,39 @@ step    a training step's store work at --batch bags x --tables tables
         et_update_pooled_multi.
 gather  et_gather of --gather-batch ids of one table into a preallocated
         array: Store.gather(ids, out=...) against the C call.
+example step
+        python/examples/dlrm.py's whole training step (bottom MLP, 26
+        embedding bags through the store, interaction, top MLP, loss,
+        backward, Adagrad step) on its store configuration and synthetic
+        batches, two ways in turn on one store: as the example makes it,
+        the embeddings through EmbeddingBagCollection, and the same torch
+        model with the store driven from C (c_baseline.c's
+        cb_prefetch_gather into a preallocated array, the model's leaf
+        tensor; cb_update with that tensor's gradient after the backward).
+        python/tests/test_bench.py checks that both compute the same.
 
 C and Python alternate pass by pass over the same store, and each keeps
 its fastest of --passes passes: the machine is shared, and the minimum is
 what the code costs when little else interferes.  (--interleave step
 alternates step by step, which shares the load more evenly but lets each
-way find the rows the one before it just read in the CPU's caches.)  The binding's own cost is also
-timed alone, with the library's calls replaced by no-ops: once step after
-step, its code and data warm in the CPU's caches, and once with each step
-right after a real C step (untimed), as the binding's code runs in a real
-step, after the library's work has evicted it; the difference between the
-two is most of what the module costs over C.  "least torch" is the same
-three C calls the module makes, without its checks or ids copy, in an
-autograd Function: the least any torch module can add.
+way find the rows the one before it just read in the CPU's caches.)  The
+binding's own cost is also timed alone, with the library's calls replaced
+by no-ops: once step after step, its code and data warm in the CPU's
+caches, and once with each step right after a real C step (untimed), as
+the binding's code runs in a real step, after the library's work has
+evicted it; the difference between the two is most of what the module
+costs over C.  "least torch" is the same three C calls the module makes,
+without its checks or ids copy, in an autograd Function: the least any
+torch module can add.  The example step also prints the median over
+passes of the module's time over C's, and alternates which way goes
+first.
 
     perf record -e cpu-clock -F 2000 /usr/bin/python3 \
         python/bench_overhead.py --only torch    # (or --only c)
 
-runs 3000 all-DDR steps one way only, untimed, for a profiler.
+runs 3000 all-DDR steps one way only, untimed, for a profiler;
+--what store or --what example runs only the first two sections and
+gather, or only the example's step.
 """
 
 import argparse
@@ -53,6 +68,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "examples"))
 import embtier  # noqa: E402
 
 C_BASELINE = os.path.join(os.path.dirname(HERE), "build-python", "python",
@@ -71,6 +87,9 @@ def load_baseline():
     cb.cb_steps.argtypes = [P, P, Z, P, Z, Z, Z, Z, Z, P, P, ctypes.c_float,
                             P, P]
     cb.cb_gather.argtypes = [P, ctypes.c_int, P, Z, Z, P, P]
+    cb.cb_prefetch_gather.argtypes = [P, P, Z, P, P, Z, Z, P, P]
+    cb.cb_update.argtypes = [P, P, Z, P, Z, Z, P, P, ctypes.c_float,
+                             ctypes.c_float]
     return cb
 
 
@@ -237,6 +256,113 @@ def bench_step(cb, s, tables, ids, a):
     return best
 
 
+def example_batches(ex, batch, steps):
+    """steps batches of the example's synthetic training data (its
+    configuration ex: dlrm.parse_args), as the example draws them."""
+    import dlrm
+    src = dlrm.Synthetic(dlrm.table_rows(ex), ex.hot, ex.zipf, ex.seed, 0)
+    return [src.next(batch) for _ in range(steps)]
+
+
+def example_ways(cb, s, tables, batches, ex):
+    """The example's training step, two ways on store s's tables:
+    (a) as python/examples/dlrm.py makes it, the embeddings through
+    EmbeddingBagCollection; (b) the same dense model (the same initial
+    weights), the store driven from C: cb_prefetch_gather before the
+    forward into one preallocated array, which the model reads as a leaf
+    tensor, and cb_update with that tensor's gradient after the backward.
+    Returns ((step_a, model_a), (step_b, model_b)); step(k) trains on
+    batches[k] after prefetching the rows of batches[k + 1] (of
+    batches[0] after the last)."""
+    import torch
+    import dlrm
+    from embtier.nn import EmbeddingBagCollection
+    n, T, D = len(batches), len(tables), tables[0].dim
+    B = len(batches[0].label)
+    lossf = torch.nn.BCEWithLogitsLoss()
+
+    def model(emb):
+        torch.manual_seed(ex.seed)
+        m = dlrm.DLRM(emb, D, ex.bottom, ex.top)
+        return m, torch.optim.Adagrad(m.parameters(), lr=ex.lr)
+
+    ebc = EmbeddingBagCollection(s, tables, lr=ex.emb_lr)
+    model_a, opt_a = model(ebc)
+
+    def step_a(k):
+        ebc.prefetch(batches[(k + 1) % n].ids)
+        batch = batches[k]
+        loss = lossf(model_a(batch), batch.label)
+        opt_a.zero_grad()
+        loss.backward()          # also updates the store's rows
+        opt_a.step()
+
+    out = np.empty((T, B, D), np.float32)
+    emb = torch.from_numpy(out).requires_grad_()
+
+    class Gathered(torch.nn.Module):
+        """In the model's place of the module: what C gathered."""
+
+        def __init__(self):
+            super().__init__()
+            self.tables = tables
+
+        def forward(self, ids, offsets):
+            return emb
+
+    model_b, opt_b = model(Gathered())
+    h, tid = s.handle, (ctypes.c_int * T)(*[t.id for t in tables])
+    offsets = np.arange(B + 1, dtype=np.uint64)
+    # the [T, B] int64 ids tensors, read by C as uint64
+    ids = [b.ids.data_ptr() for b in batches]
+    optr, outp, lr = offsets.ctypes.data, out.ctypes.data, ex.emb_lr
+
+    def step_b(k, keep=offsets):   # keep: optr's array lives as long
+        ret = cb.cb_prefetch_gather(h, tid, T, ids[k], ids[(k + 1) % n], B,
+                                    D, optr, outp)
+        if ret:
+            raise embtier.EmbtierError(ret, "cb_prefetch_gather")
+        batch = batches[k]
+        loss = lossf(model_b(batch), batch.label)
+        opt_b.zero_grad()
+        emb.grad = None
+        loss.backward()
+        g = emb.grad.contiguous()
+        ret = cb.cb_update(h, tid, T, ids[k], B, D, optr, g.data_ptr(), lr,
+                           0.0)
+        if ret:
+            raise embtier.EmbtierError(ret, "cb_update")
+        opt_b.step()
+
+    return (step_a, model_a), (step_b, model_b)
+
+
+def bench_example(cb, s, tables, batches, ex, a):
+    """ns per whole step of the example, the store driven from C and
+    through the torch module (the fastest pass of each), and the median
+    over passes of the module's time over C's.  Which way goes first
+    alternates pass by pass (step by step with --interleave step)."""
+    import torch
+    torch.set_num_threads(1)
+    (step_a, _), (step_b, _) = example_ways(cb, s, tables, batches, ex)
+    steps = len(batches)
+    ways = (step_b, step_a)
+    best, ratios = [float("inf")] * 2, []
+    for p in range(a.passes):
+        tot = [0, 0]
+        if a.interleave == "step":
+            for k in range(steps):
+                for i in ((0, 1), (1, 0))[(p + k) % 2]:
+                    tot[i] += timed(lambda _: ways[i](k), 1)
+        else:
+            for i in ((0, 1), (1, 0))[p % 2]:
+                tot[i] = timed(ways[i], steps)
+        best = [min(b, t / steps) for b, t in zip(best, tot)]
+        ratios.append(tot[1] / tot[0])
+    s.close()
+    return best + [float(np.median(ratios))]
+
+
 class binding_only:
     """Within it, the package's et_gather_pooled, et_update_pooled and
     et_prefetch, and its table-batched calls (_tables.c), do nothing
@@ -348,6 +474,10 @@ def main():
                     "of the all-DDR step, from C or from the torch module, "
                     "and no timing")
     ap.add_argument("--loop", type=int, default=3000)
+    ap.add_argument("--what", choices=("all", "store", "example"),
+                    default="all", help="store: the store's part of a step "
+                    "and gather only; example: the example's whole step "
+                    "only")
     a = ap.parse_args()
     cb = load_baseline()
     global now_ns
@@ -357,40 +487,58 @@ def main():
     rng = np.random.default_rng(a.seed)
     tmp = tempfile.mkdtemp(prefix="embtier-bench.", dir=os.environ.get(
         "TMPDIR", "/var/tmp"))
+    store = a.what != "example"
     try:
         # the example's workload: its store, tables and synthetic ids
-        sys.path.insert(0, os.path.join(HERE, "examples"))
         import dlrm
         ex = dlrm.parse_args(["--tables", str(a.tables), "--dim",
                               str(a.dim)])
         rows = dlrm.table_rows(ex)
-        src = dlrm.Synthetic(rows, ex.hot, ex.zipf, ex.seed, 0)
-        ex_ids = np.stack([np.stack(src.next(a.batch).ids)
-                           for _ in range(a.steps)]).astype(np.uint64)
-        if not a.only:
+        hbm, ddr_bytes = int(ex.hbm_mb * 2**20), int(ex.ddr_mb * 2**20)
+        batches = example_batches(ex, a.batch, a.steps)
+        ex_ids = np.stack([b.ids.numpy() for b in batches]).astype(np.uint64)
+        if store and not a.only:
             s, tables = make_store(os.path.join(tmp, "s0"), rows, a.dim,
-                                   int(ex.hbm_mb * 2**20),
-                                   int(ex.ddr_mb * 2**20))
-        if not a.only:
+                                   hbm, ddr_bytes)
             example = bench_step(cb, s, tables, ex_ids, a)
-        step_ids = rng.integers(0, a.rows, (a.steps, a.tables, a.batch),
-                                dtype=np.uint64)
-        s, tables = make_store(os.path.join(tmp, "s1"), [a.rows] * a.tables,
-                               a.dim)
-        ddr = bench_step(cb, s, tables, step_ids, a)
+        if store or a.only:
+            step_ids = rng.integers(0, a.rows, (a.steps, a.tables, a.batch),
+                                    dtype=np.uint64)
+            s, tables = make_store(os.path.join(tmp, "s1"),
+                                   [a.rows] * a.tables, a.dim)
+            ddr = bench_step(cb, s, tables, step_ids, a)
         if a.only:
             return
-        gather_ids = rng.integers(0, a.gather_rows,
-                                  (a.steps, 1, a.gather_batch),
-                                  dtype=np.uint64)
-        c_gather, py_g = bench_gather(cb, os.path.join(tmp, "s2"),
-                                      gather_ids, a)
+        if store:
+            gather_ids = rng.integers(0, a.gather_rows,
+                                      (a.steps, 1, a.gather_batch),
+                                      dtype=np.uint64)
+            c_gather, py_g = bench_gather(cb, os.path.join(tmp, "s2"),
+                                          gather_ids, a)
+        if a.what != "store":
+            s, tables = make_store(os.path.join(tmp, "s3"), rows, a.dim,
+                                   hbm, ddr_bytes)
+            whole = bench_example(cb, s, tables, batches, ex, a)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report_step(f"step, the example's store and data ({ex.hbm_mb:g} MiB "
-                f"HBM, {ex.ddr_mb:g} MiB DDR, Zipf ids)", example, a)
-    report_step(f"step, all DDR hits ({a.rows} rows a table, uniform ids)",
-                ddr, a)
+    if store:
+        report_step(f"step, the example's store and data ({ex.hbm_mb:g} MiB "
+                    f"HBM, {ex.ddr_mb:g} MiB DDR, Zipf ids)", example, a)
+        report_step(f"step, all DDR hits ({a.rows} rows a table, uniform "
+                    f"ids)", ddr, a)
+        report_gather(c_gather, py_g, a)
+    if a.what != "store":
+        c_whole, py_whole, median = whole
+        print(f"example step: python/examples/dlrm.py's whole training "
+              f"step, {a.tables} tables, batch {a.batch}, dim {a.dim}, its "
+              f"store and data")
+        print(f"  C store calls {c_whole / 1e3:9.1f} us/step")
+        print(f"  torch module  {py_whole / 1e3:9.1f} us/step   overhead "
+              f"{(py_whole / c_whole - 1) * 100:+.1f}%   (the median pass: "
+              f"{(median - 1) * 100:+.1f}%)")
+
+
+def report_gather(c_gather, py_g, a):
     print(f"gather: batch {a.gather_batch}, dim {a.gather_dim}, DDR hits")
     rate = lambda ns: a.gather_batch / ns * 1e3  # noqa: E731
     print(f"  C             {rate(c_gather):9.2f} M ids/s")

@@ -6,11 +6,14 @@
  * Python passes then alternate in one process over one store, so they see
  * the same cache contents, memory and machine load.
  *
- * Each function runs `steps` steps and returns 0 or the first error, the
- * elapsed time in *ns (measured here: the one ctypes call that starts the
- * loop is not counted).
+ * cb_steps and cb_gather run `steps` steps and return 0 or the first error,
+ * the elapsed time in *ns (measured here: the one ctypes call that starts
+ * the loop is not counted). cb_prefetch_gather and cb_update are one step's
+ * two halves, for the example's whole training step, which the benchmark
+ * times from Python around the torch model's forward and backward.
  */
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include <embtier.h>
@@ -22,6 +25,12 @@ int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
 int cb_gather(et_store *s, int table, const uint64_t *ids, size_t batch,
 	      size_t steps, float *out, uint64_t *ns);
 void cb_set_clock(int which);
+int cb_prefetch_gather(et_store *s, const int *tid, size_t ntables,
+		       const uint64_t *ids, const uint64_t *next, size_t batch,
+		       size_t dim, const uint64_t *offsets, float *out);
+int cb_update(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
+	      size_t batch, size_t dim, const uint64_t *offsets,
+	      const float *grad, float lr, float eps);
 
 static clockid_t clock_id = CLOCK_THREAD_CPUTIME_ID;
 
@@ -43,21 +52,73 @@ static uint64_t now_ns(void)
 }
 
 /*
+ * One step's store work on ntables tables of batch bags, one id per bag,
+ * dim dim: the tables' part of the multi-table calls, and et_prefetch's.
+ * ids and next are ntables x batch; out and grad ntables x batch x dim;
+ * offsets has batch + 1 entries.
+ */
+static void fill_batches(struct et_table_batch *tb, const int *tid,
+			 size_t ntables, const uint64_t *ids, size_t batch,
+			 size_t dim, const uint64_t *offsets, float *out,
+			 const float *grad)
+{
+	for (size_t t = 0; t < ntables; t++)
+		tb[t] = (struct et_table_batch){
+		    .table = tid[t],
+		    .ids = ids + t * batch,
+		    .offsets = offsets,
+		    .nbags = batch,
+		    .out = out ? out + t * batch * dim : NULL,
+		    .grads = grad ? grad + t * batch * dim : NULL};
+}
+
+/* et_prefetch of next, then et_gather_pooled_multi of ids into out. */
+int cb_prefetch_gather(et_store *s, const int *tid, size_t ntables,
+		       const uint64_t *ids, const uint64_t *next, size_t batch,
+		       size_t dim, const uint64_t *offsets, float *out)
+{
+	struct et_batch_ids pf[ntables];
+	struct et_table_batch tb[ntables];
+	int ret;
+
+	/* all of it: gcc cannot see that the loop sets every entry */
+	memset(pf, 0, sizeof(pf));
+	for (size_t t = 0; t < ntables; t++) {
+		pf[t].table = tid[t];
+		pf[t].ids = next + t * batch;
+		pf[t].n = batch;
+	}
+	ret = et_prefetch(s, pf, ntables);
+	if (ret)
+		return ret;
+	fill_batches(tb, tid, ntables, ids, batch, dim, offsets, out, NULL);
+	return et_gather_pooled_multi(s, tb, ntables, ET_POOL_SUM);
+}
+
+/* et_update_pooled_multi of ids with grad, learning rate lr, epsilon eps. */
+int cb_update(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
+	      size_t batch, size_t dim, const uint64_t *offsets,
+	      const float *grad, float lr, float eps)
+{
+	struct et_update_params up = {.lr = lr, .eps = eps};
+	struct et_table_batch tb[ntables];
+
+	fill_batches(tb, tid, ntables, ids, batch, dim, offsets, NULL, grad);
+	return et_update_pooled_multi(s, tb, ntables, ET_POOL_SUM, &up);
+}
+
+/*
  * Steps first .. first + count - 1 of a training step's store work, step
  * k: et_prefetch of step k + 1's ids (of step 0 after the last),
  * et_gather_pooled_multi of every table into out (ntables x batch x dim),
  * et_update_pooled_multi of every table with grad (the same shape), as
- * embtier-train does. ids is
- * steps x ntables x batch; offsets has batch + 1 entries.
+ * embtier-train does. ids is steps x ntables x batch.
  */
 int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
 	     size_t batch, size_t dim, size_t steps, size_t first, size_t count,
 	     const uint64_t *offsets, const float *grad, float lr, float *out,
 	     uint64_t *ns)
 {
-	struct et_update_params up = {.lr = lr};
-	struct et_batch_ids pf[ntables];
-	struct et_table_batch tb[ntables];
 	uint64_t t0 = now_ns();
 	int ret = 0;
 
@@ -65,26 +126,11 @@ int cb_steps(et_store *s, const int *tid, size_t ntables, const uint64_t *ids,
 		const uint64_t *cur = ids + k * ntables * batch;
 		const uint64_t *next = ids + (k + 1) % steps * ntables * batch;
 
-		for (size_t t = 0; t < ntables; t++) {
-			pf[t].table = tid[t];
-			pf[t].ids = next + t * batch;
-			pf[t].n = batch;
-		}
-		ret = et_prefetch(s, pf, ntables);
-		for (size_t t = 0; t < ntables; t++)
-			tb[t] = (struct et_table_batch){
-			    .table = tid[t],
-			    .ids = cur + t * batch,
-			    .offsets = offsets,
-			    .nbags = batch,
-			    .out = out + t * batch * dim,
-			    .grads = grad + t * batch * dim};
+		ret = cb_prefetch_gather(s, tid, ntables, cur, next, batch, dim,
+					 offsets, out);
 		if (!ret)
-			ret =
-			    et_gather_pooled_multi(s, tb, ntables, ET_POOL_SUM);
-		if (!ret)
-			ret = et_update_pooled_multi(s, tb, ntables,
-						     ET_POOL_SUM, &up);
+			ret = cb_update(s, tid, ntables, cur, batch, dim,
+					offsets, grad, lr, 0);
 	}
 	*ns = now_ns() - t0;
 	return ret;
