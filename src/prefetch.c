@@ -12,15 +12,20 @@
 #include "store_impl.h"
 
 /* Places a prefetched row, unless it became resident meanwhile (its cached
- * copy is then the truth), pinned for the batch that asked for it. */
+ * copy is then the truth), pinned for the batch that asked for it. If
+ * top is not NULL, *top is the top-tier slot the row went to, or
+ * CACHE_NONE if it went elsewhere. */
 static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
-		      bool dirty, uint32_t epoch)
+		      bool dirty, uint32_t epoch, uint64_t *top)
 {
 	uint64_t key = cache_key(t, row), slot;
 	struct sclass *cl = &s->cls[s->tables[t].cls];
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
 	uint8_t where;
 	int ret;
 
+	if (top)
+		*top = CACHE_NONE;
 	if ((s->has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
 	    cache_lookup(&cl->ddr, key) != CACHE_NONE ||
 	    (!dirty && wb_find(s, key) >= 0))
@@ -29,10 +34,12 @@ static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 			dirty, epoch, &where, &slot);
 	if (ret)
 		return ret;
-	if ((where & ~K_CONFLICT) == (s->has_hbm ? K_HBM : K_DDR))
+	if ((where & ~K_CONFLICT) == top_kind)
 		top_of(s, cl)->keys[slot] |= CACHE_PF;
 	else if ((where & ~K_CONFLICT) == K_BYPASS)
 		s->pf.skipped++;
+	if (top && where == top_kind)
+		*top = slot;
 	return 0;
 }
 
@@ -91,7 +98,7 @@ int drain(et_store *s)
 				ret = pf_install(s, j->table, j->rows[i],
 						 (char *)j->raw +
 						     i * j->row_bytes,
-						 false, j->epoch);
+						 false, j->epoch, NULL);
 		}
 		/* A failed read installs nothing: the rows are read on
 		 * demand, and the error surfaces there. */
@@ -112,25 +119,34 @@ int op_drain(et_store *s)
 }
 
 /* Classifies one table's ids of the next batch; rows to read are appended
- * to a new job in *job (NULL if none). */
+ * to a new job in *job (NULL if none). If every row ends up in the top
+ * tier, the scratch keeps their slots: a memo the operations on the
+ * batch use instead of probing (see resolve_memo). */
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		    struct pl_job **job)
 {
 	struct table *tb = &s->tables[t];
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
 	uint64_t *mrows, *tops;
+	uint8_t *kind;
 	size_t m, nm = 0;
 	int ret;
 
 	*job = NULL;
 	ret = dedup(s, ids, n, &m);
+	s->o->memo = false;
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->kind, m);
+	if (!ret)
+		ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (!ret) /* the victims its placements may queue (see op_lookup) */
@@ -140,6 +156,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	uniq = s->o->uniq.p;
 	mrows = s->o->mrows.p;
 	tops = s->o->slots.p;
+	kind = s->o->kind.p;
 	s->pf.rows += m;
 	probe_top(s, t, top, m, tops);
 	for (size_t i = 0; i < m; i++) {
@@ -148,6 +165,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		uint8_t where;
 		int64_t at;
 
+		kind[i] = top_kind; /* where it is at the end; 0: not */
 		/* a placement of this loop may have moved a hit out */
 		if (slot != CACHE_NONE &&
 		    (top->keys[slot] & CACHE_KEY_MASK) != key)
@@ -157,6 +175,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			cache_touch(top, slot, s->now);
 			cache_pin(top, slot, s->bcur);
 			top->st.hits++;
+			tops[i] = slot;
 			continue;
 		}
 		top->st.misses++;
@@ -175,6 +194,9 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 					return ret;
 				if ((where & ~K_CONFLICT) == K_HBM)
 					cl->hbm.keys[slot] |= CACHE_PF;
+				if (where != K_HBM)
+					kind[i] = 0;
+				tops[i] = slot;
 				continue;
 			}
 		}
@@ -186,22 +208,27 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
 			       rb);
 			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, true,
-					 s->bcur);
+					 s->bcur, &tops[i]);
 			if (ret)
 				return ret;
-			continue;
-		}
-		if (!tf_row_materialized(tb->tf, uniq[i])) {
+		} else if (!tf_row_materialized(tb->tf, uniq[i])) {
 			tf_init_row_raw(tb->tf, uniq[i], s->o->mbuf.p);
 			tb->st.rows_lazy++;
 			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, false,
-					 s->bcur);
+					 s->bcur, &tops[i]);
 			if (ret)
 				return ret;
-			continue;
+		} else {
+			mrows[nm++] = uniq[i];
+			tops[i] = CACHE_NONE;
 		}
-		mrows[nm++] = uniq[i];
+		if (tops[i] == CACHE_NONE)
+			kind[i] = 0;
 	}
+	/* The memo: every row in the top tier, pinned for the batch. */
+	s->o->m = m;
+	s->o->nbypass = 0;
+	memo_set(s, s->o, t);
 	if (nm) {
 		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
 

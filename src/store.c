@@ -260,6 +260,7 @@ static void caches_drop(et_store *s)
 		}
 	}
 	s->caches_ready = false;
+	s->gen++; /* the memos' slots are void */
 }
 
 /* Allocates the caches as planned, if they are not. Called by every entry

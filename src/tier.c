@@ -32,6 +32,7 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		return 0;
 	}
 	s->o->dn = 0;
+	s->o->memo = false;
 	while (cap < 2 * n)
 		cap *= 2;
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
@@ -485,6 +486,86 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 	return 0;
 }
 
+/* ----------------------------------------------------------------- memo */
+
+/*
+ * A training step asks for one batch three times: et_prefetch of it, then
+ * its gather, then its update. The first resolve leaves a memo in its
+ * scratch (the top-tier slot of every unique row, when all of them are
+ * there), and the operations after it on the same ids (the dedup of the
+ * scratch stands) skip hashing and probing their sets: each row's slot
+ * is checked to hold the row still, which is all the probe would find.
+ * Rows stay put while a live batch pins them, so in a training loop the
+ * check always passes; if any slot fails it (or the caches were
+ * reallocated), the batch takes the full path and nothing has changed.
+ */
+
+/* Records a memo for o's m unique rows of table t if every one of them
+ * is in the top tier, in kind and slots. */
+void memo_set(const et_store *s, struct opscr *o, uint32_t t)
+{
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
+	const uint8_t *kind = o->kind.p;
+
+	o->memo = false;
+	if (o->nbypass)
+		return;
+	for (size_t i = 0; i < o->m; i++)
+		if (kind[i] != top_kind)
+			return;
+	o->memo = true;
+	o->memo_t = t;
+	o->memo_gen = s->gen;
+}
+
+/*
+ * Resolves the m unique rows of table t from the memo of s->o, if it
+ * stands: what resolve_lookup does for a batch of top-tier hits, in the
+ * same order (touch, pin, counters), without the probes. Returns false,
+ * changing nothing, if it does not: a row has left its slot.
+ */
+static bool resolve_memo(et_store *s, uint32_t t, size_t m)
+{
+	struct opscr *o = s->o;
+	struct cache *top = top_of(s, &s->cls[s->tables[t].cls]);
+	const uint64_t *uniq = o->uniq.p;
+	const uint64_t *slots = o->slots.p;
+	void **ptrs = o->ptrs.p;
+
+	if (!o->memo || o->memo_t != t || o->memo_gen != s->gen || o->m != m)
+		return false;
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		__builtin_prefetch(&top->keys[slots[i]]);
+	for (size_t i = 0; i < m; i++) {
+		if (i + PROBE_AHEAD < m) {
+			uint64_t a = slots[i + PROBE_AHEAD];
+
+			__builtin_prefetch(&top->keys[a]);
+			__builtin_prefetch(&top->pstate[a], 1);
+			__builtin_prefetch(&top->pin[a], 1);
+		}
+		if ((top->keys[slots[i]] & CACHE_KEY_MASK) !=
+		    cache_key(t, uniq[i])) {
+			o->memo = false;
+			return false;
+		}
+	}
+	for (size_t i = 0; i < m; i++) {
+		uint64_t slot = slots[i];
+
+		s->now++;
+		if (top->keys[slot] & CACHE_PF) {
+			top->keys[slot] &= ~CACHE_PF;
+			s->pf.hits++;
+		}
+		cache_touch(top, slot, s->now);
+		pin_op(s, top, slot);
+		ptrs[i] = cache_row(top, slot);
+	}
+	top->st.hits += m;
+	return true;
+}
+
 /*
  * Step 1 of resolve with its scratch: looks up the m unique rows of table t
  * (s->o) and lists the misses (s->o->nm). Then resolve_read (of this table
@@ -511,6 +592,11 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 		return ret;
 	s->o->nbypass = 0;
 	s->o->t = t;
+	if (resolve_memo(s, t, m)) {
+		s->o->nm = 0;
+		return 0;
+	}
+	s->o->memo = false;
 	s->o->nm = resolve_lookup(s, t, m);
 	return 0;
 }
@@ -680,6 +766,7 @@ int op_place(et_store *s, struct table *t, size_t n)
 		op_end(s, tid, false);
 		return ret;
 	}
+	memo_set(s, s->o, tid);
 	/* conflict misses with duplicates counted */
 	if (t->st.conflict_unique_misses != conflicts0) {
 		const uint8_t *kind = s->o->kind.p;
