@@ -172,6 +172,25 @@ uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 	return base + v;
 }
 
+uint64_t cache_guess(const struct cache *c, uint64_t key, uint64_t now,
+		     const struct pinset *ps)
+{
+	uint64_t base = cache_set_base(c, key), eligible = 0;
+
+	if (c->pol->evict || la_active(c->la))
+		return CACHE_NONE;
+	for (uint32_t w = 0; w < c->ways; w++) {
+		if (!c->keys[base + w])
+			return base + w;
+		if (!cache_pinned(c, base + w, ps))
+			eligible |= 1ULL << w;
+	}
+	if (!eligible)
+		return CACHE_NONE;
+	return base + c->pol->victim(c->pstate + base, c->ways, eligible,
+				     cache_clock(c, now));
+}
+
 void cache_set_dirty(struct cache *c, uint64_t slot)
 {
 	if (!(c->keys[slot] & CACHE_DIRTY)) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "simd.h"
 #include "store_impl.h"
 
 /* Places a prefetched row, unless it became resident meanwhile (its cached
@@ -118,10 +119,56 @@ int op_drain(et_store *s)
 	return ret;
 }
 
-/* Classifies one table's ids of the next batch; rows to read are appended
+/* Rows a prefetch's promotions look ahead: at PF_AHEAD the lines of the
+ * row's top-tier set and its DDR copy are asked for, at half that the
+ * top tier's likely victim and where in DDR it is likely to go. */
+#define PF_AHEAD 8
+
+/*
+ * Asks for the cache lines the promotion of row key from DDR slot dslot
+ * into the top tier will touch, in two stages (see PF_AHEAD): stage 1
+ * the top set's policy and pin words and the row's bytes; stage 2, once
+ * those are in, the victim the policy will likely choose, its bytes, and
+ * the DDR set it will be demoted to. Hints only: a wrong guess costs a
+ * cache miss later, nothing else.
+ */
+static void promote_ahead(const et_store *s, struct cache *top,
+			  struct cache *ddr, uint64_t key, uint64_t dslot,
+			  uint32_t rb, int stage)
+{
+	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
+	uint64_t base = cache_set_base(top, key), v, vb;
+
+	if (stage == 1) {
+		__builtin_prefetch(&top->pstate[base], 1);
+		__builtin_prefetch(&top->pin[base]);
+		prefetch_bytes(cache_row(ddr, dslot), rb);
+		return;
+	}
+	v = cache_guess(top, key, s->now, &ps);
+	if (v == CACHE_NONE || !top->keys[v])
+		return;
+	prefetch_bytes(cache_row(top, v), rb);
+	vb = cache_set_base(ddr, top->keys[v] & CACHE_KEY_MASK);
+	cache_prefetch_set(ddr, vb);
+	__builtin_prefetch(&ddr->pstate[vb], 1);
+	__builtin_prefetch(&ddr->pin[vb]);
+}
+
+/*
+ * Classifies one table's ids of the next batch; rows to read are appended
  * to a new job in *job (NULL if none). If every row ends up in the top
- * tier, the scratch keeps their slots: a memo the operations on the
- * batch use instead of probing (see resolve_memo). */
+ * tier, the scratch keeps their slots: a memo the operations on the batch
+ * use instead of probing (see resolve_memo).
+ *
+ * In passes, so that the memory system works on many rows at once: the
+ * top tier is probed for every row (probe_top) and its hits touched and
+ * pinned; the DDR tier is probed for the rest the same way and its hits
+ * pinned; then, in batch order, DDR hits are promoted into the top tier
+ * (asking for the lines each promotion touches PF_AHEAD rows ahead) and
+ * the other misses are installed or listed for reading. The batch's hits
+ * are pinned before any promotion, so none of them is evicted by it.
+ */
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		    struct pl_job **job)
 {
@@ -132,8 +179,9 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
 	uint64_t *mrows, *tops;
+	uint32_t *pend;
 	uint8_t *kind;
-	size_t m, nm = 0;
+	size_t m, nm = 0, np = 0;
 	int ret;
 
 	*job = NULL;
@@ -148,6 +196,8 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	if (!ret)
 		ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
 	if (!ret)
+		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
+	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (!ret) /* the victims its placements may queue (see op_lookup) */
 		ret = wb_reserve(s, 2 * m);
@@ -157,48 +207,79 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	mrows = s->o->mrows.p;
 	tops = s->o->slots.p;
 	kind = s->o->kind.p;
+	pend = s->o->midx.p;
 	s->pf.rows += m;
+	/* 1. top-tier hits: touched and pinned for the batch */
 	probe_top(s, t, top, m, tops);
 	for (size_t i = 0; i < m; i++) {
-		uint64_t key = cache_key(t, uniq[i]);
 		uint64_t slot = tops[i];
+
+		if (slot == CACHE_NONE) {
+			top->st.misses++;
+			kind[i] = 0;
+			pend[np++] = (uint32_t)i;
+			continue;
+		}
+		s->now++;
+		cache_touch(top, slot, s->now);
+		cache_pin(top, slot, s->bcur);
+		top->st.hits++;
+		kind[i] = top_kind;
+	}
+	/* 2. DDR hits (under an HBM tier): pinned, to be promoted; tops[i]
+	 * is the DDR slot meanwhile */
+	if (s->has_hbm) {
+		for (size_t j = 0; j < np; j++)
+			tops[pend[j]] =
+			    cache_set_base(ddr, cache_key(t, uniq[pend[j]]));
+		for (size_t j = 0; j < np && j < PF_AHEAD; j++)
+			cache_prefetch_set(ddr, tops[pend[j]]);
+		for (size_t j = 0; j < np; j++) {
+			uint32_t i = pend[j];
+			uint64_t slot;
+
+			if (j + PF_AHEAD < np)
+				cache_prefetch_set(ddr,
+						   tops[pend[j + PF_AHEAD]]);
+			slot = cache_lookup_at(ddr, tops[i],
+					       cache_key(t, uniq[i]));
+			tops[i] = slot;
+			if (slot == CACHE_NONE) {
+				ddr->st.misses++;
+				continue;
+			}
+			ddr->st.hits++;
+			cache_pin(ddr, slot, s->bcur);
+			kind[i] = K_DDR;
+		}
+	}
+	/* 3. in batch order: promotions, installs, rows to read */
+	for (size_t j = 0; j < np; j++) {
+		uint32_t i = pend[j];
+		uint64_t key = cache_key(t, uniq[i]);
 		uint8_t where;
 		int64_t at;
 
-		kind[i] = top_kind; /* where it is at the end; 0: not */
-		/* a placement of this loop may have moved a hit out */
-		if (slot != CACHE_NONE &&
-		    (top->keys[slot] & CACHE_KEY_MASK) != key)
-			slot = cache_lookup(top, key);
-		if (slot != CACHE_NONE) {
-			s->now++;
-			cache_touch(top, slot, s->now);
-			cache_pin(top, slot, s->bcur);
-			top->st.hits++;
-			tops[i] = slot;
-			continue;
+		for (int st = 1; st <= 2; st++) {
+			size_t a = j + PF_AHEAD / (size_t)st;
+
+			if (a < np && kind[pend[a]] == K_DDR)
+				promote_ahead(s, top, ddr,
+					      cache_key(t, uniq[pend[a]]),
+					      tops[pend[a]], rb, st);
 		}
-		top->st.misses++;
-		if (s->has_hbm) {
-			slot = cache_lookup(ddr, key);
-			if (slot == CACHE_NONE)
-				ddr->st.misses++;
-			if (slot != CACHE_NONE) {
-				ddr->st.hits++;
-				cache_pin(ddr, slot, s->bcur);
-				ret =
-				    place_row(s, key, cache_row(ddr, slot), rb,
-					      slot, cache_dirty(ddr, slot),
-					      s->bcur, &where, &slot);
-				if (ret)
-					return ret;
-				if ((where & ~K_CONFLICT) == K_HBM)
-					cl->hbm.keys[slot] |= CACHE_PF;
-				if (where != K_HBM)
-					kind[i] = 0;
-				tops[i] = slot;
-				continue;
-			}
+		if (kind[i] == K_DDR) {
+			uint64_t slot = tops[i];
+
+			ret = place_row(s, key, cache_row(ddr, slot), rb, slot,
+					cache_dirty(ddr, slot), s->bcur, &where,
+					&tops[i]);
+			if (ret)
+				return ret;
+			if ((where & ~K_CONFLICT) == K_HBM)
+				cl->hbm.keys[tops[i]] |= CACHE_PF;
+			kind[i] = where == K_HBM ? K_HBM : 0;
+			continue;
 		}
 		/* Evicted dirty, perhaps by this very prefetch: the queue
 		 * has the truth. Copied out, as placing may grow the queue. */
@@ -222,8 +303,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			mrows[nm++] = uniq[i];
 			tops[i] = CACHE_NONE;
 		}
-		if (tops[i] == CACHE_NONE)
-			kind[i] = 0;
+		kind[i] = tops[i] == CACHE_NONE ? 0 : top_kind;
 	}
 	/* The memo: every row in the top tier, pinned for the batch. */
 	s->o->m = m;
