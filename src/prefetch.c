@@ -305,10 +305,27 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		}
 		kind[i] = tops[i] == CACHE_NONE ? 0 : top_kind;
 	}
-	/* The memo: every row in the top tier, pinned for the batch. */
+	/* The memo: every row in the top tier, pinned for the batch, and
+	 * the ones a prefetch placed and no operation used yet. */
 	s->o->m = m;
 	s->o->nbypass = 0;
-	memo_set(s, s->o, t);
+	memo_set(s, s->o, t, s->bcur);
+	if (s->o->memo) {
+		void **ptrs = s->o->ptrs.p;
+		uint32_t *pfl;
+
+		ret = sbuf_reserve(&s->o->pfl, m * sizeof(uint32_t));
+		if (ret) {
+			s->o->memo = false;
+			return ret;
+		}
+		pfl = s->o->pfl.p;
+		for (size_t i = 0; i < m; i++) {
+			ptrs[i] = cache_row(top, tops[i]);
+			if (top->keys[tops[i]] & CACHE_PF)
+				pfl[s->o->npfl++] = (uint32_t)i;
+		}
+	}
 	if (nm) {
 		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
 

@@ -493,21 +493,32 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
  * its gather, then its update. The first resolve leaves a memo in its
  * scratch (the top-tier slot of every unique row, when all of them are
  * there), and the operations after it on the same ids (the dedup of the
- * scratch stands) skip hashing and probing their sets: each row's slot
- * is checked to hold the row still, which is all the probe would find.
- * Rows stay put while a live batch pins them, so in a training loop the
- * check always passes; if any slot fails it (or the caches were
- * reallocated), the batch takes the full path and nothing has changed.
+ * scratch stands) skip hashing and probing their sets.
+ *
+ * A prefetch's memo is pinned: its rows are pinned by the batch's epoch,
+ * and a row pinned by a live epoch never leaves its slot (no placement
+ * evicts it, and only newer epochs replace its pin word), so while that
+ * epoch lives and the caches are the same (s->gen) the memo holds with
+ * no look at the rows at all. The rows are not touched again: the
+ * prefetch's touch stands for the batch's use (FBGEMM's prefetch updates
+ * its LRU state the same way, not its forward or backward); the policy
+ * clock still advances by one a row. Any other memo (a resolve's, or a
+ * prefetch's whose epoch is gone) is checked row by row: each slot must
+ * still hold its row, which is all a probe would find; then the rows are
+ * touched and pinned as a probe's hits are. If any slot fails, the batch
+ * takes the full path, and nothing has changed.
  */
 
 /* Records a memo for o's m unique rows of table t if every one of them
- * is in the top tier, in kind and slots. */
-void memo_set(const et_store *s, struct opscr *o, uint32_t t)
+ * is in the top tier, in kind and slots (and ptrs); pin: the batch epoch
+ * pinning them all, or 0. */
+void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin)
 {
 	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
 	const uint8_t *kind = o->kind.p;
 
 	o->memo = false;
+	o->npfl = 0;
 	if (o->nbypass)
 		return;
 	for (size_t i = 0; i < o->m; i++)
@@ -515,14 +526,14 @@ void memo_set(const et_store *s, struct opscr *o, uint32_t t)
 			return;
 	o->memo = true;
 	o->memo_t = t;
+	o->memo_pin = pin;
 	o->memo_gen = s->gen;
 }
 
 /*
  * Resolves the m unique rows of table t from the memo of s->o, if it
- * stands: what resolve_lookup does for a batch of top-tier hits, in the
- * same order (touch, pin, counters), without the probes. Returns false,
- * changing nothing, if it does not: a row has left its slot.
+ * stands. Returns false, changing nothing, if it does not: a row has left
+ * its slot.
  */
 static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 {
@@ -534,6 +545,23 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 
 	if (!o->memo || o->memo_t != t || o->memo_gen != s->gen || o->m != m)
 		return false;
+	if (o->memo_pin &&
+	    (o->memo_pin == s->bcur || o->memo_pin == s->bprev)) {
+		const uint32_t *pfl = o->pfl.p;
+
+		for (size_t q = 0; q < o->npfl; q++) {
+			uint64_t slot = slots[pfl[q]];
+
+			if (top->keys[slot] & CACHE_PF) {
+				top->keys[slot] &= ~CACHE_PF;
+				s->pf.hits++;
+			}
+		}
+		o->npfl = 0;
+		s->now += m;
+		top->st.hits += m;
+		return true;
+	}
 	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
 		__builtin_prefetch(&top->keys[slots[i]]);
 	for (size_t i = 0; i < m; i++) {
@@ -562,6 +590,7 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 		pin_op(s, top, slot);
 		ptrs[i] = cache_row(top, slot);
 	}
+	o->npfl = 0;
 	top->st.hits += m;
 	return true;
 }
@@ -661,6 +690,7 @@ void epoch_next(et_store *s)
 		}
 		s->bcur = s->bprev = 0;
 		s->epoch = 1;
+		s->gen++; /* pinned memos: their epochs come back */
 	}
 }
 
@@ -766,7 +796,8 @@ int op_place(et_store *s, struct table *t, size_t n)
 		op_end(s, tid, false);
 		return ret;
 	}
-	memo_set(s, s->o, tid);
+	if (!s->o->memo) /* resolved the full way: a memo for the next */
+		memo_set(s, s->o, tid, 0);
 	/* conflict misses with duplicates counted */
 	if (t->st.conflict_unique_misses != conflicts0) {
 		const uint8_t *kind = s->o->kind.p;
