@@ -542,15 +542,19 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		struct opscr *o = &s->multi[k];
 		size_t n = b[k].offsets[b[k].nbags];
 
-		/* the batch prefetched at this place: its dedup stands */
-		if (n && k < s->npf && !scratch_holds(o, b[k].ids, n) &&
+		bool held = n && scratch_holds(o, b[k].ids, n);
+
+		/* the batch prefetched at this place: its dedup (and memo)
+		 * stands */
+		if (n && !held && k < s->npf &&
 		    scratch_holds(&s->pf_scr[k], b[k].ids, n)) {
 			struct opscr x = *o;
 
 			*o = s->pf_scr[k];
 			s->pf_scr[k] = x;
+			held = true;
 		}
-		o->m = 0;
+		o->m = held ? o->dm : 0;
 		o->nm = 0;
 		o->nbypass = 0;
 		o->t = (uint32_t)b[k].table;
@@ -559,7 +563,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		if (!n)
 			continue;
 		s->o = o;
-		ret = op_lookup(s, t, b[k].ids, n, &o->m, false);
+		ret = op_lookup(s, t, b[k].ids, n, &o->m, held);
 		if (ret) /* it has ended the call, or not begun it */
 			goto out;
 	}
