@@ -93,6 +93,18 @@ static void pin_op(et_store *s, struct cache *c, uint64_t slot)
 		cache_pin(c, slot, s->epoch);
 }
 
+/* A top-tier hit used by an operation: counted as a prefetch's hit if a
+ * prefetch placed it and nothing used it yet, touched, pinned. */
+static void hit_use(et_store *s, struct cache *top, uint64_t slot)
+{
+	if (top->keys[slot] & CACHE_PF) {
+		top->keys[slot] &= ~CACHE_PF;
+		s->pf.hits++;
+	}
+	cache_touch(top, slot, s->now);
+	pin_op(s, top, slot);
+}
+
 /* Places a row demoted from HBM (or a row with no better place) in DDR.
  * A dirty DDR victim is queued for write-back; if every way is pinned the
  * row itself goes home (dirty) or is dropped (clean). Returns the DDR slot
@@ -316,12 +328,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 
 		s->now++;
 		if (kind[i] == top_kind) {
-			if (top->keys[slot] & CACHE_PF) {
-				top->keys[slot] &= ~CACHE_PF;
-				s->pf.hits++;
-			}
-			cache_touch(top, slot, s->now);
-			pin_op(s, top, slot);
+			hit_use(s, top, slot);
 			ptrs[i] = cache_row(top, slot);
 			top->st.hits++;
 			continue;
@@ -582,12 +589,7 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 		uint64_t slot = slots[i];
 
 		s->now++;
-		if (top->keys[slot] & CACHE_PF) {
-			top->keys[slot] &= ~CACHE_PF;
-			s->pf.hits++;
-		}
-		cache_touch(top, slot, s->now);
-		pin_op(s, top, slot);
+		hit_use(s, top, slot);
 		ptrs[i] = cache_row(top, slot);
 	}
 	o->npfl = 0;
