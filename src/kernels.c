@@ -46,6 +46,19 @@ static inline void row_add(float *o, const float *r, uint32_t dim)
 		o[c] += r[c];
 }
 
+/* o[c] = 0 + r[c]: the first row of a sum from zero, in one pass (the
+ * same bits as zeroing o and adding r: -0 becomes +0) */
+static inline void row_first(float *o, const float *r, uint32_t dim)
+{
+	vf4 z = vf4_splat(0.0f);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, z + vf4_load(r + c));
+	for (; c < dim; c++)
+		o[c] = 0.0f + r[c];
+}
+
 /* o[c] /= d */
 static inline void row_div(float *o, float d, uint32_t dim)
 {
@@ -123,7 +136,8 @@ static void kern_pool(const struct tf_geom *g, void *const *ptrs,
 		float *o = out + (b - b0) * dim;
 		uint64_t len = offsets[b + 1] - offsets[b];
 
-		memset(o, 0, dim * sizeof(*o));
+		if (!len)
+			memset(o, 0, dim * sizeof(*o));
 		for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
 			const float *r = tmp;
 
@@ -134,7 +148,10 @@ static void kern_pool(const struct tf_geom *g, void *const *ptrs,
 				r = ptrs[inv[i]]; /* no copy needed */
 			else
 				dtype_decode(g->dtype, ptrs[inv[i]], tmp, dim);
-			row_add(o, r, dim);
+			if (i == offsets[b])
+				row_first(o, r, dim);
+			else
+				row_add(o, r, dim);
 		}
 		if (mode == ET_POOL_MEAN && len)
 			row_div(o, (float)len, dim);
