@@ -22,6 +22,7 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 {
 	size_t cap = 16, m = 0;
 	uint32_t *ht, *inv, *last;
+	bool pre;
 	uint64_t *uniq;
 	int ret;
 
@@ -52,9 +53,14 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	uniq = s->o->uniq.p;
 	inv = s->o->inv.p;
 	last = s->o->last.p;
+	/* the hashes first (inv holds them until the second loop), which
+	 * the compiler can pipeline, then the probes */
+	pre = cap - 1 <= UINT32_MAX;
+	for (size_t i = 0; pre && i < n; i++)
+		inv[i] = (uint32_t)(hash_mix(ids[i] + 1) & (cap - 1));
 	for (size_t i = 0; i < n; i++) {
 		uint64_t id = ids[i];
-		size_t h = hash_mix(id + 1) & (cap - 1);
+		size_t h = pre ? inv[i] : hash_mix(id + 1) & (cap - 1);
 
 		while (ht[h] && uniq[ht[h] - 1] != id)
 			h = (h + 1) & (cap - 1);
