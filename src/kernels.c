@@ -184,11 +184,70 @@ static void kern_group(const uint32_t *inv, size_t n, size_t m,
 	start[0] = 0;
 }
 
+/* Unique rows an update takes together: their sums of squares (row-wise
+ * Adagrad) are independent chains of dependent adds, which run side by
+ * side when interleaved. */
+#define UPD_GROUP 4
+
+/* Unique row i's gradient, summed in input order into gsum (see
+ * kern_update). */
+static void grad_sum(size_t i, const uint32_t *list, const uint32_t *start,
+		     const float *grads, const uint64_t *offsets, bool mean,
+		     uint32_t dim, float *gsum)
+{
+	for (uint32_t j = start[i]; j < start[i + 1]; j++) {
+		const float *gi = grads + (size_t)list[j] * dim;
+		float div =
+		    mean ? (float)(offsets[list[j] + 1] - offsets[list[j]])
+			 : 1.0f;
+
+		if (j == start[i] && mean)
+			row_set_div(gsum, gi, div, dim);
+		else if (j == start[i])
+			memcpy(gsum, gi, dim * sizeof(*gsum));
+		else if (mean)
+			row_add_div(gsum, gi, div, dim);
+		else
+			row_add(gsum, gi, dim);
+	}
+}
+
+/* sum[r] = the sum over c of g[c]^2 of the k rows at gsum (dim apart), in
+ * column order from zero: for a full group, the k chains interleaved. */
+static void sq_sums(const float *gsum, size_t k, uint32_t dim, float *sum)
+{
+	if (k == UPD_GROUP) {
+		float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+		const float *g0 = gsum, *g1 = g0 + dim, *g2 = g1 + dim,
+			    *g3 = g2 + dim;
+
+		for (uint32_t c = 0; c < dim; c++) {
+			s0 += g0[c] * g0[c];
+			s1 += g1[c] * g1[c];
+			s2 += g2[c] * g2[c];
+			s3 += g3[c] * g3[c];
+		}
+		sum[0] = s0;
+		sum[1] = s1;
+		sum[2] = s2;
+		sum[3] = s3;
+		return;
+	}
+	for (size_t r = 0; r < k; r++) {
+		const float *g = gsum + r * dim;
+		float sr = 0;
+
+		for (uint32_t c = 0; c < dim; c++)
+			sr += g[c] * g[c];
+		sum[r] = sr;
+	}
+}
+
 /*
  * Sums the gradients of unique rows [u0, u1) and applies them to the rows,
- * one row at a time. A row's gradients are summed in input order in f32
- * (the first assigned, the others added; for a pooled mean each is its
- * bag's divided by the bag's size), then:
+ * UPD_GROUP rows at a time. A row's gradients are summed in input order
+ * in f32 (the first assigned, the others added; for a pooled mean each is
+ * its bag's divided by the bag's size), then:
  *
  * SGD:        w[c] -= lr * g[c]
  * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
@@ -197,7 +256,9 @@ static void kern_group(const uint32_t *inv, size_t n, size_t m,
  *             mul = lr / (sqrtf(m) + eps)
  *             w[c] -= mul * g[c]
  * Each w[c] is decoded from the storage type, updated in f32, and encoded
- * back (rounded to nearest even for f16/bf16). gsum holds one row of dim.
+ * back (rounded to nearest even for f16/bf16). Rows are distinct, so
+ * taking several together changes no value. gsum holds UPD_GROUP rows of
+ * dim.
  */
 static void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 			size_t u1, const uint32_t *list, const uint32_t *start,
@@ -209,50 +270,47 @@ static void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 	float eps = up->eps ? up->eps : 1e-8f;
 	float lr = up->lr;
 	uint32_t dim = g->dim;
-	float w[256];
+	float w[256], sum[UPD_GROUP];
 
-	for (size_t i = u0; i < u1; i++) {
-		char *row = ptrs[i];
-		float mul = lr;
+	for (size_t i0 = u0; i0 < u1; i0 += UPD_GROUP) {
+		size_t k = u1 - i0 < UPD_GROUP ? u1 - i0 : UPD_GROUP;
 
-		if (i + PREFETCH_AHEAD < u1)
-			prefetch_bytes(ptrs[i + PREFETCH_AHEAD], g->row_bytes);
-		for (uint32_t j = start[i]; j < start[i + 1]; j++) {
-			const float *gi = grads + (size_t)list[j] * dim;
-			float div = mean ? (float)(offsets[list[j] + 1] -
-						   offsets[list[j]])
-					 : 1.0f;
+		for (size_t r = 0; r < k; r++) {
+			size_t i = i0 + r;
 
-			if (j == start[i] && mean)
-				row_set_div(gsum, gi, div, dim);
-			else if (j == start[i])
-				memcpy(gsum, gi, dim * sizeof(*gsum));
-			else if (mean)
-				row_add_div(gsum, gi, div, dim);
-			else
-				row_add(gsum, gi, dim);
+			if (i + PREFETCH_AHEAD < u1)
+				prefetch_bytes(ptrs[i + PREFETCH_AHEAD],
+					       g->row_bytes);
+			grad_sum(i, list, start, grads, offsets, mean, dim,
+				 gsum + r * dim);
 		}
-		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
-			float sum = 0, st;
+		if (g->optim == ET_OPT_ROWWISE_ADAGRAD)
+			sq_sums(gsum, k, dim, sum);
+		for (size_t r = 0; r < k; r++) {
+			char *row = ptrs[i0 + r];
+			const float *gr = gsum + r * dim;
+			float mul = lr;
 
-			for (uint32_t c = 0; c < dim; c++)
-				sum += gsum[c] * gsum[c];
-			memcpy(&st, row + g->value_bytes, sizeof(st));
-			st += sum / (float)dim;
-			memcpy(row + g->value_bytes, &st, sizeof(st));
-			mul = lr / (sqrtf(st) + eps);
-		}
-		if (g->dtype == ET_F32) {
-			row_axpy((float *)row, mul, gsum, dim); /* in place */
-			continue;
-		}
-		/* decode, update, encode in pieces: no allocation */
-		for (uint32_t c0 = 0; c0 < dim; c0 += 256) {
-			uint32_t k = dim - c0 < 256 ? dim - c0 : 256;
+			if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
+				float st;
 
-			dtype_decode(g->dtype, row + c0 * 2, w, k);
-			row_axpy(w, mul, gsum + c0, k);
-			dtype_encode(g->dtype, w, row + c0 * 2, k);
+				memcpy(&st, row + g->value_bytes, sizeof(st));
+				st += sum[r] / (float)dim;
+				memcpy(row + g->value_bytes, &st, sizeof(st));
+				mul = lr / (sqrtf(st) + eps);
+			}
+			if (g->dtype == ET_F32) {
+				row_axpy((float *)row, mul, gr, dim);
+				continue;
+			}
+			/* decode, update, encode in pieces: no allocation */
+			for (uint32_t c0 = 0; c0 < dim; c0 += 256) {
+				uint32_t n = dim - c0 < 256 ? dim - c0 : 256;
+
+				dtype_decode(g->dtype, row + c0 * 2, w, n);
+				row_axpy(w, mul, gr + c0, n);
+				dtype_encode(g->dtype, w, row + c0 * 2, n);
+			}
 		}
 	}
 }
@@ -398,7 +456,8 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 		return ret;
 	ret = sbuf_reserve(&s->o->acc, (n + m + 1) * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->trow, t->g->dim * sizeof(float));
+		ret = sbuf_reserve(&s->trow,
+				   UPD_GROUP * t->g->dim * sizeof(float));
 	if (ret)
 		return ret;
 	kern_group(s->o->inv.p, n, m, offsets, s->o->acc.p,
@@ -487,7 +546,7 @@ struct multi {
 	et_pool mode;
 	const struct et_update_params *up;
 	const size_t *first; /* item of each table's first piece; [nt]: all */
-	size_t trow_dim;     /* floats of each thread's decode row */
+	size_t trow_dim;     /* floats of each thread's scratch rows */
 };
 
 /* Checks every descriptor and the tables' uniqueness; nothing changes. */
@@ -611,6 +670,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 				   (uint32_t *)o->acc.p + n);
 		}
 	}
+	*trow_dim *= UPD_GROUP; /* an update's rows taken together */
 	ret = sbuf_reserve(&s->trow, (s->cfg.threads > 1 ? s->cfg.threads : 1) *
 					 *trow_dim * sizeof(float));
 	if (ret)
