@@ -179,9 +179,10 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
 	uint64_t *mrows, *tops;
-	uint32_t *pend;
+	uint32_t *pend, *pfl;
 	uint8_t *kind;
-	size_t m, nm = 0, np = 0;
+	void **ptrs;
+	size_t m, nm = 0, np = 0, npfl = 0;
 	int ret;
 
 	*job = NULL;
@@ -198,6 +199,8 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	if (!ret)
 		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
 	if (!ret)
+		ret = sbuf_reserve(&s->o->pfl, m * sizeof(uint32_t));
+	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (!ret) /* the victims its placements may queue (see op_lookup) */
 		ret = wb_reserve(s, 2 * m);
@@ -208,6 +211,8 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	tops = s->o->slots.p;
 	kind = s->o->kind.p;
 	pend = s->o->midx.p;
+	ptrs = s->o->ptrs.p;
+	pfl = s->o->pfl.p;
 	s->pf.rows += m;
 	/* 1. top-tier hits: touched and pinned for the batch */
 	probe_top(s, t, top, m, tops);
@@ -225,6 +230,9 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		cache_pin(top, slot, s->bcur);
 		top->st.hits++;
 		kind[i] = top_kind;
+		ptrs[i] = cache_row(top, slot);
+		if (top->keys[slot] & CACHE_PF) /* placed, not used yet */
+			pfl[npfl++] = (uint32_t)i;
 	}
 	/* 2. DDR hits (under an HBM tier): pinned, to be promoted; tops[i]
 	 * is the DDR slot meanwhile */
@@ -279,6 +287,10 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			if ((where & ~K_CONFLICT) == K_HBM)
 				cl->hbm.keys[tops[i]] |= CACHE_PF;
 			kind[i] = where == K_HBM ? K_HBM : 0;
+			if (kind[i]) {
+				ptrs[i] = cache_row(top, tops[i]);
+				pfl[npfl++] = i;
+			}
 			continue;
 		}
 		/* Evicted dirty, perhaps by this very prefetch: the queue
@@ -304,28 +316,18 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			tops[i] = CACHE_NONE;
 		}
 		kind[i] = tops[i] == CACHE_NONE ? 0 : top_kind;
+		if (kind[i]) { /* placed with CACHE_PF */
+			ptrs[i] = cache_row(top, tops[i]);
+			pfl[npfl++] = i;
+		}
 	}
 	/* The memo: every row in the top tier, pinned for the batch, and
 	 * the ones a prefetch placed and no operation used yet. */
 	s->o->m = m;
 	s->o->nbypass = 0;
 	memo_set(s, s->o, t, s->bcur);
-	if (s->o->memo) {
-		void **ptrs = s->o->ptrs.p;
-		uint32_t *pfl;
-
-		ret = sbuf_reserve(&s->o->pfl, m * sizeof(uint32_t));
-		if (ret) {
-			s->o->memo = false;
-			return ret;
-		}
-		pfl = s->o->pfl.p;
-		for (size_t i = 0; i < m; i++) {
-			ptrs[i] = cache_row(top, tops[i]);
-			if (top->keys[tops[i]] & CACHE_PF)
-				pfl[s->o->npfl++] = (uint32_t)i;
-		}
-	}
+	if (s->o->memo)
+		s->o->npfl = npfl;
 	if (nm) {
 		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
 
