@@ -128,11 +128,25 @@ static unsigned window_victim(struct cache *c, uint64_t base, uint64_t eligible,
 	return policy_victim(c, base, unused ? unused : last, clock);
 }
 
+/* The set at base's first empty way, if any; else CACHE_NONE, and the
+ * ways not pinned by ps in *eligible. */
+static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
+				 const struct pinset *ps, uint64_t *eligible)
+{
+	*eligible = 0;
+	for (uint32_t w = 0; w < c->ways; w++) {
+		if (!c->keys[base + w])
+			return base + w;
+		if (!cache_pinned(c, base + w, ps))
+			*eligible |= 1ULL << w;
+	}
+	return CACHE_NONE;
+}
+
 uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps, bool admit)
 {
-	uint64_t base = cache_set_base(c, key);
-	uint64_t eligible = 0;
+	uint64_t base = cache_set_base(c, key), eligible, slot;
 	uint32_t clock = cache_clock(c, now), fkey = 0;
 	unsigned v;
 
@@ -147,14 +161,9 @@ uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 		sketch_age(&c->sk, clock / c->pol->halve_ticks);
 		fkey = sketch_add(&c->sk, key);
 	}
-	for (uint32_t w = 0; w < c->ways; w++) {
-		if (!c->keys[base + w])
-			return base + w;
-		if (!cache_pinned(c, base + w, ps))
-			eligible |= 1ULL << w;
-	}
-	if (!eligible)
-		return CACHE_NONE;
+	slot = free_or_eligible(c, base, ps, &eligible);
+	if (slot != CACHE_NONE || !eligible)
+		return slot;
 	if (la_active(c->la)) {
 		uint32_t vnext, knext;
 
@@ -176,6 +185,22 @@ uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 	    fkey <= c->pol->freq(c->pstate[base + v], clock))
 		return CACHE_REJECT;
 	return base + v;
+}
+
+uint64_t cache_guess(const struct cache *c, uint64_t key, uint64_t now,
+		     const struct pinset *ps)
+{
+	uint64_t base = cache_set_base(c, key), eligible = 0;
+
+	uint64_t slot;
+
+	if (c->pol->evict || la_active(c->la))
+		return CACHE_NONE;
+	slot = free_or_eligible(c, base, ps, &eligible);
+	if (slot != CACHE_NONE || !eligible)
+		return slot;
+	return base + c->pol->victim(c->pstate + base, c->ways, eligible,
+				     cache_clock(c, now));
 }
 
 void cache_set_dirty(struct cache *c, uint64_t slot)

@@ -205,6 +205,15 @@ void cache_set_dirty(struct cache *c, uint64_t slot);
 uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 		    const struct pinset *ps, bool admit);
 
+/*
+ * The slot cache_pick would most likely choose for key now, reading the
+ * set only: a hint for asking for the cache lines a placement will touch,
+ * never acted on. CACHE_NONE if it cannot tell cheaply (a lookahead
+ * window, a policy that relabels ways) or every way is pinned.
+ */
+uint64_t cache_guess(const struct cache *c, uint64_t key, uint64_t now,
+		     const struct pinset *ps);
+
 /* Places key in slot, which must be empty (the caller moves a victim out
  * and removes it first), and copies row_bytes of src into it. */
 void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,

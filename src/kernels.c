@@ -30,6 +30,17 @@
  */
 #define PREFETCH_AHEAD 16
 
+/* The rows a kernel's range starts with, asked for at once: the loop
+ * asks PREFETCH_AHEAD inputs ahead, so the first ones of each range
+ * (an item of a multi-table call is 32 bags or 64 rows) would otherwise
+ * be read one miss at a time. idx: each input's row index (NULL: i). */
+static inline void prefetch_first(void *const *ptrs, const uint32_t *idx,
+				  size_t i0, size_t i1, uint32_t bytes)
+{
+	for (size_t i = i0; i < i1 && i < i0 + PREFETCH_AHEAD; i++)
+		prefetch_bytes(ptrs[idx ? idx[i] : i], bytes);
+}
+
 /* o[c] += r[c] */
 static inline void row_add(float *o, const float *r, uint32_t dim)
 {
@@ -44,6 +55,19 @@ static inline void row_add(float *o, const float *r, uint32_t dim)
 		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
 	for (; c < dim; c++)
 		o[c] += r[c];
+}
+
+/* o[c] = 0 + r[c]: the first row of a sum from zero, in one pass (the
+ * same bits as zeroing o and adding r: -0 becomes +0) */
+static inline void row_first(float *o, const float *r, uint32_t dim)
+{
+	vf4 z = vf4_splat(0.0f);
+	uint32_t c = 0;
+
+	for (; c + VLANES <= dim; c += VLANES)
+		vf4_store(o + c, z + vf4_load(r + c));
+	for (; c < dim; c++)
+		o[c] = 0.0f + r[c];
 }
 
 /* o[c] /= d */
@@ -98,6 +122,7 @@ static inline void row_axpy(float *w, float mul, const float *g, uint32_t dim)
 static void kern_gather(const struct tf_geom *g, void *const *ptrs,
 			const uint32_t *inv, size_t i0, size_t i1, float *out)
 {
+	prefetch_first(ptrs, inv, i0, i1, g->value_bytes);
 	for (size_t i = i0; i < i1; i++) {
 		if (i + PREFETCH_AHEAD < i1)
 			prefetch_bytes(ptrs[inv[i + PREFETCH_AHEAD]],
@@ -119,11 +144,13 @@ static void kern_pool(const struct tf_geom *g, void *const *ptrs,
 	uint32_t dim = g->dim;
 	size_t end = offsets[b1];
 
+	prefetch_first(ptrs, inv, offsets[b0], end, g->value_bytes);
 	for (size_t b = b0; b < b1; b++) {
 		float *o = out + (b - b0) * dim;
 		uint64_t len = offsets[b + 1] - offsets[b];
 
-		memset(o, 0, dim * sizeof(*o));
+		if (!len)
+			memset(o, 0, dim * sizeof(*o));
 		for (uint64_t i = offsets[b]; i < offsets[b + 1]; i++) {
 			const float *r = tmp;
 
@@ -134,7 +161,10 @@ static void kern_pool(const struct tf_geom *g, void *const *ptrs,
 				r = ptrs[inv[i]]; /* no copy needed */
 			else
 				dtype_decode(g->dtype, ptrs[inv[i]], tmp, dim);
-			row_add(o, r, dim);
+			if (i == offsets[b])
+				row_first(o, r, dim);
+			else
+				row_add(o, r, dim);
 		}
 		if (mode == ET_POOL_MEAN && len)
 			row_div(o, (float)len, dim);
@@ -167,11 +197,70 @@ static void kern_group(const uint32_t *inv, size_t n, size_t m,
 	start[0] = 0;
 }
 
+/* Unique rows an update takes together: their sums of squares (row-wise
+ * Adagrad) are independent chains of dependent adds, which run side by
+ * side when interleaved. */
+#define UPD_GROUP 4
+
+/* Unique row i's gradient, summed in input order into gsum (see
+ * kern_update). */
+static void grad_sum(size_t i, const uint32_t *list, const uint32_t *start,
+		     const float *grads, const uint64_t *offsets, bool mean,
+		     uint32_t dim, float *gsum)
+{
+	for (uint32_t j = start[i]; j < start[i + 1]; j++) {
+		const float *gi = grads + (size_t)list[j] * dim;
+		float div =
+		    mean ? (float)(offsets[list[j] + 1] - offsets[list[j]])
+			 : 1.0f;
+
+		if (j == start[i] && mean)
+			row_set_div(gsum, gi, div, dim);
+		else if (j == start[i])
+			memcpy(gsum, gi, dim * sizeof(*gsum));
+		else if (mean)
+			row_add_div(gsum, gi, div, dim);
+		else
+			row_add(gsum, gi, dim);
+	}
+}
+
+/* sum[r] = the sum over c of g[c]^2 of the k rows at gsum (dim apart), in
+ * column order from zero: for a full group, the k chains interleaved. */
+static void sq_sums(const float *gsum, size_t k, uint32_t dim, float *sum)
+{
+	if (k == UPD_GROUP) {
+		float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+		const float *g0 = gsum, *g1 = g0 + dim, *g2 = g1 + dim,
+			    *g3 = g2 + dim;
+
+		for (uint32_t c = 0; c < dim; c++) {
+			s0 += g0[c] * g0[c];
+			s1 += g1[c] * g1[c];
+			s2 += g2[c] * g2[c];
+			s3 += g3[c] * g3[c];
+		}
+		sum[0] = s0;
+		sum[1] = s1;
+		sum[2] = s2;
+		sum[3] = s3;
+		return;
+	}
+	for (size_t r = 0; r < k; r++) {
+		const float *g = gsum + r * dim;
+		float sr = 0;
+
+		for (uint32_t c = 0; c < dim; c++)
+			sr += g[c] * g[c];
+		sum[r] = sr;
+	}
+}
+
 /*
  * Sums the gradients of unique rows [u0, u1) and applies them to the rows,
- * one row at a time. A row's gradients are summed in input order in f32
- * (the first assigned, the others added; for a pooled mean each is its
- * bag's divided by the bag's size), then:
+ * UPD_GROUP rows at a time. A row's gradients are summed in input order
+ * in f32 (the first assigned, the others added; for a pooled mean each is
+ * its bag's divided by the bag's size), then:
  *
  * SGD:        w[c] -= lr * g[c]
  * Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD):
@@ -180,7 +269,9 @@ static void kern_group(const uint32_t *inv, size_t n, size_t m,
  *             mul = lr / (sqrtf(m) + eps)
  *             w[c] -= mul * g[c]
  * Each w[c] is decoded from the storage type, updated in f32, and encoded
- * back (rounded to nearest even for f16/bf16). gsum holds one row of dim.
+ * back (rounded to nearest even for f16/bf16). Rows are distinct, so
+ * taking several together changes no value. gsum holds UPD_GROUP rows of
+ * dim.
  */
 static void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 			size_t u1, const uint32_t *list, const uint32_t *start,
@@ -192,50 +283,48 @@ static void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 	float eps = up->eps ? up->eps : 1e-8f;
 	float lr = up->lr;
 	uint32_t dim = g->dim;
-	float w[256];
+	float w[256], sum[UPD_GROUP];
 
-	for (size_t i = u0; i < u1; i++) {
-		char *row = ptrs[i];
-		float mul = lr;
+	prefetch_first(ptrs, NULL, u0, u1, g->row_bytes);
+	for (size_t i0 = u0; i0 < u1; i0 += UPD_GROUP) {
+		size_t k = u1 - i0 < UPD_GROUP ? u1 - i0 : UPD_GROUP;
 
-		if (i + PREFETCH_AHEAD < u1)
-			prefetch_bytes(ptrs[i + PREFETCH_AHEAD], g->row_bytes);
-		for (uint32_t j = start[i]; j < start[i + 1]; j++) {
-			const float *gi = grads + (size_t)list[j] * dim;
-			float div = mean ? (float)(offsets[list[j] + 1] -
-						   offsets[list[j]])
-					 : 1.0f;
+		for (size_t r = 0; r < k; r++) {
+			size_t i = i0 + r;
 
-			if (j == start[i] && mean)
-				row_set_div(gsum, gi, div, dim);
-			else if (j == start[i])
-				memcpy(gsum, gi, dim * sizeof(*gsum));
-			else if (mean)
-				row_add_div(gsum, gi, div, dim);
-			else
-				row_add(gsum, gi, dim);
+			if (i + PREFETCH_AHEAD < u1)
+				prefetch_bytes(ptrs[i + PREFETCH_AHEAD],
+					       g->row_bytes);
+			grad_sum(i, list, start, grads, offsets, mean, dim,
+				 gsum + r * dim);
 		}
-		if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
-			float sum = 0, st;
+		if (g->optim == ET_OPT_ROWWISE_ADAGRAD)
+			sq_sums(gsum, k, dim, sum);
+		for (size_t r = 0; r < k; r++) {
+			char *row = ptrs[i0 + r];
+			const float *gr = gsum + r * dim;
+			float mul = lr;
 
-			for (uint32_t c = 0; c < dim; c++)
-				sum += gsum[c] * gsum[c];
-			memcpy(&st, row + g->value_bytes, sizeof(st));
-			st += sum / (float)dim;
-			memcpy(row + g->value_bytes, &st, sizeof(st));
-			mul = lr / (sqrtf(st) + eps);
-		}
-		if (g->dtype == ET_F32) {
-			row_axpy((float *)row, mul, gsum, dim); /* in place */
-			continue;
-		}
-		/* decode, update, encode in pieces: no allocation */
-		for (uint32_t c0 = 0; c0 < dim; c0 += 256) {
-			uint32_t k = dim - c0 < 256 ? dim - c0 : 256;
+			if (g->optim == ET_OPT_ROWWISE_ADAGRAD) {
+				float st;
 
-			dtype_decode(g->dtype, row + c0 * 2, w, k);
-			row_axpy(w, mul, gsum + c0, k);
-			dtype_encode(g->dtype, w, row + c0 * 2, k);
+				memcpy(&st, row + g->value_bytes, sizeof(st));
+				st += sum[r] / (float)dim;
+				memcpy(row + g->value_bytes, &st, sizeof(st));
+				mul = lr / (sqrtf(st) + eps);
+			}
+			if (g->dtype == ET_F32) {
+				row_axpy((float *)row, mul, gr, dim);
+				continue;
+			}
+			/* decode, update, encode in pieces: no allocation */
+			for (uint32_t c0 = 0; c0 < dim; c0 += 256) {
+				uint32_t n = dim - c0 < 256 ? dim - c0 : 256;
+
+				dtype_decode(g->dtype, row + c0 * 2, w, n);
+				row_axpy(w, mul, gr + c0, n);
+				dtype_encode(g->dtype, w, row + c0 * 2, n);
+			}
 		}
 	}
 }
@@ -381,7 +470,8 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 		return ret;
 	ret = sbuf_reserve(&s->o->acc, (n + m + 1) * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->trow, t->g->dim * sizeof(float));
+		ret = sbuf_reserve(&s->trow,
+				   UPD_GROUP * t->g->dim * sizeof(float));
 	if (ret)
 		return ret;
 	kern_group(s->o->inv.p, n, m, offsets, s->o->acc.p,
@@ -470,7 +560,7 @@ struct multi {
 	et_pool mode;
 	const struct et_update_params *up;
 	const size_t *first; /* item of each table's first piece; [nt]: all */
-	size_t trow_dim;     /* floats of each thread's decode row */
+	size_t trow_dim;     /* floats of each thread's scratch rows */
 };
 
 /* Checks every descriptor and the tables' uniqueness; nothing changes. */
@@ -542,15 +632,19 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		struct opscr *o = &s->multi[k];
 		size_t n = b[k].offsets[b[k].nbags];
 
-		/* the batch prefetched at this place: its dedup stands */
-		if (n && k < s->npf && !scratch_holds(o, b[k].ids, n) &&
+		bool held = n && scratch_holds(o, b[k].ids, n);
+
+		/* the batch prefetched at this place: its dedup (and memo)
+		 * stands */
+		if (n && !held && k < s->npf &&
 		    scratch_holds(&s->pf_scr[k], b[k].ids, n)) {
 			struct opscr x = *o;
 
 			*o = s->pf_scr[k];
 			s->pf_scr[k] = x;
+			held = true;
 		}
-		o->m = 0;
+		o->m = held ? o->dm : 0;
 		o->nm = 0;
 		o->nbypass = 0;
 		o->t = (uint32_t)b[k].table;
@@ -559,7 +653,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		if (!n)
 			continue;
 		s->o = o;
-		ret = op_lookup(s, t, b[k].ids, n, &o->m, false);
+		ret = op_lookup(s, t, b[k].ids, n, &o->m, held);
 		if (ret) /* it has ended the call, or not begun it */
 			goto out;
 	}
@@ -590,6 +684,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 				   (uint32_t *)o->acc.p + n);
 		}
 	}
+	*trow_dim *= UPD_GROUP; /* an update's rows taken together */
 	ret = sbuf_reserve(&s->trow, (s->cfg.threads > 1 ? s->cfg.threads : 1) *
 					 *trow_dim * sizeof(float));
 	if (ret)

@@ -9,18 +9,24 @@
 #include <string.h>
 
 #include "error.h"
+#include "simd.h"
 #include "store_impl.h"
 
 /* Places a prefetched row, unless it became resident meanwhile (its cached
- * copy is then the truth), pinned for the batch that asked for it. */
+ * copy is then the truth), pinned for the batch that asked for it. If
+ * top is not NULL, *top is the top-tier slot the row went to, or
+ * CACHE_NONE if it went elsewhere. */
 static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
-		      bool dirty, uint32_t epoch)
+		      bool dirty, uint32_t epoch, uint64_t *top)
 {
 	uint64_t key = cache_key(t, row), slot;
 	struct sclass *cl = &s->cls[s->tables[t].cls];
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
 	uint8_t where;
 	int ret;
 
+	if (top)
+		*top = CACHE_NONE;
 	if ((s->has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
 	    cache_lookup(&cl->ddr, key) != CACHE_NONE ||
 	    (!dirty && wb_find(s, key) >= 0))
@@ -29,10 +35,12 @@ static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 			dirty, epoch, &where, &slot);
 	if (ret)
 		return ret;
-	if ((where & ~K_CONFLICT) == (s->has_hbm ? K_HBM : K_DDR))
+	if ((where & ~K_CONFLICT) == top_kind)
 		top_of(s, cl)->keys[slot] |= CACHE_PF;
 	else if ((where & ~K_CONFLICT) == K_BYPASS)
 		s->pf.skipped++;
+	if (top && where == top_kind)
+		*top = slot;
 	return 0;
 }
 
@@ -91,7 +99,7 @@ int drain(et_store *s)
 				ret = pf_install(s, j->table, j->rows[i],
 						 (char *)j->raw +
 						     i * j->row_bytes,
-						 false, j->epoch);
+						 false, j->epoch, NULL);
 		}
 		/* A failed read installs nothing: the rows are read on
 		 * demand, and the error surfaces there. */
@@ -111,26 +119,87 @@ int op_drain(et_store *s)
 	return ret;
 }
 
-/* Classifies one table's ids of the next batch; rows to read are appended
- * to a new job in *job (NULL if none). */
+/* Rows a prefetch's promotions look ahead: at PF_AHEAD the lines of the
+ * row's top-tier set and its DDR copy are asked for, at half that the
+ * top tier's likely victim and where in DDR it is likely to go. */
+#define PF_AHEAD 8
+
+/*
+ * Asks for the cache lines the promotion of row key from DDR slot dslot
+ * into the top tier will touch, in two stages (see PF_AHEAD): stage 1
+ * the top set's policy and pin words and the row's bytes; stage 2, once
+ * those are in, the victim the policy will likely choose, its bytes, and
+ * the DDR set it will be demoted to. Hints only: a wrong guess costs a
+ * cache miss later, nothing else.
+ */
+static void promote_ahead(const et_store *s, struct cache *top,
+			  struct cache *ddr, uint64_t key, uint64_t dslot,
+			  uint32_t rb, int stage)
+{
+	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
+	uint64_t base = cache_set_base(top, key), v, vb;
+
+	if (stage == 1) {
+		__builtin_prefetch(&top->pstate[base], 1);
+		__builtin_prefetch(&top->pin[base]);
+		prefetch_bytes(cache_row(ddr, dslot), rb);
+		return;
+	}
+	v = cache_guess(top, key, s->now, &ps);
+	if (v == CACHE_NONE || !top->keys[v])
+		return;
+	prefetch_bytes(cache_row(top, v), rb);
+	vb = cache_set_base(ddr, top->keys[v] & CACHE_KEY_MASK);
+	cache_prefetch_set(ddr, vb);
+	__builtin_prefetch(&ddr->pstate[vb], 1);
+	__builtin_prefetch(&ddr->pin[vb]);
+}
+
+/*
+ * Classifies one table's ids of the next batch; rows to read are appended
+ * to a new job in *job (NULL if none). If every row ends up in the top
+ * tier, the scratch keeps their slots: a memo the operations on the batch
+ * use instead of probing (see resolve_memo).
+ *
+ * In passes, so that the memory system works on many rows at once: the
+ * top tier is probed for every row (probe_top) and its hits touched and
+ * pinned; the DDR tier is probed for the rest the same way and its hits
+ * pinned; then, in batch order, DDR hits are promoted into the top tier
+ * (asking for the lines each promotion touches PF_AHEAD rows ahead) and
+ * the other misses are installed or listed for reading. The batch's hits
+ * are pinned before any promotion, so none of them is evicted by it.
+ */
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		    struct pl_job **job)
 {
 	struct table *tb = &s->tables[t];
 	struct sclass *cl = &s->cls[tb->cls];
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
 	uint64_t *mrows, *tops;
-	size_t m, nm = 0;
+	uint32_t *pend, *pfl;
+	uint8_t *kind;
+	void **ptrs;
+	size_t m, nm = 0, np = 0, npfl = 0;
 	int ret;
 
 	*job = NULL;
 	ret = dedup(s, ids, n, &m);
+	s->o->memo = false;
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->kind, m);
+	if (!ret)
+		ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->pfl, m * sizeof(uint32_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->mbuf, rb);
 	if (!ret) /* the victims its placements may queue (see op_lookup) */
@@ -140,43 +209,89 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	uniq = s->o->uniq.p;
 	mrows = s->o->mrows.p;
 	tops = s->o->slots.p;
+	kind = s->o->kind.p;
+	pend = s->o->midx.p;
+	ptrs = s->o->ptrs.p;
+	pfl = s->o->pfl.p;
 	s->pf.rows += m;
+	/* 1. top-tier hits: touched and pinned for the batch */
 	probe_top(s, t, top, m, tops);
 	for (size_t i = 0; i < m; i++) {
-		uint64_t key = cache_key(t, uniq[i]);
 		uint64_t slot = tops[i];
+
+		if (slot == CACHE_NONE) {
+			top->st.misses++;
+			kind[i] = 0;
+			pend[np++] = (uint32_t)i;
+			continue;
+		}
+		s->now++;
+		cache_touch(top, slot, s->now);
+		cache_pin(top, slot, s->bcur);
+		top->st.hits++;
+		kind[i] = top_kind;
+		ptrs[i] = cache_row(top, slot);
+		if (top->keys[slot] & CACHE_PF) /* placed, not used yet */
+			pfl[npfl++] = (uint32_t)i;
+	}
+	/* 2. DDR hits (under an HBM tier): pinned, to be promoted; tops[i]
+	 * is the DDR slot meanwhile */
+	if (s->has_hbm) {
+		for (size_t j = 0; j < np; j++)
+			tops[pend[j]] =
+			    cache_set_base(ddr, cache_key(t, uniq[pend[j]]));
+		for (size_t j = 0; j < np && j < PF_AHEAD; j++)
+			cache_prefetch_set(ddr, tops[pend[j]]);
+		for (size_t j = 0; j < np; j++) {
+			uint32_t i = pend[j];
+			uint64_t slot;
+
+			if (j + PF_AHEAD < np)
+				cache_prefetch_set(ddr,
+						   tops[pend[j + PF_AHEAD]]);
+			slot = cache_lookup_at(ddr, tops[i],
+					       cache_key(t, uniq[i]));
+			tops[i] = slot;
+			if (slot == CACHE_NONE) {
+				ddr->st.misses++;
+				continue;
+			}
+			ddr->st.hits++;
+			cache_pin(ddr, slot, s->bcur);
+			kind[i] = K_DDR;
+		}
+	}
+	/* 3. in batch order: promotions, installs, rows to read */
+	for (size_t j = 0; j < np; j++) {
+		uint32_t i = pend[j];
+		uint64_t key = cache_key(t, uniq[i]);
 		uint8_t where;
 		int64_t at;
 
-		/* a placement of this loop may have moved a hit out */
-		if (slot != CACHE_NONE &&
-		    (top->keys[slot] & CACHE_KEY_MASK) != key)
-			slot = cache_lookup(top, key);
-		if (slot != CACHE_NONE) {
-			s->now++;
-			cache_touch(top, slot, s->now);
-			cache_pin(top, slot, s->bcur);
-			top->st.hits++;
-			continue;
+		for (int st = 1; st <= 2; st++) {
+			size_t a = j + PF_AHEAD / (size_t)st;
+
+			if (a < np && kind[pend[a]] == K_DDR)
+				promote_ahead(s, top, ddr,
+					      cache_key(t, uniq[pend[a]]),
+					      tops[pend[a]], rb, st);
 		}
-		top->st.misses++;
-		if (s->has_hbm) {
-			slot = cache_lookup(ddr, key);
-			if (slot == CACHE_NONE)
-				ddr->st.misses++;
-			if (slot != CACHE_NONE) {
-				ddr->st.hits++;
-				cache_pin(ddr, slot, s->bcur);
-				ret =
-				    place_row(s, key, cache_row(ddr, slot), rb,
-					      slot, cache_dirty(ddr, slot),
-					      s->bcur, &where, &slot);
-				if (ret)
-					return ret;
-				if ((where & ~K_CONFLICT) == K_HBM)
-					cl->hbm.keys[slot] |= CACHE_PF;
-				continue;
+		if (kind[i] == K_DDR) {
+			uint64_t slot = tops[i];
+
+			ret = place_row(s, key, cache_row(ddr, slot), rb, slot,
+					cache_dirty(ddr, slot), s->bcur, &where,
+					&tops[i]);
+			if (ret)
+				return ret;
+			if ((where & ~K_CONFLICT) == K_HBM)
+				cl->hbm.keys[tops[i]] |= CACHE_PF;
+			kind[i] = where == K_HBM ? K_HBM : 0;
+			if (kind[i]) {
+				ptrs[i] = cache_row(top, tops[i]);
+				pfl[npfl++] = i;
 			}
+			continue;
 		}
 		/* Evicted dirty, perhaps by this very prefetch: the queue
 		 * has the truth. Copied out, as placing may grow the queue. */
@@ -186,22 +301,33 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
 			       rb);
 			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, true,
-					 s->bcur);
+					 s->bcur, &tops[i]);
 			if (ret)
 				return ret;
-			continue;
-		}
-		if (!tf_row_materialized(tb->tf, uniq[i])) {
+		} else if (!tf_row_materialized(tb->tf, uniq[i])) {
 			tf_init_row_raw(tb->tf, uniq[i], s->o->mbuf.p);
 			tb->st.rows_lazy++;
 			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, false,
-					 s->bcur);
+					 s->bcur, &tops[i]);
 			if (ret)
 				return ret;
-			continue;
+		} else {
+			mrows[nm++] = uniq[i];
+			tops[i] = CACHE_NONE;
 		}
-		mrows[nm++] = uniq[i];
+		kind[i] = tops[i] == CACHE_NONE ? 0 : top_kind;
+		if (kind[i]) { /* placed with CACHE_PF */
+			ptrs[i] = cache_row(top, tops[i]);
+			pfl[npfl++] = i;
+		}
 	}
+	/* The memo: every row in the top tier, pinned for the batch, and
+	 * the ones a prefetch placed and no operation used yet. */
+	s->o->m = m;
+	s->o->nbypass = 0;
+	memo_set(s, s->o, t, s->bcur);
+	if (s->o->memo)
+		s->o->npfl = npfl;
 	if (nm) {
 		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
 

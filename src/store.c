@@ -260,6 +260,7 @@ static void caches_drop(et_store *s)
 		}
 	}
 	s->caches_ready = false;
+	s->gen++; /* the memos' slots are void */
 }
 
 /* Allocates the caches as planned, if they are not. Called by every entry
@@ -659,7 +660,8 @@ static void opscr_free(struct opscr *o)
 {
 	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,	&o->ptrs,
 			       &o->kind, &o->slots, &o->mrows,	&o->midx,
-			       &o->mbuf, &o->acc,   &o->bypass, &o->dids};
+			       &o->mbuf, &o->acc,   &o->bypass, &o->dids,
+			       &o->pfl};
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);

@@ -118,6 +118,20 @@ struct opscr {
 	uint32_t t;	  /* the table resolved */
 	struct sbuf dids; /* u64: the ids uniq, inv and last are of */
 	size_t dn, dm;	  /* their count, and the unique rows among them */
+	/* The memo of the last resolve into this scratch: if memo is set,
+	 * every unique row of table memo_t was put in the top tier at
+	 * slots[i] (kind[i] the top's, ptrs[i] its bytes) by a resolve or
+	 * prefetch of these ids while s->gen was memo_gen; if memo_pin is
+	 * not 0, every one is pinned by that batch epoch (a prefetch's),
+	 * and pfl lists those placed by a prefetch and not used yet. The
+	 * next operation on the same ids uses it (see resolve_memo in
+	 * tier.c). */
+	bool memo;
+	uint32_t memo_t;
+	uint32_t memo_pin;
+	uint64_t memo_gen;
+	struct sbuf pfl; /* u32 unique indexes */
+	size_t npfl;
 };
 
 struct workers;
@@ -138,6 +152,8 @@ struct et_store {
 	uint32_t epoch;	     /* pin epoch of the operation in progress */
 	uint32_t bcur;	     /* pin epoch of the last prefetched batch, or 0 */
 	uint32_t bprev;	     /* and of the one before it */
+	uint64_t gen;	     /* bumped when the caches are freed or the pins
+			      * wrap: earlier memos no longer stand */
 	int failed;	  /* first write-back error not yet recovered, or 0 */
 	int lost;	  /* rows could not be kept (no memory to queue them):
 		   * every later call fails, nothing more is committed */
@@ -239,6 +255,7 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped);
 int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	      size_t *m, bool deduped);
+void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);
 int resolve_read(et_store *s, struct opscr *os, size_t nt);
 int op_place(et_store *s, struct table *t, size_t n);
 int op_start(et_store *s);

@@ -22,6 +22,7 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 {
 	size_t cap = 16, m = 0;
 	uint32_t *ht, *inv, *last;
+	bool pre;
 	uint64_t *uniq;
 	int ret;
 
@@ -32,6 +33,7 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		return 0;
 	}
 	s->o->dn = 0;
+	s->o->memo = false;
 	while (cap < 2 * n)
 		cap *= 2;
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
@@ -51,9 +53,14 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	uniq = s->o->uniq.p;
 	inv = s->o->inv.p;
 	last = s->o->last.p;
+	/* the hashes first (inv holds them until the second loop), which
+	 * the compiler can pipeline, then the probes */
+	pre = cap - 1 <= UINT32_MAX;
+	for (size_t i = 0; pre && i < n; i++)
+		inv[i] = (uint32_t)(hash_mix(ids[i] + 1) & (cap - 1));
 	for (size_t i = 0; i < n; i++) {
 		uint64_t id = ids[i];
-		size_t h = hash_mix(id + 1) & (cap - 1);
+		size_t h = pre ? inv[i] : hash_mix(id + 1) & (cap - 1);
 
 		while (ht[h] && uniq[ht[h] - 1] != id)
 			h = (h + 1) & (cap - 1);
@@ -90,6 +97,18 @@ static void pin_op(et_store *s, struct cache *c, uint64_t slot)
 
 	if (!cache_pinned(c, slot, &ps))
 		cache_pin(c, slot, s->epoch);
+}
+
+/* A top-tier hit used by an operation: counted as a prefetch's hit if a
+ * prefetch placed it and nothing used it yet, touched, pinned. */
+static void hit_use(et_store *s, struct cache *top, uint64_t slot)
+{
+	if (top->keys[slot] & CACHE_PF) {
+		top->keys[slot] &= ~CACHE_PF;
+		s->pf.hits++;
+	}
+	cache_touch(top, slot, s->now);
+	pin_op(s, top, slot);
 }
 
 /* Places a row demoted from HBM (or a row with no better place) in DDR.
@@ -315,12 +334,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 
 		s->now++;
 		if (kind[i] == top_kind) {
-			if (top->keys[slot] & CACHE_PF) {
-				top->keys[slot] &= ~CACHE_PF;
-				s->pf.hits++;
-			}
-			cache_touch(top, slot, s->now);
-			pin_op(s, top, slot);
+			hit_use(s, top, slot);
 			ptrs[i] = cache_row(top, slot);
 			top->st.hits++;
 			continue;
@@ -485,6 +499,110 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 	return 0;
 }
 
+/* ----------------------------------------------------------------- memo */
+
+/*
+ * A training step asks for one batch three times: et_prefetch of it, then
+ * its gather, then its update. The first resolve leaves a memo in its
+ * scratch (the top-tier slot of every unique row, when all of them are
+ * there), and the operations after it on the same ids (the dedup of the
+ * scratch stands) skip hashing and probing their sets.
+ *
+ * A prefetch's memo is pinned: its rows are pinned by the batch's epoch,
+ * and a row pinned by a live epoch never leaves its slot (no placement
+ * evicts it, and only newer epochs replace its pin word), so while that
+ * epoch lives and the caches are the same (s->gen) the memo holds with
+ * no look at the rows at all. The rows are not touched again: the
+ * prefetch's touch stands for the batch's use (FBGEMM's prefetch updates
+ * its LRU state the same way, not its forward or backward); the policy
+ * clock still advances by one a row. Any other memo (a resolve's, or a
+ * prefetch's whose epoch is gone) is checked row by row: each slot must
+ * still hold its row, which is all a probe would find; then the rows are
+ * touched and pinned as a probe's hits are. If any slot fails, the batch
+ * takes the full path, and nothing has changed.
+ */
+
+/* Records a memo for o's m unique rows of table t if every one of them
+ * is in the top tier, in kind and slots (and ptrs); pin: the batch epoch
+ * pinning them all, or 0. */
+void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin)
+{
+	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
+	const uint8_t *kind = o->kind.p;
+
+	o->memo = false;
+	o->npfl = 0;
+	if (o->nbypass)
+		return;
+	for (size_t i = 0; i < o->m; i++)
+		if (kind[i] != top_kind)
+			return;
+	o->memo = true;
+	o->memo_t = t;
+	o->memo_pin = pin;
+	o->memo_gen = s->gen;
+}
+
+/*
+ * Resolves the m unique rows of table t from the memo of s->o, if it
+ * stands. Returns false, changing nothing, if it does not: a row has left
+ * its slot.
+ */
+static bool resolve_memo(et_store *s, uint32_t t, size_t m)
+{
+	struct opscr *o = s->o;
+	struct cache *top = top_of(s, &s->cls[s->tables[t].cls]);
+	const uint64_t *uniq = o->uniq.p;
+	const uint64_t *slots = o->slots.p;
+	void **ptrs = o->ptrs.p;
+
+	if (!o->memo || o->memo_t != t || o->memo_gen != s->gen || o->m != m)
+		return false;
+	if (o->memo_pin &&
+	    (o->memo_pin == s->bcur || o->memo_pin == s->bprev)) {
+		const uint32_t *pfl = o->pfl.p;
+
+		for (size_t q = 0; q < o->npfl; q++) {
+			uint64_t slot = slots[pfl[q]];
+
+			if (top->keys[slot] & CACHE_PF) {
+				top->keys[slot] &= ~CACHE_PF;
+				s->pf.hits++;
+			}
+		}
+		o->npfl = 0;
+		s->now += m;
+		top->st.hits += m;
+		return true;
+	}
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		__builtin_prefetch(&top->keys[slots[i]]);
+	for (size_t i = 0; i < m; i++) {
+		if (i + PROBE_AHEAD < m) {
+			uint64_t a = slots[i + PROBE_AHEAD];
+
+			__builtin_prefetch(&top->keys[a]);
+			__builtin_prefetch(&top->pstate[a], 1);
+			__builtin_prefetch(&top->pin[a], 1);
+		}
+		if ((top->keys[slots[i]] & CACHE_KEY_MASK) !=
+		    cache_key(t, uniq[i])) {
+			o->memo = false;
+			return false;
+		}
+	}
+	for (size_t i = 0; i < m; i++) {
+		uint64_t slot = slots[i];
+
+		s->now++;
+		hit_use(s, top, slot);
+		ptrs[i] = cache_row(top, slot);
+	}
+	o->npfl = 0;
+	top->st.hits += m;
+	return true;
+}
+
 /*
  * Step 1 of resolve with its scratch: looks up the m unique rows of table t
  * (s->o) and lists the misses (s->o->nm). Then resolve_read (of this table
@@ -511,6 +629,11 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 		return ret;
 	s->o->nbypass = 0;
 	s->o->t = t;
+	if (resolve_memo(s, t, m)) {
+		s->o->nm = 0;
+		return 0;
+	}
+	s->o->memo = false;
 	s->o->nm = resolve_lookup(s, t, m);
 	return 0;
 }
@@ -575,6 +698,7 @@ void epoch_next(et_store *s)
 		}
 		s->bcur = s->bprev = 0;
 		s->epoch = 1;
+		s->gen++; /* pinned memos: their epochs come back */
 	}
 }
 
@@ -680,6 +804,8 @@ int op_place(et_store *s, struct table *t, size_t n)
 		op_end(s, tid, false);
 		return ret;
 	}
+	if (!s->o->memo) /* resolved the full way: a memo for the next */
+		memo_set(s, s->o, tid, 0);
 	/* conflict misses with duplicates counted */
 	if (t->st.conflict_unique_misses != conflicts0) {
 		const uint8_t *kind = s->o->kind.p;

@@ -428,11 +428,22 @@ struct batch {
 	uint64_t ids[MAXB];
 };
 
+/* The batch of a multi-table call: a subset of the tables in some order,
+ * each with its ids and bags. */
+struct mbatch {
+	int nk, order[NT];
+	uint64_t ids[NT][MAXB], off[NT][MAXB + 1];
+	size_t nbags[NT];
+};
+
 struct harness {
 	const struct mcase *mc;
 	struct tu_rng rng;
 	struct batch next; /* the next operation's ids, if next_valid */
 	bool next_valid;
+	struct mbatch train_next; /* op_train's next batch, if train_valid */
+	bool train_valid;
+	bool in_train;	    /* random_op inside op_train */
 	bool any_pf;	    /* some store prefetches */
 	bool any_la;	    /* some store is given lookahead windows */
 	uint64_t op;	    /* operations issued */
@@ -987,50 +998,62 @@ static void op_update_pooled(struct harness *h, int k, const uint64_t *ids,
 static size_t random_bags(struct harness *h, size_t n, uint64_t *off);
 static size_t random_ids(struct harness *h, int k, uint64_t *ids);
 
-/*
- * A multi-table call (et_gather_pooled_multi or et_update_pooled_multi)
- * over a random subset of the tables in a random order, each with its
- * own ids and bags; the model does one table after the other. Returns
- * the ids passed to each store.
- */
-static uint64_t op_multi(struct harness *h, bool update, et_pool mode)
+/* A random subset of the tables in a random order, each with its own ids
+ * and bags. */
+static void random_mbatch(struct harness *h, struct mbatch *mb)
 {
-	static uint64_t ids[NT][MAXB], off[NT][MAXB + 1];
-	struct et_table_batch tb[NT];
-	size_t nbags[NT], total = 0;
-	struct et_update_params up;
-	int order[NT], nk = 0;
-	float gin[MAXB * MAXDIM];
-
-	h->opname = update ? "update_pooled_multi" : "gather_pooled_multi";
+	mb->nk = 0;
 	for (int k = 0; k < h->nt; k++)
 		if (tu_rng_below(&h->rng, 4))
-			order[nk++] = k;
-	if (!nk)
-		order[nk++] = (int)tu_rng_below(&h->rng, (uint64_t)h->nt);
-	for (int i = nk - 1; i > 0; i--) { /* shuffled */
+			mb->order[mb->nk++] = k;
+	if (!mb->nk)
+		mb->order[mb->nk++] =
+		    (int)tu_rng_below(&h->rng, (uint64_t)h->nt);
+	for (int i = mb->nk - 1; i > 0; i--) { /* shuffled */
 		int j = (int)tu_rng_below(&h->rng, (uint64_t)i + 1), x;
 
-		x = order[i];
-		order[i] = order[j];
-		order[j] = x;
+		x = mb->order[i];
+		mb->order[i] = mb->order[j];
+		mb->order[j] = x;
 	}
+	for (int j = 0; j < mb->nk; j++) {
+		size_t n = random_ids(h, mb->order[j], mb->ids[j]);
+
+		mb->nbags[j] = random_bags(h, n, mb->off[j]);
+	}
+}
+
+/*
+ * A multi-table call (et_gather_pooled_multi or et_update_pooled_multi)
+ * of batch mb on every store; the model does one table after the other.
+ * Returns the ids passed to each store.
+ */
+static uint64_t multi_call(struct harness *h, const struct mbatch *mb,
+			   bool update, et_pool mode)
+{
+	struct et_table_batch tb[NT];
+	struct et_update_params up;
+	uint64_t total = 0;
+	float gin[MAXB * MAXDIM];
+	int nk = mb->nk;
+
+	h->opname = update ? "update_pooled_multi" : "gather_pooled_multi";
 	if (update)
 		random_params(h, &up);
 	for (int j = 0; j < nk; j++) {
-		int k = order[j];
+		int k = mb->order[j];
 		uint32_t dim = h->t[k].sp->dim;
 		float *slot = h->mexp + (size_t)j * MAXB * MAXDIM;
-		size_t n = random_ids(h, k, ids[j]);
+		size_t n = mb->off[j][mb->nbags[j]];
 
-		nbags[j] = random_bags(h, n, off[j]);
 		total += n;
 		if (update) { /* slot: the bags' gradients */
-			pooled_grads(h, dim, off[j], nbags[j], mode, slot, gin);
-			model_update(h, k, ids[j], n, gin, &up);
+			pooled_grads(h, dim, mb->off[j], mb->nbags[j], mode,
+				     slot, gin);
+			model_update(h, k, mb->ids[j], n, gin, &up);
 		} else { /* slot: the expected bags */
-			model_pooled(&h->t[k], ids[j], off[j], nbags[j], mode,
-				     slot);
+			model_pooled(&h->t[k], mb->ids[j], mb->off[j],
+				     mb->nbags[j], mode, slot);
 		}
 	}
 	for (int s = 0; s < h->nst; s++) {
@@ -1040,10 +1063,10 @@ static uint64_t op_multi(struct harness *h, bool update, et_pool mode)
 			size_t at = (size_t)j * MAXB * MAXDIM;
 
 			tb[j] = (struct et_table_batch){
-			    .table = ms->id[order[j]],
-			    .ids = ids[j],
-			    .offsets = off[j],
-			    .nbags = nbags[j],
+			    .table = ms->id[mb->order[j]],
+			    .ids = mb->ids[j],
+			    .offsets = mb->off[j],
+			    .nbags = mb->nbags[j],
 			    .out = update ? NULL : h->mout + at,
 			    .grads = update ? h->mexp + at : NULL};
 		}
@@ -1058,15 +1081,118 @@ static uint64_t op_multi(struct harness *h, bool update, et_pool mode)
 						    mode));
 		for (int j = 0; j < nk; j++) {
 			size_t at = (size_t)j * MAXB * MAXDIM;
+			size_t n = mb->off[j][mb->nbags[j]];
 
-			h_count(ms, order[j], ids[j], off[j][nbags[j]]);
+			h_count(ms, mb->order[j], mb->ids[j], n);
 			if (!update)
-				h_compare(h, ms, order[j], NULL, nbags[j],
-					  h->mout + at, h->mexp + at,
-					  "multi pooled bag");
+				h_compare(h, ms, mb->order[j], NULL,
+					  mb->nbags[j], h->mout + at,
+					  h->mexp + at, "multi pooled bag");
 		}
 	}
 	return total;
+}
+
+/* A multi-table call over a random batch. */
+static uint64_t op_multi(struct harness *h, bool update, et_pool mode)
+{
+	static struct mbatch mb;
+
+	random_mbatch(h, &mb);
+	return multi_call(h, &mb, update, mode);
+}
+
+/* et_prefetch of batch mb, all its tables in one call, on the stores that
+ * prefetch. */
+static void prefetch_mbatch(struct harness *h, const struct mbatch *mb)
+{
+	struct et_batch_ids b[NT];
+
+	h->opname = "prefetch (train)";
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		if (!ms->cfg->pf)
+			continue;
+		for (int j = 0; j < mb->nk; j++)
+			b[j] = (struct et_batch_ids){ms->id[mb->order[j]],
+						     mb->ids[j],
+						     mb->off[j][mb->nbags[j]]};
+		h_rc(h, ms, et_prefetch(ms->s, b, (size_t)mb->nk));
+	}
+}
+
+static uint64_t random_op(struct harness *h);
+static void op_flush(struct harness *h);
+static void op_checkpoint(struct harness *h);
+
+/* Now and then, between the operations of a training step, something that
+ * may move or unpin the batch's rows: a flush, a checkpoint, other
+ * operations (which may evict what the batch's pins do not hold), or
+ * prefetches of other batches (after two, the batch's pins are gone). */
+static uint64_t train_disturb(struct harness *h)
+{
+	static struct mbatch other;
+	uint64_t done = 0;
+
+	switch (tu_rng_below(&h->rng, 12)) {
+	case 0:
+		op_flush(h);
+		return 1;
+	case 1:
+		op_checkpoint(h);
+		return 1;
+	case 2:
+		h->in_train = true; /* no training step inside this one */
+		for (int i = 0; i < 3; i++)
+			done += random_op(h);
+		h->in_train = false;
+		return done;
+	case 3:
+		for (int i = 0; i < 2; i++) {
+			random_mbatch(h, &other);
+			prefetch_mbatch(h, &other);
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * A training step as embtier-train runs it: the gather of the batch that
+ * the step before prefetched, the prefetch of the next batch, the update
+ * of this one with the same ids. Operations after a prefetch of the same
+ * ids may reuse what it resolved (the memo): sometimes one id of one table
+ * differs from the prefetched ones, and sometimes something that may move
+ * the batch's rows comes in between, so that the reuse must notice.
+ */
+static uint64_t op_train(struct harness *h, et_pool mode)
+{
+	struct mbatch b;
+	uint64_t done;
+
+	if (!h->train_valid) {
+		random_mbatch(h, &h->train_next);
+		prefetch_mbatch(h, &h->train_next);
+	}
+	b = h->train_next;
+	h->train_valid = false;
+	if (tu_rng_below(&h->rng, 6) == 0) {
+		int j = (int)tu_rng_below(&h->rng, (uint64_t)b.nk);
+		size_t n = b.off[j][b.nbags[j]];
+
+		if (n)
+			b.ids[j][tu_rng_below(&h->rng, n)] =
+			    tu_rng_below(&h->rng, h->t[b.order[j]].sp->rows);
+	}
+	done = train_disturb(h);
+	done += multi_call(h, &b, false, mode);
+	random_mbatch(h, &h->train_next);
+	prefetch_mbatch(h, &h->train_next);
+	h->train_valid = true;
+	done += train_disturb(h);
+	done += multi_call(h, &b, true, mode);
+	return done;
 }
 
 static void op_write(struct harness *h, int k, const uint64_t *ids, size_t n)
@@ -1321,15 +1447,19 @@ static uint64_t random_op(struct harness *h)
 	} else if (what < 380) {
 		nbags = random_bags(h, n, off);
 		op_gather_pooled(h, k, ids, off, nbags, mode);
-	} else if (what < 440) {
+	} else if (what < 400 || (what < 440 && h->in_train)) {
 		return op_multi(h, false, mode);
+	} else if (what < 440) {
+		return op_train(h, mode);
 	} else if (what < 670) {
 		op_update(h, k, ids, n);
 	} else if (what < 770) {
 		nbags = random_bags(h, n, off);
 		op_update_pooled(h, k, ids, off, nbags, mode);
-	} else if (what < 830) {
+	} else if (what < 790 || (what < 830 && h->in_train)) {
 		return op_multi(h, true, mode);
+	} else if (what < 830) {
+		return op_train(h, mode);
 	} else if (what < 995) {
 		op_write(h, k, ids, n);
 	} else if (what < 998) {

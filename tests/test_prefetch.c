@@ -1627,6 +1627,75 @@ static void test_fault_write_same_block_as_read(void **state)
 
 /* ------------------------------------------------------------- 4. stats */
 
+/* A pooled gather (sum, one id a bag) of ids through the multi-table
+ * call, compared with exp bit for bit. */
+static void ht_check_multi(struct ht *h, const uint64_t *ids, size_t n)
+{
+	float *out = scratch(n * HDIM, sizeof(float));
+	uint64_t *off = scratch(n + 1, sizeof(uint64_t));
+	struct et_table_batch b = {
+	    .table = h->t, .ids = ids, .offsets = off, .nbags = n, .out = out};
+
+	for (size_t i = 0; i <= n; i++)
+		off[i] = i;
+	assert_int_equal(et_gather_pooled_multi(h->s, &b, 1, ET_POOL_SUM), 0);
+	for (size_t i = 0; i < n; i++)
+		assert_memory_equal(out + i * HDIM, h->exp + ids[i] * HDIM,
+				    HDIM * sizeof(float));
+}
+
+/*
+ * (f) The operations on a prefetched batch reuse the slots the prefetch
+ * found (the memo): a table of another row size created in between
+ * reallocates the caches smaller (the slots mean nothing then), and rows
+ * the batch's pins no longer hold may have moved. The gathers must read
+ * right either way (under ASan, a stale slot past the new caches would
+ * fail here too).
+ */
+static void test_memo_after_moves(void **state)
+{
+	struct fx *f = *state;
+	struct et_store_config c = ddr_only(512, 4, ET_POLICY_LRU);
+	const struct et_table_params p2 = {.rows = 1000,
+					   .dim = 64,
+					   .dtype = ET_F32,
+					   .optim = ET_OPT_SGD,
+					   .init = ET_INIT_ZEROS,
+					   .seed = 1};
+	uint64_t a[64], b[64];
+	struct ht h;
+	int t2;
+
+	c.hbm_bytes = tier_bytes(HDIM * 4, 256);
+	for (int j = 0; j < 64; j++) {
+		a[j] = (uint64_t)j * 1009 + 3;
+		b[j] = (uint64_t)j * 997 + 5;
+	}
+	ht_init(&h, f, &c, 0);
+	assert_int_equal(ht_write(&h, a, 64, 2.0f), 0);
+	assert_int_equal(ht_write(&h, b, 64, 3.0f), 0);
+
+	/* a training step's order: the memo is used */
+	assert_int_equal(ht_prefetch(&h, a, 64), 0);
+	ht_check_multi(&h, a, 64);
+	ht_check_multi(&h, a, 64);
+
+	/* the caches reallocated between the prefetch and the gather */
+	assert_int_equal(ht_prefetch(&h, b, 64), 0);
+	assert_int_equal(et_table_create(h.s, "wide", &p2, &t2), 0);
+	ht_check_multi(&h, b, 64);
+
+	/* the batch's pins gone, then other rows through the small tiers */
+	assert_int_equal(ht_prefetch(&h, a, 64), 0);
+	assert_int_equal(et_prefetch(h.s, NULL, 0), 0);
+	assert_int_equal(et_prefetch(h.s, NULL, 0), 0);
+	ht_check(&h, b, 64);
+	assert_int_equal(ht_update(&h, b, 64, 0.5f), 0);
+	ht_check_multi(&h, a, 64);
+	assert_int_equal(et_flush(h.s), 0);
+	ht_check_multi(&h, a, 64);
+}
+
 /*
  * Counters where the sequence fixes them: prefetch_calls per call (errors
  * refused before counting anything), prefetch_rows = distinct rows per table
@@ -1848,6 +1917,7 @@ int main(void)
 	    T(test_fault_read_under_prefetch),
 	    T(test_fault_write_under_prefetch),
 	    T(test_fault_write_same_block_as_read),
+	    T(test_memo_after_moves),
 	    T(test_stats_prefetch),
 	    T(test_two_stores_in_threads),
 	    T(test_fault_write_narrow_rows),
