@@ -286,6 +286,15 @@ struct et_store_config {
 			   * caller's counted: 0 or 1 the caller's alone,
 			   * up to 64. Results are the same bits for any
 			   * count. */
+	uint32_t prefetch_thread; /* 1: et_prefetch returns once its
+				   * arguments are checked and its ids
+				   * copied; its work (lookups, promotions
+				   * into HBM, handing reads to the I/O
+				   * thread) runs on a thread of the
+				   * store's, overlapping the caller's work,
+				   * and every other call on the store waits
+				   * for it first. 0: on the caller's
+				   * thread. Results are the same bits. */
 };
 
 #define ET_SLOT_META_BYTES 16

@@ -352,6 +352,7 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	size_t m;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	ret = op_open(s, table, ids, n, out, "out", &t, &m);
 	if (ret || n == 0)
@@ -392,6 +393,7 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 	size_t n, m;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !out)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "out");
@@ -489,6 +491,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
 	      const float *grads, const struct et_update_params *up)
 {
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	return update_common(s, table, ids, n, grads, NULL, ET_POOL_SUM, up);
 }
@@ -500,6 +503,7 @@ int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 	size_t n;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	ret = check_pool(mode);
 	if (!ret)
@@ -516,6 +520,7 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	size_t m;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	ret = op_open(s, table, ids, n, vals, "vals", &t, &m);
 	if (ret || n == 0)
@@ -792,6 +797,7 @@ int et_gather_pooled_multi(et_store *s, const struct et_table_batch *batch,
 {
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	ret = multi_check(s, batch, ntables, mode, false);
 	return ret ? ret : multi_run(s, batch, ntables, mode, NULL);
@@ -803,6 +809,7 @@ int et_update_pooled_multi(et_store *s, const struct et_table_batch *batch,
 {
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	ret = check_update_params(up);
 	if (!ret)

@@ -5,10 +5,12 @@
  * top tier by the next operation.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "error.h"
+#include "mem_host.h"
 #include "simd.h"
 #include "store_impl.h"
 
@@ -341,30 +343,14 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	return 0;
 }
 
-int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
+/* The work of et_prefetch on a checked batch: on the caller's thread, or
+ * on the prefetch thread. */
+static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	struct pl_job *jobs = NULL, **tail = &jobs, *j;
 	uint64_t t0, t1, w0;
-	int ret = 0;
+	int ret;
 
-	err_clear();
-	if (!s || (ntables && !batch))
-		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batch");
-	for (size_t k = 0; k < ntables; k++) {
-		struct table *t = table_get(s, batch[k].table);
-		char what[40];
-
-		if (!t)
-			return err_set(ET_ENOTABLE,
-				       "batch[%zu].table %d unknown: the store "
-				       "has %u",
-				       k, batch[k].table, s->ntables);
-		snprintf(what, sizeof(what), "batch[%zu].ids", k);
-		ret = ids_check(t, batch[k].table, batch[k].ids, batch[k].n,
-				what);
-		if (ret)
-			return ret;
-	}
 	ret = scratch_grow(&s->pf_scr, &s->npf, ntables);
 	if (ret)
 		return ret;
@@ -425,4 +411,193 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	s->tm.op_ns += t1 - t0;
 	epoch_next(s);
 	return ret;
+}
+
+/* ------------------------------------------------------ prefetch thread */
+
+/*
+ * With et_store_config.prefetch_thread, et_prefetch hands its checked
+ * batch (a copy: the caller may reuse its arrays at once) to a thread of
+ * the store's and returns; pf_run then does on that thread what it does
+ * on the caller's. Every other call on the store begins with pf_wait, so
+ * the store is never used by two threads at once and its operations run
+ * in the same order as without the thread: results, counters and cache
+ * contents are the same. What changes is only who waits: the caller's
+ * next call instead of its et_prefetch, and in a training step the
+ * dense forward and backward run in between, on the other core.
+ *
+ * Errors of the work on the thread are not returned (nothing is left to
+ * return them to): rows it could not place are read on demand, where a
+ * read error surfaces; a failure that loses a write-back is sticky and the
+ * next call returns ET_EFAILED. Memory: the copy of the largest batch
+ * handed in (8 bytes an id, 24 a table), and the thread's stack.
+ */
+struct pf_async {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cv;
+	bool busy; /* a batch handed over, not yet done */
+	bool stop;
+	struct et_batch_ids *b;
+	size_t nb, bcap;
+	uint64_t *ids;
+	size_t icap;
+};
+
+static void *pf_thread(void *arg)
+{
+	et_store *s = arg;
+	struct pf_async *a = s->pfa;
+
+	pthread_mutex_lock(&a->lock);
+	for (;;) {
+		while (!a->busy && !a->stop)
+			pthread_cond_wait(&a->cv, &a->lock);
+		if (!a->busy)
+			break; /* stop */
+		pthread_mutex_unlock(&a->lock);
+		(void)pf_run(s, a->b, a->nb);
+		pthread_mutex_lock(&a->lock);
+		a->busy = false;
+		pthread_cond_broadcast(&a->cv);
+	}
+	pthread_mutex_unlock(&a->lock);
+	return NULL;
+}
+
+void pf_wait(et_store *s)
+{
+	struct pf_async *a = s ? s->pfa : NULL;
+
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->lock);
+	while (a->busy)
+		pthread_cond_wait(&a->cv, &a->lock);
+	pthread_mutex_unlock(&a->lock);
+}
+
+void pf_stop(et_store *s)
+{
+	struct pf_async *a = s ? s->pfa : NULL;
+
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->stop = true;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->lock);
+	pthread_join(a->thread, NULL);
+	pthread_cond_destroy(&a->cv);
+	pthread_mutex_destroy(&a->lock);
+	mem_free(a->b, a->bcap * sizeof(*a->b), 0);
+	mem_free(a->ids, a->icap * sizeof(*a->ids), 0);
+	mem_free(a, sizeof(*a), 0);
+	s->pfa = NULL;
+}
+
+static int pf_start(et_store *s)
+{
+	struct pf_async *a = mem_alloc(sizeof(*a), 0);
+
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	s->pfa = a;
+	if (pthread_create(&a->thread, NULL, pf_thread, s)) {
+		pthread_cond_destroy(&a->cv);
+		pthread_mutex_destroy(&a->lock);
+		mem_free(a, sizeof(*a), 0);
+		s->pfa = NULL;
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+/* Grows *p (cap elements of size) to hold n. */
+static int grow_to(void **p, size_t *cap, size_t n, size_t size)
+{
+	size_t c = *cap ? *cap : 64;
+	void *q;
+
+	if (n <= *cap)
+		return 0;
+	while (c < n)
+		c *= 2;
+	q = mem_alloc(c * size, 0);
+	if (!q)
+		return -ENOMEM;
+	mem_free(*p, *cap * size, 0);
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
+/* Hands a copy of the batch to the prefetch thread (started at the first
+ * call); not 0 if it cannot (the caller then does the work itself). The
+ * thread is idle (pf_wait ran). */
+static int pf_post(et_store *s, const struct et_batch_ids *batch,
+		   size_t ntables)
+{
+	struct pf_async *a;
+	size_t nid = 0;
+	int ret = 0;
+
+	if (!s->pfa)
+		ret = pf_start(s);
+	for (size_t k = 0; k < ntables; k++)
+		nid += batch[k].n;
+	a = s->pfa;
+	if (!ret)
+		ret = grow_to((void **)&a->b, &a->bcap, ntables, sizeof(*a->b));
+	if (!ret)
+		ret = grow_to((void **)&a->ids, &a->icap, nid, sizeof(*a->ids));
+	if (ret)
+		return ret;
+	nid = 0;
+	for (size_t k = 0; k < ntables; k++) {
+		a->b[k] = batch[k];
+		a->b[k].ids = a->ids + nid;
+		if (batch[k].n)
+			memcpy(a->ids + nid, batch[k].ids,
+			       batch[k].n * sizeof(*a->ids));
+		nid += batch[k].n;
+	}
+	pthread_mutex_lock(&a->lock);
+	a->nb = ntables;
+	a->busy = true;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->lock);
+	return 0;
+}
+
+int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
+{
+	int ret = 0;
+
+	pf_wait(s); /* the last one ends first */
+	err_clear();
+	if (!s || (ntables && !batch))
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batch");
+	for (size_t k = 0; k < ntables; k++) {
+		struct table *t = table_get(s, batch[k].table);
+		char what[40];
+
+		if (!t)
+			return err_set(ET_ENOTABLE,
+				       "batch[%zu].table %d unknown: the store "
+				       "has %u",
+				       k, batch[k].table, s->ntables);
+		snprintf(what, sizeof(what), "batch[%zu].ids", k);
+		ret = ids_check(t, batch[k].table, batch[k].ids, batch[k].n,
+				what);
+		if (ret)
+			return ret;
+	}
+	if (s->failed || s->lost)
+		return ET_EFAILED;
+	if (s->cfg.prefetch_thread && !pf_post(s, batch, ntables))
+		return 0;
+	return pf_run(s, batch, ntables);
 }

@@ -394,6 +394,7 @@ int et_table_create(et_store *s, const char *name,
 	char *path;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !p || !id)
 		return err_set(-EINVAL, "%s is NULL",
@@ -453,6 +454,7 @@ int et_table_open(et_store *s, const char *name,
 	char *path;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
@@ -479,6 +481,7 @@ int et_table_info(et_store *s, int table, struct et_table_info *info)
 	struct table *t = table_get(s, table);
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!t)
 		return no_table(s, table);
@@ -527,6 +530,10 @@ static int config_check(struct et_store_config *c)
 		return err_set(ET_ECONFIG,
 			       "et_store_config.hbm_backend ET_HBM_CUDA: no "
 			       "CUDA device, or a build without CUDA");
+	if (c->prefetch_thread > 1)
+		return err_set(ET_ECONFIG,
+			       "et_store_config.prefetch_thread %u: 0 or 1",
+			       c->prefetch_thread);
 	if (c->threads > WORKERS_MAX)
 		return err_set(ET_ECONFIG,
 			       "et_store_config.threads %u out of range 0..%d",
@@ -694,6 +701,7 @@ bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
 
 static void store_free(et_store *s)
 {
+	pf_stop(s);
 	pl_stop(s->pl); /* before the files and the ring it uses go */
 	workers_stop(s->wk);
 	for (uint32_t i = 0; i < s->ntables; i++)
@@ -791,6 +799,7 @@ int et_store_close(et_store *s)
 
 	if (!s)
 		return 0;
+	pf_stop(s); /* its thread, after the prefetch it runs */
 	ret = et_flush(s);
 	if (!ret && changed_since_commit(s))
 		ret = commit_close(s);
@@ -805,6 +814,7 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	struct ckpt_rec r;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || (len && !dense))
 		return err_set(-EINVAL, "%s",
@@ -824,6 +834,7 @@ int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 	struct ckpt_rec r;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
@@ -839,6 +850,7 @@ int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
 	void *dense = NULL;
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !ci)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "ci");
@@ -906,6 +918,7 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 {
 	int ret;
 
+	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !st)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "st");

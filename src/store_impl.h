@@ -135,6 +135,7 @@ struct opscr {
 };
 
 struct workers;
+struct pf_async;
 
 struct et_store {
 	char *dir;
@@ -184,6 +185,8 @@ struct et_store {
 			       * call of that batch takes its dedup over */
 	uint32_t npf;	      /* entries of pf_scr */
 	struct workers *wk;   /* cfg.threads > 1: the kernels' threads */
+	struct pf_async *pfa; /* cfg.prefetch_thread: et_prefetch's thread,
+			       * once started (prefetch.c) */
 	struct sbuf trow;     /* f32 per thread: a decoded row */
 	struct sbuf map;      /* dedup hash: u32 unique index + 1 */
 	struct sbuf tmp;      /* one row */
@@ -259,6 +262,11 @@ void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);
 int resolve_read(et_store *s, struct opscr *os, size_t nt);
 int op_place(et_store *s, struct table *t, size_t n);
 int op_start(et_store *s);
+/* Waits until a prefetch running on the prefetch thread has ended (no-op
+ * without one); every et_ call on a store begins with it. */
+void pf_wait(et_store *s);
+/* Ends the prefetch thread (after its prefetch) and frees it. */
+void pf_stop(et_store *s);
 int op_end(et_store *s, uint32_t t, bool changed);
 int op_bypass_done(et_store *s, uint32_t t, bool changed);
 int op_finish(et_store *s, int ret);

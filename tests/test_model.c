@@ -113,6 +113,7 @@ struct scfg {
 	bool pf;	     /* prefetch each next batch (et_prefetch) */
 	uint32_t threads;    /* et_store_config.threads (multi-table calls) */
 	uint32_t la;	     /* et_lookahead window of la batches; 0: none */
+	bool pft;	     /* et_store_config.prefetch_thread */
 };
 
 struct mcase {
@@ -126,7 +127,7 @@ struct mcase {
 
 /* One case per paragraph: store configurations {name, HBM slots, DDR
  * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch, threads,
- * lookahead batches}, then tables
+ * lookahead batches, prefetch on the store's thread}, then tables
  * {name, rows, dim, dtype, optimizer, init, scale, seed}. */
 #define LRU ET_POLICY_LRU
 #define LFU ET_POLICY_LFU
@@ -141,8 +142,8 @@ struct mcase {
 /* clang-format off */
 static const struct mcase model_cases[] = {
 	{ "lru_w4_f32", 0x1001, 3, 1,
-	  { { "hbm64-lru/ddr256-lru/w4/prefetch/threads2", HBM_SLOTS,
-	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2, 0 } },
+	  { { "hbm64-lru/ddr256-lru/w4/prefetch-thread/threads2", HBM_SLOTS,
+	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2, 0, true } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
 	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 } } },
 	{ "lfu_w16_f16", 0x1002, 3, 1,
@@ -161,8 +162,8 @@ static const struct mcase model_cases[] = {
 	  { { "a", 100000, 6, ET_F16, SGD, UNI, 1.0f, 41 },
 	    { "b", 1000000, 24, ET_BF16, ADA, UNI, 0.05f, 42 } } },
 	{ "nohbm_lru_w4_f16", 0x1005, 3, 1,
-	  { { "ddr256-lru/w4/prefetch/threads3", 0, DDR_SLOTS, 0, LRU, 4, 0,
-	      true, 3, 0 } },
+	  { { "ddr256-lru/w4/prefetch-thread/threads3", 0, DDR_SLOTS, 0, LRU,
+	      4, 0, true, 3, 0, true } },
 	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
 	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 } } },
 	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
@@ -190,8 +191,8 @@ static const struct mcase model_cases[] = {
 	  { { "a", 100000, 8, ET_F16, SGD, UNI, 0.3f, 121 },
 	    { "b", 400000, 24, ET_F32, ADA, NRM, 0.2f, 122 } } },
 	{ "wtinylfu_w16_f32", 0x100c, 2, 1,
-	  { { "hbm64-wtinylfu/ddr256-wtinylfu/w16/prefetch/threads2",
-	      HBM_SLOTS, DDR_SLOTS, WTL, WTL, 16, 0, true, 2, 0 } },
+	  { { "hbm64-wtinylfu/ddr256-wtinylfu/w16/prefetch-thread/threads2",
+	      HBM_SLOTS, DDR_SLOTS, WTL, WTL, 16, 0, true, 2, 0, true } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 141 },
 	    { "b", 300000, 12, ET_F16, ADA, NRM, 0.1f, 142 } } },
 	{ "nohbm_wtinylfu_w4_la4", 0x100d, 2, 1,
@@ -211,8 +212,8 @@ static const struct mcase transparency_case = {
 	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
 	    LFU, LRU, 4, 0, false, 2, 0 },
 	  { "ddr128-lfu/w1/threads3", 0, 128, 0, LFU, 1, 0, false, 3, 0 },
-	  { "hbm64-lru/ddr256-lfu/w4/prefetch/threads8", HBM_SLOTS,
-	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8, 0 } },
+	  { "hbm64-lru/ddr256-lfu/w4/prefetch-thread/threads8", HBM_SLOTS,
+	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8, 0, true } },
 	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
 };
@@ -222,8 +223,8 @@ static const struct mcase transparency_case = {
 static const struct mcase policy_transparency_case = {
 	"policy_transparency", 0x2003, 6, 4,
 	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false, 0, 0 },
-	  { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch/la4", HBM_SLOTS,
-	    DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4 },
+	  { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch-thread/la4", HBM_SLOTS,
+	    DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4, true },
 	  { "ddr128-tinylfu/w16/la16", 0, 128, 0, TLF, 16, 0, false, 0, 16 },
 	  { "hbm64-wtinylfu/ddr256-tinylfu/w4/la1", HBM_SLOTS, DDR_SLOTS,
 	    WTL, TLF, 4, 0, false, 0, 1 } },
@@ -586,6 +587,7 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 		ms->ec.ways = ms->cfg->ways;
 		ms->ec.slot_bytes = ms->cfg->slot_bytes;
 		ms->ec.threads = ms->cfg->threads;
+		ms->ec.prefetch_thread = ms->cfg->pft;
 		h->any_pf |= ms->cfg->pf;
 		h->any_la |= ms->cfg->la != 0;
 		store_open(h, ms, true);

@@ -97,6 +97,7 @@ struct opts {
 	uint64_t seed;
 	int threads;	   /* BLAS threads; 0: nproc - 1 */
 	int store_threads; /* et_store_config.threads */
+	int pf_thread;	   /* et_store_config.prefetch_thread */
 	bool prefetch;
 	int lookahead;	       /* batches handed to et_lookahead; 0: none */
 	const char *data;      /* Criteo TSV; NULL: synthetic */
@@ -127,6 +128,7 @@ static void preset_common(struct opts *o)
 	o->dtype = ET_F32;
 	o->seed = 1;
 	o->prefetch = true;
+	o->pf_thread = 1;
 	o->mlp_optim = MODEL_ADAGRAD;
 	o->bag = 1;
 	o->zipf = 1.1;
@@ -249,6 +251,10 @@ static void usage(FILE *f)
 	    "updates (default\n"
 	    "                       1, at most 64); any count gives the same "
 	    "bits\n"
+	    "  --prefetch-thread B  1 (default): the prefetch's work runs on "
+	    "the store's\n"
+	    "                       thread, beside the dense step; 0: inside "
+	    "et_prefetch\n"
 	    "  --eval-every N       held-out evaluation every N steps (0: "
 	    "end)\n"
 	    "  --eval-samples N     size of the held-out set\n"
@@ -279,6 +285,7 @@ enum {
 	OPT_SEED,
 	OPT_THREADS,
 	OPT_STORE_THREADS,
+	OPT_PF_THREAD,
 	OPT_NO_PREFETCH,
 	OPT_LOOKAHEAD,
 	OPT_DATA,
@@ -319,6 +326,7 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"store-threads", required_argument, NULL, OPT_STORE_THREADS},
+    {"prefetch-thread", required_argument, NULL, OPT_PF_THREAD},
     {"no-prefetch", no_argument, NULL, OPT_NO_PREFETCH},
     {"lookahead", required_argument, NULL, OPT_LOOKAHEAD},
     {"data", required_argument, NULL, OPT_DATA},
@@ -517,6 +525,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_STORE_THREADS:
 			ret = parse_int_opt("store-threads", optarg, 1, 64,
 					    &o->store_threads);
+			break;
+		case OPT_PF_THREAD:
+			ret = parse_int_opt("prefetch-thread", optarg, 0, 1,
+					    &o->pf_thread);
 			break;
 		case OPT_NO_PREFETCH:
 			o->prefetch = false;
@@ -1146,6 +1158,7 @@ static int open_store(struct trainer *tr)
 	    .hbm_policy = o->policy,
 	    .ddr_policy = o->policy,
 	    .threads = (uint32_t)o->store_threads,
+	    .prefetch_thread = (uint32_t)o->pf_thread,
 	};
 	double t0 = cli_now();
 	char what[96];
