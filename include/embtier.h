@@ -472,6 +472,13 @@ struct et_batch_ids {
  * cleanup call is needed. Rows that cannot be placed because every way of
  * their set is pinned are skipped (counted in prefetch_skipped) and read on
  * demand later: prefetch never changes results, only their speed.
+ *
+ * With et_store_config.prefetch_thread, all of that runs on a thread of
+ * the store's and the call returns once its arguments are checked and its
+ * ids copied; the next call on the store waits for it. Bad arguments are
+ * still returned here, and ET_EFAILED for a store that lost rows; other
+ * errors of the work on the thread are not returned (rows it could not
+ * place are read on demand, where an error surfaces).
  */
 ET_API int et_prefetch(et_store *s, const struct et_batch_ids *batch,
 		       size_t ntables);
