@@ -268,7 +268,8 @@ def train(args, out=print):
         d = os.path.join(tmp, "store")
     try:
         with embtier.Store(d, hbm_bytes=int(args.hbm_mb * 2**20),
-                           ddr_bytes=int(args.ddr_mb * 2**20)) as store:
+                           ddr_bytes=int(args.ddr_mb * 2**20),
+                           prefetch_thread=args.prefetch_thread) as store:
             return _train(args, out, store, rows)
     finally:
         if tmp:
@@ -369,6 +370,9 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-prefetch", dest="prefetch", action="store_false")
+    ap.add_argument("--prefetch-thread", type=int, choices=(0, 1), default=1,
+                    help="1: the prefetch's work runs on the store's thread, "
+                    "beside the dense step (et_store_config.prefetch_thread)")
     return ap.parse_args(argv)
 
 
