@@ -61,10 +61,15 @@ static inline uint32_t epoch_of(uint32_t now)
  * cannot bring an old count back; only an idle stretch of 64 epochs (1024
  * turnovers, in which every eviction of the set would have chosen it)
  * could. */
+static inline uint32_t tlfu_age(uint32_t st, uint32_t now)
+{
+	return (now - (st >> 12)) & TIME_MASK;
+}
+
 static inline uint32_t tlfu_count(uint32_t st, uint32_t now)
 {
 	uint32_t d = (epoch_of(now) - ((st >> EPOCH_SHIFT) & 0xf)) & 0xf;
-	uint32_t age = (now - (st >> 12)) & TIME_MASK;
+	uint32_t age = tlfu_age(st, now);
 
 	return d >= 4 || age >= 4 * TLFU_TICKS ? 0 : (st & 0xf) >> d;
 }
@@ -99,7 +104,7 @@ static unsigned tlfu_victim(const uint32_t *st, unsigned ways,
 		if (!(eligible >> w & 1))
 			continue;
 		c = tlfu_count(st[w], now);
-		age = (now - (st[w] >> 12)) & TIME_MASK;
+		age = tlfu_age(st[w], now);
 		if (!found || c < best_c || (c == best_c && age > best_age)) {
 			best = w;
 			best_c = c;
@@ -169,7 +174,7 @@ static inline bool wt_main(uint32_t st)
 
 static inline uint32_t wt_age(uint32_t st, uint32_t now)
 {
-	return (now - (st >> 12)) & TIME_MASK;
+	return tlfu_age(st, now);
 }
 
 /* The count of st, halved per WT_IDLE_TURNOVERS turnovers idle. */
