@@ -20,7 +20,10 @@
  * distribution (not its draws) and evicts the least probable row. It is
  * what an online policy can expect at best; its ratio to Belady's is
  * printed beside the best online policy's and the best with the largest
- * window.
+ * window. A third, the learner (learner.h), knows no ranks: it counts
+ * every row's draws exactly, with unbounded memory, and keeps the most
+ * drawn rows: what a policy that learns popularity from its lookups can
+ * reach at best on those generators (on traces, a perfect LFU).
  *
  * Sizes: --sizes A,B,... (DDR bytes), or --points N (default 8) capacities
  * spaced by powers of two down from the trace's distinct rows.
@@ -40,6 +43,7 @@
 #include <unistd.h>
 
 #include "belady.h"
+#include "learner.h"
 #include "oracle.h"
 #include "bench.h"
 #include "cli.h"
@@ -59,6 +63,7 @@ struct point {
 	double miss[MAX_SERIES]; /* miss ratio of each series; < 0: not run */
 	double opt;		 /* Belady's; < 0: not run */
 	double oracle;		 /* the distribution oracle's; < 0: none */
+	double learner;		 /* the counting learner's; < 0: not run */
 };
 
 /* The series asked for, in the order of the policies' values. */
@@ -124,12 +129,15 @@ static int keycmp(const void *a, const void *b)
 }
 
 /* Each call's distinct ids in first-appearance order, as keys; batch b's
- * are (*out)[bstart[b] .. bstart[b + 1]) (bstart: nb + 1 entries). */
+ * are (*out)[bstart[b] .. bstart[b + 1]) (bstart: nb + 1 entries), and
+ * (*draws)[i] how many times key i is in its call. */
 static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
-		   size_t *n, size_t *bstart)
+		   uint32_t **draws, size_t *n, size_t *bstart)
 {
 	size_t total = 0, k = 0, hcap = 16;
 	uint64_t *keys, *h;
+	uint32_t *d;
+	size_t *at;
 
 	for (uint64_t i = 0; i < nb; i++)
 		total += wl_batch_ids(&bs[i]);
@@ -139,9 +147,13 @@ static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
 			while (hcap < 2 * (size_t)bs[i].t[j].n)
 				hcap *= 2;
 	h = malloc(hcap * sizeof(*h));
-	if (!keys || !h) {
+	at = malloc(hcap * sizeof(*at));
+	d = malloc((total ? total : 1) * sizeof(*d));
+	if (!keys || !h || !at || !d) {
 		free(keys);
 		free(h);
+		free(at);
+		free(d);
 		return -ENOMEM;
 	}
 	for (uint64_t i = 0; i < nb; i++) {
@@ -163,14 +175,19 @@ static int lookups(const struct wl_batch *bs, uint64_t nb, uint64_t **out,
 					s = (s + 1) & (cap - 1);
 				if (!h[s]) {
 					h[s] = key;
+					at[s] = k;
+					d[k] = 0;
 					keys[k++] = key;
 				}
+				d[at[s]]++;
 			}
 		}
 	}
 	bstart[nb] = k;
 	free(h);
+	free(at);
 	*out = keys;
+	*draws = d;
 	*n = k;
 	return 0;
 }
@@ -408,7 +425,7 @@ static void plot(const struct bench_opts *o, const struct series *se, size_t ns,
 		fprintf(f, "%" PRIu64 " %.6f", p[i].cap_rows, p[i].opt);
 		for (size_t k = 0; k < ns; k++)
 			fprintf(f, " %.6f", p[i].miss[k]);
-		fprintf(f, " %.6f\n", p[i].oracle);
+		fprintf(f, " %.6f %.6f\n", p[i].oracle, p[i].learner);
 	}
 	fclose(f);
 	gp = popen("gnuplot", "w");
@@ -446,6 +463,11 @@ static void plot(const struct bench_opts *o, const struct series *se, size_t ns,
 			"linespoints lw 2 title 'oracle (A0, knows the "
 			"distribution)', ",
 			data, ns + 3, ns + 3);
+	if (o->belady)
+		fprintf(gp,
+			"'%s' using 1:($%zu < 0 ? NaN : $%zu) with "
+			"linespoints lw 2 title 'learner (exact counts)', ",
+			data, ns + 4, ns + 4);
 	fprintf(gp, "%.6f with lines dashtype 2 title 'compulsory'\n",
 		floor_ratio);
 	st = pclose(gp);
@@ -517,8 +539,8 @@ static void print_ratios(const struct series *se, size_t ns,
 			kmax = se[k].la;
 	if (!np || p[0].opt <= 0)
 		return;
-	printf("\nmisses / Belady's:\n  %7s %-22s %7s", "of all",
-	       "best online (no window)", "oracle");
+	printf("\nmisses / Belady's:\n  %7s %-22s %7s %7s", "of all",
+	       "best online (no window)", "learner", "oracle");
 	if (kmax)
 		printf("  best +K%u", kmax);
 	printf("\n");
@@ -534,6 +556,10 @@ static void print_ratios(const struct series *se, size_t ns,
 				 p[i].miss[b] / p[i].opt, se[b].name);
 		printf("  %6.1f%% %-22s",
 		       100.0 * (double)p[i].cap_rows / (double)distinct, name);
+		if (p[i].learner >= 0)
+			printf(" %6.3fx", p[i].learner / p[i].opt);
+		else
+			printf(" %7s", "-");
 		if (p[i].oracle >= 0)
 			printf(" %6.3fx", p[i].oracle / p[i].opt);
 		else
@@ -568,6 +594,8 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 			for (size_t k = 0; k < ns; k++)
 				printf(",\"%s\":%.6f", se[k].name,
 				       p[i].miss[k]);
+			if (p[i].learner >= 0)
+				printf(",\"learner\":%.6f", p[i].learner);
 			if (p[i].oracle >= 0)
 				printf(",\"oracle\":%.6f", p[i].oracle);
 			printf(",\"belady\":%.6f}", p[i].opt);
@@ -579,13 +607,17 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 		printf("ddr_bytes,capacity_rows,capacity_frac");
 		for (size_t k = 0; k < ns; k++)
 			printf(",%s", se[k].name);
-		printf(",oracle,belady,compulsory\n");
+		printf(",learner,oracle,belady,compulsory\n");
 		for (size_t i = 0; i < np; i++) {
 			printf("%" PRIu64 ",%" PRIu64 ",%.6f", p[i].ddr_bytes,
 			       p[i].cap_rows,
 			       (double)p[i].cap_rows / (double)distinct);
 			for (size_t k = 0; k < ns; k++)
 				printf(",%.6f", p[i].miss[k]);
+			if (p[i].learner >= 0) /* else an empty field */
+				printf(",%.6f", p[i].learner);
+			else
+				printf(",");
 			if (p[i].oracle >= 0) /* else an empty field */
 				printf(",%.6f", p[i].oracle);
 			else
@@ -608,10 +640,16 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 		       "the generator's distribution (of the current phase): "
 		       "it knows the distribution, not the draws, so no "
 		       "online policy can expect fewer misses\n");
+	if (o->belady)
+		printf("learner:  exact draw counts of every row (in the "
+		       "phase), keeps the most drawn, fully associative: the "
+		       "best a policy can learn from its lookups\n");
 	printf("\n");
 	printf("  %10s %9s %7s", "DDR", "rows", "of all");
 	for (size_t k = 0; k < ns; k++)
 		printf(" %*s", se[k].la ? 11 : 7, se[k].name);
+	if (o->belady)
+		printf(" %7s", "learner");
 	if (has_oracle(p, np))
 		printf(" %7s", "oracle");
 	printf(" %7s\n", "Belady");
@@ -628,6 +666,10 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 			else
 				printf(" %*.4f", w, p[i].miss[k]);
 		}
+		if (p[i].learner >= 0)
+			printf(" %7.4f", p[i].learner);
+		else if (o->belady)
+			printf(" %7s", "-");
 		if (p[i].oracle >= 0)
 			printf(" %7.4f", p[i].oracle);
 		else if (has_oracle(p, np))
@@ -649,6 +691,7 @@ int cmd_mrc(const struct bench_opts *o)
 	struct tables tb;
 	struct wl_gen g;
 	uint64_t nb = 0, want, *keys = NULL, *sorted = NULL, *sizes = NULL;
+	uint32_t *draws = NULL;
 	size_t *bstart = NULL;
 	uint64_t distinct = 0, done = 0;
 	size_t nkeys = 0, np = 0, cap_b = 0;
@@ -698,7 +741,7 @@ int cmd_mrc(const struct bench_opts *o)
 		nb++;
 	}
 	bstart = malloc((nb + 1) * sizeof(*bstart));
-	if (!bstart || lookups(bs, nb, &keys, &nkeys, bstart))
+	if (!bstart || lookups(bs, nb, &keys, &draws, &nkeys, bstart))
 		goto oom;
 	if (!nkeys) {
 		cli_error("the trace has no ids");
@@ -747,6 +790,7 @@ int cmd_mrc(const struct bench_opts *o)
 		pts[i].ddr_bytes = sizes[i];
 		pts[i].opt = -1;
 		pts[i].oracle = -1;
+		pts[i].learner = -1;
 		for (size_t k = 0; k < MAX_SERIES; k++)
 			pts[i].miss[k] = -1;
 		for (size_t k = 0; k < ns && !ret; k++)
@@ -786,6 +830,19 @@ int cmd_mrc(const struct bench_opts *o)
 			}
 			pts[i].oracle = (double)m / (double)nkeys;
 		}
+		if (o->belady) {
+			uint64_t m;
+
+			ret = learner_misses(
+			    keys, draws, bstart, nb,
+			    o->wl.kind == WL_SHIFT ? g.p.shift_every : 0, cap,
+			    &m);
+			if (ret) {
+				cli_error("learner: %s", strerror(-ret));
+				break;
+			}
+			pts[i].learner = (double)m / (double)nkeys;
+		}
 	}
 	progress_end(&pg);
 	if (ret || bench_stop)
@@ -807,6 +864,7 @@ out:
 		wl_batch_free(&bs[i]);
 	free(bs);
 	free(keys);
+	free(draws);
 	free(bstart);
 	free(sizes);
 	free(pts);

@@ -21,15 +21,6 @@ struct omap {
 	uint64_t mask;
 };
 
-static uint64_t omap_slot(const struct omap *m, uint64_t key)
-{
-	uint64_t i = wl_mix(key) & m->mask;
-
-	while (m->key[i] && m->key[i] != key)
-		i = (i + 1) & m->mask;
-	return i;
-}
-
 /* Priorities of phase `batch`. */
 static void omap_phase(struct omap *m, const struct wl_gen *g, uint64_t batch)
 {
@@ -41,7 +32,7 @@ static void omap_phase(struct omap *m, const struct wl_gen *g, uint64_t batch)
 		for (uint64_t r = 1; r <= rows; r++) {
 			uint64_t key = (uint64_t)(t + 1) << 40 |
 				       wl_rank_to_row(g, t, r, batch);
-			uint64_t i = omap_slot(m, key);
+			uint64_t i = wl_probe(m->key, m->mask, key);
 
 			if (m->key[i])
 				m->prio[i] = (r - 1) * nt + t;
@@ -107,7 +98,7 @@ int oracle_misses(const struct wl_gen *g, const uint64_t *keys,
 		goto out;
 	}
 	for (size_t i = 0; i < bstart[nb]; i++) {
-		uint64_t s = omap_slot(&m, keys[i]);
+		uint64_t s = wl_probe(m.key, m.mask, keys[i]);
 
 		m.key[s] = keys[i];
 		m.prio[s] = UINT64_MAX;
@@ -122,7 +113,7 @@ int oracle_misses(const struct wl_gen *g, const uint64_t *keys,
 			phase = ph;
 		}
 		for (size_t i = bstart[b]; i < bstart[b + 1]; i++) {
-			uint64_t s = omap_slot(&m, keys[i]);
+			uint64_t s = wl_probe(m.key, m.mask, keys[i]);
 
 			if (m.res[s])
 				continue;

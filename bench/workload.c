@@ -27,6 +27,15 @@ uint64_t wl_mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+uint64_t wl_probe(const uint64_t *keys, uint64_t mask, uint64_t key)
+{
+	uint64_t i = wl_mix(key) & mask;
+
+	while (keys[i] && keys[i] != key)
+		i = (i + 1) & mask;
+	return i;
+}
+
 void wl_rng_seed(struct wl_rng *r, uint64_t seed)
 {
 	r->s = seed;

@@ -34,6 +34,10 @@ struct wl_rng {
 };
 
 uint64_t wl_mix(uint64_t x);
+/* The slot of key (!= 0) in an open-addressing table of keys (0: empty)
+ * of mask + 1 slots, a power of two with room left: its own or the empty
+ * one where it would go. */
+uint64_t wl_probe(const uint64_t *keys, uint64_t mask, uint64_t key);
 void wl_rng_seed(struct wl_rng *r, uint64_t seed);
 uint64_t wl_rng_next(struct wl_rng *r);
 /* Uniform in [0, n), n > 0 (Lemire's multiply; bias below 2^-64 * n). */

@@ -35,6 +35,7 @@
 #include "util.h"
 
 #include "../bench/belady.c"
+#include "../bench/learner.c"
 #include "../bench/oracle.c"
 #include "../bench/workload.c"
 
@@ -706,6 +707,41 @@ static void test_oracle(void **state)
 	wl_close(&g);
 }
 
+/* ------------------------------------------------------------ learner */
+
+static void test_learner(void **state)
+{
+	enum { A = 1, B, C };
+	const uint64_t k1[] = {A, B, B, A};
+	const uint32_t d1[] = {3, 1, 1, 1}, ones[] = {1, 1, 1, 1, 1};
+	const uint32_t d2[] = {1, 1, 2, 1, 1};
+	const uint64_t k2[] = {A, B, C, A, B};
+	const size_t b1[] = {0, 2, 4}, b2[] = {0, 2, 5};
+	uint64_t m;
+
+	(void)state;
+	/* room for 1: A (3 draws) goes in; B (1) is refused; in batch 1 B
+	 * (2 draws) is refused again and A is hit */
+	assert_int_equal(learner_misses(k1, d1, b1, 2, 0, 1, &m), 0);
+	assert_int_equal(m, 3);
+	/* counting lookups instead of draws: B (2) beats A (1) in batch 1,
+	 * then A (2) is refused against B (2) */
+	assert_int_equal(learner_misses(k1, ones, b1, 2, 0, 1, &m), 0);
+	assert_int_equal(m, 4);
+	/* a phase of one batch: counts restart, B (1) beats A (0) */
+	assert_int_equal(learner_misses(k1, d1, b1, 2, 1, 1, &m), 0);
+	assert_int_equal(m, 4);
+	/* room for 2: C (2 draws) evicts the older of A and B (1 each), A;
+	 * A (now 2) evicts B (1); B (2) is refused against C (2, older than
+	 * A) */
+	assert_int_equal(learner_misses(k2, d2, b2, 2, 0, 2, &m), 0);
+	assert_int_equal(m, 5);
+	/* room for all: only the first lookup of each misses */
+	assert_int_equal(learner_misses(k2, ones, b2, 2, 0, 3, &m), 0);
+	assert_int_equal(m, 3);
+	assert_int_equal(learner_misses(k2, ones, b2, 2, 0, 0, &m), -EINVAL);
+}
+
 /* ------------------------------------------------------------ Belady */
 
 static void test_belady_textbook(void **state)
@@ -942,7 +978,7 @@ static void test_tool_mrc_series(void **state)
 			     "--hits",	   "1",		  "--csv",	 NULL};
 	const char *bad1[] = {"mrc", "--policies", "lru,arc", NULL};
 	const char *bad2[] = {"mrc", "--lookahead", "0,33", NULL};
-	double v[6];
+	double v[7];
 	const char *line;
 	struct run r;
 
@@ -954,17 +990,19 @@ static void test_tool_mrc_series(void **state)
 		print_error("%s", r.err);
 	assert_int_equal(r.status, 0);
 	assert_non_null(strstr(r.out, "ddr_bytes,capacity_rows,capacity_frac,"
-				      "lru,lru+K6,tinylfu,tinylfu+K6,oracle,"
+				      "lru,lru+K6,tinylfu,tinylfu+K6,learner,"
+				      "oracle,"
 				      "belady,compulsory\n"));
 	line = strchr(r.out, '\n') + 1;
-	assert_int_equal(sscanf(line,
-				"%*[^,],%*[^,],%*[^,],%lf,%lf,%lf,%lf,%lf,%lf",
-				&v[0], &v[1], &v[2], &v[3], &v[4], &v[5]),
-			 6);
+	assert_int_equal(
+	    sscanf(line, "%*[^,],%*[^,],%*[^,],%lf,%lf,%lf,%lf,%lf,%lf,%lf",
+		   &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]),
+	    7);
 	assert_true(v[1] <= v[0]);
 	assert_true(v[3] <= v[2]);
-	/* Belady is below the oracle, which is below LRU here */
-	assert_true(v[5] <= v[4] && v[4] <= v[0]);
+	/* Belady is below the oracle, which is below the learner, which is
+	 * below LRU here */
+	assert_true(v[6] <= v[5] && v[5] <= v[4] && v[4] <= v[0]);
 	run_free(&r);
 	run_tool(&r, bad1);
 	assert_int_equal(r.status, 2);
@@ -1051,6 +1089,7 @@ int main(void)
 	    cmocka_unit_test(test_perm_bijective),
 	    cmocka_unit_test(test_generators),
 	    cmocka_unit_test(test_oracle),
+	    cmocka_unit_test(test_learner),
 	    cmocka_unit_test(test_belady_textbook),
 	    cmocka_unit_test(test_belady_optimal),
 	    cmocka_unit_test(test_belady_long),
