@@ -642,8 +642,8 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 		       "online policy can expect fewer misses\n");
 	if (o->belady)
 		printf("learner:  exact draw counts of every row (in the "
-		       "phase), keeps the most drawn, fully associative: the "
-		       "best a policy can learn from its lookups\n");
+		       "phase), unbounded, keeps the most drawn, fully "
+		       "associative: what learning from the lookups reaches\n");
 	printf("\n");
 	printf("  %10s %9s %7s", "DDR", "rows", "of all");
 	for (size_t k = 0; k < ns; k++)
