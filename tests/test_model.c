@@ -1541,18 +1541,34 @@ static size_t rows_touched(const struct harness *h)
 	return n;
 }
 
+/* A change of popularity: every table's hot rows but the first and last
+ * row are drawn anew. The stores' hit ratios collapse, which TinyLFU and
+ * W-TinyLFU answer by aging every count at once (policy_drift). */
+static void move_hot(struct harness *h)
+{
+	for (int k = 0; k < h->nt; k++)
+		for (int i = 2; i < NHOT; i++)
+			h->t[k].hot[i] =
+			    tu_rng_below(&h->rng, h->t[k].sp->rows);
+}
+
 /* Runs a case: its share of the budget in random operations, a flush and
- * two close/reopen cycles along the way, then a sweep, close, and the
- * table files checked. */
+ * two close/reopen cycles along the way, a move of the hot rows between
+ * them, then a sweep, close, and the table files checked. */
 static void run_case(const struct mcase *mc)
 {
 	struct harness *h = tu_calloc(1, sizeof(*h));
 	uint64_t budget = budget_of(mc), done = 0;
 	int reopened = 0, ckpts = 0;
+	bool moved = false;
 
 	harness_init(h, mc);
 	while (done < budget) {
 		done += random_op(h) * h->nst;
+		if (!moved && done >= budget / 2) {
+			move_hot(h);
+			moved = true;
+		}
 		/* A checkpoint half-way to each reopen: the writes between it
 		 * and the close must survive the close (issue #16). */
 		if (ckpts < 2 && done >= budget * (2 * ckpts + 1) / 6) {
