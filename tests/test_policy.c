@@ -25,7 +25,7 @@
  *
  * TinyLFU (policy_tinylfu.c): an insert takes the sketch's estimate as its
  * count (at most 15), a hit adds one (saturating at 15), counts halve once
- * every 16 x 1024 clock ticks; the victim has the lowest count, then the
+ * every 32 x 1024 clock ticks; the victim has the lowest count, then the
  * oldest access, then the lowest way. Its sketch (sketch.c): estimates
  * never fall below the true count of a key until it saturates at 15 or an
  * epoch halves it. Through a one-set cache (cache.c): a missed key is
@@ -460,7 +460,7 @@ static void test_lfu_growth(void **state)
 static const struct policy_ops *tlfu = &policy_tinylfu;
 static const struct policy_ops *wtlfu = &policy_wtinylfu;
 
-#define TLFU_EPOCH (16u * 1024u) /* clock ticks between halvings */
+#define TLFU_EPOCH (32u * 1024u) /* clock ticks between halvings */
 
 static void test_tlfu_counts(void **state)
 {
@@ -497,9 +497,10 @@ static void test_tlfu_halving(void **state)
 	tlfu->on_hit(&st, e + 1); /* 12 halved to 6, then one more */
 	assert_int_equal(tlfu->freq(st, e + 2), 7);
 	assert_int_equal(tlfu->freq(st, 2 * e), 3);
-	/* the epoch field wraps after 16: an idle count stays 0 */
+	/* the epoch field wraps after 16, the time after 32: an idle count
+	 * stays 0 */
 	tlfu->on_insert(&st, 5, 12);
-	for (uint32_t k = 4; k < 64; k++)
+	for (uint32_t k = 4; k < 32; k++)
 		assert_int_equal(tlfu->freq(st, 5 + k * e), 0);
 	assert_int_equal(wtlfu->freq(st, 5 + 16 * e), 0);
 }
@@ -685,7 +686,7 @@ static void test_wtlfu_window(void **state)
 }
 
 /* Main's counts decay with idle time: a row of count c halves for every
- * 16 x 1024 / c clock ticks since its last access (its expected gap),
+ * 32 x 1024 / c clock ticks since its last access (its expected gap),
  * while freq() (what goes back into the sketch) is TinyLFU's count. */
 static void test_wtlfu_idle(void **state)
 {
@@ -703,14 +704,14 @@ static void test_wtlfu_idle(void **state)
 	wtlfu->on_insert(&st[2], 1500, 2);
 	wtlfu->on_insert(&st[3], 1600, 3);
 	st[2] |= 1u << 4;
-	/* way 0's gap is 16384 / 8 = 2048 ticks, way 1's 1820: at 6200
+	/* way 0's gap is 32768 / 8 = 4096 ticks, way 1's 3640: at 12400
 	 * both were idle 3 gaps, 8 >> 3 and 9 >> 3 are 1, below way 2's 2
-	 * (idle less than its gap of 8192); equal age: the lower way */
-	assert_int_equal(wtlfu->victim(st, 4, 0xf, 6200), 0);
-	assert_int_equal(wtlfu->freq(st[0], 6200), 8);
-	/* at 4100, 2 gaps: 8 >> 2 and 9 >> 2 are 2 as way 2's, and ways 0
+	 * (idle less than its gap of 16384); equal age: the lower way */
+	assert_int_equal(wtlfu->victim(st, 4, 0xf, 12400), 0);
+	assert_int_equal(wtlfu->freq(st[0], 12400), 8);
+	/* at 8200, 2 gaps: 8 >> 2 and 9 >> 2 are 2 as way 2's, and ways 0
 	 * and 1 are older: way 0 */
-	assert_int_equal(wtlfu->victim(st, 4, 0xf, 4100), 0);
+	assert_int_equal(wtlfu->victim(st, 4, 0xf, 8200), 0);
 	/* before its first gap way 0 holds 8: way 2 is main's least */
 	assert_int_equal(wtlfu->victim(st, 4, 0xf, 2000), 2);
 	/* a candidate no better than main's least goes itself */
