@@ -143,8 +143,8 @@ static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
 	return CACHE_NONE;
 }
 
-uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
-		    const struct pinset *ps, bool admit)
+uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
+		      const struct pinset *ps, bool admit, uint32_t n)
 {
 	uint64_t base = cache_set_base(c, key), eligible, slot;
 	uint32_t clock = cache_clock(c, now), fkey = 0;
@@ -159,7 +159,7 @@ uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
 	}
 	if (c->pol->halve_ticks) {
 		sketch_age(&c->sk, clock / c->pol->halve_ticks);
-		fkey = sketch_add(&c->sk, key);
+		fkey = sketch_add_n(&c->sk, key, n);
 	}
 	slot = free_or_eligible(c, base, ps, &eligible);
 	if (slot != CACHE_NONE || !eligible)

@@ -179,6 +179,17 @@ static inline void cache_touch(struct cache *c, uint64_t slot, uint64_t now)
 	c->pol->on_hit(&c->pstate[slot], cache_clock(c, now));
 }
 
+/* The slot was accessed n >= 1 times at once (its row named n times by
+ * one operation's ids): a policy that counts accesses counts n. */
+static inline void cache_touch_n(struct cache *c, uint64_t slot, uint64_t now,
+				 uint32_t n)
+{
+	if (n > 1 && c->pol->on_hits)
+		c->pol->on_hits(&c->pstate[slot], cache_clock(c, now), n);
+	else
+		c->pol->on_hit(&c->pstate[slot], cache_clock(c, now));
+}
+
 static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
 {
 	c->pin[slot] = epoch;
@@ -202,8 +213,16 @@ void cache_set_dirty(struct cache *c, uint64_t slot);
  * a policy with evict(): W-TinyLFU takes every row into its window and
  * admits by frequency inside the set, relabelling ways as it picks).
  */
-uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
-		    const struct pinset *ps, bool admit);
+uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
+		      const struct pinset *ps, bool admit, uint32_t n);
+
+/* cache_pick_n for a key asked for n times at once (the sketch counts
+ * n sightings). */
+static inline uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
+				  const struct pinset *ps, bool admit)
+{
+	return cache_pick_n(c, key, now, ps, admit, 1);
+}
 
 /*
  * The slot cache_pick would most likely choose for key now, reading the

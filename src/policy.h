@@ -35,6 +35,9 @@ struct policy_ops {
 	bool scaled_clock;
 	/* The slot whose state is *st was accessed (hit) at now. */
 	void (*on_hit)(uint32_t *st, uint32_t now);
+	/* The same, for n >= 1 accesses at once (a row an operation's ids
+	 * name n times), for a policy that counts them; NULL: as on_hit. */
+	void (*on_hits)(uint32_t *st, uint32_t now, uint32_t n);
 	/* A row was placed in the slot at now; freq is the sketch's estimate
 	 * of how often it was seen lately (0 without a sketch). */
 	void (*on_insert)(uint32_t *st, uint32_t now, uint32_t freq);

@@ -88,11 +88,20 @@ static void tlfu_insert(uint32_t *st, uint32_t now, uint32_t freq)
 	*st = pack(now, freq > 15 ? 15 : freq);
 }
 
+/* c + n, saturating at 15. */
+static inline uint32_t count_add(uint32_t c, uint32_t n)
+{
+	return n < 15 - c ? c + n : 15;
+}
+
+static void tlfu_hits(uint32_t *st, uint32_t now, uint32_t n)
+{
+	*st = pack(now, count_add(tlfu_count(*st, now), n));
+}
+
 static void tlfu_hit(uint32_t *st, uint32_t now)
 {
-	uint32_t c = tlfu_count(*st, now);
-
-	*st = pack(now, c < 15 ? c + 1 : 15);
+	tlfu_hits(st, now, 1);
 }
 
 static unsigned tlfu_victim(const uint32_t *st, unsigned ways,
@@ -123,6 +132,7 @@ const struct policy_ops policy_tinylfu = {
     .name = "tinylfu",
     .scaled_clock = true,
     .on_hit = tlfu_hit,
+    .on_hits = tlfu_hits,
     .on_insert = tlfu_insert,
     .victim = tlfu_victim,
     .halve_ticks = TLFU_TICKS,
@@ -199,11 +209,14 @@ static void wt_insert(uint32_t *st, uint32_t now, uint32_t freq)
 	*st = pack(now, freq > 15 ? 15 : freq); /* in the window */
 }
 
+static void wt_hits(uint32_t *st, uint32_t now, uint32_t n)
+{
+	*st = pack(now, count_add(tlfu_count(*st, now), n)) | (*st & WT_MAIN);
+}
+
 static void wt_hit(uint32_t *st, uint32_t now)
 {
-	uint32_t c = tlfu_count(*st, now);
-
-	*st = pack(now, c < 15 ? c + 1 : 15) | (*st & WT_MAIN);
+	wt_hits(st, now, 1);
 }
 
 /* The oldest window way among mask (lowest way on a tie); -1 if none. */
@@ -289,6 +302,7 @@ const struct policy_ops policy_wtinylfu = {
     .name = "wtinylfu",
     .scaled_clock = true,
     .on_hit = wt_hit,
+    .on_hits = wt_hits,
     .on_insert = wt_insert,
     .victim = wt_victim,
     .halve_ticks = TLFU_TICKS,

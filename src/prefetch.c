@@ -34,7 +34,7 @@ static int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 	    (!dirty && wb_find(s, key) >= 0))
 		return 0;
 	ret = place_row(s, key, raw, s->tables[t].g->row_bytes, CACHE_NONE,
-			dirty, epoch, &where, &slot);
+			dirty, epoch, 1, &where, &slot);
 	if (ret)
 		return ret;
 	if ((where & ~K_CONFLICT) == top_kind)
@@ -228,7 +228,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			continue;
 		}
 		s->now++;
-		cache_touch(top, slot, s->now);
+		cache_touch_n(top, slot, s->now, op_draws(s->o, i));
 		cache_pin(top, slot, s->bcur);
 		top->st.hits++;
 		kind[i] = top_kind;
@@ -282,8 +282,8 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			uint64_t slot = tops[i];
 
 			ret = place_row(s, key, cache_row(ddr, slot), rb, slot,
-					cache_dirty(ddr, slot), s->bcur, &where,
-					&tops[i]);
+					cache_dirty(ddr, slot), s->bcur,
+					op_draws(s->o, i), &where, &tops[i]);
 			if (ret)
 				return ret;
 			if ((where & ~K_CONFLICT) == K_HBM)

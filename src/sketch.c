@@ -100,15 +100,17 @@ static void raise_to(struct sketch *s, const struct sk_pos *p, uint32_t f)
 			    (uint64_t)f << p->shift[i];
 }
 
-uint32_t sketch_add(struct sketch *s, uint64_t key)
+uint32_t sketch_add_n(struct sketch *s, uint64_t key, uint32_t n)
 {
 	struct sk_pos p;
 	uint32_t m;
 
 	positions(s, key, &p);
 	m = least(s, &p);
-	if (m < SKETCH_MAX)
-		raise_to(s, &p, ++m);
+	if (m < SKETCH_MAX) {
+		m = n < SKETCH_MAX - m ? m + n : SKETCH_MAX;
+		raise_to(s, &p, m);
+	}
 	return m;
 }
 

@@ -41,8 +41,15 @@ static inline uint64_t sketch_bytes(const struct sketch *s)
  * four times: by then every counter is 0). */
 void sketch_age(struct sketch *s, uint32_t epoch);
 
-/* Counts one more sighting of key; returns the estimate after it. */
-uint32_t sketch_add(struct sketch *s, uint64_t key);
+/* Counts n >= 1 more sightings of key (conservative update: the
+ * counters below the new estimate are raised to it); returns the estimate
+ * after them. */
+uint32_t sketch_add_n(struct sketch *s, uint64_t key, uint32_t n);
+
+static inline uint32_t sketch_add(struct sketch *s, uint64_t key)
+{
+	return sketch_add_n(s, key, 1);
+}
 
 /* The estimate for key. */
 uint32_t sketch_get(const struct sketch *s, uint64_t key);

@@ -624,6 +624,8 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 		return -ENOMEM;
 	s->cfg = c;
 	s->has_hbm = c.hbm_bytes > 0;
+	s->count_draws = (s->has_hbm && policy_get(c.hbm_policy)->on_hits) ||
+			 policy_get(c.ddr_policy)->on_hits;
 	s->epoch = 1;
 	s->o = &s->one;
 	s->dir = mem_alloc(strlen(dir) + 1, 0);
@@ -668,7 +670,7 @@ static void opscr_free(struct opscr *o)
 	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,	&o->ptrs,
 			       &o->kind, &o->slots, &o->mrows,	&o->midx,
 			       &o->mbuf, &o->acc,   &o->bypass, &o->dids,
-			       &o->pfl};
+			       &o->pfl,	 &o->draws};
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);

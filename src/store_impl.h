@@ -102,6 +102,8 @@ struct opscr {
 	struct sbuf uniq;  /* u64 unique row ids */
 	struct sbuf inv;   /* u32 per input id: index in uniq */
 	struct sbuf last;  /* u32 per unique: last input index */
+	struct sbuf draws; /* u32 per unique: inputs naming it, if the store
+			    * counts them (op_draws) */
 	struct sbuf ptrs;  /* void * per unique: the row's bytes */
 	struct sbuf kind;  /* u8 per unique: where it was found, then where
 			     * it is (K_*), | K_CONFLICT */
@@ -118,6 +120,7 @@ struct opscr {
 	uint32_t t;	  /* the table resolved */
 	struct sbuf dids; /* u64: the ids uniq, inv and last are of */
 	size_t dn, dm;	  /* their count, and the unique rows among them */
+	bool counted;	  /* draws holds their counts */
 	/* The memo of the last resolve into this scratch: if memo is set,
 	 * every unique row of table memo_t was put in the top tier at
 	 * slots[i] (kind[i] the top's, ptrs[i] its bytes) by a resolve or
@@ -144,6 +147,7 @@ struct et_store {
 	struct table *tables;
 	uint32_t ntables, tcap;
 	bool has_hbm;
+	bool count_draws;  /* a tier's policy counts accesses (on_hits) */
 	bool caches_ready; /* every class's caches are allocated */
 	struct sclass *cls;
 	uint32_t ncls, clscap;
@@ -248,8 +252,16 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out);
 void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 	       uint64_t *slots);
 int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
-	      uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
-	      uint64_t *slot_out);
+	      uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
+	      uint8_t *where, uint64_t *slot_out);
+
+/* How many of the ids deduplicated into o name its unique row j: what a
+ * policy counting accesses (TinyLFU, W-TinyLFU) counts for one lookup; 1
+ * if the store's policies count none. */
+static inline uint32_t op_draws(const struct opscr *o, size_t j)
+{
+	return o->counted ? ((const uint32_t *)o->draws.p)[j] : 1;
+}
 int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
 	      const char *what);
 int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,

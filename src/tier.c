@@ -16,12 +16,14 @@
 /*
  * Distinct ids of a batch in order of first appearance: uniq[0..m), and
  * for each input i the index inv[i] of its id in uniq, and for each unique
- * the index of its last appearance. Open addressing, table of at least 2n.
+ * the index of its last appearance and, if the store's policies count
+ * accesses, how many inputs name it (draws). Open addressing, table of at
+ * least 2n.
  */
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 {
 	size_t cap = 16, m = 0;
-	uint32_t *ht, *inv, *last;
+	uint32_t *ht, *inv, *last, *draws = NULL;
 	bool pre;
 	uint64_t *uniq;
 	int ret;
@@ -46,6 +48,8 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		ret = sbuf_reserve(&s->o->inv, n * sizeof(uint32_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->o->last, n * sizeof(uint32_t));
+	if (!ret && s->count_draws)
+		ret = sbuf_reserve(&s->o->draws, n * sizeof(uint32_t));
 	if (ret)
 		return ret;
 	ht = s->map.p;
@@ -53,6 +57,9 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	uniq = s->o->uniq.p;
 	inv = s->o->inv.p;
 	last = s->o->last.p;
+	s->o->counted = s->count_draws;
+	if (s->count_draws)
+		draws = s->o->draws.p;
 	/* the hashes first (inv holds them until the second loop), which
 	 * the compiler can pipeline, then the probes */
 	pre = cap - 1 <= UINT32_MAX;
@@ -65,9 +72,13 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		while (ht[h] && uniq[ht[h] - 1] != id)
 			h = (h + 1) & (cap - 1);
 		if (!ht[h]) {
+			if (draws)
+				draws[m] = 0;
 			uniq[m++] = id;
 			ht[h] = (uint32_t)m;
 		}
+		if (draws)
+			draws[ht[h] - 1]++;
 		inv[i] = ht[h] - 1;
 		last[ht[h] - 1] = (uint32_t)i;
 	}
@@ -99,28 +110,30 @@ static void pin_op(et_store *s, struct cache *c, uint64_t slot)
 		cache_pin(c, slot, s->epoch);
 }
 
-/* A top-tier hit used by an operation: counted as a prefetch's hit if a
- * prefetch placed it and nothing used it yet, touched, pinned. */
-static void hit_use(et_store *s, struct cache *top, uint64_t slot)
+/* A top-tier hit used by an operation (its ids naming the row n times):
+ * counted as a prefetch's hit if a prefetch placed it and nothing used it
+ * yet, touched, pinned. */
+static void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n)
 {
 	if (top->keys[slot] & CACHE_PF) {
 		top->keys[slot] &= ~CACHE_PF;
 		s->pf.hits++;
 	}
-	cache_touch(top, slot, s->now);
+	cache_touch_n(top, slot, s->now, n);
 	pin_op(s, top, slot);
 }
 
-/* Places a row demoted from HBM (or a row with no better place) in DDR.
- * A dirty DDR victim is queued for write-back; if every way is pinned the
- * row itself goes home (dirty) or is dropped (clean). Returns the DDR slot
- * or CACHE_NONE in *slot_out. */
+/* Places a row demoted from HBM (or a row with no better place, asked
+ * for n times) in DDR. A dirty DDR victim is queued for write-back; if
+ * every way is pinned the row itself goes home (dirty) or is dropped
+ * (clean). Returns the DDR slot or CACHE_NONE in *slot_out. */
 static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
-		     uint64_t *slot_out)
+		     uint32_t n, uint64_t *slot_out)
 {
 	struct cache *d = &class_of(s, key)->ddr;
 	struct pinset ps = pins_now(s);
-	uint64_t slot = cache_pick(d, key & CACHE_KEY_MASK, s->now, &ps, true);
+	uint64_t slot =
+	    cache_pick_n(d, key & CACHE_KEY_MASK, s->now, &ps, true, n);
 	int ret;
 
 	if (slot == CACHE_REJECT)
@@ -147,17 +160,18 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 }
 
 /*
- * Places row key in the top tier, pinned with epoch pin, dirty or not. Its
- * bytes are at src (rb of them); if dslot is not CACHE_NONE, src is that
- * DDR slot, which is freed (a promotion). The top
+ * Places row key in the top tier, pinned with epoch pin, dirty or not, as
+ * asked for n times (what a counting policy counts). Its bytes are at src
+ * (rb of them); if dslot is not CACHE_NONE, src is that DDR slot, which is
+ * freed (a promotion). The top
  * tier's victim, if any, is demoted to DDR (with an HBM tier) or goes home
  * (without). If every top way is pinned (a set conflict), the row stays in
  * or goes to DDR, and failing that is left where it is: *where says which
  * (K_HBM, K_DDR or K_BYPASS, with K_CONFLICT), *slot_out the slot.
  */
 int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
-	      uint64_t dslot, bool dirty, uint32_t pin, uint8_t *where,
-	      uint64_t *slot_out)
+	      uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
+	      uint8_t *where, uint64_t *slot_out)
 {
 	struct sclass *cl = class_of(s, key);
 	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
@@ -168,12 +182,12 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	s->now++;
 	/* Demand misses may be refused by the policy (frequency admission,
 	 * the lookahead window); prefetched rows are wanted next batch. */
-	slot = cache_pick(top, key, s->now, &ps,
-			  pin == s->epoch && !s->pf_placing);
+	slot = cache_pick_n(top, key, s->now, &ps,
+			    pin == s->epoch && !s->pf_placing, n);
 	if (slot == CACHE_NONE || slot == CACHE_REJECT) {
 		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
 		if (dslot != CACHE_NONE) {
-			cache_touch(ddr, dslot, s->now);
+			cache_touch_n(ddr, dslot, s->now, n);
 			if (pin == s->epoch) /* keep a prefetch's pin */
 				pin_op(s, ddr, dslot);
 			else
@@ -183,7 +197,7 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			return 0;
 		}
 		if (s->has_hbm) {
-			ret = ddr_place(s, key, src, dirty, slot_out);
+			ret = ddr_place(s, key, src, dirty, n, slot_out);
 			if (ret)
 				return ret;
 			if (*slot_out != CACHE_NONE) {
@@ -213,7 +227,7 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 				ddr->st.bytes_out += rb;
 			}
 			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
-					&dslot);
+					1, &dslot);
 			if (ret) {
 				/* the victim is out of its slot and not
 				 * queued (the operation's room was short) */
@@ -334,7 +348,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 
 		s->now++;
 		if (kind[i] == top_kind) {
-			hit_use(s, top, slot);
+			hit_use(s, top, slot, op_draws(s->o, i));
 			ptrs[i] = cache_row(top, slot);
 			top->st.hits++;
 			continue;
@@ -482,8 +496,9 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			src = cache_row(ddr, dslot);
 			dirty = cache_dirty(ddr, dslot);
 		}
-		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
-				s->epoch, &kind[j], &slots[j]);
+		ret =
+		    place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
+			      s->epoch, op_draws(s->o, j), &kind[j], &slots[j]);
 		if (ret)
 			return ret;
 		if (kind[j] & K_CONFLICT)
@@ -595,7 +610,7 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 		uint64_t slot = slots[i];
 
 		s->now++;
-		hit_use(s, top, slot);
+		hit_use(s, top, slot, op_draws(o, i));
 		ptrs[i] = cache_row(top, slot);
 	}
 	o->npfl = 0;

@@ -635,6 +635,79 @@ static void test_tlfu_admission(void **state)
 	cache_free(&c);
 }
 
+static bool wt_in_main(uint32_t st);
+
+/* on_hit of a policy that only counts its calls */
+static void count_hit(uint32_t *st, uint32_t now)
+{
+	(void)now;
+	++*st;
+}
+
+/* A row named n times by one operation counts n: in the sketch when it
+ * is picked (cache_pick_n), in its slot when it is hit (cache_touch_n),
+ * saturating at 15; LRU, which counts nothing, takes it as one hit. */
+static void test_counted_accesses(void **state)
+{
+	const struct pinset none = {{0, 0, 0}};
+	struct cache c;
+	uint64_t now = 0, slot;
+	uint64_t newk = cache_key(0, 99);
+	char row[16] = {0};
+	struct sketch sk;
+
+	/* the sketch: n sightings at once, as n single ones */
+	assert_int_equal(sketch_init(&sk, 64, 0), 0);
+	assert_int_equal(sketch_add_n(&sk, 7, 3), 3);
+	assert_int_equal(sketch_add(&sk, 7), 4);
+	assert_int_equal(sketch_add_n(&sk, 7, 100), 15);
+	assert_int_equal(sketch_get(&sk, 8), 0);
+	sketch_free(&sk);
+
+	one_set(&c, tlfu, &now);
+	for (uint64_t s = 0; s < 3; s++)
+		cache_touch(&c, s, ++now);
+	/* way 3 holds 1; a new key named twice in its operation has been
+	 * seen twice and beats it (named once, it would tie and be refused,
+	 * test_tlfu_admission) */
+	slot = cache_pick_n(&c, newk, ++now, &none, true, 2);
+	assert_int_equal(slot, 3);
+	cache_remove(&c, slot, 16);
+	cache_fill(&c, slot, newk, false, row, 16, now);
+	assert_int_equal(c.pol->freq(c.pstate[3], cache_clock(&c, now)), 2);
+	/* a hit naming it 5 times: 7; 20 more: 15 */
+	cache_touch_n(&c, 3, ++now, 5);
+	assert_int_equal(c.pol->freq(c.pstate[3], cache_clock(&c, now)), 7);
+	cache_touch_n(&c, 3, ++now, 20);
+	assert_int_equal(c.pol->freq(c.pstate[3], cache_clock(&c, now)), 15);
+	cache_free(&c);
+
+	/* W-TinyLFU keeps a way's part (window or main) */
+	now = 0;
+	one_set(&c, wtlfu, &now);
+	c.pstate[0] |= 1u << 4;
+	cache_touch_n(&c, 0, ++now, 4);
+	assert_true(wt_in_main(c.pstate[0]));
+	assert_int_equal(c.pol->freq(c.pstate[0], cache_clock(&c, now)), 5);
+	cache_touch_n(&c, 1, ++now, 4);
+	assert_false(wt_in_main(c.pstate[1]));
+	cache_free(&c);
+
+	/* a policy without on_hits (LRU, LFU) is told of one access */
+	{
+		struct policy_ops one = *policy_get(ET_POLICY_LRU);
+		uint32_t before;
+
+		one.on_hit = count_hit;
+		now = 0;
+		one_set(&c, &one, &now);
+		before = c.pstate[2];
+		cache_touch_n(&c, 2, ++now, 9);
+		assert_int_equal(c.pstate[2], before + 1);
+	}
+	cache_free(&c);
+}
+
 /* W-TinyLFU: whether a slot's word says main (bit 4) or window. */
 static bool wt_in_main(uint32_t st)
 {
@@ -938,6 +1011,7 @@ int main(void)
 	    cmocka_unit_test(test_lfu_growth),
 	    cmocka_unit_test(test_tlfu_counts),
 	    cmocka_unit_test(test_tlfu_halving),
+	    cmocka_unit_test(test_counted_accesses),
 	    cmocka_unit_test(test_tlfu_victim),
 	    cmocka_unit_test(test_sketch),
 	    cmocka_unit_test(test_tlfu_admission),
