@@ -221,6 +221,16 @@ ET_API int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks,
 			   uint64_t *first_bad, et_progress_fn progress,
 			   void *arg);
 
+/* Lists the file's materialized rows (those with a stored value: in a
+ * written block or in the row log; every other row reads as its
+ * initializer's) from row `from` on, ascending: up to max of them into
+ * rows, their number in *n (fewer than max: there are no more). A store's
+ * file is listed as of its store's last commit. The first call, and the
+ * first after the row log gained rows, sorts a copy of the log's row ids
+ * (8 bytes a logged row, kept until close). */
+ET_API int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows,
+			 size_t max, size_t *n);
+
 /* fsync()s the file. */
 ET_API int et_tfile_sync(et_tfile *tf);
 
@@ -449,6 +459,16 @@ struct et_checkpoint_info {
 };
 
 ET_API int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci);
+
+/* et_checkpoint_info and et_checkpoint_read of the store directory dir,
+ * read from its commit record without opening the store (tools, or
+ * another process of a sharded run). dense may be NULL; else *dense gets a
+ * malloc()ed copy of the dense state (free() it) and *len
+ * its bytes. -ENOENT if dir does not exist; a directory with no
+ * commit record gives *ci all zero. */
+ET_API int et_checkpoint_read_dir(const char *dir,
+				  struct et_checkpoint_info *ci, void **dense,
+				  size_t *len);
 
 /* ------------------------------------------------------------- prefetch */
 

@@ -195,6 +195,49 @@ int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len);
 int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
 			char *msg, size_t msglen);
 
+/*
+ * Reshards: makes the sharded store in dir, at this communicator's rank
+ * count and with the plans of spec, from the last global checkpoint of
+ * the sharded store in src, written at any rank count with any plans.
+ * Every row a shard of src holds a value for (as of that checkpoint:
+ * values and optimizer state, bit for bit) is written to its new owner's
+ * table file; other rows stay lazy, and read as the initializer's as
+ * before. src is only read (each shard by table file and commit record,
+ * never opened as a store), so it stays a valid checkpoint whatever
+ * happens, and must be visible to every rank (one machine or a shared
+ * file system). dir must not exist, or be empty.
+ *
+ * On success *out is open as by etm_open and etm_tables, with nothing
+ * committed: the caller makes the dense state of each rank from the old
+ * ranks' (info->dense[r], without etm's shard header) and commits with
+ * etm_checkpoint(*out, info->step, ...); until then dir holds no
+ * checkpoint and a resume from it is refused. Refused, on every rank,
+ * with the reason in msg (if non-NULL): src without a complete global
+ * checkpoint (-ENOENT, ET_EMISMATCH, as etm_checkpoint_read), a shard
+ * closed cleanly past it (ET_EMISMATCH: its tables are newer than its
+ * dense state), a table of spec in no shard of src or of another shape
+ * (ET_EMISMATCH), dir not empty (-EEXIST). Free info with
+ * etm_reshard_free.
+ */
+struct etm_reshard_info {
+	uint64_t step;	/* of src's last global checkpoint */
+	int nranks;	/* src's rank count */
+	void **dense;	/* [nranks]: src rank r's dense state */
+	size_t *len;	/* [nranks]: its bytes */
+	uint64_t rows;	/* rows this rank wrote */
+	uint64_t bytes; /* of their values and state */
+	double seconds; /* this rank's copy */
+};
+
+int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
+		const struct et_store_config *cfg,
+		const struct etm_table_spec *spec, int n,
+		struct etm_reshard_info *info, char *msg, size_t msglen,
+		etm **out);
+
+/* Frees what etm_reshard put in info (not info). Not collective. */
+void etm_reshard_free(struct etm_reshard_info *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1419,6 +1419,34 @@ void rowlog_close(struct rowlog *l)
 	mem_free(l, sizeof(*l), 0);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n)
+{
+	uint64_t *rows;
+	size_t k = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!l || !l->count)
+		return 0;
+	rows = malloc(l->count * sizeof(*rows));
+	if (!rows)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < l->cap; i++)
+		if (l->keys[i])
+			rows[k++] = l->keys[i] - 1;
+	qsort(rows, k, sizeof(*rows), cmp_u64);
+	*out = rows;
+	*n = k;
+	return 0;
+}
+
 void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st)
 {
 	uint64_t used = 0;

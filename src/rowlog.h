@@ -113,6 +113,9 @@ int rowlog_commit_done(struct rowlog *l);
  * of its directory). */
 int rowlog_recover(const char *tf_path, uint64_t commit);
 
+/* The rows in the index, ascending, in a malloc()ed array (NULL if none). */
+int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n);
+
 void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st);
 
 /* Bytes on disk of the log and the journal. */

@@ -868,6 +868,46 @@ int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
 	return 0;
 }
 
+int et_checkpoint_read_dir(const char *dir, struct et_checkpoint_info *ci,
+			   void **dense, size_t *len)
+{
+	struct ckpt_rec r;
+	struct stat st;
+	size_t n = 0;
+	void *d = NULL;
+	int ret;
+
+	err_clear();
+	if (!dir || !ci || (dense && !len))
+		return err_set(-EINVAL, "%s is NULL",
+			       !dir  ? "dir"
+			       : !ci ? "ci"
+				     : "len");
+	memset(ci, 0, sizeof(*ci));
+	if (dense) {
+		*dense = NULL;
+		*len = 0;
+	}
+	if (stat(dir, &st))
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	ret = ckpt_read(dir, &r, &d, &n);
+	if (ret)
+		return ret;
+	ci->id = r.id;
+	ci->commit = r.commit;
+	ci->dense_len = n;
+	ci->tables_moved = (r.flags & CKPT_MOVED) != 0;
+	if (dense) {
+		*dense = d;
+		*len = n;
+	} else {
+		free(d);
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- stats */
 
 /* Adds one class's instance of a tier to the tier's counters. */

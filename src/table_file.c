@@ -88,7 +88,9 @@ struct et_tfile {
 	struct torn *torn; /* blocks whose last write failed: their image */
 	size_t ntorn, torn_cap;
 	struct rowlog *log; /* rows written by a store (PATH.log) */
-	bool log_writes;    /* row writes go to the log (a store's file) */
+	uint64_t *lrows;    /* et_tfile_rows: the log's rows, sorted */
+	size_t nlrows;
+	bool log_writes; /* row writes go to the log (a store's file) */
 	struct tf_stats st;
 };
 
@@ -349,6 +351,7 @@ static int header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
 static void tf_free(et_tfile *tf)
 {
 	rowlog_close(tf->log);
+	free(tf->lrows);
 	if (tf->fd >= 0)
 		close(tf->fd);
 	for (size_t i = 0; i < tf->ntorn; i++)
@@ -705,6 +708,63 @@ int et_tfile_info(et_tfile *tf, struct et_table_info *info)
 	info->disk_bytes =
 	    (uint64_t)st.st_blocks * 512 + rowlog_disk_bytes(tf->log);
 	info->rows_logged = rowlog_count(tf->log);
+	return 0;
+}
+
+int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows, size_t max,
+		  size_t *n)
+{
+	const struct tf_geom *g;
+	size_t lo, hi, k = 0;
+	uint64_t r;
+
+	err_clear();
+	if (!tf || !n || (!rows && max))
+		return err_set(-EINVAL, "%s is NULL",
+			       !tf  ? "tf"
+			       : !n ? "n"
+				    : "rows");
+	*n = 0;
+	g = &tf->g;
+	/* rows are only ever added to the log's index: a new count is a
+	 * new set */
+	if (tf->nlrows != rowlog_count(tf->log)) {
+		free(tf->lrows);
+		tf->lrows = NULL;
+		tf->nlrows = 0;
+		int ret = rowlog_rows_sorted(tf->log, &tf->lrows, &tf->nlrows);
+
+		if (ret)
+			return ret;
+	}
+	lo = 0;
+	hi = tf->nlrows;
+	while (lo < hi) { /* the first logged row >= from */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (tf->lrows[mid] < from)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (r = from; k < max && r < g->rows;) {
+		uint64_t b =
+		    map_next(&tf->map, r / g->rows_per_block, g->blocks);
+		uint64_t rb = b == UINT64_MAX ? UINT64_MAX
+			      : b * g->rows_per_block > r
+				  ? b * g->rows_per_block
+				  : r;
+		uint64_t rl = lo < tf->nlrows ? tf->lrows[lo] : UINT64_MAX;
+		uint64_t next = rb < rl ? rb : rl;
+
+		if (next >= g->rows)
+			break;
+		rows[k++] = next;
+		if (rl == next)
+			lo++;
+		r = next + 1;
+	}
+	*n = k;
 	return 0;
 }
 

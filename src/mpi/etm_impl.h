@@ -79,6 +79,22 @@ struct etm {
 /* The same error on every rank: the most negative of the ranks' ret. */
 int etm_agree(etm *m, int ret);
 
+/* What etm_checkpoint puts before the caller's dense state in a rank's
+ * store checkpoint. */
+#define SHARD_MAGIC "ETMSHRD1"
+struct shard_hdr {
+	char magic[8];
+	uint32_t rank, nranks;
+	uint64_t step;
+};
+
+/* dir's global checkpoint record: 0, -ENOENT or ET_EHDRSUM. */
+int etm_global_read(const char *dir, uint32_t *nranks, uint64_t *step);
+/* Table-wise owners of the tables (-1 for a row-wise one). */
+int etm_place(const struct etm_table_spec *spec, int n, int nranks, int *owner);
+/* Row-wise: the first row of rank r's range, ceil(r * rows / nranks). */
+uint64_t etm_range_start(uint64_t rows, int r, int nranks);
+
 void etm_route_free(struct etm_route *r, int ntables);
 
 #endif

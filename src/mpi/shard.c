@@ -26,7 +26,6 @@
 
 #define GLOBAL_NAME  "etm-checkpoint"
 #define GLOBAL_MAGIC "ETMGLOB1"
-#define SHARD_MAGIC  "ETMSHRD1"
 #define MAX_TABLES   4096
 
 int etm_vec_reserve(struct etm_vec *v, size_t bytes)
@@ -128,6 +127,18 @@ static int global_write(const char *dir, uint32_t nranks, uint64_t step)
 }
 
 /* 0 and the record, -ENOENT, or ET_EHDRSUM for a damaged one. */
+static int global_read(const char *dir, struct global_rec *g);
+
+int etm_global_read(const char *dir, uint32_t *nranks, uint64_t *step)
+{
+	struct global_rec g;
+	int ret = global_read(dir, &g);
+
+	*nranks = ret ? 0 : g.nranks;
+	*step = ret ? 0 : g.step;
+	return ret;
+}
+
 static int global_read(const char *dir, struct global_rec *g)
 {
 	char path[4200];
@@ -271,9 +282,9 @@ static unsigned __int128 table_load(const struct etm_table_spec *s)
 }
 
 /* Table-wise placement: largest first, each on the least loaded rank. */
-static int place_tables(etm *m, const struct etm_table_spec *spec, int n)
+int etm_place(const struct etm_table_spec *spec, int n, int nranks, int *owner)
 {
-	unsigned __int128 *load = calloc(m->nranks, sizeof(*load));
+	unsigned __int128 *load = calloc(nranks, sizeof(*load));
 	int *order = malloc(n * sizeof(*order));
 
 	if (!load || !order) {
@@ -297,17 +308,29 @@ static int place_tables(etm *m, const struct etm_table_spec *spec, int n)
 	for (int i = 0; i < n; i++) {
 		int t = order[i], best = 0;
 
+		owner[t] = -1;
 		if (spec[t].plan != ETM_TABLE_WISE)
 			continue;
-		for (int r = 1; r < m->nranks; r++)
+		for (int r = 1; r < nranks; r++)
 			if (load[r] < load[best])
 				best = r;
-		m->tbl[t].owner = best;
+		owner[t] = best;
 		load[best] += table_load(&spec[t]);
 	}
 	free(load);
 	free(order);
 	return 0;
+}
+
+static int place_tables(etm *m, const struct etm_table_spec *spec, int n)
+{
+	int *owner = malloc(n * sizeof(*owner));
+	int ret = owner ? etm_place(spec, n, m->nranks, owner) : -ENOMEM;
+
+	for (int t = 0; t < n && !ret; t++)
+		m->tbl[t].owner = owner[t];
+	free(owner);
+	return ret;
 }
 
 int etm_tables(etm *m, const struct etm_table_spec *spec, int n, bool create)
@@ -380,12 +403,17 @@ int etm_owner(const etm *m, int t, uint64_t id)
 	return (int)((unsigned __int128)id * (unsigned)m->nranks / tb->rows);
 }
 
+uint64_t etm_range_start(uint64_t rows, int r, int nranks)
+{
+	unsigned __int128 x = (unsigned __int128)r * rows;
+
+	return (uint64_t)((x + (unsigned)nranks - 1) / (unsigned)nranks);
+}
+
 /* First row of rank r's range: ceil(r * rows / N). */
 static uint64_t range_start(const struct etm_tbl *tb, int r, int nranks)
 {
-	unsigned __int128 x = (unsigned __int128)r * tb->rows;
-
-	return (uint64_t)((x + (unsigned)nranks - 1) / (unsigned)nranks);
+	return etm_range_start(tb->rows, r, nranks);
 }
 
 uint64_t etm_owned_rows(const etm *m, int t)
@@ -404,12 +432,6 @@ void etm_get_traffic(const etm *m, struct etm_traffic *t)
 }
 
 /* ---------------------------------------------------------- checkpoint */
-
-struct shard_hdr {
-	char magic[8];
-	uint32_t rank, nranks;
-	uint64_t step;
-};
 
 int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len)
 {

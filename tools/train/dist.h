@@ -40,9 +40,11 @@ struct dist_table {
 
 /* Opens this rank's shard of the store under dir (dir/rank-R) and the
  * tables; *tid receives each table's local id (-1: not held here).
- * row_wise picks the plan of every table. On error msg says why (the same
- * on every rank). */
-int dist_open(struct dist **out, const char *dir,
+ * row_wise picks the plan of every table. reshard_from (non-NULL): dir is
+ * made from that sharded store's last checkpoint (etm_reshard), to be
+ * committed by the caller's first checkpoint. On error msg says why (the
+ * same on every rank). */
+int dist_open(struct dist **out, const char *dir, const char *reshard_from,
 	      const struct et_store_config *cfg, bool resume, bool row_wise,
 	      const struct dist_table *tables, int ntables, int global_batch,
 	      int *tid, char *msg, size_t msglen);
@@ -77,6 +79,15 @@ int dist_owned_ids(struct dist *d, int t, const uint64_t **ids, size_t *n);
 int dist_checkpoint(struct dist *d, uint64_t step, const void *buf, size_t len);
 int dist_checkpoint_read(struct dist *d, uint64_t *step, void **dense,
 			 size_t *len, char *msg, size_t msglen);
+/* After a reshard: the old checkpoint's step and the old ranks' dense
+ * states (-ENOENT if the store was not resharded). */
+int dist_resharded(struct dist *d, uint64_t *step, int *nranks,
+		   void *const **dense, const size_t **len);
+/* Rows and bytes every rank copied, and the slowest rank's seconds. */
+void dist_reshard_figures(struct dist *d, uint64_t *rows, uint64_t *bytes,
+			  double *seconds);
+/* Whether this rank owns row id of table t. Not collective. */
+bool dist_owns(struct dist *d, int t, uint64_t id);
 
 /* Every rank's rows of a table (ids sorted on each rank, rank ranges
  * increasing), concatenated on rank 0 into *all_ids / *all_vals

@@ -106,6 +106,7 @@ struct opts {
 	uint64_t log_every;
 	uint64_t ckpt_every;
 	bool resume;
+	const char *reshard_from; /* MPI: a sharded run's directory */
 	bool json;
 	bool quiet;
 	enum model_optim mlp_optim;
@@ -261,6 +262,12 @@ static void usage(FILE *f)
 	    "  --log-every N        a log line every N steps (0: none)\n"
 	    "  --checkpoint-every N checkpoint every N steps (0: never)\n"
 	    "  --resume             continue from DIR's last checkpoint\n"
+#ifdef ET_WITH_MPI
+	    "  --reshard-from SRC   continue, in DIR (new), from the last "
+	    "checkpoint of\n"
+	    "                       the run in SRC made at another rank "
+	    "count or plan\n"
+#endif
 	    "  --json               final metrics as one JSON object on "
 	    "stdout\n"
 	    "  -q, --quiet          no progress bar\n"
@@ -295,6 +302,7 @@ enum {
 	OPT_LOG_EVERY,
 	OPT_CKPT_EVERY,
 	OPT_RESUME,
+	OPT_RESHARD,
 	OPT_JSON,
 	OPT_MLP_OPTIM,
 	OPT_BOT,
@@ -336,6 +344,7 @@ static const struct option long_opts[] = {
     {"log-every", required_argument, NULL, OPT_LOG_EVERY},
     {"checkpoint-every", required_argument, NULL, OPT_CKPT_EVERY},
     {"resume", no_argument, NULL, OPT_RESUME},
+    {"reshard-from", required_argument, NULL, OPT_RESHARD},
     {"json", no_argument, NULL, OPT_JSON},
     {"mlp-optim", required_argument, NULL, OPT_MLP_OPTIM},
     {"bot-mlp", required_argument, NULL, OPT_BOT},
@@ -562,6 +571,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_RESUME:
 			o->resume = true;
 			break;
+		case OPT_RESHARD:
+#ifndef ET_WITH_MPI
+			cli_usage_error("--reshard-from: a sharded run is "
+					"resumed by embtier-train-mpi");
+			return -EINVAL;
+#endif
+			o->reshard_from = optarg;
+			o->resume = true;
+			break;
 		case OPT_JSON:
 			o->json = true;
 			break;
@@ -627,7 +645,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		return -EINVAL;
 	}
 	if (o->resume && !o->dir) {
-		cli_usage_error("--resume needs --dir");
+		cli_usage_error("%s needs --dir", o->reshard_from
+						      ? "--reshard-from"
+						      : "--resume");
 		return -EINVAL;
 	}
 	if (o->data && o->ntables > CRITEO_NCAT) {
@@ -789,8 +809,9 @@ static uint64_t fnv_u64(uint64_t h, uint64_t v)
 	return fnv(h, &v, sizeof(v));
 }
 
-/* What a checkpoint must agree on to be resumed: shapes and data. */
-static uint64_t config_fingerprint(const struct trainer *tr)
+/* What a checkpoint must agree on to be resumed: shapes and data (and the
+ * plan, row_wise, which only a reshard may change). */
+static uint64_t config_fingerprint(const struct trainer *tr, bool row_wise)
 {
 	const struct opts *o = &tr->o;
 	uint64_t h = FNV_BASIS;
@@ -803,9 +824,9 @@ static uint64_t config_fingerprint(const struct trainer *tr)
 	h = fnv_u64(h, (uint64_t)o->batch);
 	h = fnv_u64(h, o->seed);
 	h = fnv_u64(h, (uint64_t)o->mlp_optim);
-	if (o->slices > 1 || o->row_wise) {
+	if (o->slices > 1 || row_wise) {
 		h = fnv_u64(h, (uint64_t)o->slices);
-		h = fnv_u64(h, o->row_wise ? 1 : 0);
+		h = fnv_u64(h, row_wise ? 1 : 0);
 	}
 	h = fnv_u64(h, (uint64_t)o->nbot);
 	for (int i = 0; i < o->nbot; i++)
@@ -944,6 +965,121 @@ static bool take(const unsigned char *buf, size_t len, size_t *off, void *p,
 	return true;
 }
 
+#ifdef ET_WITH_MPI
+/* Appends n bytes to a growing buffer. */
+static int put(unsigned char **buf, size_t *len, size_t *cap, const void *p,
+	       size_t n)
+{
+	if (*len + n > *cap) {
+		size_t c = *cap ? *cap : 4096;
+		unsigned char *b;
+
+		while (c < *len + n)
+			c *= 2;
+		b = realloc(*buf, c);
+		if (!b)
+			return -ENOMEM;
+		*buf = b;
+		*cap = c;
+	}
+	memcpy(*buf + *len, p, n);
+	*len += n;
+	return 0;
+}
+
+/*
+ * After a reshard (--reshard-from): this rank's dense state, made from the
+ * old ranks'. The model state, step and data position are the same bits on
+ * every old rank (checked); the rows each table had updated are the union
+ * of the old ranks' lists, kept where this rank now owns them.
+ */
+static int reshard_state(struct trainer *tr, void **out, size_t *outlen)
+{
+	void *const *dense;
+	const size_t *len;
+	struct ckpt_header h;
+	unsigned char *buf = NULL;
+	size_t head, blen = 0, cap = 0, *off = NULL;
+	uint64_t step;
+	int nold, ret = dist_resharded(tr->dist, &step, &nold, &dense, &len);
+
+	if (ret)
+		return fail("reshard", ret);
+	memset(&h, 0, sizeof(h));
+	if (len[0] >= sizeof(h))
+		memcpy(&h, dense[0], sizeof(h));
+	if (memcmp(h.magic, CKPT_MAGIC, 8) || h.version != CKPT_VERSION ||
+	    h.ntables != (uint32_t)tr->o.ntables ||
+	    h.nfloats > (len[0] - sizeof(h)) / sizeof(float)) {
+		cli_error("%s: the checkpoint holds no embtier-train state of "
+			  "this model",
+			  tr->o.reshard_from);
+		return -EINVAL;
+	}
+	head = sizeof(h) + h.nfloats * sizeof(float);
+	for (int r = 1; r < nold; r++)
+		if (len[r] < head || memcmp(dense[r], dense[0], head)) {
+			cli_error("%s: rank %d's dense state differs from rank "
+				  "0's",
+				  tr->o.reshard_from, r);
+			return ET_EMISMATCH;
+		}
+	off = calloc(nold, sizeof(*off));
+	if (!off)
+		return fail("reshard", -ENOMEM);
+	for (int r = 0; r < nold; r++)
+		off[r] = head;
+	ret = put(&buf, &blen, &cap, dense[0], head);
+	for (int t = 0; t < tr->o.ntables && !ret; t++) {
+		size_t at = blen;
+		uint64_t k = 0;
+
+		ret = put(&buf, &blen, &cap, &k, sizeof(k));
+		for (int r = 0; r < nold && !ret; r++) {
+			const unsigned char *p = dense[r];
+			uint64_t n;
+
+			if (len[r] - off[r] < sizeof(n)) {
+				ret = ET_ETRUNC;
+				break;
+			}
+			memcpy(&n, p + off[r], sizeof(n));
+			off[r] += sizeof(n);
+			if (n > (len[r] - off[r]) / sizeof(uint64_t)) {
+				ret = ET_ETRUNC;
+				break;
+			}
+			for (uint64_t i = 0; i < n && !ret; i++) {
+				uint64_t v;
+
+				memcpy(&v, p + off[r], sizeof(v));
+				off[r] += sizeof(v);
+				if (v >= tr->rows[t])
+					ret = ET_EROWRANGE;
+				else if (dist_owns(tr->dist, t, v)) {
+					ret = put(&buf, &blen, &cap, &v,
+						  sizeof(v));
+					k++;
+				}
+			}
+		}
+		if (!ret)
+			memcpy(buf + at, &k, sizeof(k));
+	}
+	for (int r = 0; r < nold && !ret; r++)
+		if (off[r] != len[r])
+			ret = ET_EHEADER;
+	free(off);
+	if (ret) {
+		free(buf);
+		return fail("resharded checkpoint state", ret);
+	}
+	*out = buf;
+	*outlen = blen;
+	return 0;
+}
+#endif
+
 static int checkpoint_load(struct trainer *tr)
 {
 	struct et_checkpoint_info ci;
@@ -960,8 +1096,13 @@ static int checkpoint_load(struct trainer *tr)
 	if (tr->dist) {
 		char msg[256];
 
-		ret = dist_checkpoint_read(tr->dist, &id, &dense, &len, msg,
-					   sizeof(msg));
+		if (tr->o.reshard_from)
+			ret = reshard_state(tr, &dense, &len);
+		else
+			ret = dist_checkpoint_read(tr->dist, &id, &dense, &len,
+						   msg, sizeof(msg));
+		if (ret && tr->o.reshard_from)
+			return ret; /* reshard_state said why */
 		if (ret) {
 			if (tr->o.rank == 0) /* every rank has the verdict */
 				cli_error("%s: %s", tr->o.dir, msg);
@@ -1003,7 +1144,9 @@ static int checkpoint_load(struct trainer *tr)
 		free(dense);
 		return -EINVAL;
 	}
-	if (h.fingerprint != tr->fingerprint ||
+	if ((h.fingerprint != tr->fingerprint &&
+	     !(tr->o.reshard_from &&
+	       h.fingerprint == config_fingerprint(tr, !tr->o.row_wise))) ||
 	    h.ntables != (uint32_t)tr->o.ntables) {
 		cli_error("%s: the checkpoint was made with other shapes, seed "
 			  "or data than this command line's",
@@ -1135,8 +1278,9 @@ static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 		snprintf(dt[t].name, sizeof(dt[t].name), "t%02d", t);
 		table_params(o, tr->rows, t, &dt[t].p);
 	}
-	ret = dist_open(&tr->dist, tr->dir, cfg, o->resume, o->row_wise, dt,
-			o->ntables, o->batch, tr->tid, msg, sizeof(msg));
+	ret = dist_open(&tr->dist, tr->dir, o->reshard_from, cfg, o->resume,
+			o->row_wise, dt, o->ntables, o->batch, tr->tid, msg,
+			sizeof(msg));
 	free(dt);
 	if (ret) {
 		if (o->rank == 0) /* every rank has the verdict */
@@ -1362,7 +1506,7 @@ static int setup(struct trainer *tr)
 		return fail("setup", -ENOMEM);
 	for (int t = 0; t < o->ntables; t++)
 		tr->rows[t] = table_rows(o, t);
-	tr->fingerprint = config_fingerprint(tr);
+	tr->fingerprint = config_fingerprint(tr, o->row_wise);
 	ret = model_init(&tr->m, &mc);
 	if (!ret)
 		ret = gradsum_init(&tr->gs, &tr->m, o->slices);
@@ -1377,9 +1521,14 @@ static int setup(struct trainer *tr)
 	ret = open_store(tr);
 	if (ret)
 		return ret;
-	if (o->resume)
-		return checkpoint_load(tr);
-	return 0;
+	if (!o->resume)
+		return 0;
+	ret = checkpoint_load(tr);
+	/* a resharded store is committed at once: from now on it resumes
+	 * like any other */
+	if (!ret && o->reshard_from)
+		ret = checkpoint_write(tr);
+	return ret;
 }
 
 static void teardown(struct trainer *tr)
@@ -2246,6 +2395,20 @@ static int run(struct trainer *tr)
 	}
 	if (!o->resume)
 		tr->next_pos = data_tell(&tr->train);
+#ifdef ET_WITH_MPI
+	if (o->reshard_from) {
+		uint64_t rows, bytes;
+		double sec;
+
+		dist_reshard_figures(tr->dist, &rows, &bytes, &sec);
+		fprintf(tr->log,
+			"resharded %s to %d ranks at step %" PRIu64 ": %" PRIu64
+			" rows (%.1f MiB) copied in %.2f s, committed in "
+			"%.2f s\n",
+			o->reshard_from, o->nranks, tr->step, rows,
+			bytes / 1048576.0, sec, tr->ckpt_s);
+	}
+#endif
 	if (tr->step < o->steps) {
 		ret = next_batch(tr, &tr->bat[0]);
 #ifdef ET_WITH_MPI

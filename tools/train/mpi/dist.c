@@ -38,6 +38,7 @@ struct dist {
 	int kill_rank;		 /* ET_MPI_TEST_KILL, or -1 */
 	uint64_t kill_at;
 	bool kill_ckpt;
+	struct etm_reshard_info rs; /* when opened by a reshard */
 };
 
 static void test_kill(struct dist *d, bool ckpt, uint64_t n)
@@ -112,7 +113,7 @@ static void open_msg(int ret, bool resume, int nranks, char *msg, size_t msglen)
 		snprintf(msg, msglen, "%s", et_strerror(ret));
 }
 
-int dist_open(struct dist **out, const char *dir,
+int dist_open(struct dist **out, const char *dir, const char *reshard_from,
 	      const struct et_store_config *cfg, bool resume, bool row_wise,
 	      const struct dist_table *tables, int ntables, int global_batch,
 	      int *tid, char *msg, size_t msglen)
@@ -140,10 +141,22 @@ int dist_open(struct dist **out, const char *dir,
 			spec[t].p = tables[t].p;
 			spec[t].plan = row_wise ? ETM_ROW_WISE : ETM_TABLE_WISE;
 		}
-		ret = etm_open(MPI_COMM_WORLD, dir, cfg,
-			       resume ? ETM_OPEN_RESUME : 0, &d->m);
+		if (reshard_from) {
+			ret = etm_reshard(MPI_COMM_WORLD, reshard_from, dir,
+					  cfg, spec, ntables, &d->rs, msg,
+					  msglen, &d->m);
+			free(spec);
+			if (ret) {
+				dist_close(d);
+				return agreed(ret);
+			}
+			spec = NULL;
+		} else {
+			ret = etm_open(MPI_COMM_WORLD, dir, cfg,
+				       resume ? ETM_OPEN_RESUME : 0, &d->m);
+		}
 	}
-	if (!ret)
+	if (!ret && !reshard_from)
 		ret = etm_tables(d->m, spec, ntables, !resume);
 	free(spec);
 	if (ret) {
@@ -186,6 +199,7 @@ int dist_close(struct dist *d)
 	if (!d)
 		return 0;
 	ret = etm_close(d->m);
+	etm_reshard_free(&d->rs);
 	free(d->bags);
 	free(d->out);
 	free(d->grads);
@@ -322,6 +336,37 @@ int dist_checkpoint_read(struct dist *d, uint64_t *step, void **dense,
 			 size_t *len, char *msg, size_t msglen)
 {
 	return agreed(etm_checkpoint_read(d->m, step, dense, len, msg, msglen));
+}
+
+int dist_resharded(struct dist *d, uint64_t *step, int *nranks,
+		   void *const **dense, const size_t **len)
+{
+	if (!d->rs.dense)
+		return -ENOENT;
+	*step = d->rs.step;
+	*nranks = d->rs.nranks;
+	*dense = d->rs.dense;
+	*len = d->rs.len;
+	return 0;
+}
+
+void dist_reshard_figures(struct dist *d, uint64_t *rows, uint64_t *bytes,
+			  double *seconds)
+{
+	uint64_t v[2] = {d->rs.rows, d->rs.bytes};
+	double s = d->rs.seconds;
+
+	MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_SUM,
+		      MPI_COMM_WORLD);
+	MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+	*rows = v[0];
+	*bytes = v[1];
+	*seconds = s;
+}
+
+bool dist_owns(struct dist *d, int t, uint64_t id)
+{
+	return etm_owner(d->m, t, id) == d->rank;
 }
 
 int dist_table_rows(struct dist *d, const uint64_t *ids, const float *vals,

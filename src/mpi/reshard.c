@@ -1,0 +1,573 @@
+/*
+ * reshard.c - a sharded store made again at another rank count (or with
+ * other plans) from the last global checkpoint of an old one.
+ *
+ * The old store is only read: its global record and each shard's commit
+ * record (et_checkpoint_read_dir), and its table files, opened read-only
+ * (et_tfile_open lists and reads a store's file as of the store's last
+ * commit). Every new rank copies the rows it will own: for each table, it
+ * opens the old shards whose rows meet its own range, lists their
+ * materialized rows (et_tfile_rows) in that range, reads them with their
+ * optimizer state and writes them into its new table file. Rows never
+ * written stay lazy in both: the initializer is a function of the global
+ * row, so they read the same. Nothing is made before every check has
+ * passed on every rank; nothing is committed at all: the caller commits
+ * the new store with etm_checkpoint once it has made its dense state.
+ *
+ * Which old shard holds a row: a table whose file is in one shard only
+ * (table-wise, or one rank) has all its rows there; a table in several
+ * shards was row-wise, and shard r holds the rows of its range at the old
+ * rank count (rows outside a shard's range are never written there).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "etm_impl.h"
+
+#define MAX_TABLES  4096
+#define MSG_BYTES   9000       /* two paths and the words */
+#define CHUNK_BYTES (8u << 20) /* rows copied per round, at most */
+
+struct rs {
+	MPI_Comm comm;
+	int rank, nranks; /* new */
+	int old;	  /* old rank count */
+	const char *src, *dir;
+	const struct etm_table_spec *spec;
+	int n;
+	int *owner;	/* new table-wise owners */
+	uint8_t *holds; /* [n x old]: shard r has table t's file */
+	char msg[MSG_BYTES];
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * The same verdict on every rank: the most negative ret, with the message
+ * of the lowest rank that has it.
+ */
+static int agree(struct rs *x, int ret)
+{
+	int all = ret, who;
+
+	MPI_Allreduce(&ret, &all, 1, MPI_INT, MPI_MIN, x->comm);
+	if (!all)
+		return 0;
+	who = ret == all ? x->rank : INT_MAX;
+	MPI_Allreduce(MPI_IN_PLACE, &who, 1, MPI_INT, MPI_MIN, x->comm);
+	if (ret == all && x->rank == who && !x->msg[0])
+		snprintf(x->msg, sizeof(x->msg), "%s", et_strerror(ret));
+	MPI_Bcast(x->msg, sizeof(x->msg), MPI_CHAR, who, x->comm);
+	x->msg[sizeof(x->msg) - 1] = 0;
+	return all;
+}
+
+static int shard_path(char *buf, size_t cap, const char *dir, int r,
+		      const char *name)
+{
+	int k = name ? snprintf(buf, cap, "%s/rank-%d/%s.et", dir, r, name)
+		     : snprintf(buf, cap, "%s/rank-%d", dir, r);
+
+	return k < 0 || (size_t)k >= cap ? -ENAMETOOLONG : 0;
+}
+
+/* 0 if dir does not exist or is an empty directory. */
+static int check_fresh(struct rs *x)
+{
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+	int ret = 0;
+
+	if (stat(x->dir, &st))
+		return errno == ENOENT ? 0 : -errno;
+	d = opendir(x->dir);
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			ret = -EEXIST;
+	closedir(d);
+	if (ret)
+		snprintf(x->msg, sizeof(x->msg),
+			 "%s is not empty: a reshard makes a new sharded "
+			 "store (remove what a failed one left)",
+			 x->dir);
+	return ret;
+}
+
+/* Old shard r's commit record: it must hold exactly the global step. */
+static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
+		       size_t *len)
+{
+	struct et_checkpoint_info ci;
+	struct shard_hdr h;
+	char sub[4200];
+	void *blob = NULL;
+	size_t blen = 0;
+	int ret = shard_path(sub, sizeof(sub), x->src, r, NULL);
+
+	if (!ret)
+		ret = et_checkpoint_read_dir(sub, &ci, &blob, &blen);
+	if (ret) {
+		snprintf(x->msg, sizeof(x->msg), "%s: %s", sub,
+			 et_strerror(ret));
+		return ret;
+	}
+	memset(&h, 0, sizeof(h));
+	if (blen >= sizeof(h))
+		memcpy(&h, blob, sizeof(h));
+	if (!ci.id) {
+		ret = ET_EMISMATCH;
+		snprintf(x->msg, sizeof(x->msg),
+			 "rank %d's store has no checkpoint but the global "
+			 "record says step %llu",
+			 r, (unsigned long long)step);
+	} else if (memcmp(h.magic, SHARD_MAGIC, 8) || h.rank != (uint32_t)r ||
+		   h.nranks != (uint32_t)x->old) {
+		ret = ET_EHEADER;
+		snprintf(x->msg, sizeof(x->msg),
+			 "%s: its checkpoint is not rank %d of %d of a "
+			 "sharded store",
+			 sub, r, x->old);
+	} else if (h.step != step) {
+		ret = ET_EMISMATCH;
+		snprintf(x->msg, sizeof(x->msg),
+			 "rank %d's store committed step %llu but the last "
+			 "global checkpoint is step %llu: a crash came "
+			 "between the ranks' commits",
+			 r, (unsigned long long)h.step,
+			 (unsigned long long)step);
+	} else if (ci.tables_moved) {
+		ret = ET_EMISMATCH;
+		snprintf(x->msg, sizeof(x->msg),
+			 "rank %d's store was closed cleanly after step %llu "
+			 "without a checkpoint: its tables are newer than its "
+			 "dense state",
+			 r, (unsigned long long)step);
+	}
+	if (ret) {
+		free(blob);
+		return ret;
+	}
+	*len = blen - sizeof(h);
+	*dense = malloc(*len ? *len : 1);
+	if (!*dense) {
+		free(blob);
+		return -ENOMEM;
+	}
+	memcpy(*dense, (char *)blob + sizeof(h), *len);
+	free(blob);
+	return 0;
+}
+
+/* Every rank gets every old rank's dense state, from rank r % N. */
+static int share_dense(struct rs *x, struct etm_reshard_info *info)
+{
+	int ret = 0;
+
+	for (int r = 0; r < x->old; r++) {
+		int root = r % x->nranks;
+		uint64_t len = info->len[r];
+
+		MPI_Bcast(&len, 1, MPI_UINT64_T, root, x->comm);
+		if (x->rank != root) {
+			info->len[r] = len;
+			info->dense[r] = malloc(len ? len : 1);
+			if (!info->dense[r])
+				ret = -ENOMEM;
+		}
+		if ((ret = agree(x, ret)))
+			return ret;
+		for (uint64_t off = 0; off < len;) {
+			int k =
+			    len - off > (1u << 30) ? 1 << 30 : (int)(len - off);
+
+			MPI_Bcast((char *)info->dense[r] + off, k, MPI_BYTE,
+				  root, x->comm);
+			off += (uint64_t)k;
+		}
+	}
+	return 0;
+}
+
+/* The rows of table t old shard r holds: [*lo, *hi). */
+static void old_range(const struct rs *x, int t, int r, uint64_t *lo,
+		      uint64_t *hi)
+{
+	uint64_t rows = x->spec[t].p.rows;
+	int k = 0;
+
+	for (int i = 0; i < x->old; i++)
+		k += x->holds[(size_t)t * x->old + i];
+	if (k == 1) {
+		*lo = 0;
+		*hi = rows;
+	} else {
+		*lo = etm_range_start(rows, r, x->old);
+		*hi = etm_range_start(rows, r + 1, x->old);
+	}
+}
+
+/* The rows of table t this rank will own: [*lo, *hi), empty if none. */
+static void new_range(const struct rs *x, int t, uint64_t *lo, uint64_t *hi)
+{
+	uint64_t rows = x->spec[t].p.rows;
+
+	if (x->spec[t].plan == ETM_TABLE_WISE) {
+		*lo = 0;
+		*hi = x->owner[t] == x->rank ? rows : 0;
+	} else {
+		*lo = etm_range_start(rows, x->rank, x->nranks);
+		*hi = etm_range_start(rows, x->rank + 1, x->nranks);
+	}
+}
+
+/* Which old shards have a file of each table; every table needs one. */
+static int find_tables(struct rs *x)
+{
+	char path[4200];
+	struct stat st;
+	int ret = 0;
+
+	for (int t = 0; t < x->n && !ret; t++) {
+		int k = 0;
+
+		for (int r = 0; r < x->old && !ret; r++) {
+			ret = shard_path(path, sizeof(path), x->src, r,
+					 x->spec[t].name);
+			if (!ret && !stat(path, &st)) {
+				x->holds[(size_t)t * x->old + r] = 1;
+				k++;
+			}
+		}
+		if (!ret && !k) {
+			ret = ET_EMISMATCH;
+			snprintf(x->msg, sizeof(x->msg),
+				 "table %s is in no shard of %s",
+				 x->spec[t].name, x->src);
+		} else if (!ret && k > 1 && k != x->old) {
+			ret = ET_EMISMATCH;
+			snprintf(x->msg, sizeof(x->msg),
+				 "table %s is in %d of the %d shards of %s: "
+				 "neither whole on one rank nor cut over all",
+				 x->spec[t].name, k, x->old, x->src);
+		}
+	}
+	return ret;
+}
+
+/* Opens old shard r's file of table t, checking its shape against spec. */
+static int open_old(struct rs *x, int t, int r, et_tfile **tf)
+{
+	const struct et_table_params *p = &x->spec[t].p;
+	struct et_table_info in;
+	char path[4200];
+	int ret = shard_path(path, sizeof(path), x->src, r, x->spec[t].name);
+
+	if (!ret)
+		ret = et_tfile_open(path, ET_TFILE_RDONLY, tf);
+	if (!ret)
+		ret = et_tfile_info(*tf, &in);
+	if (ret) {
+		snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
+			 et_strerror(ret));
+		et_tfile_close(*tf);
+		*tf = NULL;
+		return ret;
+	}
+	if (in.rows != p->rows || in.dim != p->dim ||
+	    (p->dtype && in.dtype != p->dtype) || in.optim != p->optim ||
+	    in.init != p->init ||
+	    (p->init_scale && in.init_scale != p->init_scale) ||
+	    in.seed != p->seed) {
+		snprintf(x->msg, sizeof(x->msg),
+			 "%s: the table's shape, optimizer or initializer "
+			 "differ from the model's",
+			 path);
+		et_tfile_close(*tf);
+		*tf = NULL;
+		return ET_EMISMATCH;
+	}
+	return 0;
+}
+
+/* Each rank opens (and closes) every old file it will read: all shapes
+ * are checked before anything is made. */
+static int check_tables(struct rs *x)
+{
+	int ret = 0;
+
+	for (int t = 0; t < x->n && !ret; t++) {
+		uint64_t lo, hi, a, b;
+
+		new_range(x, t, &lo, &hi);
+		for (int r = 0; r < x->old && !ret; r++) {
+			et_tfile *tf;
+
+			if (!x->holds[(size_t)t * x->old + r])
+				continue;
+			old_range(x, t, r, &a, &b);
+			if ((a > lo ? a : lo) >= (b < hi ? b : hi))
+				continue;
+			ret = open_old(x, t, r, &tf);
+			et_tfile_close(tf);
+		}
+	}
+	return ret;
+}
+
+/* Copies the rows of table t that old shard r holds and this rank will
+ * own into nf. */
+static int copy_from(struct rs *x, int t, int r, et_tfile *nf,
+		     struct etm_reshard_info *info)
+{
+	uint64_t lo, hi, a, b, from;
+	struct et_table_info in;
+	et_tfile *tf = NULL;
+	uint64_t *ids = NULL;
+	float *vals = NULL, *state = NULL;
+	size_t chunk, k;
+	int ret;
+
+	new_range(x, t, &lo, &hi);
+	old_range(x, t, r, &a, &b);
+	from = a > lo ? a : lo;
+	hi = b < hi ? b : hi;
+	if (from >= hi)
+		return 0;
+	ret = open_old(x, t, r, &tf);
+	if (!ret)
+		ret = et_tfile_info(tf, &in);
+	if (ret)
+		goto out;
+	chunk = CHUNK_BYTES / ((size_t)in.dim * 4 + in.state_floats * 4);
+	chunk = chunk < 1 ? 1 : chunk > 8192 ? 8192 : chunk;
+	ids = malloc(chunk * sizeof(*ids));
+	vals = malloc(chunk * in.dim * sizeof(*vals));
+	state = malloc(chunk * (in.state_floats ? in.state_floats : 1) *
+		       sizeof(*state));
+	if (!ids || !vals || !state) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		ret = et_tfile_rows(tf, from, ids, chunk, &k);
+		if (ret)
+			break;
+		size_t m = 0;
+
+		while (m < k && ids[m] < hi)
+			m++;
+		if (m) {
+			ret = et_tfile_read_rows(
+			    tf, ids, m, vals, in.state_floats ? state : NULL);
+			if (!ret)
+				ret = et_tfile_write_rows(
+				    nf, ids, m, vals,
+				    in.state_floats ? state : NULL);
+			if (ret)
+				break;
+			info->rows += m;
+			info->bytes +=
+			    m * ((uint64_t)in.dim * 4 + in.state_floats * 4);
+		}
+		if (m < chunk)
+			break;
+		from = ids[m - 1] + 1;
+	}
+out:
+	if (ret && !x->msg[0])
+		snprintf(x->msg, sizeof(x->msg),
+			 "copying table %s from rank %d of %s: %s",
+			 x->spec[t].name, r, x->src, et_strerror(ret));
+	free(ids);
+	free(vals);
+	free(state);
+	et_tfile_close(tf);
+	return ret;
+}
+
+/* Makes this rank's new table files and fills them. */
+static int make_tables(struct rs *x, struct etm_reshard_info *info)
+{
+	char path[4200];
+	int ret = shard_path(path, sizeof(path), x->dir, x->rank, NULL);
+
+	if (!ret && mkdir(path, 0755))
+		ret = -errno;
+	if (ret)
+		snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
+			 et_strerror(ret));
+	for (int t = 0; t < x->n && !ret; t++) {
+		uint64_t lo, hi;
+		et_tfile *nf;
+
+		new_range(x, t, &lo, &hi);
+		if (x->spec[t].plan == ETM_TABLE_WISE && lo >= hi)
+			continue; /* another rank's table */
+		ret = shard_path(path, sizeof(path), x->dir, x->rank,
+				 x->spec[t].name);
+		if (!ret)
+			ret = et_tfile_create(path, &x->spec[t].p, &nf);
+		if (ret) {
+			snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
+				 et_strerror(ret));
+			break;
+		}
+		for (int r = 0; r < x->old && !ret; r++)
+			if (x->holds[(size_t)t * x->old + r])
+				ret = copy_from(x, t, r, nf, info);
+		if (!ret) {
+			ret = et_tfile_sync(nf);
+			if (ret)
+				snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
+					 et_strerror(ret));
+		}
+		et_tfile_close(nf);
+	}
+	return ret;
+}
+
+void etm_reshard_free(struct etm_reshard_info *info)
+{
+	if (!info)
+		return;
+	for (int r = 0; info->dense && r < info->nranks; r++)
+		free(info->dense[r]);
+	free(info->dense);
+	free(info->len);
+	info->dense = NULL;
+	info->len = NULL;
+}
+
+int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
+		const struct et_store_config *cfg,
+		const struct etm_table_spec *spec, int n,
+		struct etm_reshard_info *info, char *msg, size_t msglen,
+		etm **out)
+{
+	struct rs x = {
+	    .comm = comm, .src = src, .dir = dir, .spec = spec, .n = n};
+	uint64_t step = 0, meta[2];
+	double t0 = now();
+	int ret = 0;
+
+	if (msg && msglen)
+		msg[0] = 0;
+	if (!src || !dir || !spec || !info || !out || n < 1 || n > MAX_TABLES ||
+	    strlen(src) > 4000 || strlen(dir) > 4000)
+		return -EINVAL;
+	for (int t = 0; t < n; t++)
+		if ((spec[t].plan != ETM_TABLE_WISE &&
+		     spec[t].plan != ETM_ROW_WISE) ||
+		    !spec[t].name)
+			return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	*out = NULL;
+	MPI_Comm_rank(comm, &x.rank);
+	MPI_Comm_size(comm, &x.nranks);
+
+	/* the old store's global record, and a fresh place for the new */
+	if (x.rank == 0) {
+		uint32_t old = 0;
+
+		ret = etm_global_read(src, &old, &step);
+		if (ret == -ENOENT)
+			snprintf(x.msg, sizeof(x.msg),
+				 "%s has no global checkpoint record to "
+				 "reshard from",
+				 src);
+		else if (ret)
+			snprintf(x.msg, sizeof(x.msg),
+				 "%s: the global checkpoint record is "
+				 "damaged",
+				 src);
+		if (!ret && (old < 1 || old > (uint32_t)INT_MAX)) {
+			ret = ET_EHEADER;
+			snprintf(x.msg, sizeof(x.msg),
+				 "%s: the global record names %u ranks", src,
+				 old);
+		}
+		if (!ret)
+			ret = check_fresh(&x);
+		meta[0] = old;
+		meta[1] = step;
+	}
+	MPI_Bcast(meta, 2, MPI_UINT64_T, 0, comm);
+	if ((ret = agree(&x, ret)))
+		goto out;
+	x.old = (int)meta[0];
+	step = meta[1];
+	info->step = step;
+	info->nranks = x.old;
+	info->dense = calloc(x.old, sizeof(*info->dense));
+	info->len = calloc(x.old, sizeof(*info->len));
+	x.owner = malloc(n * sizeof(*x.owner));
+	x.holds = calloc((size_t)n * x.old, 1);
+	if (!info->dense || !info->len || !x.owner || !x.holds)
+		ret = -ENOMEM;
+	if ((ret = agree(&x, ret)))
+		goto out;
+
+	/* every old shard at exactly that step; their dense states */
+	for (int r = x.rank; r < x.old && !ret; r += x.nranks)
+		ret = check_shard(&x, r, step, &info->dense[r], &info->len[r]);
+	if ((ret = agree(&x, ret)))
+		goto out;
+	if ((ret = share_dense(&x, info)))
+		goto out;
+
+	/* the tables: where they are, and their shapes */
+	ret = etm_place(spec, n, x.nranks, x.owner);
+	if (!ret)
+		ret = find_tables(&x);
+	if (!ret)
+		ret = check_tables(&x);
+	if ((ret = agree(&x, ret)))
+		goto out;
+
+	/* only now is anything made */
+	if (x.rank == 0 && mkdir(dir, 0755) && errno != EEXIST) {
+		ret = -errno;
+		snprintf(x.msg, sizeof(x.msg), "%s: %s", dir, et_strerror(ret));
+	}
+	if ((ret = agree(&x, ret)))
+		goto out;
+	ret = make_tables(&x, info);
+	info->seconds = now() - t0;
+	if ((ret = agree(&x, ret)))
+		goto out;
+	ret = etm_open(comm, dir, cfg, 0, out);
+	if (!ret) {
+		ret = etm_tables(*out, spec, n, false);
+		if (ret) {
+			etm_close(*out);
+			*out = NULL;
+		}
+	}
+	if (ret)
+		snprintf(x.msg, sizeof(x.msg),
+			 "opening the new shards in %s: %s", dir,
+			 et_strerror(ret));
+out:
+	if (ret)
+		etm_reshard_free(info);
+	if (msg && msglen)
+		snprintf(msg, msglen, "%s", x.msg);
+	free(x.owner);
+	free(x.holds);
+	return ret;
+}
