@@ -596,9 +596,168 @@ static void test_unopened_table_rolls_back(void **state)
 	rm_dir(dir);
 }
 
+/* ------------------------------- the offline view: listing, records */
+
+/* Every materialized row of the file at path, listed max at a time. */
+static size_t list_rows(const char *path, size_t max, uint64_t *out, size_t cap)
+{
+	uint64_t *buf = tu_calloc(max, sizeof(*buf)), from = 0;
+	et_tfile *tf;
+	size_t n, total = 0;
+
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	do {
+		assert_int_equal(et_tfile_rows(tf, from, buf, max, &n), 0);
+		assert_true(n <= max);
+		for (size_t i = 0; i < n; i++) {
+			assert_true(i || !total || buf[0] > out[total - 1]);
+			assert_true(!i || buf[i] > buf[i - 1]);
+			assert_true(buf[i] >= from && buf[i] < ROWS);
+			assert_true(total < cap);
+			out[total++] = buf[i];
+		}
+		if (n)
+			from = buf[n - 1] + 1;
+	} while (n == max);
+	assert_int_equal(et_tfile_rows(tf, ROWS, buf, max, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(et_tfile_rows(NULL, 0, buf, max, &n), -EINVAL);
+	et_tfile_close(tf);
+	free(buf);
+	return total;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The sorted set of ids: sorts a (n) in place, drops repeats. */
+static size_t uniq(uint64_t *a, size_t n)
+{
+	size_t k = 0;
+
+	qsort(a, n, sizeof(*a), cmp_id);
+	for (size_t i = 0; i < n; i++)
+		if (!k || a[i] != a[k - 1])
+			a[k++] = a[i];
+	return k;
+}
+
+/*
+ * A store's tables and commit record read offline, as a tool or another
+ * process sees them: et_tfile_rows lists exactly the rows written, as of
+ * the last commit (a flush alone shows nothing new; a checkpoint or a
+ * clean close does), bulk-loaded blocks included; et_tfile_read_rows
+ * gives their committed values and optimizer state; and
+ * et_checkpoint_read_dir reads the record without opening the store.
+ */
+static void test_offline_view(void **state)
+{
+	const char *dir = tu_path("offline");
+	char path[4200];
+	struct et_store_config cfg = shape_config(SH_TINY_DDR);
+	struct et_checkpoint_info ci;
+	const char dense[] = "step 1";
+	uint64_t a[64], b[64], want[256], got[256], bulk0 = 120;
+	float vals[64 * DIM], g[64 * DIM], st[64], v2[64 * DIM];
+	size_t na = 0, nb = 0, nw, ng, len;
+	void *d;
+	et_tfile *tf;
+	et_store *s;
+	int tid;
+	uint32_t rpb;
+
+	(void)state;
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(et_checkpoint_read_dir(dir, &ci, &d, &len), 0);
+	assert_int_equal(ci.id, 0);
+	assert_int_equal(ci.commit, 0);
+	free(d);
+	snprintf(path, sizeof(path), "%s/t.et", dir);
+	/* a bulk load first: its blocks are materialized rows too */
+	{
+		struct et_table_info in;
+
+		assert_int_equal(et_tfile_create(path, &tparams[1], &tf), 0);
+		assert_int_equal(et_tfile_info(tf, &in), 0);
+		rpb = in.rows_per_block;
+		for (size_t i = 0; i < 3 * DIM; i++)
+			vals[i] = (float)i / 64.0f;
+		assert_int_equal(et_tfile_write_range(tf, bulk0, 3, vals), 0);
+		assert_int_equal(et_tfile_sync(tf), 0);
+		et_tfile_close(tf);
+	}
+	assert_int_equal(et_store_open(dir, &cfg, &s), 0);
+	assert_int_equal(et_table_open(s, "t", NULL, &tid), 0);
+	for (size_t i = 0; i < 40; i++) {
+		a[na++] = mix64(i) % ROWS;
+		b[nb++] = i < 10 ? a[i] : mix64(i + 1000) % ROWS;
+	}
+	for (size_t i = 0; i < 64 * DIM; i++)
+		g[i] = (float)((int)(mix64(i) % 201) - 100) / 256.0f;
+	struct et_update_params up = {.lr = 0.1f, .eps = 1e-8f};
+
+	assert_int_equal(et_update(s, tid, a, na, g, &up), 0);
+	assert_int_equal(et_checkpoint(s, dense, sizeof(dense)), 0);
+	assert_int_equal(et_gather(s, tid, a, na, v2), 0);
+	assert_int_equal(et_update(s, tid, b, nb, g, &up), 0);
+	assert_int_equal(et_flush(s), 0);
+
+	/* the store is open and flushed: offline, the checkpoint shows */
+	nw = 0;
+	for (uint64_t r = bulk0 / rpb * rpb;
+	     r < (bulk0 + 3 + rpb - 1) / rpb * rpb; r++)
+		want[nw++] = r;
+	memcpy(want + nw, a, na * sizeof(*a));
+	nw = uniq(want, nw + na);
+	ng = list_rows(path, 7, got, 256);
+	assert_int_equal(ng, nw);
+	assert_memory_equal(got, want, nw * sizeof(*want));
+	assert_int_equal(et_checkpoint_read_dir(dir, &ci, &d, &len), 0);
+	assert_int_equal(ci.id, 1);
+	assert_false(ci.tables_moved);
+	assert_int_equal(len, sizeof(dense));
+	assert_memory_equal(d, dense, sizeof(dense));
+	free(d);
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_read_rows(tf, a, na, vals, st), 0);
+	assert_memory_equal(vals, v2, na * DIM * sizeof(float));
+	for (size_t i = 0; i < na; i++)
+		assert_true(st[i] > 0); /* Adagrad's running mean of g^2 */
+	et_tfile_close(tf);
+
+	/* a clean close commits the later writes: now they show */
+	assert_int_equal(et_gather(s, tid, b, nb, v2), 0);
+	assert_int_equal(et_store_close(s), 0);
+	memcpy(want + nw, b, nb * sizeof(*b));
+	nw = uniq(want, nw + nb);
+	ng = list_rows(path, 1000, got, 256);
+	assert_int_equal(ng, nw);
+	assert_memory_equal(got, want, nw * sizeof(*want));
+	assert_int_equal(et_checkpoint_read_dir(dir, &ci, NULL, NULL), 0);
+	assert_int_equal(ci.id, 1);
+	assert_true(ci.tables_moved);
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_read_rows(tf, b, nb, vals, NULL), 0);
+	assert_memory_equal(vals, v2, nb * DIM * sizeof(float));
+	et_tfile_close(tf);
+
+	assert_int_equal(et_checkpoint_read_dir(path, &ci, NULL, NULL),
+			 -ENOTDIR);
+	snprintf(path, sizeof(path), "%s/none", dir);
+	assert_int_equal(et_checkpoint_read_dir(path, &ci, NULL, NULL),
+			 -ENOENT);
+	assert_int_equal(et_checkpoint_read_dir(NULL, &ci, NULL, NULL),
+			 -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_offline_view),
 	    cmocka_unit_test(test_close_after_checkpoint),
 	    cmocka_unit_test(test_unopened_table_rolls_back),
 	    cmocka_unit_test(test_kill9),
