@@ -531,8 +531,8 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
 		ret = ET_ECONFIG;
 		snprintf(msg, msglen,
 			 "the checkpoint was written by %u ranks; this run "
-			 "has %d (resuming on another rank count is not "
-			 "supported)",
+			 "has %d (to go on at another rank count, make a "
+			 "new store from it with etm_reshard)",
 			 g.nranks, m->nranks);
 	} else {
 		for (int r = 0; r < m->nranks && !ret; r++) {

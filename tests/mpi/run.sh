@@ -4,7 +4,8 @@
 # ranks as the plain trainer with the same --slices, for both plans and
 # on Criteo TSV; a
 # checkpoint, kill -9 of one rank, resume; and the resumes that must be
-# refused. Ends with "N passed, N failed".
+# refused; resharding to other rank counts and plans. Ends with "N passed,
+# N failed".
 set -u
 B=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun}
@@ -156,6 +157,83 @@ else
 	tail -5 "$T/o"
 	bad "half-committed checkpoint (exit $rc)"
 fi
+
+# 5. resharding: a 2-rank checkpoint continued at 4 and 1 ranks, with the
+# plan changed or not, then resumed and resharded again: every road ends
+# on the checksum of a run never stopped; the source is never changed
+# shellcheck disable=SC2086
+run 2 "$B/embtier-train-mpi" $F --steps 80 --plan row >"$T/o" 2>&1
+want=$(checksum "$T/o")
+for plan in row table; do
+	# shellcheck disable=SC2086
+	run 2 "$B/embtier-train-mpi" $F $C --steps 40 --plan "$plan" \
+		--dir "$T/s-$plan" >"$T/o" 2>&1 || bad "source run ($plan)"
+	find "$T/s-$plan" -type f -exec md5sum {} + | sort >"$T/s-$plan.sum"
+done
+reshard() { # NAME NP PLAN STEPS SRC: checks the checksum if STEPS is 80
+	# shellcheck disable=SC2086
+	run "$2" "$B/embtier-train-mpi" $F $C --steps "$4" --plan "$3" \
+		--dir "$T/$1" --reshard-from "$5" >"$T/o" 2>&1
+	local rc=$? got
+	got=$(checksum "$T/o")
+	if [ $rc -eq 0 ] && grep -q "^resharded .* to $2 ranks" "$T/o" &&
+		{ [ "$4" != 80 ] || [ "$got" = "$want" ]; }; then
+		ok "reshard $5 -> $2 ranks $3-wise, to step $4: checksum $got"
+	else
+		tail -5 "$T/o"
+		bad "reshard $5 -> $2 ranks $3-wise (exit $rc): '$got', want '$want'"
+	fi
+}
+reshard r4 4 row 60 "$T/s-row"
+reshard r1 1 row 80 "$T/s-table"
+reshard r4t 4 table 80 "$T/s-table"
+# the resharded store resumes like any other, and reshards again
+# shellcheck disable=SC2086
+run 4 "$B/embtier-train-mpi" $F $C --steps 80 --plan row --dir "$T/r4" \
+	--resume >"$T/o" 2>&1
+got=$(checksum "$T/o")
+if [ "$got" = "$want" ]; then
+	ok "resume of the 4-rank reshard at step 60: checksum $got"
+else
+	tail -5 "$T/o"
+	bad "resume of a resharded store: '$got', want '$want'"
+fi
+reshard r2 2 table 80 "$T/r4"
+for plan in row table; do
+	find "$T/s-$plan" -type f -exec md5sum {} + | sort >"$T/after.sum"
+	if cmp -s "$T/s-$plan.sum" "$T/after.sum"; then
+		ok "the $plan-wise source of the reshards is unchanged"
+	else
+		bad "the $plan-wise source changed"
+	fi
+done
+refused() { # WHAT PATTERN ARGS...: refused with PATTERN, nothing made
+	local what=$1 pat=$2 rc
+	shift 2
+	rm -rf "$T/x"
+	# shellcheck disable=SC2086
+	run 2 "$B/embtier-train-mpi" $F $C --steps 80 --plan row "$@" \
+		>"$T/o" 2>&1
+	rc=$?
+	if [ $rc -ne 0 ] && grep -q "$pat" "$T/o" && [ ! -e "$T/x" ]; then
+		ok "reshard refused: $what"
+	else
+		tail -5 "$T/o"
+		bad "reshard $what (exit $rc)"
+	fi
+}
+refused "into a directory in use" "is not empty" --dir "$T/r1" \
+	--reshard-from "$T/s-row"
+[ -e "$T/r1/rank-0" ] && [ ! -e "$T/r1/rank-1" ] ||
+	bad "a refused reshard changed its target"
+refused "from a half-committed checkpoint" \
+	"committed step 40 but the last global checkpoint is step 20" \
+	--dir "$T/x" --reshard-from "$T/p"
+refused "of other table shapes" "differ from the model's" --rows 30000 \
+	--dir "$T/x" --reshard-from "$T/s-row"
+mkdir -p "$T/nock"
+refused "with no checkpoint" "no global checkpoint record" \
+	--dir "$T/x" --reshard-from "$T/nock"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -98,7 +98,8 @@ static void open_msg(int ret, bool resume, int nranks, char *msg, size_t msglen)
 	if (resume && ret == ET_ECONFIG)
 		snprintf(msg, msglen,
 			 "the checkpoint was written by another rank count "
-			 "than this run's %d: resume with the same mpirun -np",
+			 "than this run's %d: resume with the same mpirun -np, "
+			 "or continue in a new --dir with --reshard-from",
 			 nranks);
 	else if (resume && ret == -ENOENT)
 		snprintf(msg, msglen,
