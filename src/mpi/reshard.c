@@ -41,8 +41,9 @@ struct rs {
 	const char *src, *dir;
 	const struct etm_table_spec *spec;
 	int n;
-	int *owner;	/* new table-wise owners */
-	uint8_t *holds; /* [n x old]: shard r has table t's file */
+	int *owner;	  /* new table-wise owners */
+	uint64_t *commit; /* [old]: each shard's commit, where checked */
+	uint8_t *holds;	  /* [n x old]: shard r has table t's file */
 	char msg[MSG_BYTES];
 };
 
@@ -108,6 +109,26 @@ static int check_fresh(struct rs *x)
 	return ret;
 }
 
+/* Whether old shard r committed again since check_shard read it: a run
+ * still using the old store. */
+static int check_still(struct rs *x, int r)
+{
+	struct et_checkpoint_info ci;
+	char sub[4200];
+	int ret = shard_path(sub, sizeof(sub), x->src, r, NULL);
+
+	if (!ret)
+		ret = et_checkpoint_read_dir(sub, &ci, NULL, NULL);
+	if (!ret && ci.commit != x->commit[r])
+		ret = ET_EMISMATCH;
+	if (ret)
+		snprintf(x->msg, sizeof(x->msg),
+			 "rank %d's store of %s changed while it was being "
+			 "read: is a run still using it?",
+			 r, x->src);
+	return ret;
+}
+
 /* Old shard r's commit record: it must hold exactly the global step. */
 static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 		       size_t *len)
@@ -162,6 +183,7 @@ static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 		free(blob);
 		return ret;
 	}
+	x->commit[r] = ci.commit;
 	*len = blen - sizeof(h);
 	*dense = malloc(*len ? *len : 1);
 	if (!*dense) {
@@ -517,7 +539,8 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 	info->len = calloc(x.old, sizeof(*info->len));
 	x.owner = malloc(n * sizeof(*x.owner));
 	x.holds = calloc((size_t)n * x.old, 1);
-	if (!info->dense || !info->len || !x.owner || !x.holds)
+	x.commit = calloc(x.old, sizeof(*x.commit));
+	if (!info->dense || !info->len || !x.owner || !x.holds || !x.commit)
 		ret = -ENOMEM;
 	if ((ret = agree(&x, ret)))
 		goto out;
@@ -550,6 +573,10 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 	info->seconds = now() - t0;
 	if ((ret = agree(&x, ret)))
 		goto out;
+	for (int r = x.rank; r < x.old && !ret; r += x.nranks)
+		ret = check_still(&x, r);
+	if ((ret = agree(&x, ret)))
+		goto out;
 	ret = etm_open(comm, dir, cfg, 0, out);
 	if (!ret) {
 		ret = etm_tables(*out, spec, n, false);
@@ -569,5 +596,6 @@ out:
 		snprintf(msg, msglen, "%s", x.msg);
 	free(x.owner);
 	free(x.holds);
+	free(x.commit);
 	return ret;
 }

@@ -7,7 +7,9 @@
  * pooled bags (bit for bit) for the rank's share, and the same rows after
  * the updates, for both plans, sum and mean pooling, empty bags and bags
  * spread over owners. The all-reduce must equal the rank-order tree sum.
- * Bad ids must be refused on every rank, changing nothing.
+ * Bad ids must be refused on every rank, changing nothing. A store written
+ * at part of the ranks is resharded to all of them and back (etm_reshard),
+ * with other plans, against the same reference.
  *
  * Prints one line per check that fails and ends with "N passed, N failed"
  * (rank 0); exits non-zero on any failure.
@@ -243,6 +245,237 @@ out:
 	free(v);
 }
 
+/* ------------------------------------------------------------ reshard */
+
+static void rs_spec(struct etm_table_spec *spec, bool second)
+{
+	for (int t = 0; t < NT; t++) {
+		memset(&spec[t], 0, sizeof(spec[t]));
+		spec[t].name = t == 0 ? "a" : t == 1 ? "b" : "c";
+		spec[t].p.rows = rows[t];
+		spec[t].p.dim = DIM;
+		spec[t].p.dtype = t == 1 ? ET_F16 : ET_F32;
+		spec[t].p.optim = t == 2 ? ET_OPT_SGD : ET_OPT_ROWWISE_ADAGRAD;
+		spec[t].p.init = ET_INIT_NORMAL;
+		spec[t].p.seed = 70 + t;
+		/* the plans change across the reshard */
+		spec[t].plan =
+		    (t < 2) != second ? ETM_ROW_WISE : ETM_TABLE_WISE;
+	}
+}
+
+/* Row id of table t is written (updated) before the checkpoint; rows
+ * updated after it are uncommitted when the reshard reads them. */
+static bool rs_written(int t, uint64_t id)
+{
+	return mix(id ^ ((uint64_t)t << 50)) % 3 == 0;
+}
+
+static void rs_grad(int t, uint64_t id, int k, float *g)
+{
+	for (int c = 0; c < DIM; c++)
+		g[c] = (float)((int)(mix(id * 31 + (uint64_t)t * 7 + c +
+					 (uint64_t)k * 1000) %
+				     2001) -
+			       1000) /
+		       512.0f;
+}
+
+/* Applies update k of the ids of table t that pick(t, id) selects and
+ * keep(id) keeps, one row at a time. */
+static int rs_update(et_store *s, int lt, int t, int k,
+		     bool (*pick)(int, uint64_t), const etm *m, int me)
+{
+	struct et_update_params up = {.lr = 0.05f};
+	int ret = 0;
+
+	for (uint64_t id = 0; id < rows[t] && !ret; id++) {
+		float g[DIM];
+
+		if (pick && !pick(t, id))
+			continue;
+		if (m && etm_owner(m, t, id) != me)
+			continue;
+		rs_grad(t, id, k, g);
+		ret = et_update(s, lt, &id, 1, g, &up);
+	}
+	return ret;
+}
+
+static bool rs_later(int t, uint64_t id)
+{
+	return id % 5 == 1 && t != 1;
+}
+
+/*
+ * A sharded store written at one rank count (src_comm), checkpointed,
+ * then written on without a commit, is resharded at another (dst_comm)
+ * with other plans: every row of every table reads as the checkpoint had
+ * it (a reference store replays the same updates), an update after it
+ * gives the same bits (the optimizer state came along), every old rank's
+ * dense state is handed over, the rows copied are exactly the rows
+ * written, and the new store commits and resumes. A second reshard into
+ * the same directory is refused.
+ */
+static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
+{
+	struct et_store_config cfg = {.ddr_bytes = 1 << 20};
+	struct etm_table_spec spec[NT], spec2[NT];
+	char src[4200], dst[4200], ref[4200], dense[64], msg[512];
+	struct etm_reshard_info info;
+	int nsrc = 0, ndst = 0, me = -1, ret = 0, rt[NT];
+	uint64_t step = 0, expect = 0, copied = 0;
+	et_store *rs = NULL;
+	etm *m = NULL, *m2 = NULL;
+
+	rs_spec(spec, false);
+	rs_spec(spec2, true);
+	if (src_comm != MPI_COMM_NULL)
+		MPI_Comm_size(src_comm, &nsrc);
+	if (dst_comm != MPI_COMM_NULL)
+		MPI_Comm_size(dst_comm, &ndst);
+	MPI_Allreduce(MPI_IN_PLACE, &nsrc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	MPI_Allreduce(MPI_IN_PLACE, &ndst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	static int calls;
+
+	calls++;
+	snprintf(src, sizeof(src), "%s/rs%d-%d-%d-src", base, calls, nsrc,
+		 ndst);
+	snprintf(dst, sizeof(dst), "%s/rs%d-%d-%d-dst", base, calls, nsrc,
+		 ndst);
+	snprintf(ref, sizeof(ref), "%s/rs%d-%d-%d-ref-%d", base, calls, nsrc,
+		 ndst, rank);
+
+	/* the old store: two updates of the written rows, a checkpoint,
+	 * then more updates, flushed but never committed */
+	if (src_comm != MPI_COMM_NULL) {
+		MPI_Comm_rank(src_comm, &me);
+		ret = etm_open(src_comm, src, &cfg, 0, &m);
+		if (!ret)
+			ret = etm_tables(m, spec, NT, true);
+		for (int t = 0; t < NT && !ret; t++) {
+			int lt = etm_local_table(m, t);
+
+			for (int k = 0; k < 2 && lt >= 0 && !ret; k++)
+				ret = rs_update(etm_store(m), lt, t, k,
+						rs_written, m, me);
+		}
+		snprintf(dense, sizeof(dense), "rank %d of %d", me, nsrc);
+		if (!ret)
+			ret = etm_checkpoint(m, 7, dense, strlen(dense) + 1);
+		for (int t = 0; t < NT && !ret; t++) {
+			int lt = etm_local_table(m, t);
+
+			if (lt >= 0)
+				ret = rs_update(etm_store(m), lt, t, 5,
+						rs_later, m, me);
+		}
+		if (!ret)
+			ret = et_flush(etm_store(m));
+		CHECK(!ret, "reshard: the old store: %s", et_strerror(ret));
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+
+	/* every rank's reference: whole tables, the committed updates */
+	ret = et_store_open(ref, &cfg, &rs);
+	for (int t = 0; t < NT && !ret; t++) {
+		ret = et_table_create(rs, spec[t].name, &spec[t].p, &rt[t]);
+		for (int k = 0; k < 2 && !ret; k++)
+			ret = rs_update(rs, rt[t], t, k, rs_written, NULL, 0);
+		for (uint64_t id = 0; id < rows[t]; id++)
+			expect += rs_written(t, id);
+	}
+	CHECK(!ret, "reshard: reference store: %s", et_strerror(ret));
+
+	if (dst_comm != MPI_COMM_NULL && !ret) {
+		MPI_Comm_rank(dst_comm, &me);
+		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, &info,
+				  msg, sizeof(msg), &m2);
+		CHECK(!ret, "etm_reshard %d -> %d ranks: %s (%s)", nsrc, ndst,
+		      et_strerror(ret), msg);
+	}
+	if (dst_comm != MPI_COMM_NULL && m2) {
+		CHECK(info.step == 7 && info.nranks == nsrc,
+		      "reshard: step %llu, %d old ranks",
+		      (unsigned long long)info.step, info.nranks);
+		for (int r = 0; r < info.nranks; r++) {
+			snprintf(dense, sizeof(dense), "rank %d of %d", r,
+				 nsrc);
+			CHECK(info.len[r] == strlen(dense) + 1 &&
+				  !memcmp(info.dense[r], dense, info.len[r]),
+			      "reshard: old rank %d's dense state", r);
+		}
+		copied = info.rows;
+		MPI_Allreduce(MPI_IN_PLACE, &copied, 1, MPI_UINT64_T, MPI_SUM,
+			      dst_comm);
+		CHECK(copied == expect, "reshard copied %llu rows, want %llu",
+		      (unsigned long long)copied, (unsigned long long)expect);
+		etm_reshard_free(&info);
+		/* every row owned here, then one more update of each */
+		for (int k = 0; k < 2; k++) {
+			for (int t = 0; t < NT; t++) {
+				int lt = etm_local_table(m2, t), bad = 0;
+
+				for (uint64_t r = 0; r < rows[t] && lt >= 0;
+				     r++) {
+					float a[DIM], b[DIM];
+
+					if (etm_owner(m2, t, r) != me)
+						continue;
+					et_gather(etm_store(m2), lt, &r, 1, a);
+					et_gather(rs, rt[t], &r, 1, b);
+					bad += memcmp(a, b, sizeof(a)) != 0;
+				}
+				CHECK(!bad,
+				      "reshard %d -> %d: table %d: %d rows "
+				      "differ%s",
+				      nsrc, ndst, t, bad,
+				      k ? " after an update" : "");
+				if (k == 0 && lt >= 0) {
+					rs_update(etm_store(m2), lt, t, 9, NULL,
+						  m2, me);
+					rs_update(rs, rt[t], t, 9, NULL, m2,
+						  me);
+				}
+			}
+		}
+		ret = etm_checkpoint(m2, 7, "new", 4);
+		CHECK(!ret, "reshard: commit: %s", et_strerror(ret));
+		etm_close(m2);
+		m2 = NULL;
+		/* it resumes like any sharded store */
+		ret = etm_open(dst_comm, dst, &cfg, ETM_OPEN_RESUME, &m2);
+		if (!ret)
+			ret = etm_tables(m2, spec2, NT, false);
+		if (!ret) {
+			void *d = NULL;
+			size_t len = 0;
+
+			step = 0;
+			ret = etm_checkpoint_read(m2, &step, &d, &len, NULL, 0);
+			CHECK(!ret && step == 7 && len == 4 &&
+				  !memcmp(d, "new", 4),
+			      "reshard: the new store's checkpoint");
+			free(d);
+		}
+		CHECK(!ret, "reshard: resume: %s", et_strerror(ret));
+		etm_close(m2);
+		m2 = NULL;
+		/* a second reshard into it is refused, on every rank */
+		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, &info,
+				  msg, sizeof(msg), &m2);
+		CHECK(ret == -EEXIST && !m2 && strstr(msg, "not empty"),
+		      "reshard into a used directory: %d (%s)", ret, msg);
+		etm_close(m2);
+	}
+	/* the old store stays as it was until every reshard is done (a
+	 * clean close commits the writes after the checkpoint) */
+	MPI_Barrier(MPI_COMM_WORLD);
+	et_store_close(rs);
+	etm_close(m);
+	MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
 	const char *base = getenv("ET_TEST_DIR");
@@ -264,6 +497,18 @@ int main(int argc, char **argv)
 	}
 	snprintf(dir, sizeof(dir), "%s/test_mpi_ar.%d", base, nranks);
 	test_allreduce(dir);
+	{
+		/* fewer ranks to all of them, and back */
+		int k = nranks > 1 ? nranks / 2 : 1;
+		MPI_Comm part;
+
+		MPI_Comm_split(MPI_COMM_WORLD, rank < k ? 0 : MPI_UNDEFINED,
+			       rank, &part);
+		test_reshard(base, part, MPI_COMM_WORLD);
+		test_reshard(base, MPI_COMM_WORLD, part);
+		if (part != MPI_COMM_NULL)
+			MPI_Comm_free(&part);
+	}
 	all = failures;
 	MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 	if (rank == 0)
