@@ -406,6 +406,12 @@ ET_API int et_update_pooled_multi(et_store *s,
 ET_API int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 			 const float *vals);
 
+/* et_write_rows, and the optimizer state too (n x state_floats f32, as
+ * et_tfile_read_rows gives it; NULL: kept): how a row saved elsewhere
+ * (another store's file, an export) is restored whole. */
+ET_API int et_write_rows_state(et_store *s, int table, const uint64_t *ids,
+			       size_t n, const float *vals, const float *state);
+
 /* Writes back every dirty row and syncs every table file. Waits for any
  * prefetch in flight first. It does not commit: after a crash the tables
  * still return to the last commit (see "durability" below). */

@@ -201,8 +201,8 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
  * the sharded store in src, written at any rank count with any plans.
  * Every row a shard of src holds a value for (as of that checkpoint:
  * values and optimizer state, bit for bit) is written to its new owner's
- * table file; other rows stay lazy, and read as the initializer's as
- * before. src is only read (each shard by table file and commit record,
+ * store (et_write_rows_state); other rows stay lazy, and read as the
+ * initializer's as before. src is only read (each shard by table file and commit record,
  * never opened as a store), so it stays a valid checkpoint whatever
  * happens, and must be visible to every rank (one machine or a shared
  * file system). dir must not exist, or be empty.

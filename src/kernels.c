@@ -513,8 +513,8 @@ int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 	return update_common(s, table, ids, n, bag_grads, offsets, mode, up);
 }
 
-int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
-		  const float *vals)
+int et_write_rows_state(et_store *s, int table, const uint64_t *ids, size_t n,
+			const float *vals, const float *state)
 {
 	struct table *t;
 	size_t m;
@@ -528,14 +528,25 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
 	{
 		void *const *ptrs = s->o->ptrs.p;
 		const uint32_t *last = s->o->last.p;
-		uint32_t dim = t->g->dim;
+		uint32_t dim = t->g->dim, sf = t->g->state_floats;
 
-		for (size_t i = 0; i < m; i++)
+		for (size_t i = 0; i < m; i++) {
 			dtype_encode(t->g->dtype, vals + (size_t)last[i] * dim,
 				     ptrs[i], dim);
+			if (state && sf)
+				memcpy((char *)ptrs[i] + t->g->value_bytes,
+				       state + (size_t)last[i] * sf,
+				       sf * sizeof(float));
+		}
 	}
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
+}
+
+int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
+		  const float *vals)
+{
+	return et_write_rows_state(s, table, ids, n, vals, NULL);
 }
 
 /* ---------------------------------------------------------- multi-table */

@@ -745,6 +745,45 @@ static void test_offline_view(void **state)
 	assert_memory_equal(vals, v2, nb * DIM * sizeof(float));
 	et_tfile_close(tf);
 
+	/* restored whole into another store: values and optimizer state */
+	{
+		char dir2[4096], path2[4200];
+		float *sv = tu_calloc(nw, sizeof(float));
+		float *vv = tu_calloc(nw * DIM, sizeof(float));
+		float *st2 = tu_calloc(nw, sizeof(float));
+		float *v3 = tu_calloc(nw * DIM, sizeof(float));
+		int t2;
+
+		assert_true(nw > 40);
+		assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+		assert_int_equal(et_tfile_read_rows(tf, want, nw, vv, sv), 0);
+		et_tfile_close(tf);
+		snprintf(dir2, sizeof(dir2), "%s2", dir);
+		snprintf(path2, sizeof(path2), "%s/t.et", dir2);
+		assert_int_equal(mkdir(dir2, 0755), 0);
+		assert_int_equal(et_store_open(dir2, &cfg, &s), 0);
+		assert_int_equal(et_table_create(s, "t", &tparams[1], &t2), 0);
+		assert_int_equal(et_write_rows_state(s, t2, want, 40, vv, sv),
+				 0);
+		/* NULL state: values written, state kept (zero, new rows) */
+		assert_int_equal(et_write_rows_state(s, t2, want + 40, nw - 40,
+						     vv + 40 * DIM, NULL),
+				 0);
+		assert_int_equal(et_checkpoint(s, NULL, 0), 0);
+		assert_int_equal(et_store_close(s), 0);
+		assert_int_equal(et_tfile_open(path2, ET_TFILE_RDONLY, &tf), 0);
+		assert_int_equal(et_tfile_read_rows(tf, want, nw, v3, st2), 0);
+		et_tfile_close(tf);
+		assert_memory_equal(v3, vv, nw * DIM * sizeof(float));
+		assert_memory_equal(st2, sv, 40 * sizeof(float));
+		for (size_t i = 40; i < nw; i++)
+			assert_true(st2[i] == 0.0f);
+		free(sv);
+		free(vv);
+		free(st2);
+		free(v3);
+	}
+
 	assert_int_equal(et_checkpoint_read_dir(path, &ci, NULL, NULL),
 			 -ENOTDIR);
 	snprintf(path, sizeof(path), "%s/none", dir);

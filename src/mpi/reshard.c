@@ -8,7 +8,8 @@
  * commit). Every new rank copies the rows it will own: for each table, it
  * opens the old shards whose rows meet its own range, lists their
  * materialized rows (et_tfile_rows) in that range, reads them with their
- * optimizer state and writes them into its new table file. Rows never
+ * optimizer state and writes them into its new store (et_write_rows_state:
+ * through the caches to the row log, in large sequential writes). Rows never
  * written stay lazy in both: the initializer is a function of the global
  * row, so they read the same. Nothing is made before every check has
  * passed on every rank; nothing is committed at all: the caller commits
@@ -352,8 +353,8 @@ static int check_tables(struct rs *x)
 }
 
 /* Copies the rows of table t that old shard r holds and this rank will
- * own into nf. */
-static int copy_from(struct rs *x, int t, int r, et_tfile *nf,
+ * own into table lt of store s. */
+static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 		     struct etm_reshard_info *info)
 {
 	uint64_t lo, hi, a, b, from;
@@ -397,8 +398,8 @@ static int copy_from(struct rs *x, int t, int r, et_tfile *nf,
 			ret = et_tfile_read_rows(
 			    tf, ids, m, vals, in.state_floats ? state : NULL);
 			if (!ret)
-				ret = et_tfile_write_rows(
-				    nf, ids, m, vals,
+				ret = et_write_rows_state(
+				    s, lt, ids, m, vals,
 				    in.state_floats ? state : NULL);
 			if (ret)
 				break;
@@ -422,43 +423,19 @@ out:
 	return ret;
 }
 
-/* Makes this rank's new table files and fills them. */
-static int make_tables(struct rs *x, struct etm_reshard_info *info)
+/* Fills this rank's new tables, through its store: rows go to the
+ * caches, and from them to the row logs in large sequential writes. */
+static int fill_tables(struct rs *x, etm *m, struct etm_reshard_info *info)
 {
-	char path[4200];
-	int ret = shard_path(path, sizeof(path), x->dir, x->rank, NULL);
+	int ret = 0;
 
-	if (!ret && mkdir(path, 0755))
-		ret = -errno;
-	if (ret)
-		snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
-			 et_strerror(ret));
 	for (int t = 0; t < x->n && !ret; t++) {
-		uint64_t lo, hi;
-		et_tfile *nf;
+		int lt = etm_local_table(m, t);
 
-		new_range(x, t, &lo, &hi);
-		if (x->spec[t].plan == ETM_TABLE_WISE && lo >= hi)
-			continue; /* another rank's table */
-		ret = shard_path(path, sizeof(path), x->dir, x->rank,
-				 x->spec[t].name);
-		if (!ret)
-			ret = et_tfile_create(path, &x->spec[t].p, &nf);
-		if (ret) {
-			snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
-				 et_strerror(ret));
-			break;
-		}
-		for (int r = 0; r < x->old && !ret; r++)
+		for (int r = 0; r < x->old && lt >= 0 && !ret; r++)
 			if (x->holds[(size_t)t * x->old + r])
-				ret = copy_from(x, t, r, nf, info);
-		if (!ret) {
-			ret = et_tfile_sync(nf);
-			if (ret)
-				snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
-					 et_strerror(ret));
-		}
-		et_tfile_close(nf);
+				ret =
+				    copy_from(x, t, r, etm_store(m), lt, info);
 	}
 	return ret;
 }
@@ -563,32 +540,32 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 		goto out;
 
 	/* only now is anything made */
-	if (x.rank == 0 && mkdir(dir, 0755) && errno != EEXIST) {
-		ret = -errno;
-		snprintf(x.msg, sizeof(x.msg), "%s: %s", dir, et_strerror(ret));
-	}
-	if ((ret = agree(&x, ret)))
-		goto out;
-	ret = make_tables(&x, info);
-	info->seconds = now() - t0;
-	if ((ret = agree(&x, ret)))
-		goto out;
-	for (int r = x.rank; r < x.old && !ret; r += x.nranks)
-		ret = check_still(&x, r);
-	if ((ret = agree(&x, ret)))
-		goto out;
 	ret = etm_open(comm, dir, cfg, 0, out);
 	if (!ret) {
-		ret = etm_tables(*out, spec, n, false);
+		ret = etm_tables(*out, spec, n, true);
 		if (ret) {
 			etm_close(*out);
 			*out = NULL;
 		}
 	}
-	if (ret)
+	if (ret) {
 		snprintf(x.msg, sizeof(x.msg),
-			 "opening the new shards in %s: %s", dir,
+			 "making the new shards in %s: %s", dir,
 			 et_strerror(ret));
+		ret = agree(&x, ret);
+		goto out;
+	}
+	ret = fill_tables(&x, *out, info);
+	info->seconds = now() - t0;
+	if (!(ret = agree(&x, ret))) {
+		for (int r = x.rank; r < x.old && !ret; r += x.nranks)
+			ret = check_still(&x, r);
+		ret = agree(&x, ret);
+	}
+	if (ret) {
+		etm_close(*out);
+		*out = NULL;
+	}
 out:
 	if (ret)
 		etm_reshard_free(info);
