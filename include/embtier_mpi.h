@@ -74,11 +74,11 @@ struct etm_table_spec {
 	etm_plan plan;
 };
 
-#define ETM_OPEN_RESUME                                                        \
-	0x1u /* the shard directories must exist; the                          \
-	      * global checkpoint record must say this                         \
-	      * rank count (else ET_ECONFIG, on every                          \
-	      * rank, before anything is created) */
+/* etm_open flag: the shard directories must exist and the global
+ * checkpoint record must say this rank count (else ET_ECONFIG, on every
+ * rank, before anything is created). A checkpoint of another rank count
+ * is continued with etm_reshard. */
+#define ETM_OPEN_RESUME 0x1u
 
 /*
  * Opens rank R's store in dir/rank-R (creating dir and it unless
