@@ -69,6 +69,14 @@
 #define RL_DIRTY       0x80000000u
 #define RL_MAXREC      0x7fffffffu
 #define RL_READ_BATCH  256
+#define RL_READ_RECS   4096 /* records per batch of reads, at most */
+#define RL_READ_GAP                                                            \
+	(16u << 10)		  /* read over a gap this big, rather than
+				    * issue another read */
+#define RL_READ_SPAN (128u << 10) /* one read, at most */
+#define RL_ORDER_FRAC                                                          \
+	16 /* reads of 1/16 of the rows or more go in log
+			   * order */
 #define RL_CLEAN_CHUNK (1u << 20)
 #define RL_CLEAN_MAX   4 /* segments cleaned per append call, at most */
 
@@ -82,6 +90,13 @@ void rowlog_set_tuning(double max_amp, uint32_t segment_bytes)
 {
 	rl_max_amp = max_amp > 1.0 ? max_amp : 1.3;
 	rl_seg_bytes = segment_bytes ? segment_bytes : RL_SEG_DEFAULT;
+}
+
+static bool rl_read_merge = true;
+
+void rowlog_set_read_merge(bool on)
+{
+	rl_read_merge = on;
 }
 
 void rowlog_set_window(uint32_t bytes)
@@ -129,8 +144,10 @@ struct rowlog {
 	char *rbuf;
 	size_t rbuf_bytes;
 	struct io_req *rreq;
-	uint32_t rat[RL_READ_BATCH];  /* each read's row: index in dst */
-	uint32_t rrel[RL_READ_BATCH]; /* its record's offset in the read */
+	uint32_t *rat;	/* [RL_READ_RECS] each record read: index in dst */
+	uint32_t *rrel; /* and its offset in rbuf */
+	uint64_t *ord;	/* a read's records in log order */
+	size_t ordcap;
 	struct rowlog_stats st;
 };
 
@@ -398,11 +415,16 @@ static int staging(struct rowlog *l)
 		return 0;
 	l->rbuf = mem_alloc(want, l->mem_align);
 	l->rreq = mem_alloc(RL_READ_BATCH * sizeof(*l->rreq), 0);
-	if (!l->rbuf || !l->rreq) {
+	l->rat = mem_alloc(RL_READ_RECS * sizeof(*l->rat), 0);
+	l->rrel = mem_alloc(RL_READ_RECS * sizeof(*l->rrel), 0);
+	if (!l->rbuf || !l->rreq || !l->rat || !l->rrel) {
 		mem_free(l->rbuf, want, l->mem_align);
 		mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
+		mem_free(l->rat, RL_READ_RECS * sizeof(*l->rat), 0);
+		mem_free(l->rrel, RL_READ_RECS * sizeof(*l->rrel), 0);
 		l->rbuf = NULL;
 		l->rreq = NULL;
+		l->rat = l->rrel = NULL;
 		return -ENOMEM;
 	}
 	l->rbuf_bytes = want;
@@ -809,6 +831,46 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	return ret;
 }
 
+static int cmp_ord(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * A read of many of the log's rows goes in log order: records near each
+ * other then share reads, and the disk sees few large reads. Smaller reads
+ * (a training step's misses, scattered over a large log) keep the
+ * caller's order and skip the sort.
+ */
+static int read_order(struct rowlog *l, struct rl_read *r)
+{
+	if (!rl_read_merge || r->n < 2 || r->n * RL_ORDER_FRAC < l->count)
+		return 0;
+	if (r->n > l->ordcap) {
+		size_t cap = r->n + r->n / 2;
+		uint64_t *o = mem_alloc(cap * sizeof(*o), 0);
+
+		if (!o)
+			return 0; /* the caller's order works too */
+		mem_free(l->ord, l->ordcap * sizeof(*l->ord), 0);
+		l->ord = o;
+		l->ordcap = cap;
+	}
+	for (size_t i = 0; i < r->n; i++) {
+		int64_t e = idx_find(l, r->rows[r->idx[i]]);
+
+		if (e < 0)
+			return -EINVAL; /* not ours: a caller bug */
+		l->ord[i] =
+		    (uint64_t)(l->vals[e] & RL_MAXREC) << 32 | r->idx[i];
+	}
+	qsort(l->ord, r->n, sizeof(*l->ord), cmp_ord);
+	r->ord = l->ord;
+	return 0;
+}
+
 int rowlog_read_start(struct rowlog *l, io_ctx *io, struct rl_read *r,
 		      const uint64_t *rows, const uint32_t *idx, size_t n,
 		      void *dst)
@@ -820,27 +882,38 @@ int rowlog_read_start(struct rowlog *l, io_ctx *io, struct rl_read *r,
 		ret = staging(l);
 	if (!ret && l->wstate != W_FREE)
 		ret = other_settle(l, io); /* never read what is in flight */
+	if (!ret)
+		ret = read_order(l, r);
 	return ret;
 }
 
 int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
 {
-	size_t span = align_up(l->rec_bytes, l->off_align) + l->off_align;
-	size_t k = 0;
+	size_t used = 0; /* bytes of rbuf the reads take */
+	unsigned nrec = 0;
 
 	r->first = r->b;
 	r->nq = 0;
 	/* Records still in the append buffer are copied; the others are
-	 * read, each with the aligned span around it. */
-	for (; r->b < r->n && k < RL_READ_BATCH; r->b++, k++) {
-		uint32_t at = r->idx[r->b];
-		int64_t e = idx_find(l, r->rows[at]);
-		uint32_t recno;
-		uint64_t off, lo;
+	 * read with the aligned span around them, one read for records
+	 * near each other. */
+	for (; r->b < r->n; r->b++) {
+		struct io_req *q = r->nq ? &l->rreq[r->nq - 1] : NULL;
+		uint32_t at, recno;
+		uint64_t off, lo, hi, end;
 
-		if (e < 0)
-			return -EINVAL; /* not ours: a caller bug */
-		recno = l->vals[e] & RL_MAXREC;
+		if (r->ord) {
+			at = (uint32_t)r->ord[r->b];
+			recno = (uint32_t)(r->ord[r->b] >> 32);
+		} else {
+			int64_t e;
+
+			at = r->idx[r->b];
+			e = idx_find(l, r->rows[at]);
+			if (e < 0)
+				return -EINVAL; /* not ours: a caller bug */
+			recno = l->vals[e] & RL_MAXREC;
+		}
 		off = rec_off(l, recno);
 		if (l->abuf && l->head_ok && recno / l->rps == l->hseg &&
 		    off >= l->wb_off) {
@@ -849,19 +922,36 @@ int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
 			       l->row_bytes);
 			continue;
 		}
+		if (nrec == RL_READ_RECS)
+			break;
 		lo = align_down(off, l->off_align);
-		l->rreq[r->nq] = (struct io_req){
-		    .op = IO_READ,
-		    .fd = l->fd,
-		    .buf = l->rbuf + r->nq * span,
-		    .len =
-			(uint32_t)(align_up(off + l->rec_bytes, l->off_align) -
-				   lo),
-		    .off = lo};
-		l->rat[r->nq] = at;
-		l->rrel[r->nq] = (uint32_t)(off - lo);
-		r->nq++;
+		hi = align_up(off + l->rec_bytes, l->off_align);
+		end = q ? q->off + q->len : 0;
+		if (rl_read_merge && q && lo >= q->off &&
+		    lo <= end + RL_READ_GAP && hi - q->off <= RL_READ_SPAN &&
+		    used + (hi > end ? hi - end : 0) <= l->rbuf_bytes) {
+			if (hi > end) { /* the read grows to take it */
+				used += hi - end;
+				q->len = (uint32_t)(hi - q->off);
+			}
+			l->rrel[nrec] = (uint32_t)((char *)q->buf - l->rbuf +
+						   (off - q->off));
+		} else {
+			if (r->nq == RL_READ_BATCH ||
+			    used + (hi - lo) > l->rbuf_bytes)
+				break;
+			l->rreq[r->nq++] =
+			    (struct io_req){.op = IO_READ,
+					    .fd = l->fd,
+					    .buf = l->rbuf + used,
+					    .len = (uint32_t)(hi - lo),
+					    .off = lo};
+			l->rrel[nrec] = (uint32_t)(used + (off - lo));
+			used += hi - lo;
+		}
+		l->rat[nrec++] = at;
 	}
+	r->nrec = nrec;
 	for (unsigned q = 0; q < r->nq; q++)
 		io_queue(io, &l->rreq[q]);
 	return (int)r->nq;
@@ -869,27 +959,28 @@ int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
 
 int rowlog_read_check(struct rowlog *l, struct rl_read *r)
 {
-	unsigned nq = r->nq;
+	unsigned nq = r->nq, nrec = r->nrec;
 	int ret;
 
 	r->nq = 0;
+	r->nrec = 0;
 	for (unsigned q = 0; q < nq; q++) {
 		ret = io_req_result(&l->rreq[q]);
 		if (ret)
 			return ret;
+		l->st.bytes_read += l->rreq[q].len;
 	}
-	for (unsigned q = 0; q < nq; q++) {
-		uint64_t row = r->rows[l->rat[q]];
+	for (unsigned k = 0; k < nrec; k++) {
+		uint64_t row = r->rows[l->rat[k]];
 		const unsigned char *rec =
-		    (unsigned char *)l->rreq[q].buf + l->rrel[q];
+		    (unsigned char *)l->rbuf + l->rrel[k];
 
 		if (get64(rec) != row ||
 		    hash_bytes_key(rec + RL_REC_HDR, l->row_bytes, row) !=
 			get64(rec + 8))
 			return ET_EBLOCKSUM;
-		memcpy((char *)r->dst + (size_t)l->rat[q] * l->row_bytes,
+		memcpy((char *)r->dst + (size_t)l->rat[k] * l->row_bytes,
 		       rec + RL_REC_HDR, l->row_bytes);
-		l->st.bytes_read += l->rreq[q].len;
 	}
 	l->st.rows_read += r->b - r->first;
 	return 0;
@@ -1413,6 +1504,9 @@ void rowlog_close(struct rowlog *l)
 	if (l->rbuf)
 		mem_free(l->rbuf, l->rbuf_bytes, l->mem_align);
 	mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
+	mem_free(l->rat, RL_READ_RECS * sizeof(*l->rat), 0);
+	mem_free(l->rrel, RL_READ_RECS * sizeof(*l->rrel), 0);
+	mem_free(l->ord, l->ordcap * sizeof(*l->ord), 0);
 	mem_free(l->plog, l->plen, 0);
 	mem_free(l->pidx, l->plen, 0);
 	mem_free(l->pnew, l->plen, 0);

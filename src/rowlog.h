@@ -63,6 +63,9 @@ int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,
  * (copies the rows still in the append buffer, queues up to RL_READ_BATCH
  * reads on io and returns how many), wait for them (io_wait), and check
  * (the results, each record's row id and checksum; copies the rows out).
+ * Records near each other in the log share one read; a read of a good
+ * part of the log's rows is made in log order, so that it is a few large
+ * reads rather than one small read a row.
  * One read of a log at a time: the queued reads use the log's staging.
  */
 struct rl_read {
@@ -70,7 +73,10 @@ struct rl_read {
 	const uint32_t *idx;
 	size_t n, b, first; /* idx[first, b): the batch queued */
 	void *dst;
-	unsigned nq; /* reads queued, not yet checked */
+	unsigned nq;	     /* reads queued, not yet checked */
+	unsigned nrec;	     /* records they hold */
+	const uint64_t *ord; /* NULL, or the records in log order:
+			      * recno << 32 | index in idx's order */
 };
 
 int rowlog_read_start(struct rowlog *l, io_ctx *io, struct rl_read *r,
@@ -125,6 +131,11 @@ uint64_t rowlog_disk_bytes(const struct rowlog *l);
  * use over live record bytes (default 1.3; tests lower the segment size
  * with rowlog_set_segment_bytes to force cleaning). Process-wide. */
 void rowlog_set_tuning(double max_amp, uint32_t segment_bytes);
+
+/* Whether records near each other share reads, and large reads go in log
+ * order (default on; fault tests turn it off to count one read a record).
+ * Process-wide. */
+void rowlog_set_read_merge(bool on);
 
 /* The append buffer's window for logs opened from now on (tests make it
  * small so that write-backs fill windows; default 1 MiB, at least 16 KiB).

@@ -173,6 +173,9 @@ static int setup(void **state)
 {
 	*state = tu_calloc(1, sizeof(struct fx));
 	io_fault_clear();
+	/* one read a record, so that "the third read" is one (the test of
+	 * merged reads turns merging on) */
+	rowlog_set_read_merge(false);
 	return 0;
 }
 
@@ -183,6 +186,7 @@ static int teardown(void **state)
 	io_fault_clear();
 	rowlog_set_tuning(0, 0); /* the defaults */
 	rowlog_set_window(0);
+	rowlog_set_read_merge(false);
 	for (int i = 0; i < f->n; i++) {
 		struct pair *p = &f->p[i];
 
@@ -684,6 +688,42 @@ static void test_short_read(void **state)
 			io_fault_clear();
 			both_gather(p, t, ids, 8);
 			both_update(p, t, ids, 8, 60 + k);
+		}
+	}
+	pair_finish(p);
+}
+
+/*
+ * Reads of records near each other in the log are merged: the eight rows
+ * of a gather, written together, come back in one read. That read cut
+ * short, or failing, fails the gather (ET_ESHORTIO, -EIO) and nothing
+ * stale is used; a fault on a second read never fires.
+ */
+static void test_merged_read_faults(void **state)
+{
+	struct pair *p = pair_new(*state, one_set());
+	uint64_t ids[8];
+	float out[8 * DIM];
+
+	rowlog_set_read_merge(true);
+	history(p);
+	for (int k = 0; k < 4; k++) {
+		for (int t = 0; t < NT; t++) {
+			int want = k == 0 ? 0 : k == 3 ? -EIO : ET_ESHORTIO;
+
+			reopen(p, TS);
+			spread(ids, 8, 5 + (uint64_t)t);
+			if (k == 0)
+				io_fault_set(IO_READ, 2, EIO, 0);
+			else if (k == 3)
+				io_fault_set(IO_READ, 1, EIO, 0);
+			else
+				io_fault_set(IO_READ, 1, 0,
+					     k == 1 ? 512 : 1u << 30);
+			assert_int_equal(gather(p, TS, t, ids, 8, out), want);
+			assert_int_equal(io_fault_fired(), k != 0);
+			io_fault_clear();
+			both_gather(p, t, ids, 8);
 		}
 	}
 	pair_finish(p);
@@ -1494,6 +1534,7 @@ int main(void)
 	    T(test_read_error_gather),
 	    T(test_short_read),
 	    T(test_read_error_multi),
+	    T(test_merged_read_faults),
 	    T(test_cleaner_read_error),
 	    T(test_cleaner_short_read),
 	    T(test_write_error_writeback),

@@ -377,7 +377,7 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 	if (ret)
 		goto out;
 	chunk = CHUNK_BYTES / ((size_t)in.dim * 4 + in.state_floats * 4);
-	chunk = chunk < 1 ? 1 : chunk > 8192 ? 8192 : chunk;
+	chunk = chunk < 1 ? 1 : chunk > 65536 ? 65536 : chunk;
 	ids = malloc(chunk * sizeof(*ids));
 	vals = malloc(chunk * in.dim * sizeof(*vals));
 	state = malloc(chunk * (in.state_floats ? in.state_floats : 1) *
