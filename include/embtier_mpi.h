@@ -202,21 +202,33 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
  * Every row a shard of src holds a value for (as of that checkpoint:
  * values and optimizer state, bit for bit) is written to its new owner's
  * store (et_write_rows_state); other rows stay lazy, and read as the
- * initializer's as before. src is only read (each shard by table file and commit record,
+ * initializer's as before. Tables of src that spec does not name are left
+ * out. src is only read (each shard by table file and commit record,
  * never opened as a store), so it stays a valid checkpoint whatever
  * happens, and must be visible to every rank (one machine or a shared
- * file system). dir must not exist, or be empty.
+ * file system). dir must not exist, or be empty. Memory: besides its new
+ * store, a rank holds the row-log index of one old table file at a time
+ * (13 to 20 bytes a logged row, plus 8 for a sorted copy of its ids).
  *
- * On success *out is open as by etm_open and etm_tables, with nothing
- * committed: the caller makes the dense state of each rank from the old
- * ranks' (info->dense[r], without etm's shard header) and commits with
- * etm_checkpoint(*out, info->step, ...); until then dir holds no
- * checkpoint and a resume from it is refused. Refused, on every rank,
- * with the reason in msg (if non-NULL): src without a complete global
- * checkpoint (-ENOENT, ET_EMISMATCH, as etm_checkpoint_read), a shard
- * closed cleanly past it (ET_EMISMATCH: its tables are newer than its
- * dense state), a table of spec in no shard of src or of another shape
- * (ET_EMISMATCH), dir not empty (-EEXIST). Free info with
+ * Once the old ranks' dense states are read (info->dense[r], without
+ * etm's shard header, on every rank), check (if non-NULL) is called on
+ * every rank, before anything is made: a non-zero return refuses the
+ * reshard with it (and the message it wrote). On success *out is open as
+ * by etm_open and etm_tables, with nothing committed: the caller makes
+ * each rank's dense state from the old ranks' and commits with
+ * etm_checkpoint(*out, info->step, ...); until then dir holds no global
+ * record and a resume from it is refused.
+ *
+ * Refused on every rank, with the reason in msg (if non-NULL), before
+ * anything is made: src without a global record (-ENOENT) or with a
+ * damaged one (ET_EHDRSUM), a shard that is not one of it (ET_EHEADER) or
+ * that committed another step, or closed cleanly past it (ET_EMISMATCH),
+ * a table of spec in no shard of src, or with another shape, storage type,
+ * optimizer or initializer (spec's zeros taken as et_table_params'
+ * defaults; ET_EMISMATCH), dir not empty (-EEXIST), check's verdict.
+ * After the copy: a shard of src that committed meanwhile (a run still
+ * using it: ET_EMISMATCH), and I/O errors; dir is then left made, without
+ * a global record, and must be removed before another try. Free info with
  * etm_reshard_free.
  */
 struct etm_reshard_info {
@@ -229,9 +241,13 @@ struct etm_reshard_info {
 	double seconds; /* this rank's copy */
 };
 
+typedef int (*etm_reshard_check)(void *arg, const struct etm_reshard_info *info,
+				 char *msg, size_t msglen);
+
 int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 		const struct et_store_config *cfg,
 		const struct etm_table_spec *spec, int n,
+		etm_reshard_check check, void *arg,
 		struct etm_reshard_info *info, char *msg, size_t msglen,
 		etm **out);
 

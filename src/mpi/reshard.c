@@ -12,7 +12,9 @@
  * through the caches to the row log, in large sequential writes). Rows never
  * written stay lazy in both: the initializer is a function of the global
  * row, so they read the same. Nothing is made before every check has
- * passed on every rank; nothing is committed at all: the caller commits
+ * passed on every rank (the caller's check of the old dense states
+ * included), but one: that no old shard committed while it was read,
+ * checked after the copy. Nothing is committed at all: the caller commits
  * the new store with etm_checkpoint once it has made its dense state.
  *
  * Which old shard holds a row: a table whose file is in one shard only
@@ -23,6 +25,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +301,8 @@ static int open_old(struct rs *x, int t, int r, et_tfile **tf)
 	const struct et_table_params *p = &x->spec[t].p;
 	struct et_table_info in;
 	char path[4200];
+	et_dtype dt;
+	float scale;
 	int ret = shard_path(path, sizeof(path), x->src, r, x->spec[t].name);
 
 	if (!ret)
@@ -311,14 +316,20 @@ static int open_old(struct rs *x, int t, int r, et_tfile **tf)
 		*tf = NULL;
 		return ret;
 	}
-	if (in.rows != p->rows || in.dim != p->dim ||
-	    (p->dtype && in.dtype != p->dtype) || in.optim != p->optim ||
-	    in.init != p->init ||
-	    (p->init_scale && in.init_scale != p->init_scale) ||
-	    in.seed != p->seed) {
+	/* The new table is made from spec, its zeros taking the defaults of
+	 * et_table_params: the old file must hold exactly that, or rows never
+	 * written (and the storage type) would change. */
+	dt = p->dtype ? p->dtype : ET_F32;
+	scale = p->init_scale ? p->init_scale
+		: p->init != ET_INIT_ZEROS && p->dim
+		    ? 1.0f / sqrtf((float)p->dim)
+		    : 0.0f;
+	if (in.rows != p->rows || in.dim != p->dim || in.dtype != dt ||
+	    in.optim != p->optim || in.init != p->init ||
+	    in.init_scale != scale || in.seed != p->seed) {
 		snprintf(x->msg, sizeof(x->msg),
-			 "%s: the table's shape, optimizer or initializer "
-			 "differ from the model's",
+			 "%s: the table's shape, storage type, optimizer or "
+			 "initializer differ from the model's",
 			 path);
 		et_tfile_close(*tf);
 		*tf = NULL;
@@ -455,6 +466,7 @@ void etm_reshard_free(struct etm_reshard_info *info)
 int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 		const struct et_store_config *cfg,
 		const struct etm_table_spec *spec, int n,
+		etm_reshard_check check, void *arg,
 		struct etm_reshard_info *info, char *msg, size_t msglen,
 		etm **out)
 {
@@ -528,6 +540,10 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 	if ((ret = agree(&x, ret)))
 		goto out;
 	if ((ret = share_dense(&x, info)))
+		goto out;
+	if (check)
+		ret = check(arg, info, x.msg, sizeof(x.msg));
+	if ((ret = agree(&x, ret)))
 		goto out;
 
 	/* the tables: where they are, and their shapes */

@@ -229,8 +229,10 @@ refused "into a directory in use" "is not empty" --dir "$T/r1" \
 refused "from a half-committed checkpoint" \
 	"committed step 40 but the last global checkpoint is step 20" \
 	--dir "$T/x" --reshard-from "$T/p"
-refused "of other table shapes" "differ from the model's" --rows 30000 \
+refused "of other table shapes" "other shapes, seed or data" --rows 30000 \
 	--dir "$T/x" --reshard-from "$T/s-row"
+refused "of another initializer" "other shapes, seed or data" \
+	--init-scale 0.01 --dir "$T/x" --reshard-from "$T/s-row"
 mkdir -p "$T/nock"
 refused "with no checkpoint" "no global checkpoint record" \
 	--dir "$T/x" --reshard-from "$T/nock"

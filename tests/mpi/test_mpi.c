@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "embtier_mpi.h"
 
@@ -304,7 +305,7 @@ static int rs_update(et_store *s, int lt, int t, int k,
 
 static bool rs_later(int t, uint64_t id)
 {
-	return id % 5 == 1 && t != 1;
+	return id % 5 == (uint64_t)(t == 1 ? 2 : 1);
 }
 
 /*
@@ -389,8 +390,8 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 
 	if (dst_comm != MPI_COMM_NULL && !ret) {
 		MPI_Comm_rank(dst_comm, &me);
-		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, &info,
-				  msg, sizeof(msg), &m2);
+		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, NULL,
+				  NULL, &info, msg, sizeof(msg), &m2);
 		CHECK(!ret, "etm_reshard %d -> %d ranks: %s (%s)", nsrc, ndst,
 		      et_strerror(ret), msg);
 	}
@@ -422,8 +423,10 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 
 					if (etm_owner(m2, t, r) != me)
 						continue;
-					et_gather(etm_store(m2), lt, &r, 1, a);
-					et_gather(rs, rt[t], &r, 1, b);
+					bad += et_gather(etm_store(m2), lt, &r,
+							 1, a) != 0;
+					bad +=
+					    et_gather(rs, rt[t], &r, 1, b) != 0;
 					bad += memcmp(a, b, sizeof(a)) != 0;
 				}
 				CHECK(!bad,
@@ -462,17 +465,48 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 		etm_close(m2);
 		m2 = NULL;
 		/* a second reshard into it is refused, on every rank */
-		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, &info,
-				  msg, sizeof(msg), &m2);
+		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, NULL,
+				  NULL, &info, msg, sizeof(msg), &m2);
 		CHECK(ret == -EEXIST && !m2 && strstr(msg, "not empty"),
 		      "reshard into a used directory: %d (%s)", ret, msg);
 		etm_close(m2);
 	}
-	/* the old store stays as it was until every reshard is done (a
-	 * clean close commits the writes after the checkpoint) */
+	/* another initializer (the spec's 0 meant the default scale) */
+	if (dst_comm != MPI_COMM_NULL) {
+		char dst3[4300];
+		struct stat st;
+
+		snprintf(dst3, sizeof(dst3), "%s-3", dst);
+		spec2[1].p.init_scale = 0.5f;
+		m2 = NULL;
+		ret = etm_reshard(dst_comm, src, dst3, &cfg, spec2, NT, NULL,
+				  NULL, &info, msg, sizeof(msg), &m2);
+		CHECK(ret == ET_EMISMATCH && !m2 &&
+			  strstr(msg, "initializer differ") &&
+			  stat(dst3, &st) != 0,
+		      "reshard to another initializer: %d (%s)", ret, msg);
+		spec2[1].p.init_scale = 0;
+	}
+	/* the old store stays as it was until every reshard is done; then
+	 * a clean close commits the writes after the checkpoint, and its
+	 * tables are past the dense state: refused, nothing made */
 	MPI_Barrier(MPI_COMM_WORLD);
 	et_store_close(rs);
 	etm_close(m);
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (dst_comm != MPI_COMM_NULL) {
+		char dst2[4300];
+		struct stat st;
+
+		snprintf(dst2, sizeof(dst2), "%s-2", dst);
+		m2 = NULL;
+		ret = etm_reshard(dst_comm, src, dst2, &cfg, spec2, NT, NULL,
+				  NULL, &info, msg, sizeof(msg), &m2);
+		CHECK(ret == ET_EMISMATCH && !m2 && strstr(msg, "cleanly") &&
+			  stat(dst2, &st) != 0,
+		      "reshard of a store closed past its checkpoint: %d (%s)",
+		      ret, msg);
+	}
 	MPI_Barrier(MPI_COMM_WORLD);
 }
 

@@ -44,7 +44,14 @@ struct dist_table {
  * made from that sharded store's last checkpoint (etm_reshard), to be
  * committed by the caller's first checkpoint. On error msg says why (the
  * same on every rank). */
+/* A reshard's check of the old ranks' dense states, before anything is
+ * made: 0, or an error and its reason in msg. */
+typedef int (*dist_reshard_check)(void *arg, void *const *dense,
+				  const size_t *len, int nold, char *msg,
+				  size_t msglen);
+
 int dist_open(struct dist **out, const char *dir, const char *reshard_from,
+	      dist_reshard_check check, void *check_arg,
 	      const struct et_store_config *cfg, bool resume, bool row_wise,
 	      const struct dist_table *tables, int ntables, int global_batch,
 	      int *tid, char *msg, size_t msglen);

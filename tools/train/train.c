@@ -820,6 +820,8 @@ static uint64_t config_fingerprint(const struct trainer *tr, bool row_wise)
 	for (int t = 0; t < o->ntables; t++)
 		h = fnv_u64(h, tr->rows[t]);
 	h = fnv_u64(h, (uint64_t)o->dim);
+	if (o->init_scale) /* (the default leaves older fingerprints alone) */
+		h = fnv(h, &o->init_scale, sizeof(o->init_scale));
 	h = fnv_u64(h, (uint64_t)o->dtype);
 	h = fnv_u64(h, (uint64_t)o->batch);
 	h = fnv_u64(h, o->seed);
@@ -984,6 +986,81 @@ static int put(unsigned char **buf, size_t *len, size_t *cap, const void *p,
 	}
 	memcpy(*buf + *len, p, n);
 	*len += n;
+	return 0;
+}
+
+/*
+ * A reshard's check, on every rank before anything is made: the old ranks'
+ * states are this model's (magic, shapes and data by the fingerprint, with
+ * either plan), hold the same model state, step and data position, and
+ * list touched rows in range.
+ */
+static int reshard_check(void *arg, void *const *dense, const size_t *len,
+			 int nold, char *msg, size_t cap)
+{
+	struct trainer *tr = arg;
+	struct ckpt_header h;
+	size_t head;
+
+	memset(&h, 0, sizeof(h));
+	if (len[0] >= sizeof(h))
+		memcpy(&h, dense[0], sizeof(h));
+	if (memcmp(h.magic, CKPT_MAGIC, 8) || h.version != CKPT_VERSION) {
+		snprintf(msg, cap,
+			 "the checkpoint holds no embtier-train state");
+		return -EINVAL;
+	}
+	if ((h.fingerprint != tr->fingerprint &&
+	     h.fingerprint != config_fingerprint(tr, !tr->o.row_wise)) ||
+	    h.ntables != (uint32_t)tr->o.ntables) {
+		snprintf(msg, cap,
+			 "the checkpoint was made with other shapes, seed or "
+			 "data than this command line's");
+		return -EINVAL;
+	}
+	if (h.nfloats > (len[0] - sizeof(h)) / sizeof(float)) {
+		snprintf(msg, cap, "rank 0's checkpoint state is truncated");
+		return ET_ETRUNC;
+	}
+	head = sizeof(h) + h.nfloats * sizeof(float);
+	for (int r = 0; r < nold; r++) {
+		const unsigned char *p = dense[r];
+		size_t off = head;
+
+		if (len[r] < head || memcmp(p, dense[0], head)) {
+			snprintf(msg, cap,
+				 "rank %d's model state differs from rank 0's",
+				 r);
+			return ET_EMISMATCH;
+		}
+		for (int t = 0; t < tr->o.ntables; t++) {
+			uint64_t n, v;
+
+			if (len[r] - off < sizeof(n))
+				goto trunc;
+			memcpy(&n, p + off, sizeof(n));
+			off += sizeof(n);
+			if (n > (len[r] - off) / sizeof(v))
+				goto trunc;
+			for (uint64_t i = 0; i < n; i++, off += sizeof(v)) {
+				memcpy(&v, p + off, sizeof(v));
+				if (v >= tr->rows[t]) {
+					snprintf(msg, cap,
+						 "rank %d's state lists row "
+						 "%llu of table %d, past its "
+						 "end",
+						 r, (unsigned long long)v, t);
+					return ET_EROWRANGE;
+				}
+			}
+		}
+		if (off != len[r])
+			goto trunc;
+		continue;
+	trunc:
+		snprintf(msg, cap, "rank %d's checkpoint state is damaged", r);
+		return ET_EHEADER;
+	}
 	return 0;
 }
 
@@ -1278,12 +1355,14 @@ static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 		snprintf(dt[t].name, sizeof(dt[t].name), "t%02d", t);
 		table_params(o, tr->rows, t, &dt[t].p);
 	}
-	ret = dist_open(&tr->dist, tr->dir, o->reshard_from, cfg, o->resume,
-			o->row_wise, dt, o->ntables, o->batch, tr->tid, msg,
-			sizeof(msg));
+	ret = dist_open(&tr->dist, tr->dir, o->reshard_from, reshard_check, tr,
+			cfg, o->resume, o->row_wise, dt, o->ntables, o->batch,
+			tr->tid, msg, sizeof(msg));
 	free(dt);
 	if (ret) {
-		if (o->rank == 0) /* every rank has the verdict */
+		if (o->rank == 0 && o->reshard_from) /* every rank has it */
+			cli_error("reshard from %s: %s", o->reshard_from, msg);
+		else if (o->rank == 0)
 			cli_error("%s: %s", tr->dir, msg);
 		return ret;
 	}

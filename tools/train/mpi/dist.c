@@ -114,7 +114,21 @@ static void open_msg(int ret, bool resume, int nranks, char *msg, size_t msglen)
 		snprintf(msg, msglen, "%s", et_strerror(ret));
 }
 
+struct check_ctx {
+	dist_reshard_check fn;
+	void *arg;
+};
+
+static int reshard_check(void *arg, const struct etm_reshard_info *info,
+			 char *msg, size_t msglen)
+{
+	struct check_ctx *c = arg;
+
+	return c->fn(c->arg, info->dense, info->len, info->nranks, msg, msglen);
+}
+
 int dist_open(struct dist **out, const char *dir, const char *reshard_from,
+	      dist_reshard_check check, void *check_arg,
 	      const struct et_store_config *cfg, bool resume, bool row_wise,
 	      const struct dist_table *tables, int ntables, int global_batch,
 	      int *tid, char *msg, size_t msglen)
@@ -143,9 +157,12 @@ int dist_open(struct dist **out, const char *dir, const char *reshard_from,
 			spec[t].plan = row_wise ? ETM_ROW_WISE : ETM_TABLE_WISE;
 		}
 		if (reshard_from) {
+			struct check_ctx c = {check, check_arg};
+
 			ret = etm_reshard(MPI_COMM_WORLD, reshard_from, dir,
-					  cfg, spec, ntables, &d->rs, msg,
-					  msglen, &d->m);
+					  cfg, spec, ntables,
+					  check ? reshard_check : NULL, &c,
+					  &d->rs, msg, msglen, &d->m);
 			free(spec);
 			if (ret) {
 				dist_close(d);
