@@ -198,7 +198,10 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
 /*
  * Reshards: makes the sharded store in dir, at this communicator's rank
  * count and with the plans of spec, from the last global checkpoint of
- * the sharded store in src, written at any rank count with any plans.
+ * the sharded store in src, written at any rank count with any plans;
+ * or from the last checkpoint of a plain store (src opened with
+ * et_store_open, no MPI; its dense state is handed over whole, as rank 0
+ * of 1), so that a run started on one process goes on over many.
  * Every row a shard of src holds a value for (as of that checkpoint:
  * values and optimizer state, bit for bit) is written to its new owner's
  * store (et_write_rows_state); other rows stay lazy, and read as the
@@ -232,7 +235,9 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
  * etm_reshard_free.
  */
 struct etm_reshard_info {
-	uint64_t step;	/* of src's last global checkpoint */
+	uint64_t step;	/* of src's last global checkpoint (plain: the
+			 * store's et_checkpoint id) */
+	bool plain;	/* src was one plain store */
 	int nranks;	/* src's rank count */
 	void **dense;	/* [nranks]: src rank r's dense state */
 	size_t *len;	/* [nranks]: its bytes */

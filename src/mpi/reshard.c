@@ -17,6 +17,10 @@
  * checked after the copy. Nothing is committed at all: the caller commits
  * the new store with etm_checkpoint once it has made its dense state.
  *
+ * A plain store (et_store_open on src itself: no global record, a commit
+ * record of its own) is read as a sharded store of one rank whose dense
+ * state has no shard header.
+ *
  * Which old shard holds a row: a table whose file is in one shard only
  * (table-wise, or one rank) has all its rows there; a table in several
  * shards was row-wise, and shard r holds the rows of its range at the old
@@ -42,6 +46,7 @@ struct rs {
 	MPI_Comm comm;
 	int rank, nranks; /* new */
 	int old;	  /* old rank count */
+	bool plain;	  /* src is one plain store, not sharded */
 	const char *src, *dir;
 	const struct etm_table_spec *spec;
 	int n;
@@ -79,12 +84,20 @@ static int agree(struct rs *x, int ret)
 	return all;
 }
 
-static int shard_path(char *buf, size_t cap, const char *dir, int r,
+/* Old shard r's directory, or its file of table name; a plain store is
+ * its own one shard. */
+static int shard_path(const struct rs *x, char *buf, size_t cap, int r,
 		      const char *name)
 {
-	int k = name ? snprintf(buf, cap, "%s/rank-%d/%s.et", dir, r, name)
-		     : snprintf(buf, cap, "%s/rank-%d", dir, r);
+	int k;
 
+	if (x->plain)
+		k = name ? snprintf(buf, cap, "%s/%s.et", x->src, name)
+			 : snprintf(buf, cap, "%s", x->src);
+	else
+		k = name ? snprintf(buf, cap, "%s/rank-%d/%s.et", x->src, r,
+				    name)
+			 : snprintf(buf, cap, "%s/rank-%d", x->src, r);
 	return k < 0 || (size_t)k >= cap ? -ENAMETOOLONG : 0;
 }
 
@@ -119,7 +132,7 @@ static int check_still(struct rs *x, int r)
 {
 	struct et_checkpoint_info ci;
 	char sub[4200];
-	int ret = shard_path(sub, sizeof(sub), x->src, r, NULL);
+	int ret = shard_path(x, sub, sizeof(sub), r, NULL);
 
 	if (!ret)
 		ret = et_checkpoint_read_dir(sub, &ci, NULL, NULL);
@@ -142,7 +155,7 @@ static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 	char sub[4200];
 	void *blob = NULL;
 	size_t blen = 0;
-	int ret = shard_path(sub, sizeof(sub), x->src, r, NULL);
+	int ret = shard_path(x, sub, sizeof(sub), r, NULL);
 
 	if (!ret)
 		ret = et_checkpoint_read_dir(sub, &ci, &blob, &blen);
@@ -154,6 +167,12 @@ static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 	memset(&h, 0, sizeof(h));
 	if (blen >= sizeof(h))
 		memcpy(&h, blob, sizeof(h));
+	if (x->plain) { /* no shard header: all of it is the caller's */
+		memcpy(h.magic, SHARD_MAGIC, 8);
+		h.rank = 0;
+		h.nranks = 1;
+		h.step = step;
+	}
 	if (!ci.id) {
 		ret = ET_EMISMATCH;
 		snprintf(x->msg, sizeof(x->msg),
@@ -188,13 +207,13 @@ static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 		return ret;
 	}
 	x->commit[r] = ci.commit;
-	*len = blen - sizeof(h);
+	*len = blen - (x->plain ? 0 : sizeof(h));
 	*dense = malloc(*len ? *len : 1);
 	if (!*dense) {
 		free(blob);
 		return -ENOMEM;
 	}
-	memcpy(*dense, (char *)blob + sizeof(h), *len);
+	memcpy(*dense, (char *)blob + (blen - *len), *len);
 	free(blob);
 	return 0;
 }
@@ -272,7 +291,7 @@ static int find_tables(struct rs *x)
 		int k = 0;
 
 		for (int r = 0; r < x->old && !ret; r++) {
-			ret = shard_path(path, sizeof(path), x->src, r,
+			ret = shard_path(x, path, sizeof(path), r,
 					 x->spec[t].name);
 			if (!ret && !stat(path, &st)) {
 				x->holds[(size_t)t * x->old + r] = 1;
@@ -303,7 +322,7 @@ static int open_old(struct rs *x, int t, int r, et_tfile **tf)
 	char path[4200];
 	et_dtype dt;
 	float scale;
-	int ret = shard_path(path, sizeof(path), x->src, r, x->spec[t].name);
+	int ret = shard_path(x, path, sizeof(path), r, x->spec[t].name);
 
 	if (!ret)
 		ret = et_tfile_open(path, ET_TFILE_RDONLY, tf);
@@ -472,7 +491,7 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 {
 	struct rs x = {
 	    .comm = comm, .src = src, .dir = dir, .spec = spec, .n = n};
-	uint64_t step = 0, meta[2];
+	uint64_t step = 0, meta[3];
 	double t0 = now();
 	int ret = 0;
 
@@ -496,6 +515,19 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 		uint32_t old = 0;
 
 		ret = etm_global_read(src, &old, &step);
+		if (ret == -ENOENT) {
+			/* one plain store (et_store_open on src itself) is a
+			 * sharded store of one rank */
+			struct et_checkpoint_info ci;
+
+			if (!et_checkpoint_read_dir(src, &ci, NULL, NULL) &&
+			    ci.id) {
+				x.plain = true;
+				old = 1;
+				step = ci.id;
+				ret = 0;
+			}
+		}
 		if (ret == -ENOENT)
 			snprintf(x.msg, sizeof(x.msg),
 				 "%s has no global checkpoint record to "
@@ -516,12 +548,15 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 			ret = check_fresh(&x);
 		meta[0] = old;
 		meta[1] = step;
+		meta[2] = x.plain;
 	}
-	MPI_Bcast(meta, 2, MPI_UINT64_T, 0, comm);
+	MPI_Bcast(meta, 3, MPI_UINT64_T, 0, comm);
 	if ((ret = agree(&x, ret)))
 		goto out;
 	x.old = (int)meta[0];
 	step = meta[1];
+	x.plain = meta[2] != 0;
+	info->plain = x.plain;
 	info->step = step;
 	info->nranks = x.old;
 	info->dense = calloc(x.old, sizeof(*info->dense));

@@ -159,8 +159,9 @@ else
 fi
 
 # 5. resharding: a 2-rank checkpoint continued at 4 and 1 ranks, with the
-# plan changed or not, then resumed and resharded again: every road ends
-# on the checksum of a run never stopped; the source is never changed
+# plan changed or not, then resumed and resharded again, and a plain
+# trainer's checkpoint continued at 2 and 4: every road ends on the
+# checksum of a run never stopped; the source is never changed
 # shellcheck disable=SC2086
 run 2 "$B/embtier-train-mpi" $F --steps 80 --plan row >"$T/o" 2>&1
 want=$(checksum "$T/o")
@@ -199,12 +200,19 @@ else
 	bad "resume of a resharded store: '$got', want '$want'"
 fi
 reshard r2 2 table 80 "$T/r4"
-for plan in row table; do
+# a run of the plain trainer (one process, one store) goes on over ranks
+# shellcheck disable=SC2086
+"$B/embtier-train" $F $C --steps 40 --dir "$T/s-plain" >"$T/o" 2>&1 ||
+	bad "plain source run"
+find "$T/s-plain" -type f -exec md5sum {} + | sort >"$T/s-plain.sum"
+reshard p2 2 row 80 "$T/s-plain"
+reshard p4 4 table 80 "$T/s-plain"
+for plan in row table plain; do
 	find "$T/s-$plan" -type f -exec md5sum {} + | sort >"$T/after.sum"
 	if cmp -s "$T/s-$plan.sum" "$T/after.sum"; then
-		ok "the $plan-wise source of the reshards is unchanged"
+		ok "the $plan source of the reshards is unchanged"
 	else
-		bad "the $plan-wise source changed"
+		bad "the $plan source changed"
 	fi
 done
 refused() { # WHAT PATTERN ARGS...: refused with PATTERN, nothing made
