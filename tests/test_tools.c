@@ -801,6 +801,101 @@ static void test_lazy_huge(void **state)
 	unlink(tab);
 }
 
+/*
+ * --written: of a 2^33-row lazy table that a store trained four rows of,
+ * a dump shows those four rows in order (values as the library reads
+ * them) and an export writes them with their ids (--ids); a range
+ * narrows them (its end excluded); the options' misuse is a usage error.
+ */
+static void test_written(void **state)
+{
+	const uint64_t want[4] = {5, 1000, (1ULL << 32) + 7, (1ULL << 33) - 1};
+	const uint64_t in[4] = {(1ULL << 33) - 1, 5, (1ULL << 32) + 7, 1000};
+	struct et_update_params up = {.lr = 0.5f};
+	char dir[PATH_MAX], tab[PATH_MAX], out[PATH_MAX], ids[PATH_MAX];
+	float g[4 * 8], lib[4 * 8], st[4], vals[9];
+	const char *s;
+	size_t len;
+	uint64_t row;
+	unsigned char *f;
+	struct run r;
+	et_store *store;
+	et_tfile *tf;
+	int t;
+
+	(void)state;
+	tpath(dir, "wstore");
+	assert_int_equal(mkdir(dir, 0755), 0);
+	tpath(tab, "wstore/t.et");
+	run(&r, build_tool, "--rows", "2^33", "--dim", "8", "--init", "uniform",
+	    "--optim", "adagrad", tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	for (int i = 0; i < 4 * 8; i++)
+		g[i] = (float)(i % 7) - 3.0f;
+	assert_int_equal(et_store_open(dir, NULL, &store), 0);
+	assert_int_equal(et_table_open(store, "t", NULL, &t), 0);
+	assert_int_equal(et_update(store, t, in, 4, g, &up), 0);
+	assert_int_equal(et_checkpoint(store, NULL, 0), 0);
+	assert_int_equal(et_store_close(store), 0);
+	assert_int_equal(et_tfile_open(tab, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_read_rows(tf, want, 4, lib, st), 0);
+	et_tfile_close(tf);
+
+	run(&r, inspect_tool, "--dump", "0:", "--written", "--state", "-q", tab,
+	    NULL);
+	expect_ok(&r);
+	assert_int_equal(count_lines(r.out), 4);
+	s = r.out;
+	for (int i = 0; i < 4; i++) {
+		s = parse_dump_line(s, &row, vals, 9);
+		assert_int_equal(row, want[i]);
+		assert_memory_equal(vals, lib + i * 8, 8 * sizeof(float));
+		assert_true(vals[8] == st[i] && st[i] > 0);
+	}
+	run_free(&r);
+
+	tpath(out, "w.npy");
+	tpath(ids, "w.ids.npy");
+	run(&r, inspect_tool, "--export", out, "--written", "--ids", ids,
+	    "--range", "5:4294967303", "-q", tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	f = read_file(out, &len);
+	assert_non_null(strstr((char *)f + 10, "'shape': (2, 8)"));
+	assert_int_equal(len, 128 + 2 * 8 * sizeof(float));
+	assert_memory_equal(f + 128, lib, 2 * 8 * sizeof(float));
+	free(f);
+	f = read_file(ids, &len);
+	assert_non_null(strstr((char *)f + 10, "'descr': '<u8'"));
+	assert_non_null(strstr((char *)f + 10, "'shape': (2,)"));
+	assert_int_equal(len, 128 + 2 * sizeof(uint64_t));
+	assert_memory_equal(f + 128, want, 2 * sizeof(uint64_t));
+	free(f);
+
+	/* misuse: a usage error (status 2), nothing written */
+	unlink(out);
+	unlink(ids);
+	{
+		const char *bad[][6] = {
+		    {"--written", tab},
+		    {"--export", out, "--written", tab},
+		    {"--export", out, "--ids", ids, tab},
+		    {"--dump", "0", "--written", "--ids", ids, tab},
+		};
+
+		for (int i = 0; i < 4; i++) {
+			run(&r, inspect_tool, bad[i][0], bad[i][1], bad[i][2],
+			    bad[i][3], bad[i][4], bad[i][5], NULL);
+			assert_int_equal(r.status, 2);
+			assert_int_equal(count_lines(r.err), 1);
+			run_free(&r);
+			assert_int_equal(access(out, F_OK), -1);
+			assert_int_equal(access(ids, F_OK), -1);
+		}
+	}
+}
+
 /* Row-wise Adagrad keeps one f32 of state per row: --state shows it (zero
  * after a bulk load) in dumps and exports, as one more column. */
 static void test_state(void **state)
@@ -1235,6 +1330,7 @@ int main(void)
 	    cmocka_unit_test(test_lazy_huge),
 	    cmocka_unit_test(test_state),
 	    cmocka_unit_test(test_corrupt_header),
+	    cmocka_unit_test(test_written),
 	    cmocka_unit_test(test_truncated_file),
 	    cmocka_unit_test(test_corrupt_block),
 	    cmocka_unit_test(test_corrupt_log_record),

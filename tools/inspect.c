@@ -31,6 +31,8 @@
 struct opts {
 	const char *file;
 	bool json, verify, state, force, quiet;
+	bool written;	   /* only rows with a stored value */
+	const char *ids;   /* --written exports: the rows' ids */
 	const char *dump;  /* "A:B" */
 	const char *range; /* "A:B" for the exports */
 	const char *export_npy, *export_raw;
@@ -54,6 +56,14 @@ static void usage(void)
 	    "  --range A:B        the rows to export (default: all)\n"
 	    "  --state            add the optimizer state after each row's\n"
 	    "                     values, in dumps and exports\n"
+	    "  --written          dump or export only the rows with a stored\n"
+	    "                     value (written by training or a load; the\n"
+	    "                     others are the initializer's): what a huge\n"
+	    "                     lazy table holds\n"
+	    "  --ids OUT          with --written and an export: the rows' ids\n"
+	    "                     ('<u8' .npy with --export, raw "
+	    "little-endian\n"
+	    "                     u64 with --export-raw), in the rows' order\n"
 	    "  -f, --force        replace an existing export file\n"
 	    "  -q, --quiet        no progress bar, no verify summary\n"
 	    "  -h, --help         this help\n"
@@ -71,6 +81,8 @@ enum {
 	OPT_EXPORT_RAW,
 	OPT_RANGE,
 	OPT_STATE,
+	OPT_WRITTEN,
+	OPT_IDS,
 };
 
 static const struct option long_opts[] = {
@@ -81,6 +93,8 @@ static const struct option long_opts[] = {
     {"export-raw", required_argument, NULL, OPT_EXPORT_RAW},
     {"range", required_argument, NULL, OPT_RANGE},
     {"state", no_argument, NULL, OPT_STATE},
+    {"written", no_argument, NULL, OPT_WRITTEN},
+    {"ids", required_argument, NULL, OPT_IDS},
     {"force", no_argument, NULL, 'f'},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
@@ -116,6 +130,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_STATE:
 			o->state = true;
 			break;
+		case OPT_WRITTEN:
+			o->written = true;
+			break;
+		case OPT_IDS:
+			o->ids = optarg;
+			break;
 		case 'f':
 			o->force = true;
 			break;
@@ -150,6 +170,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (o->range && !o->export_npy && !o->export_raw) {
 		cli_usage_error("--range applies to --export and --export-raw");
+		return -EINVAL;
+	}
+	if (o->written && !o->dump && !o->export_npy && !o->export_raw) {
+		cli_usage_error("--written applies to --dump and the exports");
+		return -EINVAL;
+	}
+	if (o->ids && (!o->written || (!o->export_npy == !o->export_raw))) {
+		cli_usage_error("--ids goes with --written and one export");
+		return -EINVAL;
+	}
+	if (o->written && (o->export_npy || o->export_raw) && !o->ids) {
+		cli_usage_error(
+		    "--written exports need --ids OUT for the rows' "
+		    "ids");
 		return -EINVAL;
 	}
 	return 0;
@@ -294,8 +328,33 @@ static int verify(et_tfile *tf, const struct opts *o,
  * n x cols f32 (cols = dim, plus state_floats with --state). Returns 0 or
  * the error; read errors are printed here, emit() prints its own.
  */
-typedef int (*emit_fn)(void *arg, uint64_t first, uint64_t n, const float *rows,
-		       uint32_t cols);
+typedef int (*emit_fn)(void *arg, const uint64_t *ids, uint64_t n,
+		       const float *rows, uint32_t cols);
+
+/* Rows with a stored value in [a, b). */
+static int count_written(et_tfile *tf, uint64_t a, uint64_t b, uint64_t *n)
+{
+	enum { B = 65536 };
+	uint64_t *ids = malloc(B * sizeof(*ids));
+	size_t k = B;
+	int err = ids ? 0 : -ENOMEM;
+
+	*n = 0;
+	while (!err && k == B && a < b) {
+		err = et_tfile_rows(tf, a, ids, B, &k);
+		for (size_t i = 0; !err && i < k; i++) {
+			if (ids[i] >= b) {
+				k = 0;
+				break;
+			}
+			++*n;
+		}
+		if (!err && k)
+			a = ids[k - 1] + 1;
+	}
+	free(ids);
+	return err;
+}
 
 static int for_rows(et_tfile *tf, const struct opts *o,
 		    const struct et_table_info *ti, uint64_t a, uint64_t b,
@@ -309,10 +368,19 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 	struct progress pr;
 	int err = -ENOMEM;
 
+	uint64_t total = b - a, done = 0;
+
 	if (!chunk)
 		chunk = 1;
 	if (chunk > b - a)
 		chunk = b - a ? b - a : 1;
+	if (o->written) {
+		err = count_written(tf, a, b, &total);
+		if (err) {
+			cli_error_code(o->file, err);
+			return err;
+		}
+	}
 	ids = malloc(chunk * sizeof(*ids));
 	vals = malloc(chunk * ti->dim * sizeof(*vals));
 	if (sf) {
@@ -324,18 +392,33 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 		goto out;
 	}
 	err = 0;
-	progress_start(&pr, label, "rows", b - a, o->quiet);
-	for (uint64_t first = a; first < b; first += chunk) {
+	progress_start(&pr, label, "rows", total, o->quiet);
+	for (uint64_t first = a; first < b && done < total;) {
 		uint64_t n = b - first < chunk ? b - first : chunk;
 		const float *out = vals;
 
-		for (uint64_t i = 0; i < n; i++)
-			ids[i] = first + i;
+		if (o->written) {
+			size_t k;
+
+			err = et_tfile_rows(tf, first, ids, chunk, &k);
+			if (err) {
+				cli_error_code(o->file, err);
+				break;
+			}
+			for (n = 0; n < k && ids[n] < b;)
+				n++;
+			if (!n)
+				break;
+		} else {
+			for (uint64_t i = 0; i < n; i++)
+				ids[i] = first + i;
+		}
 		err = et_tfile_read_rows(tf, ids, n, vals, state);
 		if (err) {
 			progress_end(&pr);
 			cli_error("%s: rows %" PRIu64 "..%" PRIu64 ": %s",
-				  o->file, first, first + n, et_strerror(err));
+				  o->file, ids[0], ids[n - 1] + 1,
+				  et_strerror(err));
 			break;
 		}
 		if (sf) {
@@ -347,10 +430,12 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 			}
 			out = joined;
 		}
-		err = emit(arg, first, n, out, cols);
+		err = emit(arg, ids, n, out, cols);
 		if (err)
 			break;
-		progress_update(&pr, first + n - a);
+		done += n;
+		first = ids[n - 1] + 1;
+		progress_update(&pr, done);
 	}
 	progress_end(&pr);
 out:
@@ -361,11 +446,11 @@ out:
 	return err;
 }
 
-static int emit_text(void *arg, uint64_t first, uint64_t n, const float *rows,
-		     uint32_t cols)
+static int emit_text(void *arg, const uint64_t *ids, uint64_t n,
+		     const float *rows, uint32_t cols)
 {
 	for (uint64_t i = 0; i < n; i++) {
-		printf("%" PRIu64, first + i);
+		printf("%" PRIu64, ids[i]);
 		for (uint32_t c = 0; c < cols; c++)
 			printf(" %.9g", rows[i * cols + c]);
 		putchar('\n');
@@ -380,16 +465,26 @@ static int emit_text(void *arg, uint64_t first, uint64_t n, const float *rows,
 struct export_file {
 	const char *path;
 	int fd;
+	const char *ids_path; /* --ids */
+	int ids_fd;
 };
 
-static int emit_file(void *arg, uint64_t first, uint64_t n, const float *rows,
-		     uint32_t cols)
+static int emit_file(void *arg, const uint64_t *ids, uint64_t n,
+		     const float *rows, uint32_t cols)
 {
 	struct export_file *f = arg;
 	int err = cli_write_full(f->fd, rows, n * cols * sizeof(float));
 
-	if (err)
+	if (err) {
 		cli_error_code(f->path, err);
+		return err;
+	}
+	if (f->ids_fd >= 0) { /* native order, as the values: little-endian
+			       * hosts only, like the rest of the format */
+		err = cli_write_full(f->ids_fd, ids, n * sizeof(*ids));
+		if (err)
+			cli_error_code(f->ids_path, err);
+	}
 	return err;
 }
 
@@ -410,19 +505,53 @@ static int dump(et_tfile *tf, const struct opts *o,
 	return err;
 }
 
+/* Opens an export's output; prints the error. */
+static int open_out(const char *path, bool force, int *fd, bool *regular)
+{
+	struct stat st;
+	int err;
+
+	*fd = open(path,
+		   O_WRONLY | O_CREAT | O_CLOEXEC | (force ? O_TRUNC : O_EXCL),
+		   0644);
+	if (*fd < 0) {
+		err = -errno;
+		if (err == -EEXIST)
+			cli_error("%s: %s (use --force to replace it)", path,
+				  et_strerror(err));
+		else
+			cli_error_code(path, err);
+		return err;
+	}
+	*regular = fstat(*fd, &st) == 0 && S_ISREG(st.st_mode);
+	return 0;
+}
+
+/* Syncs (a regular file) and closes an export's output. */
+static int close_out(const char *path, int *fd, bool regular)
+{
+	int err = 0;
+
+	if ((regular && fsync(*fd)) || close(*fd)) {
+		err = -errno;
+		cli_error_code(path, err);
+	}
+	*fd = -1;
+	return err;
+}
+
 /*
- * Writes rows to path. A regular file is synced when done and removed if
- * anything fails; anything else (a device, a pipe) is only written to.
+ * Writes rows to path (and, --written, their ids to --ids). A regular
+ * file is synced when done and removed if anything fails; anything else
+ * (a device, a pipe) is only written to.
  */
 static int export(et_tfile *tf, const struct opts *o,
 		  const struct et_table_info *ti, const char *path, bool npy)
 {
-	struct export_file f = {.path = path};
+	struct export_file f = {.path = path, .fd = -1, .ids_fd = -1};
 	uint32_t cols = ti->dim + (o->state ? ti->state_floats : 0);
-	int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
-	uint64_t a = 0, b = ti->rows;
-	bool regular;
-	struct stat st;
+	uint64_t a = 0, b = ti->rows, n;
+	bool regular = false, ids_regular = false;
 	int err;
 
 	if (o->range) {
@@ -434,20 +563,32 @@ static int export(et_tfile *tf, const struct opts *o,
 		cli_error("%s: the range holds no rows", path);
 		return -EINVAL;
 	}
-	flags |= o->force ? O_TRUNC : O_EXCL;
-	f.fd = open(path, flags, 0644);
-	if (f.fd < 0) {
-		err = -errno;
-		if (err == -EEXIST)
-			cli_error("%s: %s (use --force to replace it)", path,
-				  et_strerror(err));
-		else
-			cli_error_code(path, err);
-		return err;
+	n = b - a;
+	if (o->written) {
+		err = count_written(tf, a, b, &n);
+		if (err) {
+			cli_error_code(o->file, err);
+			return err;
+		}
 	}
-	regular = fstat(f.fd, &st) == 0 && S_ISREG(st.st_mode);
+	err = open_out(path, o->force, &f.fd, &regular);
+	if (err)
+		return err;
+	if (o->written) {
+		f.ids_path = o->ids;
+		err = open_out(o->ids, o->force, &f.ids_fd, &ids_regular);
+		if (err)
+			goto err_remove;
+	}
 	if (npy) {
-		err = npy_write_header_f32(f.fd, b - a, cols);
+		err = npy_write_header_f32(f.fd, n, cols);
+		if (err >= 0 && f.ids_fd >= 0) {
+			err = npy_write_header_u64(f.ids_fd, n);
+			if (err < 0) {
+				cli_error_code(o->ids, err);
+				goto err_remove;
+			}
+		}
 		if (err < 0) {
 			cli_error_code(path, err);
 			goto err_remove;
@@ -456,18 +597,21 @@ static int export(et_tfile *tf, const struct opts *o,
 	err = for_rows(tf, o, ti, a, b, "exporting", emit_file, &f);
 	if (err)
 		goto err_remove;
-	if ((regular && fsync(f.fd)) || close(f.fd)) {
-		err = -errno;
-		cli_error_code(path, err);
-		f.fd = -1;
+	err = close_out(path, &f.fd, regular);
+	if (!err && f.ids_fd >= 0)
+		err = close_out(o->ids, &f.ids_fd, ids_regular);
+	if (err)
 		goto err_remove;
-	}
 	return 0;
 err_remove:
 	if (f.fd >= 0)
 		close(f.fd);
+	if (f.ids_fd >= 0)
+		close(f.ids_fd);
 	if (regular)
 		unlink(path);
+	if (ids_regular)
+		unlink(o->ids);
 	return err;
 }
 

@@ -314,20 +314,14 @@ out:
 	return err;
 }
 
-int npy_write_header_f32(int fd, uint64_t rows, uint64_t cols)
+/* A version 1 header with dict (its length always fits 16 bits). */
+static int write_header(int fd, char *buf, int dict_len)
 {
-	char buf[192];
-	int dict_len, total;
-	int err;
+	int total, err;
 
-	/* Version 1: the dict is short, so its length always fits 16 bits. */
 	memcpy(buf, NPY_MAGIC, NPY_MAGIC_LEN);
 	buf[6] = 1;
 	buf[7] = 0;
-	dict_len = snprintf(buf + 10, sizeof(buf) - 10,
-			    "{'descr': '<f4', 'fortran_order': False, "
-			    "'shape': (%" PRIu64 ", %" PRIu64 "), }",
-			    rows, cols);
 	/* Pad with spaces and a final newline to a multiple of 64. */
 	total = (10 + dict_len + 1 + 63) / 64 * 64;
 	memset(buf + 10 + dict_len, ' ', (size_t)(total - 10 - dict_len));
@@ -336,4 +330,27 @@ int npy_write_header_f32(int fd, uint64_t rows, uint64_t cols)
 	buf[9] = (char)((total - 10) >> 8);
 	err = cli_write_full(fd, buf, (size_t)total);
 	return err ? err : total;
+}
+
+int npy_write_header_f32(int fd, uint64_t rows, uint64_t cols)
+{
+	char buf[192];
+
+	return write_header(fd, buf,
+			    snprintf(buf + 10, sizeof(buf) - 10,
+				     "{'descr': '<f4', 'fortran_order': "
+				     "False, 'shape': (%" PRIu64 ", %" PRIu64
+				     "), }",
+				     rows, cols));
+}
+
+int npy_write_header_u64(int fd, uint64_t n)
+{
+	char buf[192];
+
+	return write_header(fd, buf,
+			    snprintf(buf + 10, sizeof(buf) - 10,
+				     "{'descr': '<u8', 'fortran_order': "
+				     "False, 'shape': (%" PRIu64 ",), }",
+				     n));
 }

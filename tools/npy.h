@@ -1,7 +1,7 @@
 /*
  * npy.h - the NumPy .npy format, as far as the tools need it: reading the
  * header of a 2-D little-endian f32 or f16 array in C order (format
- * versions 1, 2 and 3), and writing the header of a 2-D '<f4' array.
+ * versions 1, 2 and 3), and writing the header of a 2-D '<f4' array (or a 1-D '<u8' one).
  *
  * The header is a magic string, a version, a length, and a Python dict
  * literal such as {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
@@ -42,5 +42,8 @@ int npy_read_header(int fd, struct npy_header *h, const char **why);
  * length in bytes (a multiple of 64), or -errno.
  */
 int npy_write_header_f32(int fd, uint64_t rows, uint64_t cols);
+
+/* The same for a 1-D array of n '<u8' (row ids). */
+int npy_write_header_u64(int fd, uint64_t n);
 
 #endif
