@@ -28,6 +28,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "embtier.h"
@@ -57,10 +58,18 @@ static _Atomic int64_t fault_left; /* matching ops until the one that fails */
 static _Atomic int fault_err;
 static _Atomic uint32_t fault_short;
 static _Atomic bool fault_did_fire;
+static _Atomic bool fault_sticky; /* every matching op fails, not just one */
+
+void io_fault_set_sticky(int op, int err)
+{
+	io_fault_set(op, 1, err, 0);
+	atomic_store(&fault_sticky, true);
+}
 
 void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by)
 {
 	atomic_store(&fault_op, -1);
+	atomic_store(&fault_sticky, false);
 	atomic_store(&fault_err, err);
 	atomic_store(&fault_short, short_by);
 	atomic_store(&fault_left, (int64_t)nth);
@@ -71,6 +80,7 @@ void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by)
 void io_fault_clear(void)
 {
 	atomic_store(&fault_op, -1);
+	atomic_store(&fault_sticky, false);
 	atomic_store(&fault_did_fire, false);
 }
 
@@ -84,6 +94,10 @@ static bool fault_hit(int op)
 {
 	if (atomic_load_explicit(&fault_op, memory_order_relaxed) != op)
 		return false;
+	if (atomic_load(&fault_sticky)) {
+		atomic_store(&fault_did_fire, true);
+		return true;
+	}
 	if (atomic_fetch_sub(&fault_left, 1) != 1)
 		return false;
 	atomic_store(&fault_op, -1);
@@ -328,21 +342,12 @@ static unsigned reap_failed(io_ctx *io)
 	return done;
 }
 
-/* Waits for one completion at least and reaps every one there is; returns
- * how many, or -errno. */
-static int reap_ring(io_ctx *io)
+/* Completes every request the CQ ring holds; returns how many. */
+static unsigned reap_cqes(io_ctx *io)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0;
-	int ret;
 
-	if (fault_hit(IO_WAIT))
-		return -atomic_load(&fault_err);
-	do {
-		ret = io_uring_wait_cqe(&io->ring, &cqe);
-	} while (ret == -EINTR);
-	if (ret < 0)
-		return ret;
 	io_uring_for_each_cqe(&io->ring, head, cqe)
 	{
 		struct io_req *r = io_uring_cqe_get_data(cqe);
@@ -353,13 +358,56 @@ static int reap_ring(io_ctx *io)
 		complete(io, r);
 	}
 	io_uring_cq_advance(&io->ring, seen);
-	return (int)seen;
+	return seen;
 }
 
-/* After the ring failed with err: fails what was never sent, and waits
+/* Waits for one completion at least and reaps every one there is; returns
+ * how many, or -errno. */
+static int reap_ring(io_ctx *io)
+{
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	if (fault_hit(IO_WAIT))
+		return -atomic_load(&fault_err);
+	do {
+		ret = io_uring_wait_cqe(&io->ring, &cqe);
+	} while (ret == -EINTR);
+	if (ret < 0)
+		return ret;
+	return (int)reap_cqes(io);
+}
+
+#define SETTLE_TRIES   100   /* failed waits before polling instead */
+#define SETTLE_POLL_MS 60000 /* polling without a completion, at most */
+
+/*
+ * Reaps what the CQ ring holds without the wait syscall, 1 ms apart
+ * (the sleep lets the kernel run the completions' task work), until
+ * nothing is in flight or SETTLE_POLL_MS pass without a completion.
+ */
+static void poll_ring(io_ctx *io)
+{
+	const struct timespec ms = {0, 1000000};
+
+	for (unsigned idle = 0; io->inflight && idle < SETTLE_POLL_MS;) {
+		unsigned seen = reap_cqes(io);
+
+		idle = seen ? 0 : idle + 1;
+		if (!seen)
+			nanosleep(&ms, NULL);
+	}
+}
+
+/*
+ * After the ring failed with err: fails what was never sent, and waits
  * for what is in flight (sending again what a failed submit left in the
- * submission ring), so that every request has completed. If the ring
- * still fails, it is given up: the ctx is down for good. */
+ * submission ring), so that every request has completed and no buffer is
+ * left to the kernel. If the wait itself keeps failing, the completions
+ * are polled from the CQ ring instead, and the ctx is down for good. Only
+ * a kernel that completes nothing for SETTLE_POLL_MS leaves requests in
+ * flight (io_pending says so); their buffers must then not be reused.
+ */
 static void settle(io_ctx *io, int err)
 {
 	int tries = 0;
@@ -372,14 +420,20 @@ static void settle(io_ctx *io, int err)
 			break;
 		if (!io->inflight)
 			continue; /* a callback queued more */
+		if (tries >= SETTLE_TRIES) {
+			unsigned before = io->inflight;
+
+			poll_ring(io);
+			if (io->inflight && io->inflight == before)
+				break; /* nothing completes: given up */
+			continue;
+		}
 		if (io_uring_sq_ready(&io->ring))
 			(void)io_uring_submit(&io->ring);
-		if (reap_ring(io) < 0 && ++tries >= 100) {
-			io->down = -EIO; /* never up again */
-			return;
-		}
+		if (reap_ring(io) < 0)
+			tries++;
 	}
-	io->down = 0;
+	io->down = tries >= SETTLE_TRIES ? -EIO : 0; /* -EIO: never up again */
 }
 
 int io_wait(io_ctx *io, unsigned min)

@@ -115,6 +115,8 @@ int io_file_align(int fd, uint32_t *mem_align, uint32_t *off_align);
  * itself with err (the requests stay in flight). io_fault_clear() disarms; io_fault_fired() says
  * whether the armed fault has been used. */
 void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by);
+/* Every matching operation fails with err until io_fault_clear(). */
+void io_fault_set_sticky(int op, int err);
 void io_fault_clear(void);
 bool io_fault_fired(void);
 

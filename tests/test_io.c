@@ -451,6 +451,44 @@ static void test_fault_wait(void **state)
 	assert_memory_equal(f->buf, f->src, n * f->bs);
 }
 
+/*
+ * A wait for completions that keeps failing: io_wait still returns only
+ * once nothing is in flight (the completions are polled from the ring),
+ * the reads sent have their data, the others fail; the ring is down for
+ * good after that, even once the fault is gone.
+ */
+static void test_fault_wait_sticky(void **state)
+{
+	struct iofx *f = fx_open(state);
+	struct io_req reqs[NBLK];
+	size_t b, n = NBLK, sent = 0;
+
+	write_gen(f, 4, n);
+	memset(f->buf, 0, n * f->bs);
+	for (b = 0; b < n; b++) {
+		prep(f, &reqs[b], IO_READ, b, f->buf);
+		io_queue(f->io, &reqs[b]);
+	}
+	io_fault_set_sticky(IO_WAIT, EBADR);
+	assert_true(io_wait(f->io, (unsigned)n) < 0);
+	assert_true(io_fault_fired());
+	assert_int_equal(io_pending(f->io), 0);
+	for (b = 0; b < n; b++) {
+		assert_int_equal(f->done_calls[b], 1);
+		if (reqs[b].res >= 0) {
+			assert_int_equal(reqs[b].res, (int)f->bs);
+			assert_memory_equal(f->buf + b * f->bs,
+					    f->src + b * f->bs, f->bs);
+			sent++;
+		}
+	}
+	assert_true(sent >= 1);
+	io_fault_clear();
+	memset(f->done_calls, 0, sizeof(f->done_calls));
+	prep(f, &reqs[0], IO_READ, 0, f->buf);
+	assert_int_equal(io_run(f->io, reqs, 1), -EIO);
+}
+
 /* The count is of reads only, and runs across calls. */
 static void test_fault_counts_across_calls(void **state)
 {
@@ -662,6 +700,7 @@ int main(void)
 	    T(test_callback_queues_more),
 	    T(test_registered_region),
 	    T(test_fault_wait),
+	    T(test_fault_wait_sticky),
 	    T(test_fault_read_eio),
 	    T(test_fault_counts_across_calls),
 	    T(test_fault_write_enospc),
