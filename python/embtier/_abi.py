@@ -71,7 +71,7 @@ def _int_expr(expr, known):
     """Value of a constant integer expression: literals with C suffixes,
     names defined earlier, parentheses, + - * << >> | & ~."""
     expr = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b", r"\1", expr.strip())
-    names = re.findall(r"[A-Za-z_]\w*", expr)
+    names = re.findall(r"\b[A-Za-z_]\w*", expr)  # not the x of 0x1
     if any(n not in known for n in names):
         return None
     if not re.fullmatch(r"[\w\s()+\-*/<>|&~]*", expr) or "//" in expr:
@@ -257,6 +257,13 @@ FUNCTIONS = {
     "et_update": (_I, [_P, _I, _P, _Z, _P, _P]),
     "et_update_pooled": (_I, [_P, _I, _P, _P, _Z, _I, _P, _P]),
     "et_write_rows": (_I, [_P, _I, _P, _Z, _P]),
+    "et_write_rows_state": (_I, [_P, _I, _P, _Z, _P, _P]),
+    "et_checkpoint_read_dir": (_I, [ctypes.c_char_p, _P, _P, _P]),
+    "et_tfile_open": (_I, [ctypes.c_char_p, ctypes.c_uint, _P]),
+    "et_tfile_info": (_I, [_P, _P]),
+    "et_tfile_rows": (_I, [_P, ctypes.c_uint64, _P, _Z, _P]),
+    "et_tfile_read_rows": (_I, [_P, _P, _Z, _P, _P]),
+    "et_tfile_close": (None, [_P]),
     "et_flush": (_I, [_P]),
     "et_checkpoint": (_I, [_P, _P, _Z]),
     "et_checkpoint_read": (_I, [_P, _P, _P, _P]),

@@ -16,6 +16,7 @@ A Store, like the C handle, is used by one thread at a time.
 """
 
 import ctypes
+import os
 import errno as _errno
 
 import numpy as np
@@ -219,6 +220,73 @@ def _ptr(a):
 # ----------------------------------------------------------------- store
 
 
+def checkpoint_info(path):
+    """et_checkpoint_read_dir: the last checkpoint of the store directory
+    path, read without opening the store: a dict of et_checkpoint_info's
+    fields plus 'dense' (bytes)."""
+    ci = _abi.new("et_checkpoint_info")
+    dense = ctypes.c_void_p()
+    n = ctypes.c_size_t()
+    _check(lib.et_checkpoint_read_dir(os.fsencode(path), ctypes.byref(ci),
+                                      ctypes.byref(dense), ctypes.byref(n)),
+           "et_checkpoint_read_dir")
+    try:
+        data = ctypes.string_at(dense.value, n.value) if n.value else b""
+    finally:
+        _abi.libc_free(dense.value)
+    d = _abi.to_dict(ci)
+    d["dense"] = data
+    return d
+
+
+def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
+    """The rows of the table file at path with a stored value (written=True:
+    what training or a load wrote, as of the store's last commit; the other
+    rows are the initializer's), or every row of [start, stop) (written=
+    False), as (ids uint64 (n,), values float32 (n, dim), state float32
+    (n, state_floats)). A store's files may be read while it is closed, or
+    open in another process (its last commit shows)."""
+    tf = ctypes.c_void_p()
+    _check(lib.et_tfile_open(os.fsencode(path), CONSTS["ET_TFILE_RDONLY"],
+                             ctypes.byref(tf)), "et_tfile_open")
+    try:
+        info = _abi.new("et_table_info")
+        _check(lib.et_tfile_info(tf, ctypes.byref(info)), "et_tfile_info")
+        rows, dim, sf = info.rows, info.dim, info.state_floats
+        stop = rows if stop is None else min(int(stop), rows)
+        start = int(start)
+        if start < 0 or start > stop:
+            raise _einval("read_rows", f"range [{start}, {stop}) of "
+                          f"{rows} rows")
+        if written:
+            parts, buf, n = [], np.empty(chunk, np.uint64), ctypes.c_size_t()
+            frm = start
+            while frm < stop:
+                _check(lib.et_tfile_rows(tf, frm, _ptr(buf), chunk,
+                                         ctypes.byref(n)), "et_tfile_rows")
+                got = buf[:n.value]
+                got = got[got < stop]
+                if got.size:
+                    parts.append(got.copy())
+                if n.value < chunk or got.size < n.value:
+                    break
+                frm = int(got[-1]) + 1
+            ids = np.concatenate(parts) if parts else \
+                np.empty(0, np.uint64)
+        else:
+            ids = np.arange(start, stop, dtype=np.uint64)
+        vals = np.empty((ids.shape[0], dim), np.float32)
+        state = np.empty((ids.shape[0], sf), np.float32)
+        if ids.shape[0]:
+            _check(lib.et_tfile_read_rows(tf, _ptr(ids), ids.shape[0],
+                                          _ptr(vals),
+                                          _ptr(state) if sf else None),
+                   "et_tfile_read_rows")
+        return ids, vals, state
+    finally:
+        lib.et_tfile_close(tf)
+
+
 class Table:
     """A table of a store: id, name and its header fields (rows, dim,
     dtype...).  Store methods take a Table or its integer id."""
@@ -256,8 +324,8 @@ class Table:
         return self.store.update_pooled(self.id, ids, offsets, grads, lr,
                                         eps, mode)
 
-    def write_rows(self, ids, vals):
-        return self.store.write_rows(self.id, ids, vals)
+    def write_rows(self, ids, vals, state=None):
+        return self.store.write_rows(self.id, ids, vals, state)
 
 
 class Store:
@@ -430,13 +498,25 @@ class Store:
                                     self._update_params(lr, eps)),
                "et_update_pooled")
 
-    def write_rows(self, table, ids, vals):
-        """et_write_rows: overwrite the values (n x dim) of rows ids."""
+    def write_rows(self, table, ids, vals, state=None):
+        """et_write_rows: overwrite the values (n x dim) of rows ids; with
+        state (n x the table's state floats), et_write_rows_state: their
+        optimizer state too (as read_rows returns it)."""
         dim = self._dim(table, "et_write_rows")
         ids = as_ids(ids)
         vals = as_f32(vals, (ids.shape[0], dim), "et_write_rows")
-        _check(lib.et_write_rows(self.handle, int(table), _ptr(ids),
-                                 ids.shape[0], _ptr(vals)), "et_write_rows")
+        if state is None:
+            _check(lib.et_write_rows(self.handle, int(table), _ptr(ids),
+                                     ids.shape[0], _ptr(vals)),
+                   "et_write_rows")
+            return
+        sf = self.table_info(table)["state_floats"]
+        state = as_f32(state, (ids.shape[0], sf), "et_write_rows_state") \
+            if sf else np.zeros(1, np.float32)
+        _check(lib.et_write_rows_state(self.handle, int(table), _ptr(ids),
+                                       ids.shape[0], _ptr(vals),
+                                       _ptr(state)),
+               "et_write_rows_state")
 
     def prefetch(self, batch):
         """et_prefetch of the next batch: {table: ids} or [(table, ids)],
