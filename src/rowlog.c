@@ -69,14 +69,14 @@
 #define RL_DIRTY       0x80000000u
 #define RL_MAXREC      0x7fffffffu
 #define RL_READ_BATCH  256
-#define RL_READ_RECS   4096 /* records per batch of reads, at most */
-#define RL_READ_GAP                                                            \
-	(16u << 10)		  /* read over a gap this big, rather than
-				    * issue another read */
-#define RL_READ_SPAN (128u << 10) /* one read, at most */
-#define RL_ORDER_FRAC                                                          \
-	16 /* reads of 1/16 of the rows or more go in log
-			   * order */
+/* Reads of log records: at most RL_READ_RECS records a batch; records
+ * within RL_READ_GAP of the read before share it, up to RL_READ_SPAN a
+ * read; a read of 1/RL_ORDER_FRAC of the log's rows or more goes in log
+ * order. */
+#define RL_READ_RECS   4096
+#define RL_READ_GAP    (16u << 10)
+#define RL_READ_SPAN   (128u << 10)
+#define RL_ORDER_FRAC  16
 #define RL_CLEAN_CHUNK (1u << 20)
 #define RL_CLEAN_MAX   4 /* segments cleaned per append call, at most */
 
