@@ -180,7 +180,12 @@ ET_API int et_tfile_create(const char *path, const struct et_table_params *p,
 #define ET_TFILE_RDONLY 0x1u
 
 /* Opens an existing table file; the header and its checksum are verified and
- * the materialization map is rebuilt from the file's holes. */
+ * the materialization map is rebuilt from the file's holes. A store's file
+ * opens as of the store's last commit (ET_TFILE_RDONLY beside a live store
+ * too: a commit during the open is retried). Later commits of a live
+ * store are not seen, but can make reads of rows they moved fail their
+ * checksums or return a newer value: read a closed store for a
+ * consistent copy (etm_reshard checks that none came). */
 ET_API int et_tfile_open(const char *path, unsigned flags, et_tfile **out);
 
 /* Header fields and disk use. */

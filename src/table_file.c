@@ -583,20 +583,33 @@ static int dir_of(const char *path, char *dir, size_t cap)
 	return 0;
 }
 
-/* The row log, as of the commit the store's record names (none: nothing
- * committed, and the log is empty). */
+/*
+ * The row log, as of the commit the store's record names (none: nothing
+ * committed, and the log is empty). A reader beside a live store reads
+ * the record again once the log's index is loaded: if the store committed
+ * in between (a snapshot of its journal could then stand for a commit past
+ * the one read), it loads again.
+ */
 static int log_open(et_tfile *tf)
 {
-	struct ckpt_rec r;
+	struct ckpt_rec r, again;
 	char dir[4096];
 	int ret = dir_of(tf->path, dir, sizeof(dir));
 
-	if (!ret)
+	for (int tries = 0; !ret && tries < 16; tries++) {
 		ret = ckpt_read(dir, &r, NULL, NULL);
-	if (ret)
-		return ret;
-	return rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows, r.commit,
-			   tf->rdonly, &tf->log);
+		if (!ret)
+			ret = rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows,
+					  r.commit, tf->rdonly, &tf->log);
+		if (ret || !tf->rdonly)
+			return ret;
+		ret = ckpt_read(dir, &again, NULL, NULL);
+		if (!ret && again.commit == r.commit)
+			return 0;
+		rowlog_close(tf->log);
+		tf->log = NULL;
+	}
+	return ret ? ret : -EAGAIN; /* the store kept committing */
 }
 
 int et_tfile_open(const char *path, unsigned flags, et_tfile **out)

@@ -244,8 +244,9 @@ def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
     what training or a load wrote, as of the store's last commit; the other
     rows are the initializer's), or every row of [start, stop) (written=
     False), as (ids uint64 (n,), values float32 (n, dim), state float32
-    (n, state_floats)). A store's files may be read while it is closed, or
-    open in another process (its last commit shows)."""
+    (n, state_floats)). Best read while the store is closed: beside a live
+    store, the open sees its last commit, and a later commit can make the
+    reads fail their checksums or return a row's newer value."""
     tf = ctypes.c_void_p()
     _check(lib.et_tfile_open(os.fsencode(path), CONSTS["ET_TFILE_RDONLY"],
                              ctypes.byref(tf)), "et_tfile_open")
