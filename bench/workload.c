@@ -281,6 +281,15 @@ int wl_trace_open(struct wl_trace_reader *r, const char *path)
 	r->f = fopen(path, "rb");
 	if (!r->f)
 		return rd_fail(r, -errno, "%s", strerror(errno));
+	{
+		struct stat st;
+
+		if (fstat(fileno(r->f), &st)) {
+			ret = rd_fail(r, -errno, "%s", strerror(errno));
+			goto err;
+		}
+		r->size = (uint64_t)st.st_size;
+	}
 	ret = rd_exact(r, h, sizeof(h), "the header");
 	if (ret)
 		goto err;
@@ -383,6 +392,19 @@ int wl_trace_read(struct wl_trace_reader *r, struct wl_batch *b,
 				       (unsigned long long)r->batches, table,
 				       n);
 		prev = table;
+		/* the ids must be in the file before memory is taken for
+		 * them */
+		{
+			long at = ftell(r->f);
+
+			if (at < 0 || (uint64_t)n * 8 > r->size - (uint64_t)at)
+				return rd_fail(
+				    r, -EBADMSG,
+				    "batch %llu: truncated: table %u's "
+				    "%u ids run past the end of the "
+				    "file",
+				    (unsigned long long)r->batches, table, n);
+		}
 		ret = wl_batch_table(b, i, table, n, pooling);
 		if (ret)
 			return rd_fail(r, ret, "out of memory");

@@ -119,6 +119,7 @@ struct wl_trace_reader {
 	uint64_t *rows;	   /* ntables: logical rows of each (0: unused) */
 	uint64_t batches;  /* read so far */
 	long data_off;	   /* first batch */
+	uint64_t size;	   /* of the file: no record may ask for more */
 	char err[200];	   /* what went wrong, for the caller to print */
 };
 
