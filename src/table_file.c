@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,9 @@ struct et_tfile {
 	struct rowlog *log; /* rows written by a store (PATH.log) */
 	uint64_t *lrows;    /* et_tfile_rows: the log's rows, sorted */
 	size_t nlrows;
+	unsigned char *rraw; /* et_tfile_read_rows: raw rows, kept for the
+			      * next call (the largest call's size) */
+	size_t rraw_bytes;
 	bool log_writes; /* row writes go to the log (a store's file) */
 	struct tf_stats st;
 };
@@ -352,6 +356,7 @@ static void tf_free(et_tfile *tf)
 {
 	rowlog_close(tf->log);
 	free(tf->lrows);
+	mem_free(tf->rraw, tf->rraw_bytes, 0);
 	if (tf->fd >= 0)
 		close(tf->fd);
 	for (size_t i = 0; i < tf->ntorn; i++)
@@ -584,27 +589,115 @@ static int dir_of(const char *path, char *dir, size_t cap)
 }
 
 /*
+ * The commit a store directory's record names. The record holds the
+ * store's dense state too (a trainer's can be tens of MiB), and reading it
+ * is checking all of it; opening the tables of one directory one after
+ * another would check it once a table. So each version of a record,
+ * known by its file's identity (inode, size, change times; a commit
+ * renames a new file in), is checked once and its commit remembered.
+ * *id receives that identity (all zero: no record).
+ */
+struct rec_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtim, ctim;
+};
+
+static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	struct rec_id id;
+	uint64_t commit;
+} rec_cache[16];
+static unsigned rec_next;
+
+static int rec_identity(const char *dir, struct rec_id *id)
+{
+	char p[4200];
+	struct stat st;
+
+	memset(id, 0, sizeof(*id));
+	if ((size_t)snprintf(p, sizeof(p), "%s/CHECKPOINT", dir) >= sizeof(p))
+		return -ENAMETOOLONG;
+	if (stat(p, &st))
+		return errno == ENOENT ? 0 : -errno;
+	id->dev = st.st_dev;
+	id->ino = st.st_ino;
+	id->size = st.st_size;
+	id->mtim = st.st_mtim;
+	id->ctim = st.st_ctim;
+	return 0;
+}
+
+static bool rec_same(const struct rec_id *a, const struct rec_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtim.tv_sec == b->mtim.tv_sec &&
+	       a->mtim.tv_nsec == b->mtim.tv_nsec &&
+	       a->ctim.tv_sec == b->ctim.tv_sec &&
+	       a->ctim.tv_nsec == b->ctim.tv_nsec;
+}
+
+static int dir_commit(const char *dir, uint64_t *commit, struct rec_id *id)
+{
+	struct ckpt_rec r;
+	struct rec_id after;
+	int ret = rec_identity(dir, id);
+
+	*commit = 0;
+	if (ret || !id->ino)
+		return ret; /* no record: nothing committed */
+	pthread_mutex_lock(&rec_mu);
+	for (unsigned i = 0; i < sizeof(rec_cache) / sizeof(rec_cache[0]); i++)
+		if (rec_cache[i].id.ino && rec_same(&rec_cache[i].id, id)) {
+			*commit = rec_cache[i].commit;
+			pthread_mutex_unlock(&rec_mu);
+			return 0;
+		}
+	pthread_mutex_unlock(&rec_mu);
+	ret = ckpt_read(dir, &r, NULL, NULL);
+	if (!ret)
+		ret = rec_identity(dir, &after);
+	if (ret)
+		return ret;
+	*commit = r.commit;
+	if (!rec_same(&after, id)) { /* replaced while read: the caller
+				       * sees the identity move and retries */
+		*id = after;
+		memset(&id->mtim, 0xff, sizeof(id->mtim));
+		return 0;
+	}
+	pthread_mutex_lock(&rec_mu);
+	rec_cache[rec_next].id = *id;
+	rec_cache[rec_next].commit = r.commit;
+	rec_next = (rec_next + 1) % (sizeof(rec_cache) / sizeof(rec_cache[0]));
+	pthread_mutex_unlock(&rec_mu);
+	return 0;
+}
+
+/*
  * The row log, as of the commit the store's record names (none: nothing
- * committed, and the log is empty). A reader beside a live store reads
+ * committed, and the log is empty). A reader beside a live store looks at
  * the record again once the log's index is loaded: if the store committed
  * in between (a snapshot of its journal could then stand for a commit past
  * the one read), it loads again.
  */
 static int log_open(et_tfile *tf)
 {
-	struct ckpt_rec r, again;
+	struct rec_id id, again;
+	uint64_t commit;
 	char dir[4096];
 	int ret = dir_of(tf->path, dir, sizeof(dir));
 
 	for (int tries = 0; !ret && tries < 16; tries++) {
-		ret = ckpt_read(dir, &r, NULL, NULL);
+		ret = dir_commit(dir, &commit, &id);
 		if (!ret)
 			ret = rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows,
-					  r.commit, tf->rdonly, &tf->log);
+					  commit, tf->rdonly, &tf->log);
 		if (ret || !tf->rdonly)
 			return ret;
-		ret = ckpt_read(dir, &again, NULL, NULL);
-		if (!ret && again.commit == r.commit)
+		ret = rec_identity(dir, &again);
+		if (!ret && rec_same(&again, &id))
 			return 0;
 		rowlog_close(tf->log);
 		tf->log = NULL;
@@ -729,7 +822,7 @@ int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows, size_t max,
 {
 	const struct tf_geom *g;
 	size_t lo, hi, k = 0;
-	uint64_t r;
+	uint64_t r, b;
 
 	err_clear();
 	if (!tf || !n || (!rows && max))
@@ -760,15 +853,22 @@ int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows, size_t max,
 		else
 			hi = mid;
 	}
+	/* b: the first written block at or after r's (UINT64_MAX: none; a
+	 * huge lazy table's map is searched once, not once a row) */
+	b = from < g->rows
+		? map_next(&tf->map, from / g->rows_per_block, g->blocks)
+		: UINT64_MAX;
 	for (r = from; k < max && r < g->rows;) {
-		uint64_t b =
-		    map_next(&tf->map, r / g->rows_per_block, g->blocks);
-		uint64_t rb = b == UINT64_MAX ? UINT64_MAX
-			      : b * g->rows_per_block > r
-				  ? b * g->rows_per_block
-				  : r;
-		uint64_t rl = lo < tf->nlrows ? tf->lrows[lo] : UINT64_MAX;
-		uint64_t next = rb < rl ? rb : rl;
+		uint64_t rb, rl, next;
+
+		if (b != UINT64_MAX && b < r / g->rows_per_block)
+			b = map_next(&tf->map, r / g->rows_per_block,
+				     g->blocks);
+		rb = b == UINT64_MAX		 ? UINT64_MAX
+		     : b * g->rows_per_block > r ? b * g->rows_per_block
+						 : r;
+		rl = lo < tf->nlrows ? tf->lrows[lo] : UINT64_MAX;
+		next = rb < rl ? rb : rl;
 
 		if (next >= g->rows)
 			break;
@@ -1508,9 +1608,15 @@ int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
 			       : !rows ? "rows"
 				       : "out");
 	g = &tf->g;
-	raw = mem_alloc(n * g->row_bytes, 0);
-	if (!raw)
-		return -ENOMEM;
+	if (n * g->row_bytes > tf->rraw_bytes) {
+		mem_free(tf->rraw, tf->rraw_bytes, 0);
+		tf->rraw_bytes = 0;
+		tf->rraw = mem_alloc(n * g->row_bytes, 0);
+		if (!tf->rraw)
+			return -ENOMEM;
+		tf->rraw_bytes = n * g->row_bytes;
+	}
+	raw = tf->rraw;
 	ret = tf_read_rows_raw(tf, rows, n, raw);
 	if (!ret) {
 		for (size_t i = 0; i < n; i++) {
@@ -1522,7 +1628,6 @@ int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
 				       r + g->value_bytes, g->state_floats * 4);
 		}
 	}
-	mem_free(raw, n * g->row_bytes, 0);
 	return ret;
 }
 

@@ -52,7 +52,12 @@ struct rs {
 	int n;
 	int *owner;	  /* new table-wise owners */
 	uint64_t *commit; /* [old]: each shard's commit, where checked */
-	uint8_t *holds;	  /* [n x old]: shard r has table t's file */
+	/* copy buffers, grown as tables need and kept (fresh pages cost a
+	 * fault each) */
+	uint64_t *ids;
+	float *vals, *state;
+	size_t ids_cap, vals_cap, state_cap; /* elements */
+	uint8_t *holds; /* [n x old]: shard r has table t's file */
 	char msg[MSG_BYTES];
 };
 
@@ -382,6 +387,21 @@ static int check_tables(struct rs *x)
 	return ret;
 }
 
+/* Makes *p hold n elements of size sz at least. */
+static int grow(void **p, size_t *cap, size_t n, size_t sz)
+{
+	void *q;
+
+	if (n <= *cap)
+		return 0;
+	q = realloc(*p, n * sz);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
 /* Copies the rows of table t that old shard r holds and this rank will
  * own into table lt of store s. */
 static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
@@ -390,8 +410,8 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 	uint64_t lo, hi, a, b, from;
 	struct et_table_info in;
 	et_tfile *tf = NULL;
-	uint64_t *ids = NULL;
-	float *vals = NULL, *state = NULL;
+	uint64_t *ids;
+	float *vals, *state;
 	size_t chunk, k;
 	int ret;
 
@@ -408,14 +428,18 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 		goto out;
 	chunk = CHUNK_BYTES / ((size_t)in.dim * 4 + in.state_floats * 4);
 	chunk = chunk < 1 ? 1 : chunk > 65536 ? 65536 : chunk;
-	ids = malloc(chunk * sizeof(*ids));
-	vals = malloc(chunk * in.dim * sizeof(*vals));
-	state = malloc(chunk * (in.state_floats ? in.state_floats : 1) *
-		       sizeof(*state));
-	if (!ids || !vals || !state) {
+	if (grow((void **)&x->ids, &x->ids_cap, chunk, sizeof(*x->ids)) ||
+	    grow((void **)&x->vals, &x->vals_cap, chunk * in.dim,
+		 sizeof(*x->vals)) ||
+	    grow((void **)&x->state, &x->state_cap,
+		 chunk * (in.state_floats ? in.state_floats : 1),
+		 sizeof(*x->state))) {
 		ret = -ENOMEM;
 		goto out;
 	}
+	ids = x->ids;
+	vals = x->vals;
+	state = x->state;
 	for (;;) {
 		ret = et_tfile_rows(tf, from, ids, chunk, &k);
 		if (ret)
@@ -446,9 +470,6 @@ out:
 		snprintf(x->msg, sizeof(x->msg),
 			 "copying table %s from rank %d of %s: %s",
 			 x->spec[t].name, r, x->src, et_strerror(ret));
-	free(ids);
-	free(vals);
-	free(state);
 	et_tfile_close(tf);
 	return ret;
 }
@@ -625,5 +646,8 @@ out:
 	free(x.owner);
 	free(x.holds);
 	free(x.commit);
+	free(x.ids);
+	free(x.vals);
+	free(x.state);
 	return ret;
 }
