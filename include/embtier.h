@@ -194,7 +194,8 @@ ET_API int et_tfile_info(et_tfile *tf, struct et_table_info *info);
 /* Reads n rows (duplicates allowed, any order) into out, n x dim f32. If
  * state is non-NULL it receives n x state_floats optimizer state. Every block
  * read is checksum-verified; unwritten rows come from the initializer without
- * I/O. */
+ * I/O. The file keeps a scratch of the largest call's rows as stored
+ * (row_bytes each) until it is closed. */
 ET_API int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n,
 			      float *out, float *state);
 
