@@ -594,8 +594,10 @@ static int dir_of(const char *path, char *dir, size_t cap)
  * is checking all of it; opening the tables of one directory one after
  * another would check it once a table. So each version of a record,
  * known by its file's identity (inode, size, change times; a commit
- * renames a new file in), is checked once and its commit remembered.
- * *id receives that identity (all zero: no record).
+ * renames a new file in), is checked once and its commit remembered, for
+ * read-only opens (tools, a reshard); a writable open (a store's own)
+ * always reads the record. *id receives that identity (all zero: no
+ * record).
  */
 struct rec_id {
 	dev_t dev;
@@ -638,7 +640,8 @@ static bool rec_same(const struct rec_id *a, const struct rec_id *b)
 	       a->ctim.tv_nsec == b->ctim.tv_nsec;
 }
 
-static int dir_commit(const char *dir, uint64_t *commit, struct rec_id *id)
+static int dir_commit(const char *dir, bool cached, uint64_t *commit,
+		      struct rec_id *id)
 {
 	struct ckpt_rec r;
 	struct rec_id after;
@@ -647,6 +650,11 @@ static int dir_commit(const char *dir, uint64_t *commit, struct rec_id *id)
 	*commit = 0;
 	if (ret || !id->ino)
 		return ret; /* no record: nothing committed */
+	if (!cached) {	    /* a store's own open: always the record itself */
+		ret = ckpt_read(dir, &r, NULL, NULL);
+		*commit = r.commit;
+		return ret;
+	}
 	pthread_mutex_lock(&rec_mu);
 	for (unsigned i = 0; i < sizeof(rec_cache) / sizeof(rec_cache[0]); i++)
 		if (rec_cache[i].id.ino && rec_same(&rec_cache[i].id, id)) {
@@ -690,7 +698,7 @@ static int log_open(et_tfile *tf)
 	int ret = dir_of(tf->path, dir, sizeof(dir));
 
 	for (int tries = 0; !ret && tries < 16; tries++) {
-		ret = dir_commit(dir, &commit, &id);
+		ret = dir_commit(dir, tf->rdonly, &commit, &id);
 		if (!ret)
 			ret = rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows,
 					  commit, tf->rdonly, &tf->log);
