@@ -831,7 +831,7 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	return ret;
 }
 
-static int cmp_ord(const void *a, const void *b)
+static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
@@ -866,7 +866,7 @@ static int read_order(struct rowlog *l, struct rl_read *r)
 		l->ord[i] =
 		    (uint64_t)(l->vals[e] & RL_MAXREC) << 32 | r->idx[i];
 	}
-	qsort(l->ord, r->n, sizeof(*l->ord), cmp_ord);
+	qsort(l->ord, r->n, sizeof(*l->ord), cmp_u64);
 	r->ord = l->ord;
 	return 0;
 }
@@ -1511,13 +1511,6 @@ void rowlog_close(struct rowlog *l)
 	mem_free(l->pidx, l->plen, 0);
 	mem_free(l->pnew, l->plen, 0);
 	mem_free(l, sizeof(*l), 0);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n)

@@ -847,25 +847,11 @@ int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 
 int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
 {
-	struct ckpt_rec r;
-	size_t len = 0;
-	void *dense = NULL;
-	int ret;
-
 	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
 	if (!s || !ci)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "ci");
-	memset(ci, 0, sizeof(*ci));
-	ret = ckpt_read(s->dir, &r, &dense, &len);
-	free(dense);
-	if (ret)
-		return ret;
-	ci->id = r.id;
-	ci->commit = r.commit;
-	ci->dense_len = len;
-	ci->tables_moved = (r.flags & CKPT_MOVED) != 0;
-	return 0;
+	return et_checkpoint_read_dir(s->dir, ci, NULL, NULL);
 }
 
 int et_checkpoint_read_dir(const char *dir, struct et_checkpoint_info *ci,
