@@ -78,7 +78,19 @@ enum {
 				* the table's rows */
 	ET_EFAILED = -30913,   /* an earlier I/O failure left writes refused */
 	ET_ESHORTIO = -30914,  /* the device moved fewer bytes than asked */
-	ET_ERR_LAST = -30914,
+	ET_ERECORD = -30915,   /* the store's commit record (CHECKPOINT) is
+				* damaged: bad magic, truncated, or failing
+				* its checksum */
+	ET_EJOURNAL = -30916,  /* a table's journal (.et.idx) contradicts the
+				* commit record: damaged or missing bytes the
+				* record says were committed */
+	ET_EMISSING = -30917,  /* a file the commit record needs is missing:
+				* CHECKPOINT beside committed journals, or a
+				* table's .et, .et.idx or .et.log */
+	ET_ELOCKED = -30918,   /* the store directory, or the table file, is
+				* open for writing elsewhere (another
+				* et_store_open, here or in another process) */
+	ET_ERR_LAST = -30918,
 };
 
 /* A message for any code this library returns (ours or a negated errno).

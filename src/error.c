@@ -78,6 +78,16 @@ const char *et_strerror(int err)
 	case ET_ESHORTIO:
 		return "short read or write: the device moved fewer bytes than "
 		       "asked";
+	case ET_ERECORD:
+		return "the store's commit record (CHECKPOINT) is damaged";
+	case ET_EJOURNAL:
+		return "a table's journal is damaged inside what the commit "
+		       "record says was committed";
+	case ET_EMISSING:
+		return "a file the store's commit record needs is missing";
+	case ET_ELOCKED:
+		return "the store directory or table file is already open for "
+		       "writing";
 	}
 	if (err < 0 && err > -4096) {
 		s = strerrordesc_np(-err);

@@ -121,7 +121,8 @@ static void fx_open(struct fx *f, const struct et_store_config *c)
 static const int codes[] = {
     ET_EMAGIC,	  ET_EVERSION,	ET_EHDRSUM,  ET_EHEADER,  ET_ETRUNC,
     ET_EBLOCKSUM, ET_EROWRANGE, ET_ENOTABLE, ET_ECONFIG,  ET_EURING,
-    ET_EMISMATCH, ET_ECAPACITY, ET_EFAILED,  ET_ESHORTIO,
+    ET_EMISMATCH, ET_ECAPACITY, ET_EFAILED,  ET_ESHORTIO, ET_ERECORD,
+    ET_EJOURNAL,  ET_EMISSING,  ET_ELOCKED,
 };
 
 /* Every code is listed above once, they fill [ET_ERR_LAST, ET_ERR_BASE)
