@@ -23,26 +23,21 @@
  * needs it (live and live_c both 0) and it is not the head: only then is it
  * reused or punched, so a crash can always go back to the commit.
  *
- * PATH.idx, the journal, is a sequence of batches, one per commit:
+ * A record's checksum is bound to its row and, in logs whose journal is of
+ * version 2, to its place: its recno and the generation of its segment (a
+ * number given to a segment each time it becomes the head). So a record
+ * read for another row, a write that landed elsewhere, or one that never
+ * landed (the segment's previous record at that place) all fail.
  *
- *   header  32: "ETIDXH01", u64 commit, u64 entries, u64 0
- *   entries 16 each: u64 row, u32 recno, u32 0
- *   trailer 40: "ETIDXT01", u32 head segment, u32 head slot, u32 flags
- *               (1: snapshot, forget every batch before), u32 rec_bytes,
- *               u32 seg_bytes, u32 0, u64 XXH3 of header, entries and the
- *               first 32 bytes of the trailer
- *
- * At open the batches are replayed in order up to the store's commit; the
- * first one past it, or the first torn one, ends the journal (cut off when
- * writable). When the journal outgrows twice the index, a commit writes a
- * snapshot to PATH.idx.new instead, renamed over PATH.idx once the store's
- * record is durable (an open finishes or discards a rename a crash
- * interrupted, by the snapshot's commit).
+ * PATH.idx, the journal of the index, and how an open proves what is
+ * committed in it: journal.h.
  *
  * The cleaner: when the segments in use (less those only the last commit
  * still needs) exceed max_amp times the live record bytes, plus two
  * segments, it moves the live records of the segment with the fewest, a
- * few segments per append call.
+ * few segments per append call. A live record that fails its check is
+ * left where it is (its reads fail, naming it) and its segment is not
+ * cleaned again; the other rows go on.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +50,8 @@
 
 #include "embtier.h"
 #include "endian.h"
+#include "error.h"
+#include "fileio.h"
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
@@ -63,9 +60,6 @@
 #define RL_SEG_DEFAULT (8u << 20)
 #define RL_ABUF	       (1u << 20) /* the append buffer's window, default */
 #define RL_REC_HDR     16
-#define RL_JHDR	       32
-#define RL_JENT	       16
-#define RL_JTRL	       40
 #define RL_DIRTY       0x80000000u
 #define RL_MAXREC      0x7fffffffu
 #define RL_READ_BATCH  256
@@ -83,6 +77,13 @@
 enum { W_FREE = 0, W_BUSY = 1, W_FAILED = 2 };
 
 static double rl_max_amp = 1.3;
+static uint64_t rl_snap_min = 64u << 20;
+
+void rowlog_set_snapshot_min(uint64_t bytes)
+{
+	rl_snap_min = bytes ? bytes : 64u << 20;
+}
+
 static uint32_t rl_seg_bytes = RL_SEG_DEFAULT;
 static uint32_t rl_abuf_bytes = RL_ABUF;
 
@@ -119,7 +120,11 @@ struct rowlog {
 	uint64_t cap, count;
 	/* segments */
 	uint32_t *live, *live_c;
+	uint32_t *gen; /* each segment's generation (version 2) */
 	uint8_t *punched;
+	uint8_t *bad; /* holds a damaged live record: not cleaned */
+	uint32_t gen_next;
+	int ver; /* of the journal and its records: 1 or 2 */
 	uint32_t nsegs, segcap;
 	bool head_ok;
 	uint32_t hseg, hslot;
@@ -138,14 +143,20 @@ struct rowlog {
 	/* rows changed since the last commit */
 	uint64_t *chg;
 	size_t nchg, chgcap;
-	uint64_t jbytes; /* journal length */
-	bool snap;	 /* PATH.idx.new awaits the record */
+	struct jr_tail jt; /* the journal's committed tail */
+	/* a snapshot in PATH.idx.new: written for snap_commit and awaiting
+	 * its record, or named by a record and awaiting its rename */
+	enum { SNAP_NONE, SNAP_PREPARED, SNAP_COMMITTED } snap;
+	uint64_t snap_commit;
+	struct jr_tail snap_t;
+	uint64_t fill_at; /* a batch being written: next index slot */
 	/* read and clean staging */
 	char *rbuf;
 	size_t rbuf_bytes;
 	struct io_req *rreq;
 	uint32_t *rat;	/* [RL_READ_RECS] each record read: index in dst */
 	uint32_t *rrel; /* and its offset in rbuf */
+	uint32_t *rrec; /* and its recno */
 	uint64_t *ord;	/* a read's records in log order */
 	size_t ordcap;
 	struct rowlog_stats st;
@@ -236,9 +247,9 @@ static uint64_t idx_put(uint64_t *keys, uint32_t *vals, uint64_t cap,
 	return idx_put_at(keys, vals, cap, idx_home(cap, key - 1), 0, key, val);
 }
 
-static int idx_grow(struct rowlog *l)
+static int idx_resize(struct rowlog *l, uint64_t ncap)
 {
-	uint64_t ncap = l->cap ? l->cap + l->cap / 2 : IDX_MIN, ocap = l->cap;
+	uint64_t ocap = l->cap;
 	uint64_t *ok = l->keys, *nk;
 	uint32_t *ov = l->vals, *nv;
 
@@ -258,6 +269,25 @@ static int idx_grow(struct rowlog *l)
 	mem_free(ok, ocap * sizeof(*ok), 0);
 	mem_free(ov, ocap * sizeof(*ov), 0);
 	return 0;
+}
+
+static int idx_grow(struct rowlog *l)
+{
+	return idx_resize(l, l->cap ? l->cap + l->cap / 2 : IDX_MIN);
+}
+
+/* Room for want rows at a load of 3/4, made at once: a replay that knows
+ * how many rows a batch brings sizes the index for them first, so that it
+ * never inserts into a table too small for what is coming (a snapshot
+ * arrives in hash order, which would pile every row into one cluster of a
+ * small table). */
+static int idx_reserve(struct rowlog *l, uint64_t want)
+{
+	uint64_t ncap = want + want / 3 + 1;
+
+	if ((double)want <= IDX_LOAD * (double)l->cap)
+		return 0;
+	return idx_resize(l, ncap > IDX_MIN ? ncap : IDX_MIN);
 }
 
 /* The slot of row, inserted (value 0, not counted live) if new. An insert
@@ -307,11 +337,22 @@ static void idx_clear(struct rowlog *l)
 
 /* ------------------------------------------------------------- segments */
 
+static void segs_free(struct rowlog *l)
+{
+	mem_free(l->live, l->segcap * sizeof(*l->live), 0);
+	mem_free(l->live_c, l->segcap * sizeof(*l->live_c), 0);
+	mem_free(l->gen, l->segcap * sizeof(*l->gen), 0);
+	mem_free(l->punched, l->segcap, 0);
+	mem_free(l->bad, l->segcap, 0);
+	l->live = l->live_c = l->gen = NULL;
+	l->punched = l->bad = NULL;
+}
+
 static int segs_reserve(struct rowlog *l, uint32_t n)
 {
 	uint32_t cap = l->segcap ? l->segcap : 16;
-	uint32_t *nl, *nc;
-	uint8_t *np;
+	uint32_t *nl, *nc, *ng;
+	uint8_t *np, *nb;
 
 	if (n <= l->segcap)
 		return 0;
@@ -319,24 +360,30 @@ static int segs_reserve(struct rowlog *l, uint32_t n)
 		cap *= 2;
 	nl = mem_alloc(cap * sizeof(*nl), 0);
 	nc = mem_alloc(cap * sizeof(*nc), 0);
+	ng = mem_alloc(cap * sizeof(*ng), 0);
 	np = mem_alloc(cap, 0);
-	if (!nl || !nc || !np) {
+	nb = mem_alloc(cap, 0);
+	if (!nl || !nc || !ng || !np || !nb) {
 		mem_free(nl, cap * sizeof(*nl), 0);
 		mem_free(nc, cap * sizeof(*nc), 0);
+		mem_free(ng, cap * sizeof(*ng), 0);
 		mem_free(np, cap, 0);
+		mem_free(nb, cap, 0);
 		return -ENOMEM;
 	}
 	if (l->segcap) {
 		memcpy(nl, l->live, l->segcap * sizeof(*nl));
 		memcpy(nc, l->live_c, l->segcap * sizeof(*nc));
+		memcpy(ng, l->gen, l->segcap * sizeof(*ng));
 		memcpy(np, l->punched, l->segcap);
-		mem_free(l->live, l->segcap * sizeof(*nl), 0);
-		mem_free(l->live_c, l->segcap * sizeof(*nc), 0);
-		mem_free(l->punched, l->segcap, 0);
+		memcpy(nb, l->bad, l->segcap);
 	}
+	segs_free(l);
 	l->live = nl;
 	l->live_c = nc;
+	l->gen = ng;
 	l->punched = np;
+	l->bad = nb;
 	l->segcap = cap;
 	return 0;
 }
@@ -344,6 +391,21 @@ static int segs_reserve(struct rowlog *l, uint32_t n)
 static bool seg_free(const struct rowlog *l, uint32_t s)
 {
 	return !l->live[s] && !l->live_c[s] && !(l->head_ok && s == l->hseg);
+}
+
+/* The key a record's checksum is bound to: its row and, from version 2,
+ * its recno and its segment's generation. */
+static uint64_t rec_key(const struct rowlog *l, uint64_t row, uint32_t recno)
+{
+	if (l->ver < 2)
+		return row;
+	return row ^ hash_mix((uint64_t)l->gen[recno / l->rps] << 32 | recno);
+}
+
+static uint64_t rec_sum(const struct rowlog *l, const void *p, uint64_t row,
+			uint32_t recno)
+{
+	return hash_bytes_key(p, l->row_bytes, rec_key(l, row, recno));
 }
 
 static uint64_t rec_off(const struct rowlog *l, uint32_t recno)
@@ -417,14 +479,16 @@ static int staging(struct rowlog *l)
 	l->rreq = mem_alloc(RL_READ_BATCH * sizeof(*l->rreq), 0);
 	l->rat = mem_alloc(RL_READ_RECS * sizeof(*l->rat), 0);
 	l->rrel = mem_alloc(RL_READ_RECS * sizeof(*l->rrel), 0);
-	if (!l->rbuf || !l->rreq || !l->rat || !l->rrel) {
+	l->rrec = mem_alloc(RL_READ_RECS * sizeof(*l->rrec), 0);
+	if (!l->rbuf || !l->rreq || !l->rat || !l->rrel || !l->rrec) {
 		mem_free(l->rbuf, want, l->mem_align);
 		mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
 		mem_free(l->rat, RL_READ_RECS * sizeof(*l->rat), 0);
 		mem_free(l->rrel, RL_READ_RECS * sizeof(*l->rrel), 0);
+		mem_free(l->rrec, RL_READ_RECS * sizeof(*l->rrec), 0);
 		l->rbuf = NULL;
 		l->rreq = NULL;
-		l->rat = l->rrel = NULL;
+		l->rat = l->rrel = l->rrec = NULL;
 		return -ENOMEM;
 	}
 	l->rbuf_bytes = want;
@@ -574,10 +638,14 @@ static int new_head(struct rowlog *l)
 		l->live[s] = l->live_c[s] = 0;
 		l->punched[s] = 1;
 	}
+	if (l->gen_next == UINT32_MAX)
+		return -ENOSPC; /* generations of this log used up */
 	ret = prealloc(l, (uint64_t)s * l->seg_bytes);
 	if (ret)
 		return ret;
 	l->punched[s] = 0;
+	l->bad[s] = 0;
+	l->gen[s] = l->gen_next++;
 	l->hseg = s;
 	l->hslot = 0;
 	l->head_ok = true;
@@ -647,7 +715,7 @@ static int append_one(struct rowlog *l, io_ctx *io, uint64_t row,
 		return ret;
 	recno = l->hseg * l->rps + l->hslot;
 	put64(h, row);
-	put64(h + 8, hash_bytes_key(src, l->row_bytes, row));
+	put64(h + 8, rec_sum(l, src, row, recno));
 	memcpy(l->abuf + (off - l->wb_off), h, RL_REC_HDR);
 	memcpy(l->abuf + (off - l->wb_off) + RL_REC_HDR, src, l->row_bytes);
 	old = l->vals[slot];
@@ -679,7 +747,7 @@ static bool needs_cleaning(const struct rowlog *l)
 	uint64_t used = 0;
 
 	for (uint32_t s = 0; s < l->nsegs; s++)
-		if (l->live[s] || (l->head_ok && s == l->hseg))
+		if ((l->live[s] && !l->bad[s]) || (l->head_ok && s == l->hseg))
 			used++;
 	return (double)used * l->seg_bytes >
 	       rl_max_amp * (double)l->count * l->rec_bytes +
@@ -691,7 +759,7 @@ static int64_t pick_victim(const struct rowlog *l)
 	int64_t best = -1;
 
 	for (uint32_t s = 0; s < l->nsegs; s++) {
-		if (!l->live[s] || (l->head_ok && s == l->hseg))
+		if (!l->live[s] || l->bad[s] || (l->head_ok && s == l->hseg))
 			continue;
 		/* fewest live first; at equal, one the commit does not need
 		 * (it is free at once) */
@@ -704,6 +772,21 @@ static int64_t pick_victim(const struct rowlog *l)
 	if (best >= 0 && (uint64_t)l->live[best] * 10 > (uint64_t)l->rps * 9)
 		return -1;
 	return best;
+}
+
+/*
+ * After a pass over segment s, index entries still in it are records the
+ * pass could not move: damaged (checksum or row id). They stay where they
+ * are, so that reading them fails and names them, rather than reading as
+ * an older value; the segment is left alone from now on (a rewrite of
+ * those rows frees it). Found by a walk of the index: rare.
+ */
+static void quarantine(struct rowlog *l, uint32_t s)
+{
+	for (uint64_t i = 0; i < l->cap; i++)
+		if (l->keys[i] && (l->vals[i] & RL_MAXREC) / l->rps == s)
+			l->st.bad_records++;
+	l->bad[s] = 1;
 }
 
 static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
@@ -742,11 +825,9 @@ static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
 			k = idx_find(l, row);
 			if (k < 0 || (l->vals[k] & RL_MAXREC) != recno)
 				continue;
-			if (hash_bytes_key(r + RL_REC_HDR, l->row_bytes, row) !=
-			    get64(r + 8)) {
-				ret = ET_EBLOCKSUM;
-				break;
-			}
+			if (rec_sum(l, r + RL_REC_HDR, row, recno) !=
+			    get64(r + 8))
+				continue; /* damaged: quarantined below */
 			memcpy(tmp, r + RL_REC_HDR, l->row_bytes);
 			ret = append_one(l, io, row, tmp);
 			if (!ret)
@@ -754,6 +835,8 @@ static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
 		}
 	}
 	mem_free(tmp, l->row_bytes, 0);
+	if (!ret && l->live[s])
+		quarantine(l, s);
 	if (!ret)
 		l->st.segs_cleaned++;
 	return ret;
@@ -949,6 +1032,7 @@ int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
 			l->rrel[nrec] = (uint32_t)(used + (off - lo));
 			used += hi - lo;
 		}
+		l->rrec[nrec] = recno;
 		l->rat[nrec++] = at;
 	}
 	r->nrec = nrec;
@@ -975,10 +1059,14 @@ int rowlog_read_check(struct rowlog *l, struct rl_read *r)
 		const unsigned char *rec =
 		    (unsigned char *)l->rbuf + l->rrel[k];
 
-		if (get64(rec) != row ||
-		    hash_bytes_key(rec + RL_REC_HDR, l->row_bytes, row) !=
-			get64(rec + 8))
-			return ET_EBLOCKSUM;
+		if (get64(rec) != row || rec_sum(l, rec + RL_REC_HDR, row,
+						 l->rrec[k]) != get64(rec + 8))
+			return err_set(
+			    ET_EBLOCKSUM,
+			    "%s: the record of row %llu (record "
+			    "%u, byte %llu) is damaged",
+			    l->plog, (unsigned long long)row, l->rrec[k],
+			    (unsigned long long)rec_off(l, l->rrec[k]));
 		memcpy((char *)r->dst + (size_t)l->rat[k] * l->row_bytes,
 		       rec + RL_REC_HDR, l->row_bytes);
 	}
@@ -1071,108 +1159,144 @@ int rowlog_sync(struct rowlog *l, io_ctx *io)
 
 /* ------------------------------------------------------------- journal */
 
-static int journal_batch(struct rowlog *l, io_ctx *io, uint64_t commit,
-			 bool snapshot)
+/* Entries of the batch being written: the rows changed since the last
+ * commit, in the order they first changed. */
+static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
-	uint64_t n = snapshot ? l->count : 0, len;
-	unsigned char *buf, *p;
-	int fd, ret;
+	struct rowlog *l = arg;
 
-	if (!snapshot)
-		for (size_t i = 0; i < l->nchg; i++)
-			n++;
-	len = RL_JHDR + n * RL_JENT + RL_JTRL;
-	buf = mem_alloc(len, 0);
-	if (!buf)
-		return -ENOMEM;
-	memcpy(buf, "ETIDXH01", 8);
-	put64(buf + 8, commit);
-	p = buf + RL_JHDR;
-	n = 0;
-	if (snapshot) {
-		for (uint64_t i = 0; i < l->cap; i++) {
-			if (!l->keys[i])
-				continue;
-			put64(p, l->keys[i] - 1);
-			put32(p + 8, l->vals[i] & RL_MAXREC);
-			put32(p + 12, 0);
-			p += RL_JENT;
-			n++;
-		}
-	} else {
-		for (size_t i = 0; i < l->nchg; i++) {
-			int64_t e = idx_find(l, l->chg[i]);
+	for (size_t i = 0; i < n; i++, p += JR_ENT) {
+		uint64_t row = l->chg[first + i];
+		uint32_t rn = l->vals[idx_find(l, row)] & RL_MAXREC;
 
-			put64(p, l->chg[i]);
-			put32(p + 8, l->vals[e] & RL_MAXREC);
-			put32(p + 12, 0);
-			p += RL_JENT;
-			n++;
-		}
+		put64(p, row);
+		put32(p + 8, rn);
+		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
 	}
-	put64(buf + 16, n);
-	memcpy(p, "ETIDXT01", 8);
-	put32(p + 8, l->head_ok ? l->hseg : UINT32_MAX);
-	put32(p + 12, l->hslot);
-	put32(p + 16, snapshot ? 1 : 0);
-	put32(p + 20, l->rec_bytes);
-	put32(p + 24, l->seg_bytes);
-	put32(p + 28, 0);
-	put64(p + 32, hash_bytes(buf, (size_t)(p + 32 - buf)));
-	len = (uint64_t)(p + RL_JTRL - buf);
-	if (snapshot) {
-		fd = open(l->pnew, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-			  0644);
-		ret = fd < 0 ? -errno : 0;
-		if (!ret)
-			ret = rl_io(io, IO_WRITE, fd, buf, len, 0);
-		if (!ret)
-			ret = io_fsync(io, fd);
-		if (fd >= 0)
-			close(fd);
-	} else {
-		if (l->jfd < 0) {
-			l->jfd =
-			    open(l->pidx, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-			if (l->jfd < 0) {
-				mem_free(buf, len, 0);
-				return -errno;
-			}
-		}
-		ret = rl_io(io, IO_WRITE, l->jfd, buf, len, l->jbytes);
-		if (!ret)
-			ret = io_fsync(io, l->jfd);
+}
+
+/* Entries of a snapshot: every row of the index, in slot order. */
+static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
+{
+	struct rowlog *l = arg;
+
+	if (!first)
+		l->fill_at = 0;
+	for (size_t i = 0; i < n; i++, p += JR_ENT) {
+		uint32_t rn;
+
+		while (!l->keys[l->fill_at])
+			l->fill_at++;
+		rn = l->vals[l->fill_at] & RL_MAXREC;
+		put64(p, l->keys[l->fill_at] - 1);
+		put32(p + 8, rn);
+		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
+		l->fill_at++;
 	}
-	mem_free(buf, RL_JHDR + n * RL_JENT + RL_JTRL, 0);
+}
+
+/* The journal open for appends, created (and its directory entry made
+ * durable) if it is not there yet. */
+static int journal_file(struct rowlog *l)
+{
+	int ret;
+
+	if (l->jfd >= 0)
+		return 0;
+	l->jfd = open(l->pidx, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (l->jfd < 0)
+		return -errno;
+	ret = fio_sync_dir(l->pidx, 0);
+	if (ret) {
+		close(l->jfd);
+		l->jfd = -1;
+	}
+	return ret;
+}
+
+/* Renames a committed snapshot over the journal; the journal goes on
+ * from it. */
+static int snap_install(struct rowlog *l)
+{
+	int ret = jr_install(l->pnew, l->pidx);
+
 	if (ret)
 		return ret;
-	l->st.bytes_written += len;
-	if (snapshot)
-		l->snap = true;
-	else
-		l->jbytes += len;
+	if (l->jfd >= 0)
+		close(l->jfd);
+	l->jfd = open(l->pidx, O_RDWR | O_CLOEXEC);
+	if (l->jfd < 0)
+		return -errno;
+	l->jt = l->snap_t;
+	l->snap = SNAP_NONE;
 	return 0;
 }
 
 int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
 {
-	bool snapshot;
+	struct jr_batch b;
+	uint64_t ibytes;
 	int ret;
 
-	if (l->rdonly || !l->nchg)
+	if (l->rdonly)
+		return 0;
+	/* What an earlier commit left: a snapshot its record names is
+	 * installed first (the journal goes on from it); one whose record
+	 * was never written is dropped. */
+	if (l->snap == SNAP_COMMITTED) {
+		ret = snap_install(l);
+		if (ret)
+			return ret;
+	} else if (l->snap == SNAP_PREPARED) {
+		l->snap = SNAP_NONE;
+		if (unlink(l->pnew) && errno != ENOENT)
+			return -errno;
+	}
+	if (!l->nchg)
 		return 0; /* nothing changed: earlier batches say it all */
 	ret = rowlog_sync(l, io);
 	if (ret)
 		return ret;
-	snapshot = l->jbytes > (64u << 20) &&
-		   l->jbytes > 2 * (l->count * RL_JENT + RL_JHDR + RL_JTRL);
-	return journal_batch(l, io, commit, snapshot);
+	ibytes = l->count * JR_ENT + JR_HDR + JR_TRL;
+	b = (struct jr_batch){.ver = l->ver,
+			      .commit = commit,
+			      .hseg = l->head_ok ? l->hseg : JR_NONE,
+			      .hslot = l->hslot,
+			      .rec_bytes = l->rec_bytes,
+			      .seg_bytes = l->seg_bytes,
+			      .hgen = l->head_ok ? l->gen[l->hseg] : 0};
+	if (l->jt.len > rl_snap_min && l->jt.len > 2 * ibytes) {
+		b.n = l->count;
+		b.flags = JR_SNAPSHOT;
+		ret = jr_write_new(io, l->pnew, &b, fill_index, l, &l->snap_t);
+		if (ret)
+			return ret;
+		l->snap = SNAP_PREPARED;
+		l->snap_commit = commit;
+		l->st.bytes_written += l->snap_t.len;
+		return 0;
+	}
+	b.n = l->nchg;
+	ret = journal_file(l);
+	if (!ret) {
+		uint64_t was = l->jt.len;
+
+		ret = jr_append(io, l->jfd, &b, fill_changes, l, &l->jt);
+		if (!ret)
+			l->st.bytes_written += l->jt.len - was;
+	}
+	return ret;
 }
 
-int rowlog_commit_done(struct rowlog *l)
+void rowlog_tail(const struct rowlog *l, struct jr_tail *t)
+{
+	*t = l->snap == SNAP_PREPARED ? l->snap_t : l->jt;
+}
+
+void rowlog_commit_done(struct rowlog *l, uint64_t commit, bool durable)
 {
 	if (l->rdonly)
-		return 0;
+		return;
 	for (size_t i = 0; i < l->nchg; i++) {
 		int64_t e = idx_find(l, l->chg[i]);
 
@@ -1180,19 +1304,15 @@ int rowlog_commit_done(struct rowlog *l)
 			l->vals[e] &= RL_MAXREC;
 	}
 	l->nchg = 0;
-	if (l->snap) {
-		/* The record names the snapshot's commit: it replaces the
-		 * journal. A crash before the rename is finished at open. */
-		if (rename(l->pnew, l->pidx))
-			return -errno;
-		if (l->jfd >= 0)
-			close(l->jfd);
-		l->jfd = open(l->pidx, O_RDWR | O_CLOEXEC);
-		if (l->jfd < 0)
-			return -errno;
-		l->jbytes = (uint64_t)lseek(l->jfd, 0, SEEK_END);
-		l->snap = false;
-	}
+	if (l->snap == SNAP_PREPARED && l->snap_commit == commit)
+		l->snap = SNAP_COMMITTED;
+	/* The rename waits for a durable record (the old record, should
+	 * it come back, names the old journal); a rename that fails is
+	 * tried again by the next prepare, and finished by an open. */
+	if (l->snap == SNAP_COMMITTED && durable)
+		(void)snap_install(l);
+	if (!durable)
+		return; /* the old commit may still be the one on disk */
 	for (uint32_t s = 0; s < l->nsegs; s++) {
 		l->live_c[s] = l->live[s];
 		if (seg_free(l, s) && !l->punched[s] && l->fd >= 0) {
@@ -1204,96 +1324,98 @@ int rowlog_commit_done(struct rowlog *l)
 				l->punched[s] = 1;
 		}
 	}
+}
+
+/* ---------------------------------------------------------------- replay */
+
+/* The replay of committed batches into the index (journal.h's sink). */
+struct replay {
+	struct rowlog *l;
+	uint64_t log_size; /* bytes of the log file (0: none) */
+	uint64_t log_segs; /* segments it has room for */
+	bool first;
+};
+
+static int rp_begin(void *arg, const struct jr_batch *b)
+{
+	struct replay *r = arg;
+	struct rowlog *l = r->l;
+
+	if (r->first) {
+		l->seg_bytes = b->seg_bytes;
+		l->rps = l->seg_bytes / l->rec_bytes;
+		l->ver = b->ver;
+		r->first = false;
+		r->log_segs = (r->log_size + l->seg_bytes - 1) / l->seg_bytes;
+	} else if (b->seg_bytes != l->seg_bytes) {
+		return err_set(ET_EJOURNAL,
+			       "%s: batches disagree on the segment size",
+			       l->pidx);
+	}
+	if (b->flags & JR_SNAPSHOT)
+		idx_clear(l);
+	/* a batch brings at most b->n new rows */
+	return idx_reserve(l, l->count + b->n);
+}
+
+static int rp_entries(void *arg, const struct jr_batch *b,
+		      const unsigned char *e, size_t n)
+{
+	struct replay *r = arg;
+	struct rowlog *l = r->l;
+	int ret;
+
+	(void)b;
+	for (size_t i = 0; i < n; i++, e += JR_ENT) {
+		uint64_t row = get64(e), slot, seg;
+		uint32_t rn = get32(e + 8);
+		bool isnew;
+
+		seg = rn / l->rps;
+		if (row >= l->rows || rn > RL_MAXREC)
+			return err_set(ET_EJOURNAL,
+				       "%s: entry for row %llu, record %u, "
+				       "out of range",
+				       l->pidx, (unsigned long long)row, rn);
+		if (seg >= r->log_segs)
+			return err_set(
+			    r->log_segs ? ET_ETRUNC : ET_EMISSING,
+			    "%s is %s; its journal names record %u "
+			    "of row %llu, in segment %llu",
+			    l->plog, r->log_segs ? "cut short" : "missing", rn,
+			    (unsigned long long)row, (unsigned long long)seg);
+		ret = segs_reserve(l, (uint32_t)seg + 1);
+		if (!ret)
+			ret = idx_slot(l, row, &slot, &isnew);
+		if (ret)
+			return ret;
+		l->vals[slot] = rn;
+		l->gen[seg] = get32(e + 12);
+	}
 	return 0;
 }
 
-/* Reads the journal at fd (len bytes), replaying batches up to commit into
- * l if non-NULL; returns the length of the good prefix in *good. */
-static int journal_scan(int fd, uint64_t len, uint64_t commit, struct rowlog *l,
-			uint32_t rec_bytes, uint64_t *good, uint32_t *seg_bytes)
+static int rp_end(void *arg, const struct jr_batch *b)
 {
-	unsigned char h[RL_JHDR], t[RL_JTRL];
-	uint64_t off = 0;
-	unsigned char *ents = NULL;
-	size_t ecap = 0;
-	int ret = 0;
+	struct replay *r = arg;
+	struct rowlog *l = r->l;
+	int ret;
 
-	*good = 0;
-	while (off + RL_JHDR + RL_JTRL <= len) {
-		uint64_t n, c;
-		size_t eb;
-		XXH3_state_t st;
-
-		if (pread(fd, h, RL_JHDR, (off_t)off) != RL_JHDR ||
-		    memcmp(h, "ETIDXH01", 8))
-			break;
-		c = get64(h + 8);
-		n = get64(h + 16);
-		if (n > (len - off - RL_JHDR - RL_JTRL) / RL_JENT)
-			break;
-		eb = (size_t)n * RL_JENT;
-		if (eb > ecap) {
-			mem_free(ents, ecap, 0);
-			ecap = eb;
-			ents = mem_alloc(ecap, 0);
-			if (!ents)
-				return -ENOMEM;
-		}
-		if ((eb && pread(fd, ents, eb, (off_t)(off + RL_JHDR)) !=
-			       (ssize_t)eb) ||
-		    pread(fd, t, RL_JTRL, (off_t)(off + RL_JHDR + eb)) !=
-			RL_JTRL ||
-		    memcmp(t, "ETIDXT01", 8))
-			break;
-		XXH3_64bits_reset(&st);
-		XXH3_64bits_update(&st, h, RL_JHDR);
-		XXH3_64bits_update(&st, ents, eb);
-		XXH3_64bits_update(&st, t, 32);
-		if (XXH3_64bits_digest(&st) != get64(t + 32) ||
-		    get32(t + 20) != rec_bytes)
-			break;
-		if (c > commit)
-			break;
-		*seg_bytes = get32(t + 24);
-		if (l) {
-			uint32_t hs = get32(t + 8), sl = get32(t + 12);
-
-			l->seg_bytes = get32(t + 24);
-			if (!l->seg_bytes || l->seg_bytes < l->rec_bytes) {
-				ret = ET_EHEADER;
-				break;
-			}
-			l->rps = l->seg_bytes / l->rec_bytes;
-			if (get32(t + 16) & 1)
-				idx_clear(l);
-			for (uint64_t i = 0; i < n && !ret; i++) {
-				uint64_t row = get64(ents + i * RL_JENT), slot;
-				uint32_t rn = get32(ents + i * RL_JENT + 8);
-				bool isnew;
-
-				if (row >= l->rows || rn > RL_MAXREC) {
-					ret = ET_EHEADER;
-					break;
-				}
-				ret = idx_slot(l, row, &slot, &isnew);
-				if (!ret)
-					l->vals[slot] = rn;
-			}
-			if (ret)
-				break;
-			l->head_ok = hs != UINT32_MAX;
-			l->hseg = l->head_ok ? hs : 0;
-			l->hslot = sl;
-			if (l->head_ok && sl > l->rps) {
-				ret = ET_EHEADER;
-				break;
-			}
-		}
-		off += RL_JHDR + eb + RL_JTRL;
-		*good = off;
+	l->head_ok = b->hseg != JR_NONE;
+	l->hseg = l->head_ok ? b->hseg : 0;
+	l->hslot = b->hslot;
+	if (l->head_ok && (b->hslot > l->rps || b->hseg >= r->log_segs))
+		return err_set(ET_EJOURNAL,
+			       "%s: head segment %u slot %u outside %s",
+			       l->pidx, b->hseg, b->hslot, l->plog);
+	if (l->head_ok) {
+		ret = segs_reserve(l, b->hseg + 1);
+		if (ret)
+			return ret;
+		l->gen[b->hseg] = b->hgen;
+		l->gen_next = b->hgen + 1;
 	}
-	mem_free(ents, ecap, 0);
-	return ret;
+	return 0;
 }
 
 static int paths(struct rowlog *l, const char *tf_path)
@@ -1310,96 +1432,32 @@ static int paths(struct rowlog *l, const char *tf_path)
 	return 0;
 }
 
-/* Finishes or discards a snapshot rename a crash interrupted. */
-static int settle_snapshot(const char *pidx, const char *pnew, uint64_t commit,
-			   uint32_t rec_bytes, bool rdonly, bool *use_new)
-{
-	struct stat st;
-	uint64_t good;
-	uint32_t sb = 0;
-	int fd, ret;
-
-	*use_new = false;
-	fd = open(pnew, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	ret = fstat(fd, &st) ? -errno : 0;
-	if (!ret)
-		ret = journal_scan(fd, (uint64_t)st.st_size, commit, NULL,
-				   rec_bytes, &good, &sb);
-	close(fd);
-	if (ret)
-		return ret;
-	if (good && good == (uint64_t)st.st_size) {
-		if (rdonly) {
-			*use_new = true;
-			return 0;
-		}
-		return rename(pnew, pidx) ? -errno : 0;
-	}
-	if (!rdonly && unlink(pnew))
-		return -errno;
-	return 0;
-}
-
-int rowlog_recover(const char *tf_path, uint64_t commit)
+int rowlog_recover(const char *tf_path, const struct jr_expect *x,
+		   struct jr_tail *t)
 {
 	char p[4096], n[4096];
-	struct stat st;
-	uint64_t good;
-	uint32_t sb = 0, rec_bytes;
-	unsigned char t[RL_JTRL];
-	bool use_new;
-	int fd, ret;
+	int fd = -1, ret;
 
 	if ((size_t)snprintf(p, sizeof(p), "%s.idx", tf_path) >= sizeof(p) ||
 	    (size_t)snprintf(n, sizeof(n), "%s.idx.new", tf_path) >= sizeof(n))
 		return -ENAMETOOLONG;
-	fd = open(p, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && errno != ENOENT)
-		return -errno;
-	/* the record size, from the first batch's trailer */
-	rec_bytes = 0;
-	if (fd >= 0 && !fstat(fd, &st) && st.st_size >= RL_JHDR + RL_JTRL) {
-		unsigned char h[RL_JHDR];
-
-		if (pread(fd, h, RL_JHDR, 0) == RL_JHDR &&
-		    get64(h + 16) <= (uint64_t)st.st_size &&
-		    pread(fd, t, RL_JTRL,
-			  (off_t)(RL_JHDR + get64(h + 16) * RL_JENT)) ==
-			RL_JTRL)
-			rec_bytes = get32(t + 20);
-	}
+	ret = jr_open(p, n, 0, x, false, NULL, &fd, t);
 	if (fd >= 0)
 		close(fd);
-	if (!rec_bytes)
-		return 0; /* nothing readable was ever committed */
-	ret = settle_snapshot(p, n, commit, rec_bytes, false, &use_new);
-	if (ret)
-		return ret;
-	fd = open(p, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	ret = fstat(fd, &st) ? -errno : 0;
-	if (!ret)
-		ret = journal_scan(fd, (uint64_t)st.st_size, commit, NULL,
-				   rec_bytes, &good, &sb);
-	if (!ret && good != (uint64_t)st.st_size &&
-	    (ftruncate(fd, (off_t)good) || fdatasync(fd)))
-		ret = -errno;
-	close(fd);
 	return ret;
 }
 
 int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
-		uint64_t commit, bool rdonly, struct rowlog **out)
+		const struct jr_expect *x, bool rdonly, struct rowlog **out)
 {
 	struct rowlog *l = mem_alloc(sizeof(*l), 0);
+	struct replay rp = {.l = l, .first = true};
+	struct jr_sink sink = {.begin = rp_begin,
+			       .entries = rp_entries,
+			       .end = rp_end,
+			       .arg = &rp};
 	struct stat st;
-	uint64_t good = 0;
-	uint32_t sb = 0;
-	bool use_new = false;
-	int ret, fd;
+	int ret;
 
 	if (!l)
 		return -ENOMEM;
@@ -1414,56 +1472,54 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 	l->rps = l->seg_bytes / l->rec_bytes;
 	l->mem_align = l->off_align = 4096;
 	l->abuf_bytes = rl_abuf_bytes;
+	l->ver = 2;
+	l->gen_next = 1;
 
 	ret = paths(l, tf_path);
 	if (ret)
 		goto err;
-	ret = settle_snapshot(l->pidx, l->pnew, commit, l->rec_bytes, rdonly,
-			      &use_new);
-	if (ret)
-		goto err;
-	fd = open(use_new ? l->pnew : l->pidx,
-		  (rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-	if (fd < 0 && errno != ENOENT) {
+	/* The journal may name only records the log has room for: a
+	 * damaged or cut log could otherwise ask for any number of
+	 * segments. */
+	if (!stat(l->plog, &st))
+		rp.log_size = (uint64_t)st.st_size;
+	else if (errno != ENOENT) {
 		ret = -errno;
 		goto err;
 	}
-	if (fd >= 0) {
-		ret = fstat(fd, &st) ? -errno : 0;
-		if (!ret)
-			ret = journal_scan(fd, (uint64_t)st.st_size, commit, l,
-					   l->rec_bytes, &good, &sb);
-		if (!ret && !rdonly && good != (uint64_t)st.st_size &&
-		    (ftruncate(fd, (off_t)good) || fdatasync(fd)))
-			ret = -errno;
-		if (ret) {
-			close(fd);
-			goto err;
-		}
-		if (rdonly || use_new)
-			close(fd);
-		else
-			l->jfd = fd;
-		l->jbytes = good;
-	}
+	ret = jr_open(l->pidx, l->pnew, l->rec_bytes, x, rdonly, &sink, &l->jfd,
+		      &l->jt);
+	if (ret)
+		goto err;
+	if (l->jt.ver)
+		l->ver = l->jt.ver;
 	if (l->count || l->head_ok) {
 		uint32_t ns = l->head_ok ? l->hseg + 1 : 0;
 
 		for (uint64_t i = 0; i < l->cap; i++)
 			if (l->keys[i] && l->vals[i] / l->rps + 1 > ns)
 				ns = l->vals[i] / l->rps + 1;
-		/* The journal may name only records the log has room for: a
-		 * damaged one could ask for any number of segments. */
-		if (stat(l->plog, &st) ||
-		    (uint64_t)ns > ((uint64_t)st.st_size + l->seg_bytes - 1) /
-				       l->seg_bytes) {
-			ret = ET_EHEADER;
+		if (stat(l->plog, &st)) {
+			ret = err_set(ET_EMISSING,
+				      "%s missing; its journal names %llu "
+				      "rows in it",
+				      l->plog, (unsigned long long)l->count);
+			goto err;
+		}
+		if ((uint64_t)ns >
+		    ((uint64_t)st.st_size + l->seg_bytes - 1) / l->seg_bytes) {
+			ret = err_set(ET_ETRUNC,
+				      "%s is %llu bytes; its journal names "
+				      "records in %u segments of %u",
+				      l->plog, (unsigned long long)st.st_size,
+				      ns, l->seg_bytes);
 			goto err;
 		}
 		ret = segs_reserve(l, ns);
 		if (ret)
 			goto err;
 		l->nsegs = ns;
+		memset(l->live, 0, ns * sizeof(*l->live));
 		for (uint64_t i = 0; i < l->cap; i++)
 			if (l->keys[i])
 				l->live[l->vals[i] / l->rps]++;
@@ -1496,9 +1552,7 @@ void rowlog_close(struct rowlog *l)
 		close(l->jfd);
 	mem_free(l->keys, l->cap * sizeof(*l->keys), 0);
 	mem_free(l->vals, l->cap * sizeof(*l->vals), 0);
-	mem_free(l->live, l->segcap * sizeof(*l->live), 0);
-	mem_free(l->live_c, l->segcap * sizeof(*l->live_c), 0);
-	mem_free(l->punched, l->segcap, 0);
+	segs_free(l);
 	bufs_free(l);
 	mem_free(l->chg, l->chgcap * sizeof(*l->chg), 0);
 	if (l->rbuf)
@@ -1506,6 +1560,7 @@ void rowlog_close(struct rowlog *l)
 	mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
 	mem_free(l->rat, RL_READ_RECS * sizeof(*l->rat), 0);
 	mem_free(l->rrel, RL_READ_RECS * sizeof(*l->rrel), 0);
+	mem_free(l->rrec, RL_READ_RECS * sizeof(*l->rrec), 0);
 	mem_free(l->ord, l->ordcap * sizeof(*l->ord), 0);
 	mem_free(l->plog, l->plen, 0);
 	mem_free(l->pidx, l->plen, 0);

@@ -9,11 +9,12 @@
  * A row in the index is read from the log; any other row from the table's
  * block file (bulk loads) or its initializer. Commits are two-phase: the
  * store calls rowlog_commit_prepare on every table (log synced, journal
- * batch written and synced), writes its commit record, then calls
- * rowlog_commit_done (segments the new commit no longer needs become
- * free). At open, journal batches of commits after the store's record are
- * ignored (and cut off when writable), so a crash returns every log to the
- * last commit.
+ * batch written and synced), writes its commit record naming each
+ * journal's tail (rowlog_tail), then calls rowlog_commit_done (segments
+ * the new commit no longer needs become free). A failed step leaves
+ * nothing armed: the next prepare starts over. At open, exactly the
+ * journal bytes the record names are replayed (journal.h), so a crash
+ * returns every log to the last commit and damage is refused.
  *
  * Threads: one thread at a time per log, like its et_tfile.
  */
@@ -25,6 +26,7 @@
 #include <stdint.h>
 
 #include "io.h"
+#include "journal.h"
 
 struct rowlog;
 
@@ -38,14 +40,18 @@ struct rowlog_stats {
 	uint64_t index_bytes; /* memory of the index and segment table */
 	uint64_t live_bytes;  /* live records x record bytes */
 	uint64_t log_bytes;   /* segments in use x segment bytes */
+	uint64_t bad_records; /* live records the cleaner found damaged and
+			       * left in place (their reads fail) */
 };
 
 /* Opens the log of the table file at tf_path (PATH.log, PATH.idx) for rows
- * of row_bytes, loading the index as of commit (0: nothing committed, the
- * log is empty). Missing files are an empty log; they are created on the
- * first append. rdonly: never writes. */
+ * of row_bytes, loading the index as of what x says is committed
+ * (journal.h; ET_EJOURNAL, ET_EMISSING or ET_ETRUNC, the detail naming the
+ * file, when the files do not hold it). Files that nothing committed
+ * needs may be missing; they are created on the first append. rdonly:
+ * never writes. */
 int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
-		uint64_t commit, bool rdonly, struct rowlog **out);
+		const struct jr_expect *x, bool rdonly, struct rowlog **out);
 void rowlog_close(struct rowlog *l);
 
 /* Whether row has a record in the log. */
@@ -108,16 +114,23 @@ bool rowlog_changed(const struct rowlog *l);
 /* Writes what is buffered and syncs the log. */
 int rowlog_sync(struct rowlog *l, io_ctx *io);
 
-/* First phase of commit: sync, then the journal batch of every index
- * change since the last commit, synced. */
+/* First phase of commit: finishes or drops what an earlier commit left
+ * (a snapshot to install, or one prepared for a commit that failed), then
+ * syncs the log and writes the journal batch of every index change since
+ * the last commit (or a snapshot of the whole index), synced. */
 int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit);
-/* Second phase, after the store's record is durable. */
-int rowlog_commit_done(struct rowlog *l);
+/* The journal as the commit record must name it after the prepare. */
+void rowlog_tail(const struct rowlog *l, struct jr_tail *t);
+/* Second phase, once the store's record for commit is in place; durable:
+ * the directory sync after it succeeded (only then do segments the old
+ * commit needed become free). */
+void rowlog_commit_done(struct rowlog *l, uint64_t commit, bool durable);
 
-/* Cuts the journal of the table file at tf_path back to commit, after a
- * crash, without opening the table (store open does this for every table
- * of its directory). */
-int rowlog_recover(const char *tf_path, uint64_t commit);
+/* Settles the journal of the table file at tf_path as x says, without
+ * opening the table: checks the committed bytes, cuts what lies past them
+ * (store open does this for every table of its directory). *t: its tail. */
+int rowlog_recover(const char *tf_path, const struct jr_expect *x,
+		   struct jr_tail *t);
 
 /* The rows in the index, ascending, in a malloc()ed array (NULL if none). */
 int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n);
@@ -136,6 +149,11 @@ void rowlog_set_tuning(double max_amp, uint32_t segment_bytes);
  * order (default on; fault tests turn it off to count one read a record).
  * Process-wide. */
 void rowlog_set_read_merge(bool on);
+
+/* The journal length past which a commit writes a snapshot instead of a
+ * batch (when the journal is also twice the index); 0: 64 MiB. Tests lower
+ * it. Process-wide. */
+void rowlog_set_snapshot_min(uint64_t bytes);
 
 /* The append buffer's window for logs opened from now on (tests make it
  * small so that write-backs fill windows; default 1 MiB, at least 16 KiB).

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "commit.h"
 #include "error.h"
 #include "io.h"
 #include "mem_host.h"
@@ -409,7 +410,7 @@ int et_table_create(et_store *s, const char *name,
 	ret = table_path(s, name, &path);
 	if (ret)
 		return ret;
-	ret = et_tfile_create(path, p, &tf);
+	ret = tf_create(path, p, true, &tf);
 	if (!ret) {
 		ret = table_add(s, tf, name, id);
 		if (ret) {
@@ -459,12 +460,14 @@ int et_table_open(et_store *s, const char *name,
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
 	ret = name_check(name);
+	if (!ret)
+		ret = name_free(s, name);
 	if (ret)
 		return ret;
 	ret = table_path(s, name, &path);
 	if (ret)
 		return ret;
-	ret = et_tfile_open(path, 0, &tf);
+	ret = tf_open(path, 0, true, &tf);
 	mem_free(path, strlen(path) + 1, 0);
 	if (ret)
 		return ret;
@@ -556,46 +559,10 @@ static int config_check(struct et_store_config *c)
 	return ret;
 }
 
-/*
- * After a crash, cuts every table's journal of its row log back to the
- * last commit, whether or not the caller opens that table in this
- * session: the next commit would otherwise make a batch a crash left
- * behind look committed.
- */
-static int recover_all(et_store *s)
-{
-	struct dirent *de;
-	DIR *d;
-	int ret = 0;
-
-	d = opendir(s->dir);
-	if (!d)
-		return -errno;
-	while (!ret && (de = readdir(d))) {
-		size_t n = strlen(de->d_name), pl;
-		char *p;
-
-		if (n <= 7 || strcmp(de->d_name + n - 7, ".et.idx"))
-			continue;
-		pl = strlen(s->dir) + n - 2; /* "/" + name less ".idx" + NUL */
-		p = mem_alloc(pl, 0);
-		if (!p) {
-			ret = -ENOMEM;
-			break;
-		}
-		snprintf(p, pl, "%s/%.*s", s->dir, (int)(n - 4), de->d_name);
-		ret = rowlog_recover(p, s->ckpt);
-		mem_free(p, pl, 0);
-	}
-	closedir(d);
-	return ret;
-}
-
 int et_store_open(const char *dir, const struct et_store_config *cfg,
 		  et_store **out)
 {
 	struct et_store_config c = {0};
-	struct ckpt_rec rec;
 	struct stat st;
 	et_store *s;
 	int ret, why = 0;
@@ -627,6 +594,7 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	s->count_draws = (s->has_hbm && policy_get(c.hbm_policy)->on_hits) ||
 			 policy_get(c.ddr_policy)->on_hits;
 	s->epoch = 1;
+	s->lock_fd = -1;
 	s->o = &s->one;
 	s->dir = mem_alloc(strlen(dir) + 1, 0);
 	if (!s->dir) {
@@ -642,19 +610,14 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 		ret = workers_start(c.threads, &s->wk);
 	if (ret)
 		goto err_free;
-	ret = ckpt_read(dir, &rec, NULL, NULL);
-	if (!ret) {
-		s->ckpt = rec.commit;
-		s->ckpt_id = rec.id;
-		s->ckpt_flags = rec.flags;
-		ret = recover_all(s);
-	}
+	ret = commit_open(s);
 	if (ret)
 		goto err_free;
 	*out = s;
 	return 0;
 
 err_free:
+	commit_close(s);
 	workers_stop(s->wk);
 	sbuf_free(&s->trow);
 	pl_stop(s->pl);
@@ -725,6 +688,7 @@ static void store_free(et_store *s)
 	for (uint32_t i = 0; i < s->npf; i++)
 		opscr_free(&s->pf_scr[i]);
 	mem_free(s->pf_scr, s->npf * sizeof(*s->pf_scr), 0);
+	commit_close(s);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);
 }
@@ -739,58 +703,32 @@ static bool changed_since_commit(const et_store *s)
 }
 
 /*
- * A commit, two-phase: every table's log synced and its journal batch
- * written and synced, then the record (atomic), then each log told. A
- * crash before the record returns every table to the previous commit; the
- * journal batches it left are cut at the next open (recover_all).
- */
-static int commit(et_store *s, const struct ckpt_rec *r, const void *dense,
-		  size_t len)
-{
-	int ret;
-
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		ret = tf_commit_prepare(s->tables[i].tf, r->commit);
-		if (ret)
-			return ret;
-	}
-	ret = ckpt_write(s->dir, r, dense, len);
-	if (ret)
-		return ret;
-	s->ckpt = r->commit;
-	s->ckpt_id = r->id;
-	s->ckpt_flags = r->flags;
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		ret = tf_commit_done(s->tables[i].tf);
-		if (ret)
-			return ret; /* committed; only space is at stake */
-	}
-	return 0;
-}
-
-/*
  * A clean close commits what was written since the last commit: a new
  * record with the same checkpoint id and dense state and, if there was a
  * checkpoint, the flag that the tables moved on past it.
  */
-static int commit_close(et_store *s)
+static int close_commit(et_store *s)
 {
 	struct ckpt_rec r;
 	void *dense = NULL;
 	size_t len = 0;
 	int ret;
 
-	ret = ckpt_read(s->dir, &r, &dense, &len);
+	ret = ckpt_read(s->dir, &r, true, &dense, &len);
+	ckpt_rec_free(&r);
 	if (ret)
 		return ret;
 	if (r.commit != s->ckpt) {
 		free(dense);
-		return -ESTALE; /* another store wrote the record */
+		return err_set(-ESTALE,
+			       "%s/CHECKPOINT was replaced behind the "
+			       "store's back",
+			       s->dir);
 	}
 	r.commit = s->ckpt + 1;
 	if (r.id)
 		r.flags |= CKPT_MOVED;
-	ret = commit(s, &r, dense, len);
+	ret = commit_run(s, &r, dense, len);
 	free(dense);
 	return ret;
 }
@@ -804,7 +742,7 @@ int et_store_close(et_store *s)
 	pf_stop(s); /* its thread, after the prefetch it runs */
 	ret = et_flush(s);
 	if (!ret && changed_since_commit(s))
-		ret = commit_close(s);
+		ret = close_commit(s);
 	store_free(s);
 	return ret;
 }
@@ -825,10 +763,10 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	ret = et_flush(s); /* drains, writes back, syncs every file */
 	if (ret)
 		return ret;
+	memset(&r, 0, sizeof(r));
 	r.commit = s->ckpt + 1;
 	r.id = s->ckpt_id + 1;
-	r.flags = 0;
-	return commit(s, &r, dense, len);
+	return commit_run(s, &r, dense, len);
 }
 
 int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
@@ -840,8 +778,9 @@ int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 	err_clear();
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
-	ret = ckpt_read(s->dir, &r, dense, len);
+	ret = ckpt_read(s->dir, &r, true, dense, len);
 	*id = r.id;
+	ckpt_rec_free(&r);
 	return ret;
 }
 
@@ -878,9 +817,11 @@ int et_checkpoint_read_dir(const char *dir, struct et_checkpoint_info *ci,
 		return -errno;
 	if (!S_ISDIR(st.st_mode))
 		return -ENOTDIR;
-	ret = ckpt_read(dir, &r, &d, &n);
+	ret = ckpt_read(dir, &r, true, dense ? &d : NULL, &n);
+	ckpt_rec_free(&r);
 	if (ret)
 		return ret;
+	n = r.dense_len;
 	ci->id = r.id;
 	ci->commit = r.commit;
 	ci->dense_len = n;

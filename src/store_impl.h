@@ -47,6 +47,7 @@
 #ifndef ET_STORE_IMPL_H
 #define ET_STORE_IMPL_H
 
+#include "checkpoint.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -167,6 +168,9 @@ struct et_store {
 	uint64_t ckpt;	  /* last commit; 0: none */
 	uint64_t ckpt_id; /* et_checkpoint calls it includes */
 	uint32_t ckpt_flags; /* CKPT_* of the record */
+	struct ckpt_rec rec; /* the record on disk: its table list names
+			      * tables this session has not opened too */
+	int lock_fd;	     /* DIR/LOCK, flock()ed for the store's life */
 	struct pipeline *pl; /* the I/O thread */
 	bool pl_pending;     /* jobs handed to it and not drained */
 	struct {

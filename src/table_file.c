@@ -31,10 +31,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +67,7 @@ struct matmap {
 
 struct et_tfile {
 	int fd;
+	int lock_fd; /* DIR/LOCK, shared, while a tool writes (-1: none) */
 	bool rdonly;
 	struct tf_geom g;
 	uint32_t mem_align;
@@ -359,6 +360,8 @@ static void tf_free(et_tfile *tf)
 	mem_free(tf->rraw, tf->rraw_bytes, 0);
 	if (tf->fd >= 0)
 		close(tf->fd);
+	if (tf->lock_fd >= 0)
+		close(tf->lock_fd);
 	for (size_t i = 0; i < tf->ntorn; i++)
 		mem_free(tf->torn[i].img, tf->g.block_size, 0);
 	mem_free(tf->torn, tf->torn_cap * sizeof(*tf->torn), 0);
@@ -383,7 +386,7 @@ static et_tfile *tf_new(const char *path)
 
 	if (!tf)
 		return NULL;
-	tf->fd = -1;
+	tf->fd = tf->lock_fd = -1;
 	tf->path_len = strlen(path) + 1;
 	tf->path = mem_alloc(tf->path_len, 0);
 	if (!tf->path) {
@@ -451,6 +454,62 @@ void tf_attach_io(et_tfile *tf, io_ctx *io)
 	tf->io = io ? io : tf->own_io;
 }
 
+/* The directory of the file: where its store's commit record is. */
+static int dir_of(const char *path, char *dir, size_t cap)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 1;
+
+	if (n >= cap)
+		return -ENAMETOOLONG;
+	if (!slash)
+		memcpy(dir, ".", 1);
+	else if (n == 0)
+		memcpy(dir, "/", n = 1);
+	else
+		memcpy(dir, path, n);
+	dir[n] = 0;
+	return 0;
+}
+
+/*
+ * A writer that is not a store (a tool, et_tfile_open/create) holds an
+ * exclusive lock on the file, and, in a store's directory, a shared one
+ * on DIR/LOCK, for its life: a second writer of the file, or a store
+ * opening the directory (which takes DIR/LOCK exclusively), is refused,
+ * and so is such a writer while a store has the directory. A store's own
+ * files need neither: its lock on the directory covers them.
+ */
+static int lock_file(et_tfile *tf)
+{
+	char dir[4096], p[4200];
+	struct stat st;
+
+	if (flock(tf->fd, LOCK_EX | LOCK_NB))
+		return errno != EWOULDBLOCK
+			   ? -errno
+			   : err_set(ET_ELOCKED,
+				     "%s is open for writing elsewhere",
+				     tf->path);
+	if (dir_of(tf->path, dir, sizeof(dir)) ||
+	    (size_t)snprintf(p, sizeof(p), "%s/CHECKPOINT", dir) >= sizeof(p))
+		return -ENAMETOOLONG;
+	if (stat(p, &st))
+		return 0; /* not a store's directory */
+	snprintf(p, sizeof(p), "%s/LOCK", dir);
+	tf->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (tf->lock_fd < 0)
+		return -errno;
+	if (flock(tf->lock_fd, LOCK_SH | LOCK_NB))
+		return errno != EWOULDBLOCK
+			   ? -errno
+			   : err_set(ET_ELOCKED,
+				     "%s belongs to a store that is open "
+				     "(%s is locked)",
+				     tf->path, p);
+	return 0;
+}
+
 /* A new file's row log: empty, whatever a table of the same name that
  * was deleted left behind. */
 static int log_fresh(et_tfile *tf)
@@ -465,12 +524,14 @@ static int log_fresh(et_tfile *tf)
 		if (unlink(p) && errno != ENOENT)
 			return -errno;
 	}
-	return rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows, 0, false,
+	struct jr_expect x = {.mode = JR_UNNAMED};
+
+	return rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows, &x, false,
 			   &tf->log);
 }
 
-int et_tfile_create(const char *path, const struct et_table_params *p,
-		    et_tfile **out)
+int tf_create(const char *path, const struct et_table_params *p, bool owned,
+	      et_tfile **out)
 {
 	unsigned char *hdr = NULL;
 	uint32_t off_align;
@@ -502,6 +563,9 @@ int et_tfile_create(const char *path, const struct et_table_params *p,
 	ret = io_open_file(path, O_RDWR | O_CREAT | O_EXCL, 0644, &tf->fd);
 	if (ret)
 		goto err_free;
+	ret = owned ? 0 : lock_file(tf);
+	if (ret)
+		goto err_unlink;
 	ret = io_file_align(tf->fd, &tf->mem_align, &off_align);
 	if (ret)
 		goto err_unlink;
@@ -570,48 +634,14 @@ err_free:
 	return ret;
 }
 
-/* The directory of the file: where its store's commit record is. */
-static int dir_of(const char *path, char *dir, size_t cap)
-{
-	const char *slash = strrchr(path, '/');
-	size_t n = slash ? (size_t)(slash - path) : 1;
-
-	if (n >= cap)
-		return -ENAMETOOLONG;
-	if (!slash)
-		memcpy(dir, ".", 1);
-	else if (n == 0)
-		memcpy(dir, "/", n = 1);
-	else
-		memcpy(dir, path, n);
-	dir[n] = 0;
-	return 0;
-}
-
-/*
- * The commit a store directory's record names. The record holds the
- * store's dense state too (a trainer's can be tens of MiB), and reading it
- * is checking all of it; opening the tables of one directory one after
- * another would check it once a table. So each version of a record,
- * known by its file's identity (inode, size, change times; a commit
- * renames a new file in), is checked once and its commit remembered, for
- * read-only opens (tools, a reshard); a writable open (a store's own)
- * always reads the record. *id receives that identity (all zero: no
- * record).
- */
+/* The identity of a directory's record file (inode, size, change times;
+ * a commit renames a new file in): all zero when there is none. */
 struct rec_id {
 	dev_t dev;
 	ino_t ino;
 	off_t size;
 	struct timespec mtim, ctim;
 };
-
-static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-	struct rec_id id;
-	uint64_t commit;
-} rec_cache[16];
-static unsigned rec_next;
 
 static int rec_identity(const char *dir, struct rec_id *id)
 {
@@ -640,80 +670,97 @@ static bool rec_same(const struct rec_id *a, const struct rec_id *b)
 	       a->ctim.tv_nsec == b->ctim.tv_nsec;
 }
 
-static int dir_commit(const char *dir, bool cached, uint64_t *commit,
-		      struct rec_id *id)
+/* The table name a store gives the file at path: its base name less
+ * ".et" (empty: not a store's name). */
+static void table_name(const char *path, char *name, size_t cap)
+{
+	const char *b = strrchr(path, '/');
+	size_t n;
+
+	b = b ? b + 1 : path;
+	n = strlen(b);
+	name[0] = 0;
+	if (n > 3 && n - 3 < cap && !strcmp(b + n - 3, ".et")) {
+		memcpy(name, b, n - 3);
+		name[n - 3] = 0;
+	}
+}
+
+/* What the directory's commit record says of the table at path
+ * (checkpoint.h, journal.h). */
+static int dir_expect(const char *dir, const char *path, struct jr_expect *x)
 {
 	struct ckpt_rec r;
-	struct rec_id after;
-	int ret = rec_identity(dir, id);
+	const struct ckpt_table *t;
+	char name[CKPT_NAME_MAX + 2];
+	int ret = ckpt_read(dir, &r, false, NULL, NULL);
 
-	*commit = 0;
-	if (ret || !id->ino)
-		return ret; /* no record: nothing committed */
-	if (!cached) {	    /* a store's own open: always the record itself */
-		ret = ckpt_read(dir, &r, NULL, NULL);
-		*commit = r.commit;
-		return ret;
-	}
-	pthread_mutex_lock(&rec_mu);
-	for (unsigned i = 0; i < sizeof(rec_cache) / sizeof(rec_cache[0]); i++)
-		if (rec_cache[i].id.ino && rec_same(&rec_cache[i].id, id)) {
-			*commit = rec_cache[i].commit;
-			pthread_mutex_unlock(&rec_mu);
-			return 0;
-		}
-	pthread_mutex_unlock(&rec_mu);
-	ret = ckpt_read(dir, &r, NULL, NULL);
-	if (!ret)
-		ret = rec_identity(dir, &after);
+	memset(x, 0, sizeof(*x));
 	if (ret)
 		return ret;
-	*commit = r.commit;
-	if (!rec_same(&after, id)) { /* replaced while read: the caller
-				       * sees the identity move and retries */
-		*id = after;
-		memset(&id->mtim, 0xff, sizeof(id->mtim));
-		return 0;
+	x->commit = r.commit;
+	table_name(path, name, sizeof(name));
+	if (!r.version)
+		x->mode = JR_NORECORD;
+	else if (r.version < 3)
+		x->mode = JR_LEGACY;
+	else if ((t = ckpt_find(&r, name))) {
+		x->mode = JR_NAMED;
+		x->jlen = t->jlen;
+		x->jsum = t->jsum;
+	} else {
+		x->mode = JR_UNNAMED;
 	}
-	pthread_mutex_lock(&rec_mu);
-	rec_cache[rec_next].id = *id;
-	rec_cache[rec_next].commit = r.commit;
-	rec_next = (rec_next + 1) % (sizeof(rec_cache) / sizeof(rec_cache[0]));
-	pthread_mutex_unlock(&rec_mu);
+	ckpt_rec_free(&r);
 	return 0;
 }
 
 /*
- * The row log, as of the commit the store's record names (none: nothing
- * committed, and the log is empty). A reader beside a live store looks at
- * the record again once the log's index is loaded: if the store committed
- * in between (a snapshot of its journal could then stand for a commit past
- * the one read), it loads again.
+ * The row log, as of what the directory's commit record names. A reader
+ * beside a live store looks at the record again once the log's index is
+ * loaded: if the store committed in between (its journal may then have
+ * moved past, or been replaced by a snapshot), it loads again.
  */
 static int log_open(et_tfile *tf)
 {
 	struct rec_id id, again;
-	uint64_t commit;
+	struct jr_expect x;
 	char dir[4096];
 	int ret = dir_of(tf->path, dir, sizeof(dir));
 
 	for (int tries = 0; !ret && tries < 16; tries++) {
-		ret = dir_commit(dir, tf->rdonly, &commit, &id);
+		ret = rec_identity(dir, &id);
+		if (!ret)
+			ret = dir_expect(dir, tf->path, &x);
 		if (!ret)
 			ret = rowlog_open(tf->path, tf->g.row_bytes, tf->g.rows,
-					  commit, tf->rdonly, &tf->log);
-		if (ret || !tf->rdonly)
+					  &x, tf->rdonly, &tf->log);
+		if (!tf->rdonly)
 			return ret;
-		ret = rec_identity(dir, &again);
-		if (!ret && rec_same(&again, &id))
-			return 0;
-		rowlog_close(tf->log);
-		tf->log = NULL;
+		if (rec_identity(dir, &again) || !rec_same(&again, &id)) {
+			rowlog_close(tf->log);
+			tf->log = NULL;
+			err_clear();
+			ret = 0;
+			continue;
+		}
+		return ret;
 	}
 	return ret ? ret : -EAGAIN; /* the store kept committing */
 }
 
+int et_tfile_create(const char *path, const struct et_table_params *p,
+		    et_tfile **out)
+{
+	return tf_create(path, p, false, out);
+}
+
 int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
+{
+	return tf_open(path, flags, false, out);
+}
+
+int tf_open(const char *path, unsigned flags, bool owned, et_tfile **out)
 {
 	uint32_t off_align, hbytes;
 	unsigned char *hdr;
@@ -733,6 +780,8 @@ int et_tfile_open(const char *path, unsigned flags, et_tfile **out)
 		return -ENOMEM;
 	tf->rdonly = flags & ET_TFILE_RDONLY;
 	ret = io_open_file(path, tf->rdonly ? O_RDONLY : O_RDWR, 0, &tf->fd);
+	if (!ret && !tf->rdonly && !owned)
+		ret = lock_file(tf);
 	if (ret)
 		goto err_free;
 	ret = io_file_align(tf->fd, &tf->mem_align, &off_align);
@@ -927,9 +976,17 @@ int tf_commit_prepare(et_tfile *tf, uint64_t commit)
 	return ret ? ret : rowlog_commit_prepare(tf->log, io, commit);
 }
 
-int tf_commit_done(et_tfile *tf)
+void tf_tail(const et_tfile *tf, struct jr_tail *t)
 {
-	return tf->log && !tf->rdonly ? rowlog_commit_done(tf->log) : 0;
+	memset(t, 0, sizeof(*t));
+	if (tf->log)
+		rowlog_tail(tf->log, t);
+}
+
+void tf_commit_done(et_tfile *tf, uint64_t commit, bool durable)
+{
+	if (tf->log && !tf->rdonly)
+		rowlog_commit_done(tf->log, commit, durable);
 }
 
 bool tf_changed(const et_tfile *tf)

@@ -97,9 +97,17 @@ void tf_get_stats(const et_tfile *tf, struct tf_stats *st);
  * (tf_write_rows_raw appends); others write blocks in place, and refuse
  * (-EBUSY) once the log holds rows. */
 void tf_log_writes(et_tfile *tf, bool on);
-/* Two-phase commit of the log: before and after the store's record. */
+/* et_tfile_create and et_tfile_open for a store (owned): its lock on the
+ * directory covers the file, which takes no lock of its own. */
+int tf_create(const char *path, const struct et_table_params *p, bool owned,
+	      et_tfile **out);
+int tf_open(const char *path, unsigned flags, bool owned, et_tfile **out);
+
+/* Two-phase commit of the log: before and after the store's record
+ * (rowlog.h); tf_tail, between them, what the record must name. */
 int tf_commit_prepare(et_tfile *tf, uint64_t commit);
-int tf_commit_done(et_tfile *tf);
+void tf_tail(const et_tfile *tf, struct jr_tail *t);
+void tf_commit_done(et_tfile *tf, uint64_t commit, bool durable);
 /* Whether the log changed since the last commit. */
 bool tf_changed(const et_tfile *tf);
 

@@ -71,6 +71,7 @@
 #include <cmocka.h>
 
 #include "embtier.h"
+#include "commit.h"
 #include "io.h"
 #include "mem_host.h"
 #include "rowlog.h"
@@ -358,7 +359,8 @@ static void crash_check(struct pair *p, const struct image *want,
 	io_fault_clear();
 	assert_int_equal(et_get_stats(p->s[TS], -1, &st), 0); /* idle */
 	p->crashed = p->s[TS];
-	open_store(p, TS); /* recovery */
+	commit_drop_lock(p->crashed); /* as the crash would */
+	open_store(p, TS);	      /* recovery */
 	assert_int_equal(et_checkpoint_read(p->s[TS], &id, NULL, NULL), 0);
 	assert_int_equal(id, want_id);
 	assert_int_equal(et_store_close(p->s[TS]), 0);

@@ -105,6 +105,8 @@ static void check(struct rowlog *l, io_ctx *io, uint64_t n, uint32_t r3)
 static void test_index_and_reopen(void **state)
 {
 	const char *path = tu_path("rowlog");
+	struct jr_expect x = {.mode = JR_UNNAMED};
+	struct jr_tail t1, t2;
 	struct rowlog *l;
 	io_ctx *io;
 	int why;
@@ -112,7 +114,7 @@ static void test_index_and_reopen(void **state)
 	(void)state;
 	if (io_open(64, &io, &why))
 		skip();
-	if (rowlog_open(path, RB, ROWS, 0, false, &l)) {
+	if (rowlog_open(path, RB, ROWS, &x, false, &l)) {
 		io_close(io);
 		skip();
 	}
@@ -121,19 +123,25 @@ static void test_index_and_reopen(void **state)
 	append_range(l, io, 0, N / 2, 1, 1);
 	check(l, io, N / 2, 1);
 	assert_int_equal(rowlog_commit_prepare(l, io, 1), 0);
-	assert_int_equal(rowlog_commit_done(l), 0);
+	rowlog_tail(l, &t1);
+	rowlog_commit_done(l, 1, true);
 	append_range(l, io, N / 2, N, 1, 1);
 	append_range(l, io, 0, N, 3, 2);
 	check(l, io, N, 2);
 	assert_int_equal(rowlog_commit_prepare(l, io, 2), 0);
-	assert_int_equal(rowlog_commit_done(l), 0);
+	rowlog_tail(l, &t2);
+	rowlog_commit_done(l, 2, true);
 	rowlog_close(l);
 
-	assert_int_equal(rowlog_open(path, RB, ROWS, 2, true, &l), 0);
+	x = (struct jr_expect){
+	    .mode = JR_NAMED, .commit = 2, .jlen = t2.len, .jsum = t2.sum};
+	assert_int_equal(rowlog_open(path, RB, ROWS, &x, true, &l), 0);
 	check(l, io, N, 2);
 	rowlog_close(l);
 	/* a reader of commit 1 sees only the first half, as it was */
-	assert_int_equal(rowlog_open(path, RB, ROWS, 1, true, &l), 0);
+	x = (struct jr_expect){
+	    .mode = JR_NAMED, .commit = 1, .jlen = t1.len, .jsum = t1.sum};
+	assert_int_equal(rowlog_open(path, RB, ROWS, &x, true, &l), 0);
 	check(l, io, N / 2, 1);
 	rowlog_close(l);
 	io_close(io);

@@ -1,0 +1,280 @@
+/*
+ * commit.c - a store's commits and its directory lock (see commit.h).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "commit.h"
+#include "error.h"
+#include "mem_host.h"
+#include "rowlog.h"
+#include "store_impl.h"
+
+/* ------------------------------------------------------------------ lock */
+
+static int lock_dir(et_store *s)
+{
+	char p[4200], pid[32];
+	ssize_t n;
+	int fd;
+
+	if ((size_t)snprintf(p, sizeof(p), "%s/LOCK", s->dir) >= sizeof(p))
+		return -ENAMETOOLONG;
+	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int e = errno;
+
+		n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = 0;
+		pid[strcspn(pid, "\n")] = 0;
+		close(fd);
+		if (e != EWOULDBLOCK)
+			return -e;
+		return err_set(ET_ELOCKED,
+			       "%s is open in another store (process %s); one "
+			       "writer at a time",
+			       s->dir, *pid ? pid : "?");
+	}
+	/* who holds it, for the message above: best effort */
+	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (!ftruncate(fd, 0) && pwrite(fd, pid, (size_t)n, 0) < 0) {
+		/* the lock is what counts */
+	}
+	s->lock_fd = fd;
+	return 0;
+}
+
+/* ------------------------------------------------------------- recovery */
+
+static int table_path(const char *dir, const char *name, const char *ext,
+		      char *p, size_t cap)
+{
+	if ((size_t)snprintf(p, cap, "%s/%s.et%s", dir, name, ext) >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static bool exists(const char *p)
+{
+	struct stat st;
+
+	return !stat(p, &st);
+}
+
+/* A table the record names: its files must be there, its journal must
+ * hold what the record says. */
+static int settle_named(et_store *s, const struct ckpt_table *t)
+{
+	struct jr_expect x = {.mode = JR_NAMED,
+			      .commit = s->rec.commit,
+			      .jlen = t->jlen,
+			      .jsum = t->jsum};
+	struct jr_tail tail;
+	char p[4200];
+	int ret = table_path(s->dir, t->name, "", p, sizeof(p));
+
+	if (ret)
+		return ret;
+	if (!exists(p))
+		return err_set(ET_EMISSING,
+			       "%s missing; the commit record (commit %llu) "
+			       "names table \"%s\"",
+			       p, (unsigned long long)s->rec.commit, t->name);
+	if (t->jlen) {
+		ret = table_path(s->dir, t->name, ".log", p, sizeof(p));
+		if (!ret && !exists(p))
+			return err_set(ET_EMISSING,
+				       "%s missing; the commit record (commit "
+				       "%llu) names rows of table \"%s\"",
+				       p, (unsigned long long)s->rec.commit,
+				       t->name);
+	}
+	ret = table_path(s->dir, t->name, "", p, sizeof(p));
+	return ret ? ret : rowlog_recover(p, &x, &tail);
+}
+
+/* Adds a table to the record's list (a legacy record has none: every
+ * table's journal as it was settled goes in). */
+static int rec_add(struct ckpt_rec *r, const char *name,
+		   const struct jr_tail *t)
+{
+	struct ckpt_table *n =
+	    realloc(r->tables, (r->ntables + 1) * sizeof(*r->tables));
+
+	if (!n)
+		return -ENOMEM;
+	r->tables = n;
+	n += r->ntables++;
+	memset(n, 0, sizeof(*n));
+	snprintf(n->name, sizeof(n->name), "%s", name);
+	n->jlen = t->len;
+	n->jsum = t->sum;
+	return 0;
+}
+
+/* The journals the record does not name: nothing of them is committed
+ * (a table created since), or, under a legacy record, what it says. */
+static int settle_others(et_store *s, bool legacy)
+{
+	struct jr_expect x = {.commit = s->rec.commit};
+	struct dirent *de;
+	DIR *d;
+	int ret = 0;
+
+	x.mode = !s->rec.version ? JR_NORECORD
+		 : legacy	 ? JR_LEGACY
+				 : JR_UNNAMED;
+	d = opendir(s->dir);
+	if (!d)
+		return -errno;
+	while (!ret && (de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+		char name[CKPT_NAME_MAX + 1], p[4200];
+		struct jr_tail t;
+
+		if (n <= 7 || n - 7 > CKPT_NAME_MAX ||
+		    strcmp(de->d_name + n - 7, ".et.idx"))
+			continue;
+		memcpy(name, de->d_name, n - 7);
+		name[n - 7] = 0;
+		if (!legacy && ckpt_find(&s->rec, name))
+			continue;
+		ret = table_path(s->dir, name, "", p, sizeof(p));
+		if (!ret)
+			ret = rowlog_recover(p, &x, &t);
+		if (!ret && legacy)
+			ret = rec_add(&s->rec, name, &t);
+	}
+	closedir(d);
+	return ret;
+}
+
+int commit_open(et_store *s)
+{
+	bool legacy;
+	int ret;
+
+	s->lock_fd = -1;
+	ret = lock_dir(s);
+	if (ret)
+		return ret;
+	ret = ckpt_read(s->dir, &s->rec, true, NULL, NULL);
+	if (ret)
+		return ret;
+	legacy = s->rec.version && s->rec.version < 3;
+	for (uint32_t i = 0; !ret && !legacy && i < s->rec.ntables; i++)
+		ret = settle_named(s, &s->rec.tables[i]);
+	if (!ret)
+		ret = settle_others(s, legacy);
+	if (ret)
+		return ret;
+	s->ckpt = s->rec.commit;
+	s->ckpt_id = s->rec.id;
+	s->ckpt_flags = s->rec.flags;
+	if (!s->rec.version) {
+		/* A record from the start: from now on a directory whose
+		 * journals hold commits and that has no record is damaged. */
+		bool placed;
+
+		s->rec.version = 3;
+		ret = ckpt_write(s->dir, &s->rec, NULL, 0, &placed);
+	}
+	return ret;
+}
+
+void commit_close(et_store *s)
+{
+	ckpt_rec_free(&s->rec);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd); /* and with it the lock */
+	s->lock_fd = -1;
+}
+
+void commit_drop_lock(et_store *s)
+{
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	s->lock_fd = -1;
+}
+
+/* ---------------------------------------------------------------- commit */
+
+/* The record's list for the commit: the old one's, each open table's
+ * entry replaced by its journal's tail now. */
+static int tables_now(et_store *s, struct ckpt_rec *r)
+{
+	r->ntables = 0;
+	r->tables = NULL;
+	for (uint32_t i = 0; i < s->rec.ntables; i++) {
+		struct jr_tail t = {.len = s->rec.tables[i].jlen,
+				    .sum = s->rec.tables[i].jsum};
+		int ret = rec_add(r, s->rec.tables[i].name, &t);
+
+		if (ret)
+			return ret;
+	}
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		struct ckpt_table *e = NULL;
+		struct jr_tail t;
+
+		tf_tail(s->tables[i].tf, &t);
+		for (uint32_t k = 0; k < r->ntables; k++)
+			if (!strcmp(r->tables[k].name, s->tables[i].name))
+				e = &r->tables[k];
+		if (e) {
+			e->jlen = t.len;
+			e->jsum = t.sum;
+		} else {
+			int ret = rec_add(r, s->tables[i].name, &t);
+
+			if (ret)
+				return ret;
+		}
+	}
+	return 0;
+}
+
+int commit_run(et_store *s, struct ckpt_rec *r, const void *dense, size_t len)
+{
+	bool placed = false;
+	int ret = 0;
+
+	for (uint32_t i = 0; !ret && i < s->ntables; i++)
+		ret = tf_commit_prepare(s->tables[i].tf, r->commit);
+	if (!ret)
+		ret = tables_now(s, r);
+	if (!ret)
+		ret = ckpt_write(s->dir, r, dense, len, &placed);
+	if (!placed) {
+		ckpt_rec_free(r);
+		return ret;
+	}
+	/* The record is in place: this commit has happened. */
+	s->ckpt = r->commit;
+	s->ckpt_id = r->id;
+	s->ckpt_flags = r->flags;
+	r->version = 3;
+	r->dense_len = len;
+	ckpt_rec_free(&s->rec);
+	s->rec = *r;
+	r->tables = NULL;
+	r->ntables = 0;
+	for (uint32_t i = 0; i < s->ntables; i++)
+		tf_commit_done(s->tables[i].tf, s->ckpt, !ret);
+	if (ret)
+		return err_set(ret,
+			       "%s/CHECKPOINT of commit %llu is in place, but "
+			       "syncing the directory failed: it may not "
+			       "survive a power loss",
+			       s->dir, (unsigned long long)s->ckpt);
+	return 0;
+}
