@@ -11,6 +11,7 @@
  *   mrc.c       miss-ratio curves: every policy in the store, Belady
  *   pipeline.c  a training loop with and without et_prefetch
  *   flush.c     write-back rate beside the disk's sequential writes
+ *   reopen.c    reopen time after a journal snapshot vs ordinary batches
  *   report.c    tables for people, JSON and CSV for scripts
  *   workload.c  generators and traces; belady.c the offline optimum
  *   util.c      clocks, sizes, row values, device counters
@@ -83,6 +84,8 @@ struct bench_opts {
 	uint64_t compute_us;
 	int compute; /* COMPUTE_* */
 	float lr;
+	/* reopen */
+	uint32_t reps; /* timed reopens of each store */
 	/* output */
 	int format;
 	bool quiet;
@@ -291,5 +294,6 @@ int cmd_run(const struct bench_opts *o);
 int cmd_mrc(const struct bench_opts *o);
 int cmd_pipeline(const struct bench_opts *o);
 int cmd_flush(const struct bench_opts *o);
+int cmd_reopen(const struct bench_opts *o);
 
 #endif

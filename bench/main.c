@@ -1,7 +1,7 @@
 /*
  * main.c - embtier-bench's command line: the subcommands (run, mrc,
- * pipeline, convert, gen), their options and defaults, and --help, which
- * documents every option and the trace format.
+ * pipeline, convert, gen, flush, reopen), their options and defaults, and
+ * --help, which documents every option and the trace format.
  *
  * The subcommand, if any, comes first; its defaults are set before the
  * options are read, so that an option always wins. SIGINT and SIGTERM stop
@@ -37,6 +37,10 @@ static void usage(void)
 	    "       embtier-bench flush [options]           write-back rate "
 	    "beside\n"
 	    "                                               sequential writes\n"
+	    "       embtier-bench reopen [options]          reopen time after "
+	    "a journal\n"
+	    "                                               snapshot vs "
+	    "ordinary batches\n"
 	    "\n"
 	    "flush: a DDR tier (--ddr, default 1G) full of dirty rows of "
 	    "--tables\n"
@@ -44,6 +48,22 @@ static void usage(void)
 	    "64),\n"
 	    "then et_flush, then the same again and et_checkpoint; beside raw\n"
 	    "sequential 1 MiB O_DIRECT writes of as many bytes + fdatasync.\n"
+	    "\n"
+	    "reopen: two stores of one table of 4 x --rows (default 10^6) rows "
+	    "x dim 8\n"
+	    "f32, each with the same --rows distinct rows: written in 3 "
+	    "commits (an\n"
+	    "index journal of ordinary batches), and rewritten over commits "
+	    "until one\n"
+	    "writes a journal snapshot (past max(64 MiB, twice the index)); "
+	    "then\n"
+	    "et_store_open + et_table_open + et_store_close of each, timed "
+	    "--reps N\n"
+	    "times (default 3): min, median and their ratio. The stores are "
+	    "made in a\n"
+	    "scratch directory under --dir (default $TMPDIR or /var/tmp), "
+	    "removed at\n"
+	    "the end.\n"
 	    "\n"
 	    "run: a warm-up (not measured), then batches of et_gather_pooled "
 	    "over\n"
@@ -207,6 +227,9 @@ static void usage(void)
 	    "      --lr F            SGD learning rate of the updates (default "
 	    "0.01)\n"
 	    "\n"
+	    "reopen:\n"
+	    "      --reps N          timed reopens of each store (default 3)\n"
+	    "\n"
 	    "Output:\n"
 	    "      --json            one JSON object on stdout\n"
 	    "      --csv             CSV rows on stdout\n"
@@ -285,6 +308,7 @@ enum {
 	O_COMPUTE_US,
 	O_COMPUTE,
 	O_LR,
+	O_REPS,
 	O_JSON,
 	O_CSV,
 };
@@ -338,6 +362,7 @@ static const struct option longopts[] = {
     {"compute-us", required_argument, NULL, O_COMPUTE_US},
     {"compute", required_argument, NULL, O_COMPUTE},
     {"lr", required_argument, NULL, O_LR},
+    {"reps", required_argument, NULL, O_REPS},
     {"json", no_argument, NULL, O_JSON},
     {"csv", no_argument, NULL, O_CSV},
     {"quiet", no_argument, NULL, 'q'},
@@ -346,7 +371,15 @@ static const struct option longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
-enum { CMD_RUN, CMD_MRC, CMD_PIPELINE, CMD_CONVERT, CMD_GEN, CMD_FLUSH };
+enum {
+	CMD_RUN,
+	CMD_MRC,
+	CMD_PIPELINE,
+	CMD_CONVERT,
+	CMD_GEN,
+	CMD_FLUSH,
+	CMD_REOPEN
+};
 
 static void defaults(struct bench_opts *o, int cmd)
 {
@@ -394,6 +427,9 @@ static void defaults(struct bench_opts *o, int cmd)
 		o->dim = o->dims[0] = 64;
 		o->ddr_bytes = 1ULL << 30;
 	}
+	o->reps = 3;
+	if (cmd == CMD_REOPEN)
+		o->wl.rows = 1000000;
 }
 
 static int bad(const char *opt, const char *arg)
@@ -709,6 +745,11 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			o->lr = (float)d;
 			break;
+		case O_REPS:
+			if (num(n, a, 1, 1000, &v))
+				return -1;
+			o->reps = (uint32_t)v;
+			break;
 		case O_JSON:
 			o->format = FMT_JSON;
 			break;
@@ -836,8 +877,8 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = {"run",     "mrc", "pipeline",
-					    "convert", "gen", "flush"};
+	static const char *const names[] = {
+	    "run", "mrc", "pipeline", "convert", "gen", "flush", "reopen"};
 	struct sigaction sa;
 	struct bench_opts o;
 	int cmd = CMD_RUN, ret;
@@ -845,7 +886,7 @@ int main(int argc, char **argv)
 	cli_init("embtier-bench");
 	if (argc > 1 && argv[1][0] != '-') {
 		cmd = -1;
-		for (int i = 0; i < 6; i++)
+		for (int i = 0; i < 7; i++)
 			if (!strcmp(argv[1], names[i]))
 				cmd = i;
 		if (cmd < 0) {
@@ -865,7 +906,7 @@ int main(int argc, char **argv)
 	if (ret < 0)
 		return CLI_EXIT_USAGE;
 	if ((cmd == CMD_RUN || cmd == CMD_MRC || cmd == CMD_PIPELINE ||
-	     cmd == CMD_FLUSH) &&
+	     cmd == CMD_FLUSH || cmd == CMD_REOPEN) &&
 	    optind != argc) {
 		cli_usage_error("unexpected argument '%s'", argv[optind]);
 		return CLI_EXIT_USAGE;
@@ -888,6 +929,8 @@ int main(int argc, char **argv)
 		return cmd_gen(&o, argc - optind, argv + optind);
 	case CMD_FLUSH:
 		return cmd_flush(&o);
+	case CMD_REOPEN:
+		return cmd_reopen(&o);
 	default:
 		return cmd_run(&o);
 	}
