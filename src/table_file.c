@@ -40,6 +40,7 @@
 
 #include "dtype.h"
 #include "endian.h"
+#include "fileio.h"
 #include "error.h"
 #include "hash.h"
 #include "io.h"
@@ -616,6 +617,10 @@ int tf_create(const char *path, const struct et_table_params *p, bool owned,
 		ret = -errno;
 		goto err_hdr;
 	}
+	/* its name too: a commit record may name the table from now on */
+	ret = fio_sync_dir(path, 0);
+	if (ret)
+		goto err_hdr;
 	ret = map_init(&tf->map, tf->g.blocks);
 	if (!ret)
 		ret = log_fresh(tf);
