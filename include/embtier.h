@@ -608,6 +608,10 @@ struct et_stats {
 	uint64_t log_index_bytes;   /* memory of the index */
 	uint64_t log_live_bytes;    /* live records x record bytes */
 	uint64_t log_segment_bytes; /* segments in use x segment bytes */
+	uint64_t log_records_damaged; /* live records the cleaner found
+				       * damaged: left in place, their reads
+				       * fail with ET_EBLOCKSUM naming them,
+				       * et_tfile_verify counts them */
 	/* prefetch (store-wide) */
 	uint64_t prefetch_calls;
 	uint64_t prefetch_rows;	   /* distinct rows asked for */

@@ -82,13 +82,13 @@ int ckpt_write(const char *dir, const struct ckpt_rec *r, const void *dense,
 		ret = fio_pwrite_all(fd, h, hl, 0);
 	if (!ret && len)
 		ret = fio_pwrite_all(fd, dense, len, hl);
-	if (!ret && fsync(fd))
-		ret = -errno;
+	if (!ret)
+		ret = fio_fsync(fd);
 	if (fd >= 0 && close(fd) && !ret)
 		ret = -errno;
 	free(h);
-	if (!ret && rename(tmp, fin))
-		ret = -errno;
+	if (!ret)
+		ret = fio_rename(tmp, fin);
 	if (ret) {
 		unlink(tmp);
 		return ret;

@@ -9,6 +9,7 @@
 #ifndef ET_FILEIO_H
 #define ET_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -23,5 +24,17 @@ int fio_pwrite_all(int fd, const void *buf, size_t n, uint64_t off);
 /* fsync of the directory that holds path (path itself if dir is true):
  * what makes a create or a rename in it survive power loss. 0 or -errno. */
 int fio_sync_dir(const char *path, int dir);
+
+/* fsync and rename, through the fault seam below. 0 or -errno. */
+int fio_fsync(int fd);
+int fio_rename(const char *from, const char *to);
+
+/* Fault seam (tests): the nth write, fsync, rename or directory sync of
+ * this file's functions from now on (counted process-wide) fails with
+ * err, doing nothing. fio_fault_clear() disarms; fio_fault_fired() says
+ * whether it was used. */
+void fio_fault_set(uint64_t nth, int err);
+void fio_fault_clear(void);
+bool fio_fault_fired(void);
 
 #endif

@@ -546,7 +546,7 @@ int jr_write_new(io_ctx *io, const char *pnew, const struct jr_batch *b,
 
 int jr_install(const char *pnew, const char *pidx)
 {
-	if (rename(pnew, pidx))
-		return -errno;
-	return fio_sync_dir(pidx, 0);
+	int ret = fio_rename(pnew, pidx);
+
+	return ret ? ret : fio_sync_dir(pidx, 0);
 }

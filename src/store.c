@@ -881,6 +881,7 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->log_index_bytes += f.log.index_bytes;
 	st->log_live_bytes += f.log.live_bytes;
 	st->log_segment_bytes += f.log.log_bytes;
+	st->log_records_damaged += f.log.bad_records;
 }
 
 int et_get_stats(et_store *s, int table, struct et_stats *st)
