@@ -1218,18 +1218,21 @@ static int journal_file(struct rowlog *l)
  * from it. */
 static int snap_install(struct rowlog *l)
 {
-	int ret = jr_install(l->pnew, l->pidx);
+	int ret = fio_rename(l->pnew, l->pidx);
 
 	if (ret)
 		return ret;
+	/* Renamed: the journal is the snapshot now, whatever follows. A
+	 * failed directory sync is settled by the next open (the record
+	 * names the snapshot, found under either name). */
 	if (l->jfd >= 0)
 		close(l->jfd);
+	l->jt = l->snap_t;
+	l->snap = SNAP_NONE;
 	l->jfd = open(l->pidx, O_RDWR | O_CLOEXEC);
 	if (l->jfd < 0)
 		return -errno;
-	l->jt = l->snap_t;
-	l->snap = SNAP_NONE;
-	return 0;
+	return fio_sync_dir(l->pidx, 0);
 }
 
 int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
