@@ -1498,6 +1498,7 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		l->ver = l->jt.ver;
 	if (l->count || l->head_ok) {
 		uint32_t ns = l->head_ok ? l->hseg + 1 : 0;
+		uint64_t need;
 
 		for (uint64_t i = 0; i < l->cap; i++)
 			if (l->keys[i] && l->vals[i] / l->rps + 1 > ns)
@@ -1509,13 +1510,18 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 				      l->plog, (unsigned long long)l->count);
 			goto err;
 		}
-		if ((uint64_t)ns >
-		    ((uint64_t)st.st_size + l->seg_bytes - 1) / l->seg_bytes) {
+		/* every committed record, and the head, must be in it */
+		need = l->head_ok ? head_off(l) : 0;
+		for (uint64_t i = 0; i < l->cap; i++)
+			if (l->keys[i] &&
+			    rec_off(l, l->vals[i]) + l->rec_bytes > need)
+				need = rec_off(l, l->vals[i]) + l->rec_bytes;
+		if ((uint64_t)st.st_size < need) {
 			ret = err_set(ET_ETRUNC,
 				      "%s is %llu bytes; its journal names "
-				      "records in %u segments of %u",
+				      "records up to byte %llu",
 				      l->plog, (unsigned long long)st.st_size,
-				      ns, l->seg_bytes);
+				      (unsigned long long)need);
 			goto err;
 		}
 		ret = segs_reserve(l, ns);

@@ -806,8 +806,10 @@ int tf_open(const char *path, unsigned flags, bool owned, et_tfile **out)
 	}
 	ret = header_decode(hdr, (size_t)n, &tf->g);
 	mem_free(hdr, hbytes, tf->mem_align);
-	if (ret)
+	if (ret) {
+		ret = err_set(ret, "%s: %s", path, et_strerror(ret));
 		goto err_free;
+	}
 	if (tf->g.block_size % off_align) {
 		ret = ET_EHEADER; /* not usable with O_DIRECT on this device */
 		goto err_free;
@@ -818,7 +820,11 @@ int tf_open(const char *path, unsigned flags, bool owned, et_tfile **out)
 	}
 	if ((uint64_t)st.st_size <
 	    tf->g.data_off + tf->g.blocks * tf->g.block_size) {
-		ret = ET_ETRUNC;
+		ret = err_set(
+		    ET_ETRUNC, "%s is %llu bytes; its header says %llu", path,
+		    (unsigned long long)st.st_size,
+		    (unsigned long long)(tf->g.data_off +
+					 tf->g.blocks * tf->g.block_size));
 		goto err_free;
 	}
 	ret = map_init(&tf->map, tf->g.blocks);
@@ -1248,7 +1254,14 @@ static int chunk_check(et_tfile *tf, uint32_t nr)
 
 			ret = block_check(tf, tf->stage_blk[s], buf);
 			if (ret < 0)
-				return ret;
+				return err_set(
+				    ret,
+				    "%s: block %llu (byte %llu) fails "
+				    "its checksum",
+				    tf->path,
+				    (unsigned long long)tf->stage_blk[s],
+				    (unsigned long long)block_off(
+					tf, tf->stage_blk[s]));
 			if (ret == 1) {
 				block_fill_init(tf, tf->stage_blk[s], buf);
 				tf->stage_hole[s] = 1;

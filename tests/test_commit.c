@@ -95,8 +95,8 @@ static void model_init(et_store *s, int t, struct model *m)
 }
 
 /* Writes n rows drawn from rng, values from the round number. */
-static void write_round(et_store *s, int t, struct model *m,
-			struct tu_rng *rng, unsigned round, size_t n)
+static void write_round(et_store *s, int t, struct model *m, struct tu_rng *rng,
+			unsigned round, size_t n)
 {
 	uint64_t ids[1024];
 	float vals[1024 * DIM];
@@ -487,7 +487,8 @@ static void test_dense_over_2gib(void **state)
 	tu_require_uring();
 	if (statvfs(tu_dir(), &vfs) ||
 	    (uint64_t)vfs.f_bavail * vfs.f_frsize < (6ull << 30)) {
-		print_message("skipped: under 6 GiB free on the scratch disk\n");
+		print_message(
+		    "skipped: under 6 GiB free on the scratch disk\n");
 		skip();
 	}
 	dense = calloc(1, n); /* untouched pages: zero, and cheap */
