@@ -1,0 +1,192 @@
+/*
+ * rowlog_impl.h - the row log's insides, shared by its files:
+ *
+ *   rowlog.c    open, close, commit (journal batches, snapshots), replay
+ *   rl_append.c segments, the append buffer, appends and syncs
+ *   rl_read.c   reads and verify
+ *   rl_clean.c  the cleaner
+ *   rl_index.c  the index (row -> record)
+ *   journal.c   the journal's format and how an open proves it
+ *
+ * PATH.log is an array of segments of seg_bytes. A segment holds rps
+ * records of rec_bytes, one after the other from its start:
+ *
+ *   record: u64 row | u64 checksum | row (row_bytes, zero-padded to a
+ *           multiple of 8)
+ *   checksum = XXH3-64 of the row's bytes xor splitmix64(key), key = row
+ *           id (version 1) or row id xor splitmix64(generation << 32 |
+ *           recno) (version 2)
+ *
+ * A record is named by its number, recno = segment * rps + slot. Records
+ * are written through an append buffer of abuf_bytes that mirrors the
+ * file from an aligned offset in the head segment: when the next record
+ * does not fit, the buffer goes out in one O_DIRECT write and what is left
+ * of its last partial block moves to its front, so the disk sees large
+ * sequential writes whatever the batch size. Reads take the aligned span
+ * around a record (or copy it from the buffer, if it is still there).
+ *
+ * The index maps a row to its newest recno; the top bit of a recno marks
+ * "changed since the last commit", and the first change of a row also
+ * lists it in chg, so a commit's journal batch costs what changed. live[s]
+ * counts the index entries in segment s; live_c[s] the same at the last
+ * commit. A segment is free when neither the index nor the last commit
+ * needs it (live and live_c both 0) and it is not the head: only then is
+ * it reused or punched, so a crash can always go back to the commit.
+ *
+ * A record's checksum is bound to its row and, in logs whose journal is of
+ * version 2, to its place: its recno and the generation of its segment (a
+ * number given to a segment each time it becomes the head). So a record
+ * read for another row, a write that landed elsewhere, or one that never
+ * landed (the segment's previous record at that place) all fail.
+ */
+#ifndef ET_ROWLOG_IMPL_H
+#define ET_ROWLOG_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hash.h"
+#include "io.h"
+#include "journal.h"
+#include "rl_index.h"
+#include "rowlog.h"
+
+#define RL_SEG_DEFAULT (8u << 20)
+#define RL_ABUF	       (1u << 20) /* the append buffer's window, default */
+#define RL_REC_HDR     16
+#define RL_DIRTY       0x80000000u
+#define RL_MAXREC      0x7fffffffu
+#define RL_READ_BATCH  256
+/* Reads of log records: at most RL_READ_RECS records a batch; records
+ * within RL_READ_GAP of the read before share it, up to RL_READ_SPAN a
+ * read; a read of 1/RL_ORDER_FRAC of the log's rows or more goes in log
+ * order. */
+#define RL_READ_RECS   4096
+#define RL_READ_GAP    (16u << 10)
+#define RL_READ_SPAN   (128u << 10)
+#define RL_ORDER_FRAC  16
+#define RL_CLEAN_CHUNK (1u << 20)
+#define RL_CLEAN_MAX   4 /* segments cleaned per append call, at most */
+
+enum { W_FREE = 0, W_BUSY = 1, W_FAILED = 2 };
+
+/* Tuning, process-wide (rowlog.h's setters). */
+extern double rl_max_amp;
+extern bool rl_read_merge;
+
+struct rowlog {
+	char *plog, *pidx, *pnew;
+	size_t plen;
+	int fd;	 /* PATH.log, O_DIRECT; -1 until it exists */
+	int jfd; /* PATH.idx; -1 until it exists */
+	bool rdonly;
+	uint64_t rows;
+	uint32_t row_bytes, rec_bytes, seg_bytes, rps;
+	uint32_t mem_align, off_align;
+	struct rl_index ix; /* row -> recno | RL_DIRTY */
+	/* segments */
+	uint32_t *live, *live_c;
+	uint32_t *gen; /* each segment's generation (version 2) */
+	uint8_t *punched;
+	uint8_t *bad; /* holds a damaged live record: not cleaned */
+	uint32_t gen_next;
+	int ver; /* of the journal and its records: 1 or 2 */
+	uint32_t nsegs, segcap;
+	bool head_ok;
+	uint32_t hseg, hslot;
+	/* the append buffer: file bytes [wb_off, wb_off + abuf_bytes); it is
+	 * one of two, the other holding the window before while its write
+	 * is in flight on wio (or failed, to be written again) */
+	char *abuf;
+	uint32_t abuf_bytes;
+	char *bufs[2];
+	int cur;
+	uint64_t wb_off;
+	uint64_t done_off; /* bytes below it are written, or being written */
+	io_ctx *wio;	   /* the log's own ring, for the window in flight */
+	struct io_req wreq;
+	int wstate; /* W_* of the other buffer */
+	/* rows changed since the last commit */
+	uint64_t *chg;
+	size_t nchg, chgcap;
+	struct jr_tail jt; /* the journal's committed tail */
+	/* a snapshot in PATH.idx.new: written for snap_commit and awaiting
+	 * its record, or named by a record and awaiting its rename */
+	enum { SNAP_NONE, SNAP_PREPARED, SNAP_COMMITTED } snap;
+	uint64_t snap_commit;
+	struct jr_tail snap_t;
+	uint64_t fill_at; /* a batch being written: next index slot */
+	/* read and clean staging */
+	char *rbuf;
+	size_t rbuf_bytes;
+	struct io_req *rreq;
+	uint32_t *rat;	/* [RL_READ_RECS] each record read: index in dst */
+	uint32_t *rrel; /* and its offset in rbuf */
+	uint32_t *rrec; /* and its recno */
+	uint64_t *ord;	/* a read's records in log order */
+	size_t ordcap;
+	struct rowlog_stats st;
+};
+
+static inline bool seg_free(const struct rowlog *l, uint32_t s)
+{
+	return !l->live[s] && !l->live_c[s] && !(l->head_ok && s == l->hseg);
+}
+
+/* The key a record's checksum is bound to: its row and, from version 2,
+ * its recno and its segment's generation. */
+static inline uint64_t rec_key(const struct rowlog *l, uint64_t row,
+			       uint32_t recno)
+{
+	if (l->ver < 2)
+		return row;
+	return row ^ hash_mix((uint64_t)l->gen[recno / l->rps] << 32 | recno);
+}
+
+static inline uint64_t rec_sum(const struct rowlog *l, const void *p,
+			       uint64_t row, uint32_t recno)
+{
+	return hash_bytes_key(p, l->row_bytes, rec_key(l, row, recno));
+}
+
+static inline uint64_t rec_off(const struct rowlog *l, uint32_t recno)
+{
+	return (uint64_t)(recno / l->rps) * l->seg_bytes +
+	       (uint64_t)(recno % l->rps) * l->rec_bytes;
+}
+
+static inline uint64_t align_down(uint64_t x, uint32_t a)
+{
+	return x / a * a;
+}
+
+static inline uint64_t align_up(uint64_t x, uint32_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* The byte offset where the head's next record goes. */
+static inline uint64_t head_off(const struct rowlog *l)
+{
+	return (uint64_t)l->hseg * l->seg_bytes +
+	       (uint64_t)l->hslot * l->rec_bytes;
+}
+
+/* rl_append.c */
+void segs_free(struct rowlog *l);
+int segs_reserve(struct rowlog *l, uint32_t n);
+int rl_io(io_ctx *io, int op, int fd, void *buf, uint64_t len, uint64_t off);
+int log_file(struct rowlog *l);
+int staging(struct rowlog *l);
+int other_settle(struct rowlog *l, io_ctx *io);
+int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto);
+int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src);
+void bufs_free(struct rowlog *l);
+
+/* rl_read.c */
+int cmp_u64(const void *a, const void *b);
+
+/* rl_clean.c */
+int maybe_clean(struct rowlog *l, io_ctx *io);
+
+#endif
