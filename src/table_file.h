@@ -62,7 +62,7 @@ struct tf_read {
 	size_t n;
 	void *dst;
 	int result;
-	/* private to table_file.c */
+	/* private to tf_block.c */
 	struct ent *e;	 /* rows read from blocks, sorted by block */
 	size_t m, i, j;	 /* e[0..m); the chunk in flight: e[i..j) */
 	uint32_t nb, nr; /* its blocks and reads */

@@ -1,0 +1,828 @@
+/*
+ * tf_block.c - block I/O of a table file: reading and writing batches of
+ * rows, through the blocks or the row log.
+ *
+ * Every block read is checked against its trailer: the XXH3 of everything
+ * before the checksum, which covers the block number too, so a block written
+ * to the wrong place fails as surely as a flipped bit. A block that reads as
+ * all zeros is a hole as far as data is concerned (a filesystem may report
+ * an allocated but never-written range as data); any other mismatch is
+ * ET_EBLOCKSUM and the data is never used.
+ *
+ * A batch is sorted by block and goes through the stage, a few MiB of
+ * aligned blocks, a chunk at a time: a chunk's blocks are read together,
+ * checked, and copied out (or, for a write, changed, sealed and written
+ * back). Writes are read-modify-write of whole blocks: all rows of a batch
+ * that fall in one block are applied to one copy of it and written once. A
+ * block whose write failed is kept as it was before (struct torn) until a
+ * write of it succeeds. The rest of the store sees rows only as records of
+ * row_bytes; nothing outside this module knows blocks, slots or offsets.
+ *
+ * Rows a store wrote are in the row log (rowlog.h): a read takes them from
+ * there, the others from the blocks or, for blocks never written, from the
+ * initializer; a store's writes are appended to the log.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "endian.h"
+#include "error.h"
+#include "hash.h"
+#include "io.h"
+#include "mem_host.h"
+#include "rowinit.h"
+#include "rowlog.h"
+#include "table_file_impl.h"
+
+#define TF_STAGE_BYTES (4u << 20) /* batch staging per file, at most */
+
+/* The staging area for batch I/O: as many blocks as the ring is deep. */
+int tf_stage(et_tfile *tf)
+{
+	io_ctx *io;
+	int ret;
+
+	if (tf->stage)
+		return 0;
+	ret = tf_io(tf, &io);
+	if (ret)
+		return ret;
+	/* Four times as many blocks as the ring is deep, within
+	 * TF_STAGE_BYTES: the ring stays full while a chunk is read, and
+	 * drains only at the chunk's end. */
+	tf->stage_blocks = TF_STAGE_BYTES / tf->g.block_size;
+	if (tf->stage_blocks > 4 * io_depth(io))
+		tf->stage_blocks = 4 * io_depth(io);
+	if (tf->stage_blocks == 0)
+		tf->stage_blocks = 1;
+	tf->stage = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
+			      tf->mem_align);
+	tf->reqs = mem_alloc(tf->stage_blocks * sizeof(*tf->reqs), 0);
+	tf->stage_hole = mem_alloc(tf->stage_blocks, 0);
+	tf->stage_blk = mem_alloc(tf->stage_blocks * sizeof(uint64_t), 0);
+	if (!tf->stage || !tf->reqs || !tf->stage_hole || !tf->stage_blk) {
+		mem_free(tf->stage_hole, tf->stage_blocks, 0);
+		mem_free(tf->stage_blk, tf->stage_blocks * sizeof(uint64_t), 0);
+		tf->stage_hole = NULL;
+		tf->stage_blk = NULL;
+		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
+			 tf->mem_align);
+		mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
+		tf->stage = NULL;
+		tf->reqs = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+uint64_t tf_block_off(const et_tfile *tf, uint64_t b)
+{
+	return tf->g.data_off + b * tf->g.block_size;
+}
+
+/* Rows actually present in block b (the last block may be partial). */
+uint32_t tf_block_rows(const et_tfile *tf, uint64_t b)
+{
+	uint64_t first = b * tf->g.rows_per_block;
+	uint64_t left = tf->g.rows - first;
+
+	return left < tf->g.rows_per_block ? (uint32_t)left
+					   : tf->g.rows_per_block;
+}
+
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* Checks block b as read into buf: 0, 1 if it is an unwritten (all-zero)
+ * block, or ET_EBLOCKSUM. */
+int tf_block_check(const et_tfile *tf, uint64_t b, const unsigned char *buf)
+{
+	uint32_t bs = tf->g.block_size;
+
+	if (get64(buf + bs - 16) == b &&
+	    get64(buf + bs - 8) == hash_bytes(buf, bs - 8))
+		return 0;
+	return all_zero(buf, bs) ? 1 : ET_EBLOCKSUM;
+}
+
+void tf_block_seal(const et_tfile *tf, uint64_t b, unsigned char *buf)
+{
+	uint32_t bs = tf->g.block_size;
+
+	put64(buf + bs - 16, b);
+	put64(buf + bs - 8, hash_bytes(buf, bs - 8));
+}
+
+/* Fills buf with block b as it is before its first write: every present row
+ * at its initial value, zero padding. */
+static void block_fill_init(et_tfile *tf, uint64_t b, unsigned char *buf)
+{
+	uint32_t n = tf_block_rows(tf, b);
+
+	memset(buf, 0, tf->g.block_size);
+	for (uint32_t s = 0; s < n; s++)
+		tf_init_row_raw(tf, b * tf->g.rows_per_block + s,
+				buf + (size_t)s * tf->g.row_bytes);
+}
+
+void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst)
+{
+	const struct tf_geom *g = &tf->g;
+	size_t es = dtype_size(g->dtype);
+	float v[256];
+
+	/* In pieces of 256 columns: no allocation, any dim. */
+	for (uint32_t c = 0; c < g->dim; c += 256) {
+		uint32_t k = g->dim - c < 256 ? g->dim - c : 256;
+
+		rowinit_fill_cols(g->init, g->init_scale, g->seed, row, c, k,
+				  v);
+		dtype_encode(g->dtype, v, (char *)dst + c * es, k);
+	}
+	memset((char *)dst + g->value_bytes, 0, g->state_floats * 4);
+}
+
+bool tf_row_materialized(const et_tfile *tf, uint64_t row)
+{
+	return tf_map_test(&tf->map, row / tf->g.rows_per_block) ||
+	       rowlog_has(tf->log, row);
+}
+
+static struct torn *torn_find(const et_tfile *tf, uint64_t b)
+{
+	for (size_t i = 0; i < tf->ntorn; i++)
+		if (tf->torn[i].block == b)
+			return &tf->torn[i];
+	return NULL;
+}
+
+static int torn_keep(et_tfile *tf, uint64_t b, const void *img)
+{
+	struct torn *t = torn_find(tf, b);
+
+	if (!t) {
+		if (tf->ntorn == tf->torn_cap) {
+			size_t cap = tf->torn_cap ? 2 * tf->torn_cap : 4;
+			struct torn *nt = mem_alloc(cap * sizeof(*nt), 0);
+
+			if (!nt)
+				return -ENOMEM;
+			if (tf->ntorn)
+				memcpy(nt, tf->torn, tf->ntorn * sizeof(*nt));
+			mem_free(tf->torn, tf->torn_cap * sizeof(*nt), 0);
+			tf->torn = nt;
+			tf->torn_cap = cap;
+		}
+		t = &tf->torn[tf->ntorn];
+		t->block = b;
+		t->img = mem_alloc(tf->g.block_size, 0);
+		if (!t->img)
+			return -ENOMEM;
+		tf->ntorn++;
+	}
+	memcpy(t->img, img, tf->g.block_size);
+	return 0;
+}
+
+static void torn_drop(et_tfile *tf, uint64_t b)
+{
+	struct torn *t = torn_find(tf, b);
+
+	if (!t)
+		return;
+	mem_free(t->img, tf->g.block_size, 0);
+	*t = tf->torn[--tf->ntorn];
+}
+
+/* One row of a batch, tagged with where it came from. */
+struct ent {
+	uint64_t block;
+	uint32_t slot;
+	uint32_t idx; /* position in the caller's arrays */
+};
+
+static int ent_cmp(const void *a, const void *b)
+{
+	const struct ent *x = a, *y = b;
+
+	if (x->block != y->block)
+		return x->block < y->block ? -1 : 1;
+	return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static int check_rows(const et_tfile *tf, const uint64_t *rows, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (rows[i] >= tf->g.rows)
+			return err_set(
+			    ET_EROWRANGE,
+			    "rows[%zu] %llu >= the table's %llu rows", i,
+			    (unsigned long long)rows[i],
+			    (unsigned long long)tf->g.rows);
+	if (n > UINT32_MAX)
+		return err_set(-E2BIG, "%zu rows: at most %u a call", n,
+			       UINT32_MAX);
+	return 0;
+}
+
+/*
+ * One chunk of a batch of ents (sorted by block): from e[i], up to
+ * stage_blocks distinct blocks are put in the stage, the reads of those
+ * that need one queued on io (consecutive blocks as one larger read). A
+ * block not needing a read is filled with its initial contents; a torn
+ * block with its kept image. Sets *j to the end of the chunk, *nb to its
+ * blocks (tf->stage_blk), *nr to the reads queued (tf->reqs).
+ */
+typedef bool (*need_fn)(et_tfile *, const struct ent *, size_t, uint64_t);
+
+static void chunk_queue(et_tfile *tf, io_ctx *io, const struct ent *e, size_t i,
+			size_t n, need_fn need_read, size_t *jp, uint32_t *nbp,
+			uint32_t *nrp)
+{
+	uint64_t *blocks = tf->stage_blk;
+	uint32_t cap = tf->stage_blocks;
+	uint32_t nb = 0, nr = 0;
+	size_t j = i;
+
+	while (j < n && nb < cap) {
+		uint64_t b = e[j].block;
+		size_t k = j;
+
+		while (k < n && e[k].block == b)
+			k++;
+		unsigned char *buf =
+		    (unsigned char *)tf->stage + (size_t)nb * tf->g.block_size;
+		struct torn *tn = tf->ntorn ? torn_find(tf, b) : NULL;
+
+		if (tn) { /* the disk may hold half of it */
+			memcpy(buf, tn->img, tf->g.block_size);
+			tf->stage_hole[nb] = 0;
+			blocks[nb++] = b;
+			j = k;
+			continue;
+		}
+		if (need_read(tf, e + j, k - j, b)) {
+			struct io_req *r = nr ? &tf->reqs[nr - 1] : NULL;
+
+			/* Consecutive blocks: one larger read. */
+			if (r && (char *)r->buf + r->len == (char *)buf &&
+			    r->off + r->len == tf_block_off(tf, b)) {
+				r->len += tf->g.block_size;
+				tf->stage_hole[nb] = 0;
+				blocks[nb++] = b;
+				j = k;
+				continue;
+			}
+			r = &tf->reqs[nr++];
+			memset(r, 0, sizeof(*r));
+			r->op = IO_READ;
+			r->fd = tf->fd;
+			r->buf = buf;
+			r->len = tf->g.block_size;
+			r->off = tf_block_off(tf, b);
+			r->arg = (void *)(uintptr_t)nb;
+		} else {
+			block_fill_init(tf, b, buf);
+		}
+		tf->stage_hole[nb] = !tf_map_test(&tf->map, b);
+		blocks[nb++] = b;
+		j = k;
+	}
+	for (uint32_t q = 0; q < nr; q++)
+		io_queue(io, &tf->reqs[q]);
+	*jp = j;
+	*nbp = nb;
+	*nrp = nr;
+}
+
+/* The nr reads of a chunk have completed: the first failed one's error,
+ * else every block read is checked (an all-zero block reads as unwritten).
+ * Returns 0 or the first error. */
+static int chunk_check(et_tfile *tf, uint32_t nr)
+{
+	int ret;
+
+	for (uint32_t q = 0; q < nr; q++) {
+		ret = io_req_result(&tf->reqs[q]);
+		if (ret)
+			return ret;
+	}
+	for (uint32_t q = 0; q < nr; q++) {
+		uint32_t s0 = (uint32_t)(uintptr_t)tf->reqs[q].arg;
+		uint32_t cnt = tf->reqs[q].len / tf->g.block_size;
+
+		for (uint32_t s = s0; s < s0 + cnt; s++) {
+			unsigned char *buf = (unsigned char *)tf->stage +
+					     (size_t)s * tf->g.block_size;
+
+			ret = tf_block_check(tf, tf->stage_blk[s], buf);
+			if (ret < 0)
+				return err_set(
+				    ret,
+				    "%s: block %llu (byte %llu) fails "
+				    "its checksum",
+				    tf->path,
+				    (unsigned long long)tf->stage_blk[s],
+				    (unsigned long long)tf_block_off(
+					tf, tf->stage_blk[s]));
+			if (ret == 1) {
+				block_fill_init(tf, tf->stage_blk[s], buf);
+				tf->stage_hole[s] = 1;
+			}
+		}
+		tf->st.blocks_read += cnt;
+		tf->st.bytes_read += (uint64_t)cnt * tf->g.block_size;
+	}
+	return 0;
+}
+
+/*
+ * Reads the distinct blocks of ents[0..n) (sorted by block) chunk by chunk
+ * into the stage and calls fn for each chunk with the stage filled. If
+ * need_read says a block needs no read, fn finds it filled with its
+ * initial contents. Returns the first error.
+ */
+typedef int (*chunk_fn)(et_tfile *tf, const struct ent *e, size_t n,
+			const uint64_t *blocks, uint32_t nblocks, void *arg);
+
+static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
+			  need_fn need_read, chunk_fn fn, void *arg)
+{
+	size_t i = 0, j;
+	io_ctx *io;
+	int ret;
+
+	ret = tf_stage(tf);
+	if (!ret)
+		ret = tf_io(tf, &io);
+	if (ret)
+		return ret;
+	while (i < n) {
+		uint32_t nb, nr;
+
+		chunk_queue(tf, io, e, i, n, need_read, &j, &nb, &nr);
+		if (nr) {
+			ret = io_wait(io, nr);
+			if (ret < 0)
+				return ret;
+			ret = chunk_check(tf, nr);
+			if (ret)
+				return ret;
+		}
+		ret = fn(tf, e + i, j - i, tf->stage_blk, nb, arg);
+		if (ret)
+			return ret;
+		i = j;
+	}
+	return 0;
+}
+
+static int make_ents(const et_tfile *tf, const uint64_t *rows, size_t n,
+		     struct ent **out)
+{
+	struct ent *e = mem_alloc(n * sizeof(*e), 0);
+
+	if (!e)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		e[i].block = rows[i] / tf->g.rows_per_block;
+		e[i].slot = (uint32_t)(rows[i] % tf->g.rows_per_block);
+		e[i].idx = (uint32_t)i;
+	}
+	qsort(e, n, sizeof(*e), ent_cmp);
+	*out = e;
+	return 0;
+}
+
+/* ------------------------------------------------------------ read rows */
+
+static bool read_needed(et_tfile *tf, const struct ent *e, size_t n, uint64_t b)
+{
+	return tf_map_test(&tf->map, b);
+}
+
+static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
+		     const uint64_t *blocks, uint32_t nb, void *arg)
+{
+	unsigned char *dst = arg;
+	uint32_t s = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		while (blocks[s] != e[i].block)
+			s++;
+		memcpy(dst + (size_t)e[i].idx * tf->g.row_bytes,
+		       tf->stage + (size_t)s * tf->g.block_size +
+			   (size_t)e[i].slot * tf->g.row_bytes,
+		       tf->g.row_bytes);
+	}
+	return 0;
+}
+
+/* The first step of a read: rows of unwritten blocks are filled from the
+ * initializer, the others split between the blocks (rd->e[0..m)) and the
+ * row log (rd->lidx[0..nl)), and the staging of both made ready. */
+static int rd_start(struct tf_read *rd)
+{
+	et_tfile *tf = rd->tf;
+	const uint64_t *rows = rd->rows;
+	size_t n = rd->n;
+	int ret;
+
+	ret = check_rows(tf, rows, n);
+	if (ret || n == 0)
+		return ret;
+	ret = make_ents(tf, rows, n, &rd->e);
+	if (ret)
+		return ret;
+	if (rowlog_count(tf->log)) {
+		rd->lidx = mem_alloc(n * sizeof(*rd->lidx), 0);
+		if (!rd->lidx)
+			return -ENOMEM;
+	}
+	/* Rows in the log are read from it; rows of unwritten blocks need no
+	 * stage at all. */
+	for (size_t i = 0; i < n; i++) {
+		const struct ent *e = &rd->e[i];
+
+		if (rd->lidx && rowlog_has(tf->log, rows[e->idx])) {
+			rd->lidx[rd->nl++] = e->idx;
+			continue;
+		}
+		if (tf_map_test(&tf->map, e->block) ||
+		    (tf->ntorn && torn_find(tf, e->block))) {
+			rd->e[rd->m++] = *e;
+			continue;
+		}
+		tf_init_row_raw(tf, rows[e->idx],
+				(char *)rd->dst +
+				    (size_t)e->idx * tf->g.row_bytes);
+		tf->st.rows_lazy++;
+	}
+	ret = tf_io(tf, &rd->io);
+	if (!ret && rd->m)
+		ret = tf_stage(tf);
+	if (!ret && rd->nl)
+		ret = rowlog_read_start(tf->log, rd->io, &rd->lr, rows,
+					rd->lidx, rd->nl, rd->dst);
+	return ret;
+}
+
+static bool rd_done(const struct tf_read *rd)
+{
+	return rd->i == rd->m && (!rd->nl || rd->lr.b == rd->lr.n);
+}
+
+/* Queues the next chunk of blocks and of log records; returns the reads
+ * queued on rd->io, or an error. */
+static int rd_queue(struct tf_read *rd)
+{
+	int q = 0;
+
+	if (rd->i < rd->m) {
+		chunk_queue(rd->tf, rd->io, rd->e, rd->i, rd->m, read_needed,
+			    &rd->j, &rd->nb, &rd->nr);
+		q = (int)rd->nr;
+	}
+	if (rd->nl && rd->lr.b < rd->lr.n) {
+		int r = rowlog_read_queue(rd->tf->log, rd->io, &rd->lr);
+
+		if (r < 0)
+			return r;
+		q += r;
+		rd->lq = true;
+	}
+	return q;
+}
+
+/* The reads queued by rd_queue have completed: checks them and copies the
+ * rows out. */
+static int rd_check(struct tf_read *rd)
+{
+	int ret = 0;
+
+	if (rd->j > rd->i) {
+		ret = chunk_check(rd->tf, rd->nr);
+		if (!ret)
+			ret = read_copy(rd->tf, rd->e + rd->i, rd->j - rd->i,
+					rd->tf->stage_blk, rd->nb, rd->dst);
+		rd->nr = 0;
+		rd->i = rd->j;
+	}
+	if (!ret && rd->lq) {
+		rd->lq = false;
+		ret = rowlog_read_check(rd->tf->log, &rd->lr);
+	}
+	return ret;
+}
+
+static void rd_end(struct tf_read *rd)
+{
+	mem_free(rd->lidx, rd->n * sizeof(*rd->lidx), 0);
+	mem_free(rd->e, rd->n * sizeof(*rd->e), 0);
+	rd->lidx = NULL;
+	rd->e = NULL;
+}
+
+/* Waits for the reads queued on rd[k].io by rd[k..nrd); an error fails
+ * every one of them with reads on that ring. */
+static void rd_wait(struct tf_read *rd, size_t nrd, size_t k, int *nq)
+{
+	unsigned want = 0;
+	int ret;
+
+	for (size_t i = k; i < nrd; i++)
+		if (nq[i] && rd[i].io == rd[k].io)
+			want += (unsigned)nq[i];
+	ret = io_wait(rd[k].io, want);
+	for (size_t i = k; i < nrd; i++)
+		if (nq[i] && rd[i].io == rd[k].io) {
+			nq[i] = 0; /* waited for */
+			if (ret < 0 && !rd[i].result)
+				rd[i].result = ret;
+		}
+}
+
+int tf_read_multi(struct tf_read *rd, size_t nrd)
+{
+	enum { GROUP = 64 };
+	int nq[GROUP];
+	bool act[GROUP];
+	bool busy = true;
+	int ret = 0;
+
+	if (nrd > GROUP) { /* in groups, each one submission */
+		for (size_t k = 0; k < nrd; k += GROUP) {
+			int r = tf_read_multi(rd + k, nrd - k < GROUP ? nrd - k
+								      : GROUP);
+
+			if (r && !ret)
+				ret = r;
+		}
+		return ret;
+	}
+	for (size_t k = 0; k < nrd; k++) {
+		struct tf_read *r = &rd[k];
+
+		r->e = NULL;
+		r->lidx = NULL;
+		r->m = r->i = r->j = r->nl = 0;
+		r->nb = r->nr = 0;
+		r->lq = false;
+		r->io = NULL;
+		r->result = rd_start(r);
+	}
+	/* Rounds: every file's next chunk of blocks and of log records
+	 * queued, all waited for together, then each checked and copied. */
+	while (busy) {
+		busy = false;
+		for (size_t k = 0; k < nrd; k++) {
+			nq[k] = 0;
+			act[k] = !rd[k].result && !rd_done(&rd[k]);
+			if (!act[k])
+				continue;
+			nq[k] = rd_queue(&rd[k]);
+			if (nq[k] < 0) {
+				rd[k].result = nq[k];
+				nq[k] = 0;
+				act[k] = false;
+			}
+			busy = true;
+		}
+		for (size_t k = 0; k < nrd; k++)
+			if (nq[k])
+				rd_wait(rd, nrd, k, nq);
+		for (size_t k = 0; k < nrd; k++)
+			if (act[k] && !rd[k].result)
+				rd[k].result = rd_check(&rd[k]);
+	}
+	for (size_t k = 0; k < nrd; k++) {
+		rd_end(&rd[k]);
+		if (rd[k].result && !ret)
+			ret = rd[k].result;
+	}
+	return ret;
+}
+
+int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)
+{
+	struct tf_read rd = {.tf = tf, .rows = rows, .n = n, .dst = dst};
+
+	return tf_read_multi(&rd, 1);
+}
+
+/* ----------------------------------------------------------- write rows */
+
+/* A block needs reading before its write unless it is unwritten or every
+ * row in it is being replaced. */
+static bool write_needs_read(et_tfile *tf, const struct ent *e, size_t n,
+			     uint64_t b)
+{
+	uint32_t present = tf_block_rows(tf, b), distinct = 0;
+	uint64_t seen[8] = {0};
+
+	if (!tf_map_test(&tf->map, b))
+		return false;
+	if (n < present)
+		return true;
+	if (present > 512)
+		return true; /* not worth counting */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t s = e[i].slot;
+
+		if (!(seen[s / 64] >> (s % 64) & 1)) {
+			seen[s / 64] |= 1ULL << (s % 64);
+			distinct++;
+		}
+	}
+	return distinct < present;
+}
+
+static int write_apply(et_tfile *tf, const struct ent *e, size_t n,
+		       const uint64_t *blocks, uint32_t nb, void *arg)
+{
+	const unsigned char *src = arg;
+	uint32_t s = 0;
+	int ret;
+
+	if (!tf->pre) {
+		tf->pre =
+		    mem_alloc((size_t)tf->stage_blocks * tf->g.block_size, 0);
+		if (!tf->pre)
+			return -ENOMEM;
+	}
+	memcpy(tf->pre, tf->stage, (size_t)nb * tf->g.block_size);
+	for (size_t i = 0; i < n; i++) {
+		while (blocks[s] != e[i].block)
+			s++;
+		memcpy(tf->stage + (size_t)s * tf->g.block_size +
+			   (size_t)e[i].slot * tf->g.row_bytes,
+		       src + (size_t)e[i].idx * tf->g.row_bytes,
+		       tf->g.row_bytes);
+	}
+	for (s = 0; s < nb; s++) {
+		struct io_req *r = &tf->reqs[s];
+		unsigned char *buf =
+		    (unsigned char *)tf->stage + (size_t)s * tf->g.block_size;
+
+		tf_block_seal(tf, blocks[s], buf);
+		memset(r, 0, sizeof(*r));
+		r->op = IO_WRITE;
+		r->fd = tf->fd;
+		r->buf = buf;
+		r->len = tf->g.block_size;
+		r->off = tf_block_off(tf, blocks[s]);
+	}
+	ret = io_run(tf->io, tf->reqs, nb); /* set by for_each_chunk */
+	/* Blocks that made it to disk are written whatever else failed;
+	 * the others keep their image for the retry. */
+	for (s = 0; s < nb; s++) {
+		int r2;
+
+		if (io_req_result(&tf->reqs[s]) == 0) {
+			r2 = tf_map_set(&tf->map, blocks[s]);
+			if (tf->ntorn)
+				torn_drop(tf, blocks[s]);
+			tf->st.blocks_written++;
+			tf->st.bytes_written += tf->g.block_size;
+		} else {
+			r2 = torn_keep(tf, blocks[s],
+				       tf->pre + (size_t)s * tf->g.block_size);
+		}
+		if (r2 && !ret)
+			ret = r2;
+	}
+	return ret;
+}
+
+static void count_rmw(et_tfile *tf, const struct ent *e, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t k = i;
+
+		while (k < n && e[k].block == e[i].block)
+			k++;
+		if (write_needs_read(tf, e + i, k - i, e[i].block))
+			tf->st.rmw_reads++;
+		i = k;
+	}
+}
+
+int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
+		      const void *src)
+{
+	struct ent *e;
+	int ret;
+
+	if (tf->rdonly)
+		return -EBADF;
+	ret = check_rows(tf, rows, n);
+	if (ret || n == 0)
+		return ret;
+	if (tf->log_writes) {
+		io_ctx *io;
+
+		ret = tf_io(tf, &io);
+		if (!ret)
+			ret = rowlog_append(tf->log, io, rows, n, src);
+		return ret;
+	}
+	if (rowlog_count(tf->log))
+		return -EBUSY; /* the log would shadow the write */
+	ret = make_ents(tf, rows, n, &e);
+	if (ret)
+		return ret;
+	count_rmw(tf, e, n);
+	ret = for_each_chunk(tf, e, n, write_needs_read, write_apply,
+			     (void *)src);
+	mem_free(e, n * sizeof(*e), 0);
+	return ret;
+}
+
+/* ------------------------------------------------------- public f32 API */
+
+int et_tfile_read_rows(et_tfile *tf, const uint64_t *rows, size_t n, float *out,
+		       float *state)
+{
+	const struct tf_geom *g;
+	unsigned char *raw;
+	int ret;
+
+	err_clear();
+	if (!tf || (n && (!rows || !out)))
+		return err_set(-EINVAL, "%s is NULL",
+			       !tf     ? "tf"
+			       : !rows ? "rows"
+				       : "out");
+	g = &tf->g;
+	if (n * g->row_bytes > tf->rraw_bytes) {
+		mem_free(tf->rraw, tf->rraw_bytes, 0);
+		tf->rraw_bytes = 0;
+		tf->rraw = mem_alloc(n * g->row_bytes, 0);
+		if (!tf->rraw)
+			return -ENOMEM;
+		tf->rraw_bytes = n * g->row_bytes;
+	}
+	raw = tf->rraw;
+	ret = tf_read_rows_raw(tf, rows, n, raw);
+	if (!ret) {
+		for (size_t i = 0; i < n; i++) {
+			const unsigned char *r = raw + i * g->row_bytes;
+
+			dtype_decode(g->dtype, r, out + i * g->dim, g->dim);
+			if (state && g->state_floats)
+				memcpy(state + i * g->state_floats,
+				       r + g->value_bytes, g->state_floats * 4);
+		}
+	}
+	return ret;
+}
+
+int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+			const float *in, const float *state)
+{
+	const struct tf_geom *g;
+	unsigned char *raw;
+	int ret = 0;
+
+	err_clear();
+	if (!tf || (n && (!rows || !in)))
+		return err_set(-EINVAL, "%s is NULL",
+			       !tf     ? "tf"
+			       : !rows ? "rows"
+				       : "in");
+	if (tf->rdonly)
+		return err_set(-EBADF, "the table file is open read-only");
+	g = &tf->g;
+	ret = check_rows(tf, rows, n);
+	if (ret)
+		return ret;
+	raw = mem_alloc(n * g->row_bytes, 0);
+	if (!raw)
+		return -ENOMEM;
+	/* Without new state, keep what is stored: read it first. */
+	if (g->state_floats && !state)
+		ret = tf_read_rows_raw(tf, rows, n, raw);
+	if (!ret) {
+		for (size_t i = 0; i < n; i++) {
+			unsigned char *r = raw + i * g->row_bytes;
+
+			dtype_encode(g->dtype, in + i * g->dim, r, g->dim);
+			if (state && g->state_floats)
+				memcpy(r + g->value_bytes,
+				       state + i * g->state_floats,
+				       g->state_floats * 4);
+		}
+		ret = tf_write_rows_raw(tf, rows, n, raw);
+	}
+	mem_free(raw, n * g->row_bytes, 0);
+	return ret;
+}
