@@ -1,22 +1,58 @@
 /*
- * fuzz_rowlog.c - libFuzzer target: a row log's journal (PATH.idx) of
- * arbitrary bytes.
+ * fuzz_rowlog.c - libFuzzer target: a table's journal (NAME.et.idx) of
+ * arbitrary bytes, under a good commit record. The oracle is "refused, or
+ * exactly the last commit", not only memory safety.
  *
- * Once per process, a store with one table is made and written through a
- * checkpoint and a clean close, so that the directory holds a good table
- * file, row log and commit record. Each input then replaces the journal,
- * and the table is opened read-only (the journal replayed up to the
- * record's commit) and writable (a bad tail cut off), and rows are read:
- * records the index names may be anywhere, so a read must fail its checks
- * or return what a record holds, and verifying every record the index
- * names must count bad ones, not crash. An input whose first byte is 1 has
- * that byte dropped and each batch's checksum set right before it is
- * written, so that the replay itself (rows, record numbers, heads,
- * segment sizes, snapshots) is reached. Whatever the bytes, every call returns 0
- * or a negative error and never touches memory it should not (ASan,
- * UBSan). The seed is the journal the setup wrote. ET_FUZZ_DIR chooses the
- * scratch directory (default /var/tmp).
+ * Once per process a store with one table is written through three
+ * commits (rows A, et_checkpoint; rows B, et_checkpoint; rows C, a clean
+ * close), so that its directory holds a good table file, row log, journal
+ * (three batches, version 2) and commit record (version 3, naming the
+ * journal's length and last batch). The value of every row of the table
+ * (written or not) at the last commit is read back after a reopen, and
+ * the directory's files are kept in memory.
+ *
+ * Each input replaces the journal; then
+ *   1. et_tfile_open(ET_TFILE_RDONLY) of the table file, every row read;
+ *   2. et_store_open + et_table_open (a writable open: it cuts the journal
+ *      past what the record names), every row gathered, et_store_close;
+ *   3. et_tfile_open(ET_TFILE_RDONLY) again, of what step 2 left.
+ * Each open must fail with a negative code (the library's range, or a
+ * negated errno), or succeed and then every row must read bit for bit its
+ * value at the last commit; a read may fail with ET_EBLOCKSUM (a failing
+ * batch read is split until the rows that fail are found alone, and every
+ * other row must still read right; ET_ETRUNC, ET_ESHORTIO for a record
+ * past the log's end, -EIO and -ENOMEM are noted once and allowed too). Anything else - an open that succeeds
+ * with a row of another value, a code outside those ranges or a positive
+ * one - is abort()ed with a message saying which. After each input every
+ * file of the directory is put back as it was.
+ *
+ * One exception, unless ET_FUZZ_STRICT=1: a forged journal, whose
+ * committed bytes differ from the good journal's while every batch in
+ * them has a right checksum and the last is the one the record names (the
+ * leading 1 below, or libFuzzer's comparison tracing, makes them). The
+ * record names only the last batch's checksum, so a rewritten earlier
+ * batch cannot be seen; its rows may then read a value they held earlier
+ * (their initializer's, one written, one of an earlier commit): noted
+ * once on stderr, not an abort. A value the row never held is an abort
+ * even then.
+ *
+ * An input whose first byte is 1 has that byte dropped and each batch's
+ * checksum set right before it is written, so that the replay itself
+ * (rows, record numbers, generations, heads, segment sizes, snapshots) is
+ * reached. Batch layout: src/journal.h (version 2 "ETIDXH02"/"ETIDXT02",
+ * version 1 read too); both versions have the same framing. Seeds:
+ * fuzz/corpus/rowlog/ (the good journal as written by the setup below, raw
+ * and with the leading 1, and a torn one); ET_FUZZ_SEEDS=DIR makes the
+ * setup write them there. ET_FUZZ_DIR chooses the scratch directory
+ * (default /var/tmp); it is removed at a normal exit and kept after an
+ * abort, for a look. ET_FUZZ_STATS=1 prints at exit how many inputs each
+ * call took or refused, by code.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,44 +66,45 @@
 
 #define ROWS 1000
 #define DIM  8
+#define MAXF 16
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[4096], table[4096], idx[4096], idxnew[4096];
+static char top[4096], dir[4096], table[4096], idx[4096];
+static uint64_t all_ids[ROWS];
+static float got[ROWS * DIM];
 
-static int setup(void)
-{
-	const struct et_table_params p = {
-	    .rows = ROWS, .dim = DIM, .init = ET_INIT_UNIFORM, .seed = 7};
-	const char *d = getenv("ET_FUZZ_DIR");
-	uint64_t ids[200];
-	float v[200 * DIM];
-	et_store *s;
-	int t, ret;
+/* Every value each row held: its initializer's, then for each session
+ * (A, B, C) the value written and the value at the commit that ended it
+ * (after its updates). hist[H_LAST] is the last commit. */
+enum { H_INIT, H_WA, H_C1, H_WB, H_C2, H_WC, H_C3, NHIST, H_LAST = H_C3 };
+static float hist[NHIST][ROWS * DIM];
+static const char *const hname[NHIST] = {
+    "its initializer's",     "written in session A", "of commit 1",
+    "written in session B",  "of commit 2",	     "written in session C",
+    "of commit 3 (the last)"};
+static const float *const want = hist[H_LAST];
 
-	snprintf(dir, sizeof(dir), "%s/embtier-fuzz-rowlog-%d",
-		 d ? d : "/var/tmp", (int)getpid());
-	snprintf(table, sizeof(table), "%s/t.et", dir);
-	snprintf(idx, sizeof(idx), "%s/t.et.idx", dir);
-	snprintf(idxnew, sizeof(idxnew), "%s/t.et.idx.new", dir);
-	ret = et_store_open(dir, NULL, &s);
-	if (ret)
-		return ret;
-	ret = et_table_create(s, "t", &p, &t);
-	for (int i = 0; i < 200; i++)
-		ids[i] = (uint64_t)i * 5;
-	for (int i = 0; i < 200 * DIM; i++)
-		v[i] = (float)i;
-	if (!ret)
-		ret = et_write_rows(s, t, ids, 200, v);
-	if (!ret)
-		ret = et_checkpoint(s, NULL, 0);
-	if (!ret)
-		ret = et_write_rows(s, t, ids, 100, v + 100 * DIM);
-	if (et_store_close(s) && !ret)
-		ret = -1;
-	return ret;
-}
+/* The commit record's entry for the table, and the good journal. */
+static uint64_t rec_jlen, rec_jsum;
+static const unsigned char *good_idx;
+static size_t good_idx_len;
+
+/* The input is a forged journal: its committed bytes differ from the good
+ * journal's, yet every batch in them checks and the last is the one the
+ * record names (a checksum set right by the leading 1, or found by the
+ * fuzzer). ET_FUZZ_STRICT unset: a row of such a journal may read a value
+ * it held earlier (a batch rewritten whole cannot be told from a real one
+ * when the record names only the last batch's checksum); noted once. */
+static bool forged, strict;
+static unsigned long forged_inputs, forged_older;
+
+/* Small caches: rows go to the log during the sessions, and an open per
+ * input stays cheap. */
+static const struct et_store_config cfg = {
+    .ddr_bytes = 64 << 10, .ways = 4, .io_depth = 16};
+static const struct et_table_params tparams = {
+    .rows = ROWS, .dim = DIM, .init = ET_INIT_UNIFORM, .seed = 7};
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -78,8 +115,569 @@ static uint64_t le64(const uint8_t *p)
 	return v;
 }
 
-/* Sets the checksum of every whole batch of the journal buf (the layout
- * of docs/FORMAT.md). */
+/* ------------------------------------------------------------ the files */
+
+/* A file of the directory as the setup left it: its bytes (holes read as
+ * zeros) and where its data lies. */
+struct pfile {
+	char name[256];
+	unsigned char *data;
+	size_t size;
+	off_t ext[64][2]; /* data extents: [start, end) */
+	int next;	  /* -1: more extents than that (then all data) */
+};
+
+static struct pfile files[MAXF];
+static int nfiles;
+static unsigned char *scratch;
+static size_t scratch_cap;
+
+static int pread_all(int fd, unsigned char *p, size_t n, off_t off)
+{
+	while (n) {
+		ssize_t k = pread(fd, p, n, off);
+
+		if (k <= 0)
+			return -1;
+		p += k;
+		n -= (size_t)k;
+		off += k;
+	}
+	return 0;
+}
+
+static int pwrite_all(int fd, const unsigned char *p, size_t n, off_t off)
+{
+	while (n) {
+		ssize_t k = pwrite(fd, p, n, off);
+
+		if (k <= 0)
+			return -1;
+		p += k;
+		n -= (size_t)k;
+		off += k;
+	}
+	return 0;
+}
+
+/* The data extents of fd (SEEK_DATA / SEEK_HOLE); -1 in *next when there
+ * are more than fit. */
+static void extents(int fd, off_t size, off_t ext[64][2], int *next)
+{
+	off_t at = 0;
+
+	*next = 0;
+	while (at < size) {
+		off_t d = lseek(fd, at, SEEK_DATA), h;
+
+		if (d < 0 || d >= size)
+			break;
+		h = lseek(fd, d, SEEK_HOLE);
+		if (h < 0 || h > size)
+			h = size;
+		if (*next == 64) {
+			*next = -1;
+			return;
+		}
+		ext[*next][0] = d;
+		ext[*next][1] = h;
+		(*next)++;
+		at = h;
+	}
+}
+
+static void path_of(char *p, size_t cap, const char *name)
+{
+	snprintf(p, cap, "%s/%s", dir, name);
+}
+
+/* Keeps every regular file of dir in memory. */
+static int snapshot(void)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		struct pfile *f;
+		struct stat st;
+		char p[4400];
+		int fd;
+
+		path_of(p, sizeof(p), de->d_name);
+		if (stat(p, &st) || !S_ISREG(st.st_mode))
+			continue;
+		if (nfiles == MAXF) {
+			closedir(d);
+			return -1;
+		}
+		f = &files[nfiles++];
+		snprintf(f->name, sizeof(f->name), "%s", de->d_name);
+		f->size = (size_t)st.st_size;
+		f->data = malloc(f->size + 1);
+		fd = open(p, O_RDONLY);
+		if (!f->data || fd < 0 || pread_all(fd, f->data, f->size, 0)) {
+			closedir(d);
+			return -1;
+		}
+		extents(fd, st.st_size, f->ext, &f->next);
+		close(fd);
+		if (f->size > scratch_cap)
+			scratch_cap = f->size;
+	}
+	closedir(d);
+	scratch = malloc(scratch_cap + 1);
+	return scratch ? 0 : -1;
+}
+
+static bool same_file(int fd, const struct pfile *f)
+{
+	off_t ext[64][2];
+	struct stat st;
+	int next;
+
+	if (fstat(fd, &st) || (size_t)st.st_size != f->size)
+		return false;
+	extents(fd, st.st_size, ext, &next);
+	if (next != f->next ||
+	    (next > 0 && memcmp(ext, f->ext, sizeof(ext[0]) * next)))
+		return false;
+	if (next < 0)
+		return !pread_all(fd, scratch, f->size, 0) &&
+		       !memcmp(scratch, f->data, f->size);
+	/* the same holes: the bytes of the extents decide */
+	for (int k = 0; k < next; k++) {
+		size_t n = (size_t)(ext[k][1] - ext[k][0]);
+
+		if (pread_all(fd, scratch, n, ext[k][0]) ||
+		    memcmp(scratch, f->data + ext[k][0], n))
+			return false;
+	}
+	return true;
+}
+
+/* Puts every file back as the setup left it, holes where they were, and
+ * removes any other. */
+static void restore(void)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		abort();
+	while ((de = readdir(d))) {
+		char p[4400];
+		bool known = false;
+
+		for (int i = 0; i < nfiles; i++)
+			known |= !strcmp(files[i].name, de->d_name);
+		path_of(p, sizeof(p), de->d_name);
+		if (!known && strcmp(de->d_name, ".") &&
+		    strcmp(de->d_name, ".."))
+			unlink(p);
+	}
+	closedir(d);
+	for (int i = 0; i < nfiles; i++) {
+		const struct pfile *f = &files[i];
+		char p[4400];
+		bool whole;
+		int fd, ok = 0;
+
+		path_of(p, sizeof(p), f->name);
+		fd = open(p, O_RDWR | O_CREAT, 0644);
+		if (fd < 0)
+			abort();
+		if (same_file(fd, f)) {
+			close(fd);
+			continue;
+		}
+		/* a file without holes is written over (cheaper than a
+		 * truncation to nothing, which waits for its I/O); else
+		 * emptied and its extents written */
+		whole = f->next < 0 || (f->next == 1 && f->ext[0][0] == 0 &&
+					(size_t)f->ext[0][1] == f->size);
+		if (whole)
+			ok = pwrite_all(fd, f->data, f->size, 0);
+		else if (ftruncate(fd, 0))
+			ok = -1;
+		if (ftruncate(fd, (off_t)f->size))
+			ok = -1;
+		for (int k = 0; !whole && k < f->next; k++)
+			ok |= pwrite_all(fd, f->data + f->ext[k][0],
+					 (size_t)(f->ext[k][1] - f->ext[k][0]),
+					 f->ext[k][0]);
+		if (ok || !same_file(fd, f))
+			abort(); /* the next input would see another store */
+		close(fd);
+	}
+}
+
+static int write_file(const char *p, const void *b, size_t n)
+{
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int ret;
+
+	if (fd < 0)
+		return -1;
+	ret = pwrite_all(fd, b, n, 0);
+	return close(fd) || ret ? -1 : 0;
+}
+
+static void rm_top(void)
+{
+	char cmd[4200];
+
+	if (!top[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
+	if (system(cmd))
+		return;
+}
+
+/* ---------------------------------------------------------- the oracle */
+
+/* A code the header allows: a negated errno or one of the library's. */
+static bool code_ok(int c)
+{
+	return (c >= -4095 && c <= -1) || (c >= ET_ERR_LAST && c < ET_ERR_BASE);
+}
+
+static const char *what; /* the step, for the messages */
+
+/* What the calls returned, printed at exit when ET_FUZZ_STATS=1: how
+ * many inputs each call took, and refused with which code. */
+static struct {
+	const char *call, *step;
+	int code;
+	unsigned long n;
+} tallies[256];
+
+static void tally(const char *call, int ret)
+{
+	int i;
+
+	for (i = 0; i < 256 && tallies[i].call; i++)
+		if (tallies[i].call == call && tallies[i].step == what &&
+		    tallies[i].code == ret)
+			break;
+	if (i == 256)
+		return;
+	tallies[i].call = call;
+	tallies[i].step = what;
+	tallies[i].code = ret;
+	tallies[i].n++;
+}
+
+static void print_tallies(void)
+{
+	for (int i = 0; i < 256 && tallies[i].call; i++)
+		fprintf(stderr, "%s: %s: %d %s: %lu\n", tallies[i].step,
+			tallies[i].call, tallies[i].code,
+			tallies[i].code == 0   ? "(taken, all rows right)"
+			: tallies[i].code == 1 ? "(rows of a split batch right)"
+					       : et_strerror(tallies[i].code),
+			tallies[i].n);
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "\n*** fuzz_rowlog oracle (%s): ", what);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n    et_errdetail: %s\n", et_errdetail());
+	abort();
+}
+
+/* Whether an open failed; a code the header does not allow is an abort. */
+static bool failed(const char *call, int ret)
+{
+	tally(call, ret);
+	if (!ret)
+		return false;
+	if (ret > 0 || !code_ok(ret))
+		fail("%s returned %d, neither 0 nor an error code", call, ret);
+	return true;
+}
+
+/* Which value of row i's history v is (NHIST: none). */
+static int which(const float *v, size_t i)
+{
+	for (int h = NHIST - 1; h >= 0; h--)
+		if (!memcmp(v, hist[h] + i * DIM, DIM * sizeof(float)))
+			return h;
+	return NHIST;
+}
+
+/* Compares rows [lo, lo + n) read into got with the last commit. */
+static void compare(const char *call, size_t lo, size_t n)
+{
+	for (size_t i = lo; i < lo + n; i++) {
+		const float *v = got + i * DIM;
+		int h;
+
+		if (!memcmp(v, want + i * DIM, DIM * sizeof(float)))
+			continue;
+		h = which(v, i);
+		if (forged && !strict && h < NHIST) {
+			if (!forged_older++)
+				fprintf(stderr,
+					"\nfuzz_rowlog note: a forged journal "
+					"(earlier batches rewritten, "
+					"checksums right) was accepted and "
+					"row %zu reads its value %s (first "
+					"such input; ET_FUZZ_STRICT=1 makes "
+					"this an abort)\n",
+					i, hname[h]);
+			continue;
+		}
+		fail("%s returned 0 but row %zu reads %a %a ... where the "
+		     "last commit has %a %a ...; that value is %s%s%s",
+		     call, i, (double)v[0], (double)v[1], (double)want[i * DIM],
+		     (double)want[i * DIM + 1],
+		     h < NHIST ? "the row's value " : "",
+		     h < NHIST ? hname[h] : "none the row ever held",
+		     forged ? " (the journal is forged: every committed "
+			      "batch checks, earlier ones rewritten)"
+			    : " (the journal's committed bytes do not all "
+			      "check, or are the good ones)");
+	}
+}
+
+/* A read that fails: ET_EBLOCKSUM is the code for a bad record; a record
+ * the file does not reach (ET_ETRUNC, ET_ESHORTIO) or the machine (-EIO,
+ * -ENOMEM) are refusals too, noted once each; anything else is not. */
+static void read_failed(const char *call, size_t lo, size_t n, int ret)
+{
+	static const int other[] = {ET_ETRUNC, ET_ESHORTIO, -EIO, -ENOMEM};
+	static bool noted[4];
+
+	tally(call, ret);
+	if (ret == ET_EBLOCKSUM)
+		return;
+	for (int k = 0; k < 4; k++) {
+		if (ret != other[k])
+			continue;
+		if (!noted[k])
+			fprintf(stderr,
+				"\nfuzz_rowlog note (%s): %s of rows [%zu, "
+				"%zu) refused with %d (%s), not "
+				"ET_EBLOCKSUM (first such input)\n",
+				what, call, lo, lo + n, ret, et_strerror(ret));
+		noted[k] = true;
+		return;
+	}
+	fail("%s of rows [%zu, %zu) returned %d (%s): neither 0 nor a code "
+	     "for a damaged record",
+	     call, lo, lo + n, ret, et_strerror(ret));
+}
+
+typedef int (*read_fn)(void *h, int t, const uint64_t *ids, size_t n,
+		       float *out);
+
+static int store_read(void *h, int t, const uint64_t *ids, size_t n, float *out)
+{
+	return et_gather(h, t, ids, n, out);
+}
+
+static int tfile_read(void *h, int t, const uint64_t *ids, size_t n, float *out)
+{
+	(void)t;
+	return et_tfile_read_rows(h, ids, n, out, NULL);
+}
+
+/* Reads rows [lo, lo + n); a batch failing with ET_EBLOCKSUM is split
+ * until the rows that fail stand alone. */
+static void check_rows(const char *call, read_fn rd, void *h, int t, size_t lo,
+		       size_t n)
+{
+	int ret = rd(h, t, all_ids + lo, n, got + lo * DIM);
+
+	if (!ret) {
+		tally(call, n == ROWS ? 0 : 1); /* 1: after a split */
+		compare(call, lo, n);
+		return;
+	}
+	read_failed(call, lo, n, ret);
+	if (n == 1)
+		return; /* this row is refused alone: allowed */
+	check_rows(call, rd, h, t, lo, n / 2);
+	check_rows(call, rd, h, t, lo + n / 2, n - n / 2);
+}
+
+static void check_tfile(void)
+{
+	et_tfile *tf;
+	int ret = et_tfile_open(table, ET_TFILE_RDONLY, &tf);
+
+	if (failed("et_tfile_open", ret))
+		return;
+	check_rows("et_tfile_read_rows", tfile_read, tf, 0, 0, ROWS);
+	et_tfile_close(tf);
+}
+
+static void check_store(void)
+{
+	et_store *s;
+	int t, ret = et_store_open(dir, &cfg, &s);
+
+	if (failed("et_store_open", ret))
+		return;
+	ret = et_table_open(s, "t", NULL, &t);
+	if (!failed("et_table_open", ret))
+		check_rows("et_gather", store_read, s, t, 0, ROWS);
+	(void)et_store_close(s); /* writes nothing: nothing changed */
+}
+
+/* ----------------------------------------------------------- the setup */
+
+static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ULL;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* Writes rows r with mix64(r ^ salt) % every == 0, values from salt;
+ * updates (through the optimizer) every third of them. w: the history
+ * entry of the values written (the rows not written keep the one
+ * before). */
+static int write_set(et_store *s, int t, uint64_t salt, unsigned every, int w)
+{
+	static const struct et_update_params up = {.lr = 0.25f};
+	uint64_t ids[ROWS];
+	float v[ROWS * DIM];
+	size_t n = 0;
+	int ret;
+
+	memcpy(hist[w], hist[w - 1], sizeof(hist[w]));
+	for (uint64_t r = 0; r < ROWS; r++) {
+		if (mix64(r ^ salt) % every)
+			continue;
+		for (int c = 0; c < DIM; c++)
+			v[n * DIM + c] =
+			    (float)((int64_t)(mix64(r * 31 + c + salt) % 2001) -
+				    1000) /
+			    256.0f;
+		memcpy(hist[w] + r * DIM, v + n * DIM, DIM * sizeof(float));
+		ids[n++] = r;
+	}
+	ret = et_write_rows(s, t, ids, n, v);
+	if (!ret)
+		ret = et_update(s, t, ids, n / 3, v, &up);
+	/* the commit's values, as the store has them */
+	if (!ret)
+		ret = et_gather(s, t, all_ids, ROWS, hist[w + 1]);
+	return ret;
+}
+
+static int setup(void)
+{
+	const char *d = getenv("ET_FUZZ_DIR");
+	et_store *s;
+	int t, ret;
+
+	snprintf(top, sizeof(top), "%s/embtier-fuzz-rowlog-%d",
+		 d ? d : "/var/tmp", (int)getpid());
+	snprintf(dir, sizeof(dir), "%s/store", top);
+	snprintf(table, sizeof(table), "%s/t.et", dir);
+	snprintf(idx, sizeof(idx), "%s/t.et.idx", dir);
+	rm_top();
+	if (mkdir(top, 0755))
+		return -1;
+	atexit(rm_top);
+	if (getenv("ET_FUZZ_STATS") && atoi(getenv("ET_FUZZ_STATS")))
+		atexit(print_tallies);
+	for (int i = 0; i < ROWS; i++)
+		all_ids[i] = (uint64_t)i;
+	ret = et_store_open(dir, &cfg, &s);
+	if (ret)
+		return ret;
+	ret = et_table_create(s, "t", &tparams, &t);
+	if (!ret)
+		ret = et_gather(s, t, all_ids, ROWS, hist[H_INIT]);
+	if (!ret)
+		ret = write_set(s, t, 1, 4, H_WA);
+	if (!ret)
+		ret = et_checkpoint(s, "one", 3);
+	if (!ret)
+		ret = write_set(s, t, 2, 3, H_WB);
+	if (!ret)
+		ret = et_checkpoint(s, "two", 3);
+	if (!ret)
+		ret = write_set(s, t, 3, 5, H_WC);
+	if (et_store_close(s) && !ret) /* the third commit */
+		ret = -1;
+	if (ret)
+		return ret;
+	/* what the last commit holds, read back */
+	ret = et_store_open(dir, &cfg, &s);
+	if (ret)
+		return ret;
+	ret = et_table_open(s, "t", NULL, &t);
+	if (!ret)
+		ret = et_gather(s, t, all_ids, ROWS, got);
+	if (et_store_close(s) && !ret)
+		ret = -1;
+	if (ret || memcmp(got, want, sizeof(got)))
+		return -1; /* a plain reopen is not exact: no point fuzzing */
+	ret = snapshot();
+	for (int i = 0; !ret && i < nfiles; i++) {
+		if (!strcmp(files[i].name, "t.et.idx")) {
+			good_idx = files[i].data;
+			good_idx_len = files[i].size;
+		}
+		/* version 3: the table list from byte 56, one table */
+		if (!strcmp(files[i].name, "CHECKPOINT") &&
+		    files[i].size >= 56 + 96 &&
+		    !memcmp(files[i].data, "ETCKPT03", 8) &&
+		    !strcmp((const char *)files[i].data + 56, "t")) {
+			rec_jlen = le64(files[i].data + 56 + 64);
+			rec_jsum = le64(files[i].data + 56 + 72);
+		}
+	}
+	strict = getenv("ET_FUZZ_STRICT") && atoi(getenv("ET_FUZZ_STRICT"));
+	if (!ret && (!good_idx || !rec_jlen || rec_jlen != good_idx_len))
+		ret = -1; /* not the layout this target knows */
+	return ret;
+}
+
+static void write_seeds(void)
+{
+	const char *sd = getenv("ET_FUZZ_SEEDS");
+	const struct pfile *f = NULL;
+	unsigned char *b;
+	char p[4400];
+
+	if (!sd)
+		return;
+	for (int i = 0; i < nfiles; i++)
+		if (!strcmp(files[i].name, "t.et.idx"))
+			f = &files[i];
+	if (!f || !(b = malloc(f->size + 1)))
+		return;
+	snprintf(p, sizeof(p), "%s/journal-three-commits", sd);
+	write_file(p, f->data, f->size);
+	b[0] = 1;
+	memcpy(b + 1, f->data, f->size);
+	snprintf(p, sizeof(p), "%s/fixed-three-commits", sd);
+	write_file(p, b, f->size + 1);
+	snprintf(p, sizeof(p), "%s/journal-torn", sd);
+	write_file(p, f->data, f->size - 100);
+	free(b);
+}
+
+/* ------------------------------------------------------------ an input */
+
+/* Sets the checksum of every whole batch of the journal buf (journal.h:
+ * header 32, entries 16 each, trailer 40 ending in the XXH3-64 of the
+ * header, the entries and the trailer's first 32 bytes). */
 static void fix_checksums(uint8_t *buf, size_t size)
 {
 	size_t off = 0;
@@ -98,55 +696,78 @@ static void fix_checksums(uint8_t *buf, size_t size)
 	}
 }
 
-static void read_some(et_tfile *tf)
+/* Whether the journal b (n bytes) is forged: its first rec_jlen bytes are
+ * not the good journal's, yet they are whole batches that all check, the
+ * last of them the one the record names. */
+static bool is_forged(const uint8_t *b, size_t n)
 {
-	static uint64_t rows[64];
-	static float out[64 * DIM];
+	uint64_t off = 0, sum = 0;
 
-	uint64_t bad, first;
+	if (n < rec_jlen || !memcmp(b, good_idx, rec_jlen))
+		return false;
+	while (off < rec_jlen) {
+		uint64_t k, t;
+		int v;
 
-	for (int i = 0; i < 64; i++)
-		rows[i] = (uint64_t)i * 15 % ROWS;
-	(void)et_tfile_read_rows(tf, rows, 64, out, NULL);
-	/* and every record the index names, as embtier-inspect --verify */
-	(void)et_tfile_verify(tf, &bad, &first, NULL, NULL);
+		if (rec_jlen - off < 72)
+			return false;
+		if (!memcmp(b + off, "ETIDXH02", 8))
+			v = 2;
+		else if (!memcmp(b + off, "ETIDXH01", 8))
+			v = 1;
+		else
+			return false;
+		k = le64(b + off + 16);
+		if (k > (rec_jlen - off - 72) / 16)
+			return false;
+		t = off + 32 + k * 16;
+		if (memcmp(b + t, v == 2 ? "ETIDXT02" : "ETIDXT01", 8))
+			return false;
+		sum = XXH3_64bits(b + off, t + 32 - off);
+		if (sum != le64(b + t + 32))
+			return false;
+		off = t + 40;
+	}
+	return sum == rec_jsum;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static int ready;
-	et_tfile *tf;
-	FILE *f;
+	int ret;
 
 	if (!ready) {
-		if (setup())
+		if (setup()) {
+			fprintf(stderr, "fuzz_rowlog: setup failed: %s\n",
+				et_errdetail());
 			abort(); /* the machine cannot run the target */
+		}
+		write_seeds();
 		ready = 1;
 	}
-	f = fopen(idx, "wb");
-	if (!f)
-		return 0;
 	if (size && data[0] == 1) {
 		uint8_t *b = malloc(size);
 
-		if (b) {
-			memcpy(b, data + 1, size - 1);
-			fix_checksums(b, size - 1);
-			fwrite(b, 1, size - 1, f);
-			free(b);
-		}
+		if (!b)
+			return 0;
+		memcpy(b, data + 1, size - 1);
+		fix_checksums(b, size - 1);
+		forged = is_forged(b, size - 1);
+		ret = write_file(idx, b, size - 1);
+		free(b);
 	} else {
-		fwrite(data, 1, size, f);
+		forged = is_forged(data, size);
+		ret = write_file(idx, data, size);
 	}
-	fclose(f);
-	unlink(idxnew);
-	if (et_tfile_open(table, ET_TFILE_RDONLY, &tf) == 0) {
-		read_some(tf);
-		et_tfile_close(tf);
-	}
-	if (et_tfile_open(table, 0, &tf) == 0) {
-		read_some(tf);
-		et_tfile_close(tf);
-	}
+	forged_inputs += forged;
+	if (ret)
+		abort();
+	what = "read-only open of the input";
+	check_tfile();
+	what = "store open of the input";
+	check_store();
+	what = "read-only open after the store's open";
+	check_tfile();
+	restore();
 	return 0;
 }
