@@ -531,7 +531,7 @@ static void check_store(void)
 	ret = et_table_open(s, "t", NULL, &t);
 	if (!failed("et_table_open", ret))
 		check_rows("et_gather", store_read, s, t, 0, ROWS);
-	(void)et_store_close(s); /* writes nothing: nothing changed */
+	(void)failed("et_store_close", et_store_close(s));
 }
 
 /* ----------------------------------------------------------- the setup */

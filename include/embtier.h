@@ -197,7 +197,13 @@ ET_API int et_tfile_create(const char *path, const struct et_table_params *p,
  * too: a commit during the open is retried). Later commits of a live
  * store are not seen, but can make reads of rows they moved fail their
  * checksums or return a newer value: read a closed store for a
- * consistent copy (etm_reshard checks that none came). */
+ * consistent copy (etm_reshard checks that none came).
+ *
+ * Opened for writing (flags 0), and by et_tfile_create, the file is locked
+ * for the handle's life, and so, shared, is the DIR/LOCK of a store's
+ * directory: a second writer of the file, or a store open on its
+ * directory, is ET_ELOCKED (and a store cannot open the directory while
+ * a tool writes one of its files). ET_TFILE_RDONLY takes no lock. */
 ET_API int et_tfile_open(const char *path, unsigned flags, et_tfile **out);
 
 /* Header fields and disk use. */
@@ -329,7 +335,15 @@ struct et_store_config {
 
 /* Opens (creating if needed) the store directory dir. The caches are
  * allocated by the first operation after tables are registered, within
- * the configured capacities, and never grow. */
+ * the configured capacities, and never grow.
+ *
+ * The store is the directory's only writer: it holds a lock on DIR/LOCK
+ * until et_store_close, and a second et_store_open of dir, in this process
+ * or another, is ET_ELOCKED. Before it returns, every table's journal is
+ * settled against the commit record (see "durability" below): a record,
+ * journal, log or table file that is damaged or missing is refused
+ * (ET_ERECORD, ET_EJOURNAL, ET_EMISSING, or a table file's own codes),
+ * et_errdetail() naming the file, and nothing is changed. */
 ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
 			 et_store **out);
 
@@ -449,9 +463,17 @@ ET_API int et_flush(et_store *s);
  * are appended to the table's row log (docs/FORMAT.md). A commit syncs
  * every row log and its journal of index changes, then writes one small
  * record atomically (write, fsync, rename, fsync the directory) that names
- * it. After a crash, et_store_open cuts every table's journal back to the
- * record, so each table returns to exactly that commit, and before the
- * first commit to its state at creation (or bulk load).
+ * it, and which names, for every table of the directory, how much of its
+ * journal that commit is. After a crash, et_store_open cuts every table's
+ * journal back to what the record names, so each table returns to exactly
+ * that commit, and before the first commit to its state at creation (or
+ * bulk load). What the record names must all be there and intact: damage
+ * inside it is refused, never taken for a torn tail. A checkpoint that
+ * fails may be retried (after et_flush succeeds, if the failure was a
+ * write-back's); once it returns 0 it is durable. A live log record found
+ * damaged is left in place: that row's reads fail with ET_EBLOCKSUM
+ * naming it (et_stats.log_records_damaged counts them), every other row
+ * goes on.
  *
  * A clean close after a checkpoint commits the tables as they are, keeping
  * the checkpoint's id and dense state: the tables have then moved on past
