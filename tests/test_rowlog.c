@@ -15,10 +15,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "embtier.h"
+#include "endian.h"
 #include "io.h"
+#include "journal.h"
 #include "rowlog.h"
 #include "util.h"
 
@@ -147,10 +154,100 @@ static void test_index_and_reopen(void **state)
 	io_close(io);
 }
 
+/* ------------------------------------------- a batch past 2^27 entries */
+
+#define BIG_N ((1ULL << 27) + 5) /* 16 bytes each: over 2 GiB */
+
+static void fill_big(void *arg, unsigned char *p, uint64_t first, size_t n)
+{
+	(void)arg;
+	for (size_t i = 0; i < n; i++, p += JR_ENT) {
+		uint64_t k = first + i;
+
+		put64(p, k * 3 + 1);
+		put32(p + 8, (uint32_t)(k & 0x7fffffff));
+		put32(p + 12, 1);
+	}
+}
+
+struct big_sink {
+	uint64_t seen, bad;
+	uint64_t batches;
+};
+
+static int big_begin(void *arg, const struct jr_batch *b)
+{
+	((struct big_sink *)arg)->batches++;
+	return b->n == BIG_N ? 0 : -EINVAL;
+}
+
+static int big_entries(void *arg, const struct jr_batch *b,
+		       const unsigned char *e, size_t n)
+{
+	struct big_sink *k = arg;
+
+	(void)b;
+	for (size_t i = 0; i < n; i++, e += JR_ENT, k->seen++)
+		if (get64(e) != k->seen * 3 + 1 ||
+		    get32(e + 8) != (uint32_t)(k->seen & 0x7fffffff))
+			k->bad++;
+	return 0;
+}
+
+/* A commit of 2^27 changed rows or more (one batch over 2 GiB) is written
+ * whole and replayed whole: no length is cut to 31 or 32 bits. */
+static void test_journal_batch_over_2gib(void **state)
+{
+	const char *path = tu_path("bigidx"), *pnew = tu_path("bigidx.new");
+	struct jr_batch b = {.ver = 2,
+			     .commit = 1,
+			     .n = BIG_N,
+			     .hseg = JR_NONE,
+			     .rec_bytes = 32,
+			     .seg_bytes = 1u << 20};
+	struct jr_tail t = {0}, t2;
+	struct big_sink k = {0};
+	struct jr_sink sink = {
+	    .begin = big_begin, .entries = big_entries, .arg = &k};
+	struct jr_expect x = {.mode = JR_NAMED, .commit = 1};
+	struct statvfs vfs;
+	io_ctx *io;
+	int fd, why;
+
+	(void)state;
+	if (statvfs(tu_dir(), &vfs) ||
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < (5ull << 30)) {
+		print_message(
+		    "skipped: under 5 GiB free on the scratch disk\n");
+		skip();
+	}
+	if (io_open(8, &io, &why))
+		skip();
+	fd = open(path, O_RDWR | O_CREAT, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(jr_append(io, fd, &b, fill_big, NULL, &t), 0);
+	close(fd);
+	io_close(io);
+	assert_int_equal(t.len, JR_HDR + BIG_N * JR_ENT + JR_TRL);
+	x.jlen = t.len;
+	x.jsum = t.sum;
+	assert_int_equal(jr_open(path, pnew, 32, &x, true, &sink, &fd, &t2), 0);
+	assert_int_equal(k.batches, 1);
+	assert_int_equal(k.seen, BIG_N);
+	assert_int_equal(k.bad, 0);
+	assert_int_equal(t2.len, t.len);
+	/* and one byte short of it is refused, not cut */
+	x.jlen = t.len + 1;
+	assert_int_equal(jr_open(path, pnew, 32, &x, true, NULL, &fd, &t2),
+			 ET_EJOURNAL);
+	tu_unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_index_and_reopen),
+	    cmocka_unit_test(test_journal_batch_over_2gib),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
