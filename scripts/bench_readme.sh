@@ -17,6 +17,7 @@ run "$b" --workload uniform --batch 4 --ddr 16M --no-pread --no-rocksdb --second
 run "$b" --workload uniform --batch 4 --ddr 16M --no-pread --no-rocksdb --seconds 5
 run "$b" --workload uniform --batch 64 --ddr 16M --no-pread --no-rocksdb --seconds 5 --multi
 run "$b" flush
+run "$b" reopen --rows 1000000
 run "$b" --ddr 32M --batch 128 --seconds 5
 run "$b" mrc --batches 20 --points 5
 run "$b" mrc -w shift --batches 20 --points 5
