@@ -97,6 +97,20 @@ int ckpt_write(const char *dir, const struct ckpt_rec *r, const void *dense,
 	return fio_sync_dir(dir, 1);
 }
 
+/* A table name as a store allows it (1..64 of [A-Za-z0-9_.-], no leading
+ * '.'): a record naming anything else is damaged. */
+static bool name_ok(const char *n)
+{
+	if (!n[0] || n[0] == '.')
+		return false;
+	for (const char *c = n; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' ||
+		      *c == '.'))
+			return false;
+	return true;
+}
+
 static int bad(const char *fin, const char *why, uint64_t off)
 {
 	return err_set(ET_ERECORD, "%s: %s (at byte %llu)", fin, why,
@@ -248,7 +262,9 @@ int ckpt_read(const char *dir, struct ckpt_rec *r, bool check_dense,
 		t->name[64] = 0;
 		t->jlen = get64(e + 64);
 		t->jsum = get64(e + 72);
-		if (!t->name[0] || (!t->jlen) != (!t->jsum)) {
+		r->ntables = (uint32_t)i; /* those before: no name twice */
+		if (!name_ok(t->name) || (!t->jlen) != (!t->jsum) ||
+		    ckpt_find(r, t->name)) {
 			ret = bad(fin, "table entry out of range",
 				  CK_HDR3 + i * CK_TABLE);
 			goto out;

@@ -70,9 +70,36 @@ static bool exists(const char *p)
 	return !stat(p, &st);
 }
 
+/* What the check of every journal found, settled once all are good. */
+struct settle {
+	struct {
+		char name[CKPT_NAME_MAX + 1];
+		struct jr_tail t;
+	} * v;
+	size_t n, cap;
+};
+
+static int settle_add(struct settle *st, const char *name,
+		      const struct jr_tail *t)
+{
+	if (st->n == st->cap) {
+		size_t cap = st->cap ? 2 * st->cap : 16;
+		void *v = realloc(st->v, cap * sizeof(*st->v));
+
+		if (!v)
+			return -ENOMEM;
+		st->v = v;
+		st->cap = cap;
+	}
+	snprintf(st->v[st->n].name, sizeof(st->v[st->n].name), "%s", name);
+	st->v[st->n++].t = *t;
+	return 0;
+}
+
 /* A table the record names: its files must be there, its journal must
  * hold what the record says. */
-static int settle_named(et_store *s, const struct ckpt_table *t)
+static int check_named(et_store *s, const struct ckpt_table *t,
+		       struct settle *st)
 {
 	struct jr_expect x = {.mode = JR_NAMED,
 			      .commit = s->rec.commit,
@@ -99,7 +126,9 @@ static int settle_named(et_store *s, const struct ckpt_table *t)
 				       t->name);
 	}
 	ret = table_path(s->dir, t->name, "", p, sizeof(p));
-	return ret ? ret : rowlog_recover(p, &x, &tail);
+	if (!ret)
+		ret = rowlog_recover(p, &x, &tail);
+	return ret ? ret : settle_add(st, t->name, &tail);
 }
 
 /* Adds a table to the record's list (a legacy record has none: every
@@ -123,7 +152,7 @@ static int rec_add(struct ckpt_rec *r, const char *name,
 
 /* The journals the record does not name: nothing of them is committed
  * (a table created since), or, under a legacy record, what it says. */
-static int settle_others(et_store *s, bool legacy)
+static int check_others(et_store *s, bool legacy, struct settle *st)
 {
 	struct jr_expect x = {.commit = s->rec.commit};
 	struct dirent *de;
@@ -151,16 +180,41 @@ static int settle_others(et_store *s, bool legacy)
 		ret = table_path(s->dir, name, "", p, sizeof(p));
 		if (!ret)
 			ret = rowlog_recover(p, &x, &t);
-		if (!ret && legacy)
-			ret = rec_add(&s->rec, name, &t);
+		if (!ret)
+			ret = settle_add(st, name, &t);
 	}
 	closedir(d);
 	return ret;
 }
 
+/* Checks every table's journal against the record, changing nothing;
+ * then, only if all are good, settles them (what lies past the committed
+ * bytes cut, a committed snapshot renamed in). */
+static int settle_all(et_store *s)
+{
+	bool legacy = s->rec.version && s->rec.version < 3;
+	struct settle st = {0};
+	int ret = 0;
+
+	for (uint32_t i = 0; !ret && !legacy && i < s->rec.ntables; i++)
+		ret = check_named(s, &s->rec.tables[i], &st);
+	if (!ret)
+		ret = check_others(s, legacy, &st);
+	for (size_t i = 0; !ret && i < st.n; i++) {
+		char p[4200];
+
+		ret = table_path(s->dir, st.v[i].name, "", p, sizeof(p));
+		if (!ret)
+			ret = rowlog_settle(p, &st.v[i].t);
+		if (!ret && legacy)
+			ret = rec_add(&s->rec, st.v[i].name, &st.v[i].t);
+	}
+	free(st.v);
+	return ret;
+}
+
 int commit_open(et_store *s)
 {
-	bool legacy;
 	int ret;
 
 	s->lock_fd = -1;
@@ -168,13 +222,8 @@ int commit_open(et_store *s)
 	if (ret)
 		return ret;
 	ret = ckpt_read(s->dir, &s->rec, true, NULL, NULL);
-	if (ret)
-		return ret;
-	legacy = s->rec.version && s->rec.version < 3;
-	for (uint32_t i = 0; !ret && !legacy && i < s->rec.ntables; i++)
-		ret = settle_named(s, &s->rec.tables[i]);
 	if (!ret)
-		ret = settle_others(s, legacy);
+		ret = settle_all(s);
 	if (ret)
 		return ret;
 	s->ckpt = s->rec.commit;

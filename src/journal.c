@@ -27,6 +27,9 @@ struct scan {
 	uint32_t rec_bytes; /* 0 until the first batch says */
 	int ver;	    /* 0 until the first batch says */
 	unsigned char *buf; /* JR_CHUNK_BYTES */
+	uint64_t prev;	    /* the checksum of the batch before (0: none):
+			     * a version 2 batch names it, so the last
+			     * batch's checksum covers the whole chain */
 	uint64_t buf_from;  /* the batch offset whose entries buf holds
 			     * whole (UINT64_MAX: none) */
 };
@@ -79,6 +82,10 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		ver = 1;
 	else {
 		why->why = "has no batch header";
+		return 1;
+	}
+	if (ver == 2 && get64(h + 24) != s->prev) {
+		why->why = "does not follow the batch before it";
 		return 1;
 	}
 	n = get64(h + 16);
@@ -164,6 +171,55 @@ static int journal_bad(const struct scan *s, const struct jr_expect *x,
 		       (unsigned long long)x->commit);
 }
 
+/*
+ * What lies past the committed bytes, from off on: only a commit whose
+ * record never came, the one after the record's (a commit that fails is
+ * retried under the same number; one that succeeds moves the record on).
+ * A complete batch of the record's commit or before is a record that
+ * does not name what was committed (ET_EJOURNAL); one two or more commits
+ * past it, a record older than its journals, put back (ET_ERECORD). With
+ * no record at all, any complete batch means the record is lost.
+ */
+static int scan_uncommitted(struct scan *s, uint64_t off, const char *dir_hint,
+			    const struct jr_expect *x)
+{
+	uint64_t sum, next;
+	struct jr_batch b;
+	struct bad why;
+	int ret;
+
+	for (;;) {
+		ret = batch_check(s, off, s->size, &b, &sum, &next, &why);
+		if (ret)
+			return ret < 0 ? ret : 0;
+		if (x->mode == JR_NORECORD)
+			return err_set(ET_EMISSING,
+				       "%s/CHECKPOINT missing, but %s holds a "
+				       "complete batch of commit %llu",
+				       dir_hint, s->path,
+				       (unsigned long long)b.commit);
+		if (b.commit <= x->commit)
+			return err_set(
+			    ET_EJOURNAL,
+			    "%s holds a batch of commit %llu at byte "
+			    "%llu that the commit record (commit "
+			    "%llu) does not name",
+			    s->path, (unsigned long long)b.commit,
+			    (unsigned long long)off,
+			    (unsigned long long)x->commit);
+		if (b.commit > x->commit + 1)
+			return err_set(
+			    ET_ERECORD,
+			    "the commit record (commit %llu) is "
+			    "older than %s, which holds commit %llu: "
+			    "a stale CHECKPOINT",
+			    (unsigned long long)x->commit, s->path,
+			    (unsigned long long)b.commit);
+		s->prev = sum;
+		off = next;
+	}
+}
+
 /* The record names the table: exactly [0, jlen), ending in jsum. */
 static int scan_named(struct scan *s, const struct jr_expect *x,
 		      const struct jr_sink *k, struct jr_tail *t)
@@ -192,6 +248,7 @@ static int scan_named(struct scan *s, const struct jr_expect *x,
 		}
 		s->rec_bytes = b.rec_bytes;
 		s->ver = b.ver;
+		s->prev = sum;
 		if (k) {
 			ret = batch_apply(s, off, &b, k);
 			if (ret)
@@ -206,38 +263,7 @@ static int scan_named(struct scan *s, const struct jr_expect *x,
 			       s->path, (unsigned long long)x->commit);
 	t->len = x->jlen;
 	t->sum = x->jsum;
-	return 0;
-}
-
-/* No committed bytes: every complete batch must be newer than the
- * record (a commit that did not finish), and is cut. */
-static int scan_uncommitted(struct scan *s, const char *dir_hint,
-			    const struct jr_expect *x)
-{
-	uint64_t off = 0, sum, next;
-	struct jr_batch b;
-	struct bad why;
-	int ret;
-
-	for (;;) {
-		ret = batch_check(s, off, s->size, &b, &sum, &next, &why);
-		if (ret)
-			return ret < 0 ? ret : 0;
-		if (x->mode == JR_NORECORD)
-			return err_set(ET_EMISSING,
-				       "%s/CHECKPOINT missing, but %s holds a "
-				       "complete batch of commit %llu",
-				       dir_hint, s->path,
-				       (unsigned long long)b.commit);
-		if (b.commit <= x->commit)
-			return err_set(ET_EJOURNAL,
-				       "%s holds a batch of commit %llu that "
-				       "the commit record (commit %llu) does "
-				       "not name",
-				       s->path, (unsigned long long)b.commit,
-				       (unsigned long long)x->commit);
-		off = next;
-	}
+	return scan_uncommitted(s, x->jlen, "", x);
 }
 
 /* A version 1 or 2 record: the batches up to its commit; the first bad
@@ -258,6 +284,7 @@ static int scan_legacy(struct scan *s, const struct jr_expect *x,
 			break;
 		s->rec_bytes = b.rec_bytes;
 		s->ver = b.ver;
+		s->prev = sum;
 		if (k) {
 			ret = batch_apply(s, off, &b, k);
 			if (ret)
@@ -303,15 +330,13 @@ static int scan_file(int fd, const char *path, uint32_t rec_bytes,
 	switch (x->mode) {
 	case JR_NAMED:
 		ret = scan_named(&s, x, k, t);
-		if (!ret && !x->jlen)
-			ret = scan_uncommitted(&s, "", x);
 		break;
 	case JR_LEGACY:
 		ret = scan_legacy(&s, x, k, t);
 		break;
 	default:
 		dir_hint(path, d, sizeof(d));
-		ret = scan_uncommitted(&s, d, x);
+		ret = scan_uncommitted(&s, 0, d, x);
 		break;
 	}
 	mem_free(s.buf, JR_CHUNK_BYTES, 0);
@@ -389,6 +414,7 @@ int jr_open(const char *pidx, const char *pnew, uint32_t rec_bytes,
 		return 0;
 	}
 	ret = scan_file(f, path, rec_bytes, x, sink, t);
+	t->in_new = path == pnew;
 	if (!ret && !rdonly) { /* cut what the record does not name */
 		if (fstat(f, &st))
 			ret = -errno;
@@ -441,6 +467,7 @@ static void encode_hdr(const struct jr_batch *b, unsigned char *h)
 	memcpy(h, b->ver >= 2 ? "ETIDXH02" : "ETIDXH01", 8);
 	put64(h + 8, b->commit);
 	put64(h + 16, b->n);
+	put64(h + 24, b->ver >= 2 ? b->prev : 0);
 }
 
 static void encode_trl(const struct jr_batch *b, unsigned char *t)
@@ -510,8 +537,12 @@ static int batch_write(io_ctx *io, int fd, uint64_t off,
 int jr_append(io_ctx *io, int fd, const struct jr_batch *b, jr_fill_fn fill,
 	      void *arg, struct jr_tail *t)
 {
+	struct jr_batch c = *b;
 	uint64_t end, sum;
-	int ret = batch_write(io, fd, t->len, b, fill, arg, &end, &sum);
+	int ret;
+
+	c.prev = t->len ? t->sum : 0; /* the chain */
+	ret = batch_write(io, fd, t->len, &c, fill, arg, &end, &sum);
 
 	if (ret)
 		return ret;
@@ -531,7 +562,12 @@ int jr_write_new(io_ctx *io, const char *pnew, const struct jr_batch *b,
 	fd = open(pnew, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	ret = batch_write(io, fd, 0, b, fill, arg, &end, &sum);
+	{
+		struct jr_batch c = *b;
+
+		c.prev = 0; /* a snapshot begins a chain */
+		ret = batch_write(io, fd, 0, &c, fill, arg, &end, &sum);
+	}
 	close(fd);
 	if (ret) {
 		unlink(pnew);
@@ -542,6 +578,29 @@ int jr_write_new(io_ctx *io, const char *pnew, const struct jr_batch *b,
 	t->ver = b->ver;
 	t->rec_bytes = b->rec_bytes;
 	return 0;
+}
+
+int jr_settle(const char *pidx, const char *pnew, const struct jr_tail *t)
+{
+	struct stat st;
+	int fd, ret = 0;
+
+	if (t->in_new)
+		ret = jr_install(pnew, pidx);
+	else if (unlink(pnew) && errno != ENOENT)
+		ret = -errno;
+	if (ret)
+		return ret;
+	fd = open(pidx, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT && !t->len ? 0 : -errno;
+	if (fstat(fd, &st))
+		ret = -errno;
+	else if ((uint64_t)st.st_size != t->len &&
+		 (ftruncate(fd, (off_t)t->len) || fdatasync(fd)))
+		ret = -errno;
+	close(fd);
+	return ret;
 }
 
 int jr_install(const char *pnew, const char *pidx)

@@ -4,7 +4,8 @@
  * A sequence of batches, one per commit that changed the table; a batch
  * says where each row it names has its newest record. Version 2:
  *
- *   header   32: "ETIDXH02", u64 commit, u64 entries, u64 0
+ *   header   32: "ETIDXH02", u64 commit, u64 entries, u64 checksum of
+ *                the batch before (0: the first, or a snapshot)
  *   entries  16 each: u64 row, u32 recno, u32 generation of the record's
  *                     segment when the record was written
  *   trailer  40: "ETIDXT02", u32 head segment (0xffffffff: none), u32 head
@@ -13,16 +14,19 @@
  *                generation, u64 XXH3-64 of header, entries and the
  *                trailer's first 32 bytes
  *
- * Version 1 ("ETIDXH01"/"ETIDXT01", generation fields 0, records bound to
- * their row only) is still read, and a journal that began in version 1
- * goes on in it.
+ * Each batch names the one before it, so the checksum of the last batch
+ * covers the whole chain. Version 1 ("ETIDXH01"/"ETIDXT01", no chain,
+ * generation fields 0, records bound to their row only) is still read,
+ * and a journal that began in version 1 goes on in it.
  *
  * What is committed is what the commit record says (checkpoint.h): the
  * journal's first jlen bytes, ending in the batch whose checksum is jsum.
  * Those bytes are replayed, and must all be there and intact: anything
  * else is ET_EJOURNAL, naming the file and the byte. Bytes past them (a
  * crash between the journal's sync and the record's) are cut by a
- * writable open. A snapshot (the whole index in one batch) is written to
+ * writable open; they may only be batches of the commit after the
+ * record's (ET_EJOURNAL for one at or before it, ET_ERECORD for one two
+ * or more past it: the record is stale). A snapshot (the whole index in one batch) is written to
  * PATH.idx.new and renamed over PATH.idx once the record naming it is in
  * place; an open finishes that rename when the record names the new file,
  * and removes the file when it does not.
@@ -71,6 +75,7 @@ struct jr_batch {
 	int ver; /* 1 or 2 */
 	uint64_t commit, n;
 	uint32_t hseg, hslot, flags, rec_bytes, seg_bytes, hgen;
+	uint64_t prev; /* the checksum of the batch before (jr_append) */
 };
 
 /* Where a journal's committed bytes end: what the next record names. */
@@ -78,6 +83,8 @@ struct jr_tail {
 	uint64_t len, sum;
 	int ver;	    /* of its batches (0: none) */
 	uint32_t rec_bytes; /* of its batches (0: none) */
+	bool in_new;	    /* a read-only jr_open found the committed
+			     * journal in pnew (a snapshot not renamed) */
 };
 
 /* A replay: begin for each committed batch (checked whole), then its
@@ -119,6 +126,11 @@ int jr_append(io_ctx *io, int fd, const struct jr_batch *b, jr_fill_fn fill,
  * tail. */
 int jr_write_new(io_ctx *io, const char *pnew, const struct jr_batch *b,
 		 jr_fill_fn fill, void *arg, struct jr_tail *t);
+
+/* After a read-only jr_open said t: makes the files say it too (the
+ * committed snapshot renamed in, or a stale one removed; the journal cut
+ * to t->len). */
+int jr_settle(const char *pidx, const char *pnew, const struct jr_tail *t);
 
 /* Renames pnew over pidx and syncs the directory. */
 int jr_install(const char *pnew, const char *pidx);

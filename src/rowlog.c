@@ -355,19 +355,31 @@ static int paths(struct rowlog *l, const char *tf_path)
 	return 0;
 }
 
+static int idx_paths(const char *tf_path, char *p, char *n, size_t cap)
+{
+	if ((size_t)snprintf(p, cap, "%s.idx", tf_path) >= cap ||
+	    (size_t)snprintf(n, cap, "%s.idx.new", tf_path) >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
 int rowlog_recover(const char *tf_path, const struct jr_expect *x,
 		   struct jr_tail *t)
 {
 	char p[4096], n[4096];
-	int fd = -1, ret;
+	int fd = -1, ret = idx_paths(tf_path, p, n, sizeof(p));
 
-	if ((size_t)snprintf(p, sizeof(p), "%s.idx", tf_path) >= sizeof(p) ||
-	    (size_t)snprintf(n, sizeof(n), "%s.idx.new", tf_path) >= sizeof(n))
-		return -ENAMETOOLONG;
-	ret = jr_open(p, n, 0, x, false, NULL, &fd, t);
-	if (fd >= 0)
-		close(fd);
+	if (!ret)
+		ret = jr_open(p, n, 0, x, true, NULL, &fd, t);
 	return ret;
+}
+
+int rowlog_settle(const char *tf_path, const struct jr_tail *t)
+{
+	char p[4096], n[4096];
+	int ret = idx_paths(tf_path, p, n, sizeof(p));
+
+	return ret ? ret : jr_settle(p, n, t);
 }
 
 int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,

@@ -126,11 +126,14 @@ void rowlog_tail(const struct rowlog *l, struct jr_tail *t);
  * commit needed become free). */
 void rowlog_commit_done(struct rowlog *l, uint64_t commit, bool durable);
 
-/* Settles the journal of the table file at tf_path as x says, without
- * opening the table: checks the committed bytes, cuts what lies past them
- * (store open does this for every table of its directory). *t: its tail. */
+/* Checks the journal of the table file at tf_path against x without
+ * opening the table or changing anything; *t: its committed tail. Then
+ * rowlog_settle makes the files say t (what lies past it cut). A store's
+ * open checks every table of its directory first, and settles them only
+ * if all are good. */
 int rowlog_recover(const char *tf_path, const struct jr_expect *x,
 		   struct jr_tail *t);
+int rowlog_settle(const char *tf_path, const struct jr_tail *t);
 
 /* The rows in the index, ascending, in a malloc()ed array (NULL if none). */
 int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n);
