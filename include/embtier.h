@@ -626,10 +626,10 @@ struct et_stats {
 	uint64_t log_segments_cleaned;
 	uint64_t log_bytes_written; /* log and index journal */
 	uint64_t log_rows_read;
-	uint64_t log_index_rows;    /* rows whose newest copy is logged */
-	uint64_t log_index_bytes;   /* memory of the index */
-	uint64_t log_live_bytes;    /* live records x record bytes */
-	uint64_t log_segment_bytes; /* segments in use x segment bytes */
+	uint64_t log_index_rows;      /* rows whose newest copy is logged */
+	uint64_t log_index_bytes;     /* memory of the index */
+	uint64_t log_live_bytes;      /* live records x record bytes */
+	uint64_t log_segment_bytes;   /* segments in use x segment bytes */
 	uint64_t log_records_damaged; /* live records the cleaner found
 				       * damaged: left in place, their reads
 				       * fail with ET_EBLOCKSUM naming them,
