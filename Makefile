@@ -113,7 +113,7 @@ TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: FORCE all lib tools bench demo mpi test-mpi cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
-	format-check check-symbols clean help python
+	format-check check-docs check-symbols clean help python
 
 all: lib tools $(BENCH) $(MPI_ALL) ## Build the library, the tools and the benchmark (default)
 
@@ -378,6 +378,9 @@ format: ## Format the C sources with clang-format
 
 format-check: ## Fail if any C source is not formatted
 	clang-format --dry-run -Werror $(C_SOURCES)
+
+check-docs: ## Fail if docs/ misses a source file, or names a path or error code that is not there
+	$(Q)scripts/check_docs.sh
 
 clean: ## Remove every build directory
 	rm -rf build build-asan build-ubsan build-tsan build-fuzz build-cuda build-python

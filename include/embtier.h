@@ -301,8 +301,8 @@ typedef enum et_hbm_backend {
  * tables would take if every row were cached. The split is made again
  * when a table is created or opened; if the caches hold rows by then,
  * dirty rows are written back (as by et_flush) and the caches start
- * empty. A table whose class cannot get one set in each tier is refused
- * with ET_ECONFIG.
+ * empty. A table whose class cannot get one set in each tier (beside one
+ * set of every other class) is refused with ET_ECAPACITY.
  */
 struct et_store_config {
 	uint64_t hbm_bytes;   /* 0: no HBM tier */

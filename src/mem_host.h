@@ -2,7 +2,7 @@
  * mem_host.h - host memory: the only user of jemalloc.
  *
  * Every allocation of the library goes through here so that the bytes in use
- * are counted (et_mem_stats) and the bounded-memory promise can be checked.
+ * are counted (et_stats.mem_bytes) and the bounded-memory promise can be checked.
  * Sizes are passed back at free so that the count is exact and jemalloc can
  * use sized deallocation. Built with ET_NO_JEMALLOC (sanitizer builds), it
  * falls back to libc. Thread-safe.

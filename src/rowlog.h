@@ -4,7 +4,7 @@
  * an in-memory index maps each logged row to its newest record, a journal
  * (PATH.idx) persists the index changes of each commit, and a cleaner
  * rewrites the live rows of mostly dead segments. docs/FORMAT.md has the
- * byte layout; docs/ARCHITECTURE.md the reasoning.
+ * byte layout; docs/DECISIONS.md the reasoning.
  *
  * A row in the index is read from the log; any other row from the table's
  * block file (bulk loads) or its initializer. Commits are two-phase: the

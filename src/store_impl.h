@@ -7,7 +7,7 @@
  *
  *   ids --dedup--> unique rows --resolve--> a pointer to each row's bytes
  *       --op--> (decode into the caller's buffer | update in place, dirty)
- *       --writeback--> dirty victims and bypassed rows to their blocks
+ *       --writeback--> dirty victims and bypassed rows to the row log
  *
  * resolve() (tier.c) makes every unique row of the batch resident in the top tier
  * (HBM if there is one, else DDR) and pins it for the operation:
@@ -34,8 +34,9 @@
  * ways), it is served from a bypass buffer: read from its file, used, and
  * written straight back if the operation changed it. Slower, never wrong.
  *
- * Write-back happens at the end of each operation, all queued rows of a
- * table in one batch (the table file coalesces rows per block). If it fails,
+ * Write-back happens at the end of each operation, or with the next
+ * prefetch when the caller prefetches (writeback.c), all queued rows of a
+ * table in one batch appended to its row log. If it fails,
  * the queued rows stay in memory, the store refuses every operation but
  * et_flush and et_store_close with ET_EFAILED, and a later successful flush
  * writes them and clears the failure: nothing is lost or read stale.
