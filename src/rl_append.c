@@ -2,7 +2,7 @@
  * rl_append.c - the row log's write path: segments (which are free, the
  * head, each one's generation), the append buffer that turns records into
  * large aligned O_DIRECT writes, one window in flight while the next fills,
- * and the sync a commit starts with. See rowlog_impl.h for the layout.
+ * and the sync a commit starts with. See rl_layout.h for the layout.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
-#include "rowlog_impl.h"
+#include "rl_layout.h"
 
 void segs_free(struct rowlog *l)
 {
@@ -378,14 +378,11 @@ void bufs_free(struct rowlog *l)
 	l->abuf = NULL;
 }
 
-int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
-		  const void *src)
+int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
+		const void *src)
 {
-	int ret;
+	int ret = log_file(l);
 
-	if (l->rdonly)
-		return -EBADF;
-	ret = log_file(l);
 	if (!ret)
 		ret = staging(l);
 	if (!ret && !l->wio)
@@ -411,8 +408,6 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 		ret = append_one(l, io, rows[i],
 				 (const char *)src + i * l->row_bytes);
 	}
-	if (!ret)
-		ret = maybe_clean(l, io);
 	/* What is buffered goes out with the next full window or sync:
 	 * reads find it in the buffer meanwhile, and a failed write keeps it
 	 * there for the next try. */

@@ -24,7 +24,7 @@
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
-#include "rowlog_impl.h"
+#include "rl_layout.h"
 
 static bool needs_cleaning(const struct rowlog *l)
 {

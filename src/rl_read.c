@@ -21,7 +21,7 @@
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
-#include "rowlog_impl.h"
+#include "rl_layout.h"
 
 int cmp_u64(const void *a, const void *b)
 {

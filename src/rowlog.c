@@ -2,7 +2,7 @@
  * rowlog.c - the row log of a table file (see rowlog.h): open (the index
  * replayed from the journal, as of what the commit record names), close,
  * and the two phases of a commit. The record layout and the other pieces:
- * rowlog_impl.h; the journal: journal.h.
+ * rl_layout.h; the journal: journal.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include "hash.h"
 #include "io.h"
 #include "mem_host.h"
-#include "rowlog_impl.h"
+#include "rl_layout.h"
 
 double rl_max_amp = 1.3;
 static uint64_t rl_snap_min = 64u << 20;
@@ -61,6 +61,17 @@ bool rowlog_has(const struct rowlog *l, uint64_t row)
 bool rowlog_changed(const struct rowlog *l)
 {
 	return l && l->nchg;
+}
+
+int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
+		  const void *src)
+{
+	int ret;
+
+	if (l->rdonly)
+		return -EBADF;
+	ret = append_rows(l, io, rows, n, src);
+	return ret ? ret : maybe_clean(l, io);
 }
 
 uint64_t rowlog_count(const struct rowlog *l)

@@ -1,5 +1,5 @@
 /*
- * rowlog_impl.h - the row log's insides, shared by its files:
+ * rl_layout.h - the row log's layout and the state its files share:
  *
  *   rowlog.c    open, close, commit (journal batches, snapshots), replay
  *   rl_append.c segments, the append buffer, appends and syncs
@@ -39,8 +39,8 @@
  * read for another row, a write that landed elsewhere, or one that never
  * landed (the segment's previous record at that place) all fail.
  */
-#ifndef ET_ROWLOG_IMPL_H
-#define ET_ROWLOG_IMPL_H
+#ifndef ET_RL_LAYOUT_H
+#define ET_RL_LAYOUT_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -181,6 +181,10 @@ int staging(struct rowlog *l);
 int other_settle(struct rowlog *l, io_ctx *io);
 int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto);
 int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src);
+/* rowlog_append less the cleaner (which appends too: it calls down here,
+ * and rowlog.c calls both) */
+int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
+		const void *src);
 void bufs_free(struct rowlog *l);
 
 /* rl_read.c */
