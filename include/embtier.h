@@ -615,9 +615,11 @@ struct et_stats {
 					  * evictable way in the top tier */
 	uint64_t conflict_misses;	 /* the same, duplicates counted */
 	/* NVMe tier */
-	uint64_t nvme_rows_read; /* rows read from table files */
-	uint64_t rows_lazy;	 /* rows served from the initializer */
-	uint64_t writebacks;	 /* dirty rows written back */
+	uint64_t nvme_rows_read;   /* rows read from table files */
+	uint64_t rows_lazy;	   /* rows served from the initializer */
+	uint64_t rows_overwritten; /* misses et_write_rows replaced whole,
+				    * so never read */
+	uint64_t writebacks;	   /* dirty rows written back */
 	uint64_t blocks_read, blocks_written; /* block files (bulk loads) */
 	uint64_t bytes_read, bytes_written;   /* block files */
 	/* the row log, where the store writes rows (docs/FORMAT.md) */

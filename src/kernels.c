@@ -333,9 +333,12 @@ static void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 
 /* The start of a single-table call with a buffer named what: op_begin, the
  * buffer checked, op_prepare. An empty batch stops after op_begin. */
+/* op_begin, then op_prepare; write: the call replaces each row's values
+ * (with_state: and its optimizer state), so a row replaced whole is not
+ * read first. */
 static int op_open(et_store *s, int table, const uint64_t *ids, size_t n,
 		   const void *buf, const char *what, struct table **t,
-		   size_t *m)
+		   size_t *m, bool write, bool with_state)
 {
 	int ret = op_begin(s, table, ids, n, t);
 
@@ -343,7 +346,8 @@ static int op_open(et_store *s, int table, const uint64_t *ids, size_t n,
 		return ret;
 	if (!buf)
 		return err_set(-EINVAL, "%s is NULL", what);
-	return op_prepare(s, *t, ids, n, m, false);
+	return op_prepare(s, *t, ids, n, m, false,
+			  write && (with_state || !(*t)->g->state_floats));
 }
 
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
@@ -354,7 +358,7 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 
 	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
-	ret = op_open(s, table, ids, n, out, "out", &t, &m);
+	ret = op_open(s, table, ids, n, out, "out", &t, &m, false, false);
 	if (ret || n == 0)
 		return ret;
 	kern_gather(t->g, s->o->ptrs.p, s->o->inv.p, 0, n, out);
@@ -406,7 +410,7 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 	if (ret)
 		return ret;
 	if (n) {
-		ret = op_prepare(s, t, ids, n, &m, false);
+		ret = op_prepare(s, t, ids, n, &m, false, false);
 		if (ret)
 			return ret;
 		ret = sbuf_reserve(&s->o->acc, t->g->dim * sizeof(float));
@@ -478,7 +482,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 		return ret;
 	kern_group(s->o->inv.p, n, m, offsets, s->o->acc.p,
 		   (uint32_t *)s->o->acc.p + n);
-	ret = op_prepare(s, t, ids, n, &m, true);
+	ret = op_prepare(s, t, ids, n, &m, true, false);
 	if (ret)
 		return ret;
 	kern_update(t->g, s->o->ptrs.p, 0, m, s->o->acc.p,
@@ -522,7 +526,8 @@ int et_write_rows_state(et_store *s, int table, const uint64_t *ids, size_t n,
 
 	pf_wait(s); /* a prefetch on its thread ends first */
 	err_clear();
-	ret = op_open(s, table, ids, n, vals, "vals", &t, &m);
+	ret = op_open(s, table, ids, n, vals, "vals", &t, &m, true,
+		      state != NULL);
 	if (ret || n == 0)
 		return ret;
 	{

@@ -866,6 +866,7 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->conflict_misses += t->st.conflict_misses;
 	st->nvme_rows_read += t->st.nvme_rows_read;
 	st->rows_lazy += t->st.rows_lazy;
+	st->rows_overwritten += t->st.rows_overwritten;
 	st->writebacks += t->st.writebacks;
 	tf_get_stats(t->tf, &f);
 	st->blocks_read += f.blocks_read;

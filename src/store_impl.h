@@ -272,7 +272,7 @@ int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
 int op_begin(et_store *s, int table, const uint64_t *ids, size_t n,
 	     struct table **out);
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
-	       size_t *m, bool deduped);
+	       size_t *m, bool deduped, bool overwrite);
 int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	      size_t *m, bool deduped);
 void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);

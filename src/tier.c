@@ -833,15 +833,32 @@ int op_place(et_store *s, struct table *t, size_t n)
 	return 0;
 }
 
-/* Dedups and resolves; on success the unique rows are at s->o->ptrs. */
+/* The misses of a call that overwrites whole rows: nothing to read (a
+ * row whose stored copy is damaged can be written over). */
+static int resolve_blank(et_store *s, struct table *t)
+{
+	struct opscr *o = s->o;
+	size_t b = o->nm * (size_t)t->g->row_bytes;
+	int ret = o->nm ? sbuf_reserve(&o->mbuf, b) : 0;
+
+	if (!ret && b)
+		memset(o->mbuf.p, 0, b);
+	if (!ret)
+		t->st.rows_overwritten += o->nm;
+	return ret;
+}
+
+/* Dedups and resolves; on success the unique rows are at s->o->ptrs. With
+ * overwrite, the caller replaces every byte of each row: misses are not
+ * read. */
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
-	       size_t *m, bool deduped)
+	       size_t *m, bool deduped, bool overwrite)
 {
 	int ret = op_lookup(s, t, ids, n, m, deduped);
 
 	if (ret)
 		return ret;
-	ret = resolve_read(s, s->o, 1);
+	ret = overwrite ? resolve_blank(s, t) : resolve_read(s, s->o, 1);
 	if (ret) {
 		op_end(s, (uint32_t)(t - s->tables), false);
 		return ret;

@@ -15,7 +15,8 @@
  *   - the cleaner meeting a damaged live record (its checksum, or its row
  *     id field) leaves it in place: flushes and checkpoints go on, the
  *     row's reads fail with ET_EBLOCKSUM naming it, every other row reads
- *     right, et_tfile_verify counts it;
+ *     right, et_tfile_verify counts it, and writing the row whole heals
+ *     it;
  *   - no 2 GiB limit: a dense state above 2 GiB checkpoints and reads
  *     back (skipped when the scratch disk has not the room).
  */
@@ -464,6 +465,22 @@ static void test_cleaner_meets_damage(void **state)
 	assert_int_equal(et_tfile_verify(tf, &bad, &first, NULL, NULL),
 			 ET_EBLOCKSUM);
 	assert_int_equal(bad, 2);
+	et_tfile_close(tf);
+	/* writing the damaged rows whole heals the table: a write of whole
+	 * rows does not read them first */
+	s = store_open(dir, &t, false);
+	ids[0] = BAD_R;
+	ids[1] = BAD_Q;
+	memcpy(&m.v[0], &m.v[BAD_R * DIM], sizeof(got));
+	memcpy(&m.v[DIM], &m.v[BAD_Q * DIM], sizeof(got));
+	assert_int_equal(et_write_rows(s, t, ids, 2, m.v), 0);
+	assert_int_equal(et_gather(s, t, ids, 1, got), 0);
+	assert_memory_equal(got, m.v, sizeof(got));
+	assert_int_equal(et_store_close(s), 0);
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	if (et_tfile_verify(tf, &bad, &first, NULL, NULL))
+		fail_msg("after the rewrite: %llu bad, first %llu",
+			 (unsigned long long)bad, (unsigned long long)first);
 	et_tfile_close(tf);
 	rowlog_set_tuning(0, 0);
 	rm_dir(dir);

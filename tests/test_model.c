@@ -708,7 +708,9 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 	if (ms->cfg->hbm_slots && st.ddr.hits + st.ddr.misses != st.hbm.misses)
 		h_fail(h, "store %s: ddr hits + misses != hbm misses",
 		       ms->cfg->name);
-	if (!ms->cfg->pf && st.nvme_rows_read + st.rows_lazy != st.ddr.misses)
+	if (!ms->cfg->pf &&
+	    st.nvme_rows_read + st.rows_lazy + st.rows_overwritten !=
+		st.ddr.misses)
 		h_fail(h,
 		       "store %s: nvme_rows_read %llu + rows_lazy %llu != "
 		       "misses of the last tier %llu",
