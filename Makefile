@@ -256,6 +256,9 @@ $(STATIC): $(BUILD)/embtier.o
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
 # The only symbols the library may define for others: the API (et_).
+check-link: lib ## Install to a scratch prefix; link a program through pkg-config, shared and -static, and run both
+	$(Q)BUILD=$(BUILD) scripts/check_link.sh
+
 check-symbols: $(STATIC) $(SHARED) ## Fail if the library exports a non-et_ symbol
 	$(Q)bad=$$( { nm -D --defined-only $(SHARED); \
 		nm -g --defined-only $(STATIC); } | \
@@ -272,13 +275,19 @@ $(SHARED): $(LIB_OBJS)
 	$(Q)ln -sf libembtier.so.$(VERSION) $(BUILD)/$(SONAME)
 	$(Q)ln -sf $(SONAME) $(BUILD)/libembtier.so
 
+# A static link needs the dependencies' libraries after -lembtier and -lm
+# after jemalloc (which calls round()): they are listed here in that order,
+# not through Requires.private, whose libraries pkg-config puts last.
+PC_PRIVATE := $(shell $(PKG_CONFIG) --static --libs $(DEPS)) -lm -pthread -ldl
+
 $(BUILD)/embtier.pc: Makefile FORCE
 	$(call msg,GEN,$@)
 	$(Q)mkdir -p $(BUILD)
 	$(Q)printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
 		'Name: embtier' 'Description: tiered HBM/DDR/NVMe embedding store' \
-		'Version: $(VERSION)' 'Requires.private: $(DEPS)' \
-		'Libs: -L$${libdir} -lembtier' 'Libs.private: -lm -pthread' \
+		'Version: $(VERSION)' \
+		'Libs: -L$${libdir} -lembtier' \
+		'Libs.private: $(PC_PRIVATE)' \
 		'Cflags: -I$${includedir}' > $@
 
 $(BUILD)/embtier-build: $(BUILD)/tools/build.o $(TOOL_COMMON_OBJS) $(STATIC)
