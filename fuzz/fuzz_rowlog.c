@@ -21,32 +21,38 @@
  * value at the last commit; a read may fail with ET_EBLOCKSUM (a failing
  * batch read is split until the rows that fail are found alone, and every
  * other row must still read right; ET_ETRUNC, ET_ESHORTIO for a record
- * past the log's end, -EIO and -ENOMEM are noted once and allowed too). Anything else - an open that succeeds
- * with a row of another value, a code outside those ranges or a positive
- * one - is abort()ed with a message saying which. After each input every
- * file of the directory is put back as it was.
+ * past the log's end, -EIO and -ENOMEM are noted once and allowed too).
+ * Anything else - an open that succeeds with a row of another value, a
+ * code outside those ranges or a positive one - is abort()ed with a
+ * message saying which. Then
+ *   4. the good journal and record are put back (the rest left as step
+ *      2 left it) and the store opened again: every row must read
+ *      exactly, every call returning 0 - unless step 2 took a rewritten
+ *      journal (below), which may have let the store change its log:
+ *      then refusals are allowed, still never another value.
+ * After each input every file of the directory is put back as it was.
  *
- * One exception, unless ET_FUZZ_STRICT=1: a forged journal, whose
- * committed bytes differ from the good journal's while every batch in
- * them has a right checksum and the last is the one the record names (the
- * leading 1 below, or libFuzzer's comparison tracing, makes them). The
- * record names only the last batch's checksum, so a rewritten earlier
- * batch cannot be seen; its rows may then read a value they held earlier
- * (their initializer's, one written, one of an earlier commit): noted
- * once on stderr, not an abort. A value the row never held is an abort
- * even then.
- *
- * An input whose first byte is 1 has that byte dropped and each batch's
- * checksum set right before it is written, so that the replay itself
- * (rows, record numbers, generations, heads, segment sizes, snapshots) is
- * reached. Batch layout: src/journal.h (version 2 "ETIDXH02"/"ETIDXT02",
- * version 1 read too); both versions have the same framing. Seeds:
+ * An input whose first byte is 1 has that byte dropped; each whole batch
+ * then gets its chain link (a version 2 batch names the checksum of the
+ * one before) and its checksum set right, and the commit record is
+ * rewritten to name the journal's whole batches (their length, the last
+ * one's checksum; its header checksum set right), so that the replay
+ * itself (rows, record numbers, generations, heads, segment sizes,
+ * snapshots, commits) is reached. Such a journal is committed as far as
+ * the library can tell: if its bytes are not the good journal's, a row
+ * may read any value it held (its initializer's, one written, one of a
+ * commit: the records are all in the log, each bound to its row and
+ * place), never one it did not, nor another row's. Raw inputs leave the
+ * record alone: with the batches chained, the record's checksum of the
+ * last covers them all, and the oracle is the last commit exactly. Batch
+ * layout: src/journal.h (version 2 "ETIDXH02"/"ETIDXT02", version 1 read
+ * too); both versions have the same framing. Seeds:
  * fuzz/corpus/rowlog/ (the good journal as written by the setup below, raw
  * and with the leading 1, and a torn one); ET_FUZZ_SEEDS=DIR makes the
  * setup write them there. ET_FUZZ_DIR chooses the scratch directory
- * (default /var/tmp); it is removed at a normal exit and kept after an
- * abort, for a look. ET_FUZZ_STATS=1 prints at exit how many inputs each
- * call took or refused, by code.
+ * (default /var/tmp); it is removed at exit and at an oracle abort
+ * (ET_FUZZ_KEEP=1 keeps it then, for a look). ET_FUZZ_STATS=1 prints at
+ * exit how many inputs each call took or refused, by code.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -80,24 +86,23 @@ static float got[ROWS * DIM];
 enum { H_INIT, H_WA, H_C1, H_WB, H_C2, H_WC, H_C3, NHIST, H_LAST = H_C3 };
 static float hist[NHIST][ROWS * DIM];
 static const char *const hname[NHIST] = {
-    "its initializer's",     "written in session A", "of commit 1",
-    "written in session B",  "of commit 2",	     "written in session C",
-    "of commit 3 (the last)"};
+    "its initializer's",    "the one written in session A",
+    "commit 1's",	    "the one written in session B",
+    "commit 2's",	    "the one written in session C",
+    "commit 3's (the last)"};
 static const float *const want = hist[H_LAST];
 
-/* The commit record's entry for the table, and the good journal. */
-static uint64_t rec_jlen, rec_jsum;
-static const unsigned char *good_idx;
-static size_t good_idx_len;
+/* The good journal and commit record (version 3, one table: its entry
+ * at byte 56, jlen at 56 + 64, jsum at 56 + 72), and the record named
+ * ckpt. */
+static const unsigned char *good_idx, *good_rec;
+static size_t good_idx_len, good_rec_len;
+static char ckpt[4096];
 
-/* The input is a forged journal: its committed bytes differ from the good
- * journal's, yet every batch in them checks and the last is the one the
- * record names (a checksum set right by the leading 1, or found by the
- * fuzzer). ET_FUZZ_STRICT unset: a row of such a journal may read a value
- * it held earlier (a batch rewritten whole cannot be told from a real one
- * when the record names only the last batch's checksum); noted once. */
-static bool forged, strict;
-static unsigned long forged_inputs, forged_older;
+/* The input is a rewritten journal that the record was made to name (the
+ * leading 1): a row may read any value it held. */
+static bool forged;
+static unsigned long forged_inputs, forged_rows;
 
 /* Small caches: rows go to the log during the sessions, and an open per
  * input stays cheap. */
@@ -113,6 +118,12 @@ static uint64_t le64(const uint8_t *p)
 	for (int i = 7; i >= 0; i--)
 		v = v << 8 | p[i];
 	return v;
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
 }
 
 /* ------------------------------------------------------------ the files */
@@ -371,6 +382,10 @@ static void tally(const char *call, int ret)
 
 static void print_tallies(void)
 {
+	fprintf(stderr,
+		"forged journals: %lu inputs; rows read at an earlier value "
+		"(over all reads): %lu\n",
+		forged_inputs, forged_rows);
 	for (int i = 0; i < 256 && tallies[i].call; i++)
 		fprintf(stderr, "%s: %s: %d %s: %lu\n", tallies[i].step,
 			tallies[i].call, tallies[i].code,
@@ -391,8 +406,16 @@ static void fail(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "\n    et_errdetail: %s\n", et_errdetail());
+	if (!getenv("ET_FUZZ_KEEP") || !atoi(getenv("ET_FUZZ_KEEP")))
+		rm_top();
+	else
+		fprintf(stderr, "    the store: %s\n", dir);
 	abort();
 }
+
+/* Step 4 after a journal that was not forged, or refused: every call must
+ * succeed. */
+static bool must_take;
 
 /* Whether an open failed; a code the header does not allow is an abort. */
 static bool failed(const char *call, int ret)
@@ -402,6 +425,12 @@ static bool failed(const char *call, int ret)
 		return false;
 	if (ret > 0 || !code_ok(ret))
 		fail("%s returned %d, neither 0 nor an error code", call, ret);
+	if (must_take)
+		fail("%s returned %d (%s) under the good journal, after the "
+		     "input's open (which refused it, or took a journal "
+		     "whose committed bytes were the good ones): that open "
+		     "changed the store",
+		     call, ret, et_strerror(ret));
 	return true;
 }
 
@@ -424,28 +453,19 @@ static void compare(const char *call, size_t lo, size_t n)
 		if (!memcmp(v, want + i * DIM, DIM * sizeof(float)))
 			continue;
 		h = which(v, i);
-		if (forged && !strict && h < NHIST) {
-			if (!forged_older++)
-				fprintf(stderr,
-					"\nfuzz_rowlog note: a forged journal "
-					"(earlier batches rewritten, "
-					"checksums right) was accepted and "
-					"row %zu reads its value %s (first "
-					"such input; ET_FUZZ_STRICT=1 makes "
-					"this an abort)\n",
-					i, hname[h]);
+		if (forged && h < NHIST) {
+			forged_rows++;
 			continue;
 		}
 		fail("%s returned 0 but row %zu reads %a %a ... where the "
 		     "last commit has %a %a ...; that value is %s%s%s",
 		     call, i, (double)v[0], (double)v[1], (double)want[i * DIM],
 		     (double)want[i * DIM + 1],
-		     h < NHIST ? "the row's value " : "",
+		     h < NHIST ? "one the row held earlier, " : "",
 		     h < NHIST ? hname[h] : "none the row ever held",
-		     forged ? " (the journal is forged: every committed "
-			      "batch checks, earlier ones rewritten)"
-			    : " (the journal's committed bytes do not all "
-			      "check, or are the good ones)");
+		     forged ? " (a rewritten journal, which the record was "
+			      "made to name)"
+			    : " (the record is the good one)");
 	}
 }
 
@@ -503,6 +523,12 @@ static void check_rows(const char *call, read_fn rd, void *h, int t, size_t lo,
 		compare(call, lo, n);
 		return;
 	}
+	if (must_take)
+		fail("%s of rows [%zu, %zu) returned %d (%s) under the good "
+		     "journal, after the input's open (which refused it, or "
+		     "took a journal whose committed bytes were the good "
+		     "ones): that open changed the log",
+		     call, lo, lo + n, ret, et_strerror(ret));
 	read_failed(call, lo, n, ret);
 	if (n == 1)
 		return; /* this row is refused alone: allowed */
@@ -521,17 +547,42 @@ static void check_tfile(void)
 	et_tfile_close(tf);
 }
 
-static void check_store(void)
+/* Returns whether the store or the table was refused. */
+static bool check_store(void)
 {
 	et_store *s;
+	bool refused;
 	int t, ret = et_store_open(dir, &cfg, &s);
 
+	if (failed("et_store_open", ret))
+		return true;
+	ret = et_table_open(s, "t", NULL, &t);
+	refused = failed("et_table_open", ret);
+	if (!refused)
+		check_rows("et_gather", store_read, s, t, 0, ROWS);
+	(void)failed("et_store_close", et_store_close(s));
+	return refused;
+}
+
+/* Step 4: the good journal over what step 2 left. */
+static void check_good_again(bool may_refuse)
+{
+	et_store *s;
+	int t, ret;
+
+	if (write_file(idx, good_idx, good_idx_len) ||
+	    write_file(ckpt, good_rec, good_rec_len))
+		abort();
+	forged = false;
+	must_take = !may_refuse;
+	ret = et_store_open(dir, &cfg, &s);
 	if (failed("et_store_open", ret))
 		return;
 	ret = et_table_open(s, "t", NULL, &t);
 	if (!failed("et_table_open", ret))
 		check_rows("et_gather", store_read, s, t, 0, ROWS);
 	(void)failed("et_store_close", et_store_close(s));
+	must_take = false;
 }
 
 /* ----------------------------------------------------------- the setup */
@@ -588,6 +639,7 @@ static int setup(void)
 	snprintf(dir, sizeof(dir), "%s/store", top);
 	snprintf(table, sizeof(table), "%s/t.et", dir);
 	snprintf(idx, sizeof(idx), "%s/t.et.idx", dir);
+	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", dir);
 	rm_top();
 	if (mkdir(top, 0755))
 		return -1;
@@ -637,13 +689,14 @@ static int setup(void)
 		if (!strcmp(files[i].name, "CHECKPOINT") &&
 		    files[i].size >= 56 + 96 &&
 		    !memcmp(files[i].data, "ETCKPT03", 8) &&
+		    le32(files[i].data + 28) == 1 &&
 		    !strcmp((const char *)files[i].data + 56, "t")) {
-			rec_jlen = le64(files[i].data + 56 + 64);
-			rec_jsum = le64(files[i].data + 56 + 72);
+			good_rec = files[i].data;
+			good_rec_len = files[i].size;
 		}
 	}
-	strict = getenv("ET_FUZZ_STRICT") && atoi(getenv("ET_FUZZ_STRICT"));
-	if (!ret && (!good_idx || !rec_jlen || rec_jlen != good_idx_len))
+	if (!ret && (!good_idx || !good_rec ||
+		     le64(good_rec + 56 + 64) != good_idx_len))
 		ret = -1; /* not the layout this target knows */
 	return ret;
 }
@@ -675,65 +728,91 @@ static void write_seeds(void)
 
 /* ------------------------------------------------------------ an input */
 
-/* Sets the checksum of every whole batch of the journal buf (journal.h:
- * header 32, entries 16 each, trailer 40 ending in the XXH3-64 of the
- * header, the entries and the trailer's first 32 bytes). */
-static void fix_checksums(uint8_t *buf, size_t size)
+static void wr64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * Sets the chain link and checksum of every whole batch of the journal
+ * buf (journal.h: header 32, its u64 at 24 the checksum of the batch
+ * before in version 2; entries 16 each; trailer 40 ending in the XXH3-64
+ * of the header, the entries and the trailer's first 32 bytes). *len gets
+ * where the whole batches end, *sum the last one's checksum (0: none).
+ */
+static void fix_checksums(uint8_t *buf, size_t size, uint64_t *len,
+			  uint64_t *sum)
 {
 	size_t off = 0;
 
+	*sum = 0;
 	while (off + 32 + 40 <= size) {
-		uint64_t n = le64(buf + off + 16), h;
+		uint64_t n = le64(buf + off + 16);
 		size_t t;
 
 		if (n > (size - off - 72) / 16)
 			break;
 		t = off + 32 + (size_t)n * 16;
-		h = XXH3_64bits(buf + off, t + 32 - off);
-		for (int i = 0; i < 8; i++)
-			buf[t + 32 + i] = (uint8_t)(h >> (8 * i));
+		if (!memcmp(buf + off, "ETIDXH02", 8))
+			wr64(buf + off + 24, *sum);
+		*sum = XXH3_64bits(buf + off, t + 32 - off);
+		wr64(buf + t + 32, *sum);
 		off = t + 40;
 	}
+	*len = off;
 }
 
-/* Whether the journal b (n bytes) is forged: its first rec_jlen bytes are
- * not the good journal's, yet they are whole batches that all check, the
- * last of them the one the record names. */
-static bool is_forged(const uint8_t *b, size_t n)
+/* Writes the good record, made to name len bytes of journal ending in a
+ * batch of checksum sum (its header checksum set right: the XXH3-64 of
+ * bytes [0, 48) and of the table list, [56, 152)). */
+static int name_journal(uint64_t len, uint64_t sum)
 {
-	uint64_t off = 0, sum = 0;
+	static unsigned char r[4096];
+	unsigned char h[48 + 96];
 
-	if (n < rec_jlen || !memcmp(b, good_idx, rec_jlen))
+	if (good_rec_len > sizeof(r))
+		return -1;
+	memcpy(r, good_rec, good_rec_len);
+	wr64(r + 56 + 64, len);
+	wr64(r + 56 + 72, sum);
+	memcpy(h, r, 48);
+	memcpy(h + 48, r + 56, 96);
+	wr64(r + 48, XXH3_64bits(h, sizeof(h)));
+	return write_file(ckpt, r, good_rec_len);
+}
+
+/* Whether the fixup of the good journal gives it back, and the record
+ * made to name it is the good one. */
+static bool fixup_self_check(void)
+{
+	uint8_t *b = malloc(good_idx_len + 1);
+	uint64_t len, sum;
+	bool ok;
+
+	if (!b)
 		return false;
-	while (off < rec_jlen) {
-		uint64_t k, t;
-		int v;
+	memcpy(b, good_idx, good_idx_len);
+	fix_checksums(b, good_idx_len, &len, &sum);
+	ok = len == good_idx_len && !memcmp(b, good_idx, len) &&
+	     !name_journal(len, sum);
+	free(b);
+	if (ok) {
+		int fd = open(ckpt, O_RDONLY);
 
-		if (rec_jlen - off < 72)
-			return false;
-		if (!memcmp(b + off, "ETIDXH02", 8))
-			v = 2;
-		else if (!memcmp(b + off, "ETIDXH01", 8))
-			v = 1;
-		else
-			return false;
-		k = le64(b + off + 16);
-		if (k > (rec_jlen - off - 72) / 16)
-			return false;
-		t = off + 32 + k * 16;
-		if (memcmp(b + t, v == 2 ? "ETIDXT02" : "ETIDXT01", 8))
-			return false;
-		sum = XXH3_64bits(b + off, t + 32 - off);
-		if (sum != le64(b + t + 32))
-			return false;
-		off = t + 40;
+		ok = fd >= 0 && !pread_all(fd, scratch, good_rec_len, 0) &&
+		     !memcmp(scratch, good_rec, good_rec_len);
+		if (fd >= 0)
+			close(fd);
 	}
-	return sum == rec_jsum;
+	return ok;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static int ready;
+	uint64_t len, sum;
+	bool refused;
 	int ret;
 
 	if (!ready) {
@@ -744,6 +823,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		write_seeds();
 		ready = 1;
+		if (!fixup_self_check()) {
+			fprintf(stderr,
+				"fuzz_rowlog: the leading 1 does not "
+				"give back the good journal and record: "
+				"their layout changed?\n");
+			abort();
+		}
 	}
 	if (size && data[0] == 1) {
 		uint8_t *b = malloc(size);
@@ -751,12 +837,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!b)
 			return 0;
 		memcpy(b, data + 1, size - 1);
-		fix_checksums(b, size - 1);
-		forged = is_forged(b, size - 1);
+		fix_checksums(b, size - 1, &len, &sum);
+		forged = len != good_idx_len || memcmp(b, good_idx, len);
 		ret = write_file(idx, b, size - 1);
+		if (!ret)
+			ret = name_journal(len, sum);
 		free(b);
 	} else {
-		forged = is_forged(data, size);
+		forged = false;
 		ret = write_file(idx, data, size);
 	}
 	forged_inputs += forged;
@@ -765,9 +853,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	what = "read-only open of the input";
 	check_tfile();
 	what = "store open of the input";
-	check_store();
+	refused = check_store();
 	what = "read-only open after the store's open";
 	check_tfile();
+	what = "store open under the good journal, after the input's";
+	check_good_again(forged && !refused);
 	restore();
 	return 0;
 }
