@@ -356,8 +356,7 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	size_t m;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	ret = op_open(s, table, ids, n, out, "out", &t, &m, false, false);
 	if (ret || n == 0)
 		return ret;
@@ -397,8 +396,7 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 	size_t n, m;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || !out)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "out");
 	ret = check_pool(mode);
@@ -495,8 +493,7 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
 	      const float *grads, const struct et_update_params *up)
 {
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	return update_common(s, table, ids, n, grads, NULL, ET_POOL_SUM, up);
 }
 
@@ -507,8 +504,7 @@ int et_update_pooled(et_store *s, int table, const uint64_t *ids,
 	size_t n;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	ret = check_pool(mode);
 	if (!ret)
 		ret = check_offsets(offsets, nbags, &n);
@@ -524,8 +520,7 @@ int et_write_rows_state(et_store *s, int table, const uint64_t *ids, size_t n,
 	size_t m;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	ret = op_open(s, table, ids, n, vals, "vals", &t, &m, true,
 		      state != NULL);
 	if (ret || n == 0)
@@ -813,8 +808,7 @@ int et_gather_pooled_multi(et_store *s, const struct et_table_batch *batch,
 {
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	ret = multi_check(s, batch, ntables, mode, false);
 	return ret ? ret : multi_run(s, batch, ntables, mode, NULL);
 }
@@ -825,8 +819,7 @@ int et_update_pooled_multi(et_store *s, const struct et_table_batch *batch,
 {
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	ret = check_update_params(up);
 	if (!ret)
 		ret = multi_check(s, batch, ntables, mode, true);

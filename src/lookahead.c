@@ -256,8 +256,7 @@ int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
 {
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || (nbatches && !batches))
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batches");
 	if (nbatches > ET_MAX_LOOKAHEAD)

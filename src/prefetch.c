@@ -576,8 +576,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	int ret = 0;
 
-	pf_wait(s); /* the last one ends first */
-	err_clear();
+	api_enter(s); /* the last one ends first */
 	if (!s || (ntables && !batch))
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batch");
 	for (size_t k = 0; k < ntables; k++) {

@@ -395,8 +395,7 @@ int et_table_create(et_store *s, const char *name,
 	char *path;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || !p || !id)
 		return err_set(-EINVAL, "%s is NULL",
 			       !s   ? "s"
@@ -455,8 +454,7 @@ int et_table_open(et_store *s, const char *name,
 	char *path;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
 	ret = name_check(name);
@@ -484,8 +482,7 @@ int et_table_info(et_store *s, int table, struct et_table_info *info)
 	struct table *t = table_get(s, table);
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!t)
 		return no_table(s, table);
 	ret = drain(s); /* the file's map is the I/O thread's meanwhile */
@@ -754,8 +751,7 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	struct ckpt_rec r;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || (len && !dense))
 		return err_set(-EINVAL, "%s",
 			       !s ? "s is NULL"
@@ -774,8 +770,7 @@ int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 	struct ckpt_rec r;
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
 	ret = ckpt_read(s->dir, &r, true, dense, len);
@@ -786,8 +781,7 @@ int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)
 
 int et_checkpoint_info(et_store *s, struct et_checkpoint_info *ci)
 {
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || !ci)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "ci");
 	return et_checkpoint_read_dir(s->dir, ci, NULL, NULL);
@@ -889,8 +883,7 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 {
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s || !st)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "st");
 	/* The table files' counters are the I/O thread's while it works. */

@@ -48,13 +48,14 @@
 #ifndef ET_STORE_IMPL_H
 #define ET_STORE_IMPL_H
 
-#include "checkpoint.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
 #include "cache.h"
+#include "checkpoint.h"
+#include "error.h"
 #include "embtier.h"
 #include "lookahead.h"
 #include "pipeline.h"
@@ -282,6 +283,15 @@ int op_start(et_store *s);
 /* Waits until a prefetch running on the prefetch thread has ended (no-op
  * without one); every et_ call on a store begins with it. */
 void pf_wait(et_store *s);
+
+/* The frame every public call on a store opens with: a prefetch running
+ * on the store's thread ends first (the store's state is the caller's
+ * again), and the calling thread's error detail is cleared. */
+static inline void api_enter(et_store *s)
+{
+	pf_wait(s);
+	err_clear();
+}
 /* Ends the prefetch thread (after its prefetch) and frees it. */
 void pf_stop(et_store *s);
 int op_end(et_store *s, uint32_t t, bool changed);

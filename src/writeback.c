@@ -312,8 +312,7 @@ int et_flush(et_store *s)
 {
 	int ret;
 
-	pf_wait(s); /* a prefetch on its thread ends first */
-	err_clear();
+	api_enter(s);
 	if (!s)
 		return err_set(-EINVAL, "s is NULL");
 	ret = drain(s);
