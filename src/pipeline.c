@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "mem_host.h"
 #include "pipeline.h"
 
@@ -209,14 +210,6 @@ void pl_submit(struct pipeline *pl, struct pl_job *j)
 	pl->queue_tail = j;
 	pthread_cond_signal(&pl->wake);
 	pthread_mutex_unlock(&pl->lock);
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 struct pl_job *pl_drain(struct pipeline *pl, uint64_t *late,

@@ -55,6 +55,7 @@
 
 #include "cache.h"
 #include "checkpoint.h"
+#include "clock.h"
 #include "error.h"
 #include "embtier.h"
 #include "lookahead.h"
@@ -220,15 +221,6 @@ enum {
 	K_WB = 5,     /* in neither, but queued for write-back: dirty */
 	K_CONFLICT = 0x80,
 };
-
-/* Monotonic time in ns, for the time split of et_stats. */
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static inline uint32_t key_rb(const et_store *s, uint64_t key)
 {
