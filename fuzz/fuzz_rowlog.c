@@ -54,29 +54,19 @@
  * (ET_FUZZ_KEEP=1 keeps it then, for a look). ET_FUZZ_STATS=1 prints at
  * exit how many inputs each call took or refused, by code.
  */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <xxhash.h>
 
 #include "embtier.h"
+#include "fuzz_store.h"
 
 #define ROWS 1000
 #define DIM  8
-#define MAXF 16
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char top[4096], dir[4096], table[4096], idx[4096];
+static char table[4096], idx[4096];
 static uint64_t all_ids[ROWS];
 static float got[ROWS * DIM];
 
@@ -111,327 +101,30 @@ static const struct et_store_config cfg = {
 static const struct et_table_params tparams = {
     .rows = ROWS, .dim = DIM, .init = ET_INIT_UNIFORM, .seed = 7};
 
-static uint64_t le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-/* ------------------------------------------------------------ the files */
-
-/* A file of the directory as the setup left it: its bytes (holes read as
- * zeros) and where its data lies. */
-struct pfile {
-	char name[256];
-	unsigned char *data;
-	size_t size;
-	off_t ext[64][2]; /* data extents: [start, end) */
-	int next;	  /* -1: more extents than that (then all data) */
-};
-
-static struct pfile files[MAXF];
-static int nfiles;
-static unsigned char *scratch;
-static size_t scratch_cap;
-
-static int pread_all(int fd, unsigned char *p, size_t n, off_t off)
-{
-	while (n) {
-		ssize_t k = pread(fd, p, n, off);
-
-		if (k <= 0)
-			return -1;
-		p += k;
-		n -= (size_t)k;
-		off += k;
-	}
-	return 0;
-}
-
-static int pwrite_all(int fd, const unsigned char *p, size_t n, off_t off)
-{
-	while (n) {
-		ssize_t k = pwrite(fd, p, n, off);
-
-		if (k <= 0)
-			return -1;
-		p += k;
-		n -= (size_t)k;
-		off += k;
-	}
-	return 0;
-}
-
-/* The data extents of fd (SEEK_DATA / SEEK_HOLE); -1 in *next when there
- * are more than fit. */
-static void extents(int fd, off_t size, off_t ext[64][2], int *next)
-{
-	off_t at = 0;
-
-	*next = 0;
-	while (at < size) {
-		off_t d = lseek(fd, at, SEEK_DATA), h;
-
-		if (d < 0 || d >= size)
-			break;
-		h = lseek(fd, d, SEEK_HOLE);
-		if (h < 0 || h > size)
-			h = size;
-		if (*next == 64) {
-			*next = -1;
-			return;
-		}
-		ext[*next][0] = d;
-		ext[*next][1] = h;
-		(*next)++;
-		at = h;
-	}
-}
-
-static void path_of(char *p, size_t cap, const char *name)
-{
-	snprintf(p, cap, "%s/%s", dir, name);
-}
-
-/* Keeps every regular file of dir in memory. */
-static int snapshot(void)
-{
-	struct dirent *de;
-	DIR *d = opendir(dir);
-
-	if (!d)
-		return -1;
-	while ((de = readdir(d))) {
-		struct pfile *f;
-		struct stat st;
-		char p[4400];
-		int fd;
-
-		path_of(p, sizeof(p), de->d_name);
-		if (stat(p, &st) || !S_ISREG(st.st_mode))
-			continue;
-		if (nfiles == MAXF) {
-			closedir(d);
-			return -1;
-		}
-		f = &files[nfiles++];
-		snprintf(f->name, sizeof(f->name), "%s", de->d_name);
-		f->size = (size_t)st.st_size;
-		f->data = malloc(f->size + 1);
-		fd = open(p, O_RDONLY);
-		if (!f->data || fd < 0 || pread_all(fd, f->data, f->size, 0)) {
-			closedir(d);
-			return -1;
-		}
-		extents(fd, st.st_size, f->ext, &f->next);
-		close(fd);
-		if (f->size > scratch_cap)
-			scratch_cap = f->size;
-	}
-	closedir(d);
-	scratch = malloc(scratch_cap + 1);
-	return scratch ? 0 : -1;
-}
-
-static bool same_file(int fd, const struct pfile *f)
-{
-	off_t ext[64][2];
-	struct stat st;
-	int next;
-
-	if (fstat(fd, &st) || (size_t)st.st_size != f->size)
-		return false;
-	extents(fd, st.st_size, ext, &next);
-	if (next != f->next ||
-	    (next > 0 && memcmp(ext, f->ext, sizeof(ext[0]) * next)))
-		return false;
-	if (next < 0)
-		return !pread_all(fd, scratch, f->size, 0) &&
-		       !memcmp(scratch, f->data, f->size);
-	/* the same holes: the bytes of the extents decide */
-	for (int k = 0; k < next; k++) {
-		size_t n = (size_t)(ext[k][1] - ext[k][0]);
-
-		if (pread_all(fd, scratch, n, ext[k][0]) ||
-		    memcmp(scratch, f->data + ext[k][0], n))
-			return false;
-	}
-	return true;
-}
-
-/* Puts every file back as the setup left it, holes where they were, and
- * removes any other. */
-static void restore(void)
-{
-	struct dirent *de;
-	DIR *d = opendir(dir);
-
-	if (!d)
-		abort();
-	while ((de = readdir(d))) {
-		char p[4400];
-		bool known = false;
-
-		for (int i = 0; i < nfiles; i++)
-			known |= !strcmp(files[i].name, de->d_name);
-		path_of(p, sizeof(p), de->d_name);
-		if (!known && strcmp(de->d_name, ".") &&
-		    strcmp(de->d_name, ".."))
-			unlink(p);
-	}
-	closedir(d);
-	for (int i = 0; i < nfiles; i++) {
-		const struct pfile *f = &files[i];
-		char p[4400];
-		bool whole;
-		int fd, ok = 0;
-
-		path_of(p, sizeof(p), f->name);
-		fd = open(p, O_RDWR | O_CREAT, 0644);
-		if (fd < 0)
-			abort();
-		if (same_file(fd, f)) {
-			close(fd);
-			continue;
-		}
-		/* a file without holes is written over (cheaper than a
-		 * truncation to nothing, which waits for its I/O); else
-		 * emptied and its extents written */
-		whole = f->next < 0 || (f->next == 1 && f->ext[0][0] == 0 &&
-					(size_t)f->ext[0][1] == f->size);
-		if (whole)
-			ok = pwrite_all(fd, f->data, f->size, 0);
-		else if (ftruncate(fd, 0))
-			ok = -1;
-		if (ftruncate(fd, (off_t)f->size))
-			ok = -1;
-		for (int k = 0; !whole && k < f->next; k++)
-			ok |= pwrite_all(fd, f->data + f->ext[k][0],
-					 (size_t)(f->ext[k][1] - f->ext[k][0]),
-					 f->ext[k][0]);
-		if (ok || !same_file(fd, f))
-			abort(); /* the next input would see another store */
-		close(fd);
-	}
-}
-
-static int write_file(const char *p, const void *b, size_t n)
-{
-	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	int ret;
-
-	if (fd < 0)
-		return -1;
-	ret = pwrite_all(fd, b, n, 0);
-	return close(fd) || ret ? -1 : 0;
-}
-
-static void rm_top(void)
-{
-	char cmd[4200];
-
-	if (!top[0])
-		return;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
-	if (system(cmd))
-		return;
-}
-
 /* ---------------------------------------------------------- the oracle */
 
-/* A code the header allows: a negated errno or one of the library's. */
-static bool code_ok(int c)
-{
-	return (c >= -4095 && c <= -1) || (c >= ET_ERR_LAST && c < ET_ERR_BASE);
-}
-
-static const char *what; /* the step, for the messages */
-
-/* What the calls returned, printed at exit when ET_FUZZ_STATS=1: how
- * many inputs each call took, and refused with which code. */
-static struct {
-	const char *call, *step;
-	int code;
-	unsigned long n;
-} tallies[256];
-
-static void tally(const char *call, int ret)
-{
-	int i;
-
-	for (i = 0; i < 256 && tallies[i].call; i++)
-		if (tallies[i].call == call && tallies[i].step == what &&
-		    tallies[i].code == ret)
-			break;
-	if (i == 256)
-		return;
-	tallies[i].call = call;
-	tallies[i].step = what;
-	tallies[i].code = ret;
-	tallies[i].n++;
-}
-
-static void print_tallies(void)
+/* At exit under ET_FUZZ_STATS=1, before the tallies. */
+static void print_forged(void)
 {
 	fprintf(stderr,
 		"forged journals: %lu inputs; rows read at an earlier value "
 		"(over all reads): %lu\n",
 		forged_inputs, forged_rows);
-	for (int i = 0; i < 256 && tallies[i].call; i++)
-		fprintf(stderr, "%s: %s: %d %s: %lu\n", tallies[i].step,
-			tallies[i].call, tallies[i].code,
-			tallies[i].code == 0   ? "(taken, all rows right)"
-			: tallies[i].code == 1 ? "(rows of a split batch right)"
-					       : et_strerror(tallies[i].code),
-			tallies[i].n);
-}
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "\n*** fuzz_rowlog oracle (%s): ", what);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\n    et_errdetail: %s\n", et_errdetail());
-	if (!getenv("ET_FUZZ_KEEP") || !atoi(getenv("ET_FUZZ_KEEP")))
-		rm_top();
-	else
-		fprintf(stderr, "    the store: %s\n", dir);
-	abort();
 }
 
 /* Step 4 after a journal that was not forged, or refused: every call must
  * succeed. */
 static bool must_take;
 
-/* Whether an open failed; a code the header does not allow is an abort. */
-static bool failed(const char *call, int ret)
+/* failed() of a call refused with a code the header allows. */
+static void refused_call(const char *call, int ret)
 {
-	tally(call, ret);
-	if (!ret)
-		return false;
-	if (ret > 0 || !code_ok(ret))
-		fail("%s returned %d, neither 0 nor an error code", call, ret);
 	if (must_take)
 		fail("%s returned %d (%s) under the good journal, after the "
 		     "input's open (which refused it, or took a journal "
 		     "whose committed bytes were the good ones): that open "
 		     "changed the store",
 		     call, ret, et_strerror(ret));
-	return true;
 }
 
 /* Which value of row i's history v is (NHIST: none). */
@@ -495,20 +188,6 @@ static void read_failed(const char *call, size_t lo, size_t n, int ret)
 	fail("%s of rows [%zu, %zu) returned %d (%s): neither 0 nor a code "
 	     "for a damaged record",
 	     call, lo, lo + n, ret, et_strerror(ret));
-}
-
-typedef int (*read_fn)(void *h, int t, const uint64_t *ids, size_t n,
-		       float *out);
-
-static int store_read(void *h, int t, const uint64_t *ids, size_t n, float *out)
-{
-	return et_gather(h, t, ids, n, out);
-}
-
-static int tfile_read(void *h, int t, const uint64_t *ids, size_t n, float *out)
-{
-	(void)t;
-	return et_tfile_read_rows(h, ids, n, out, NULL);
 }
 
 /* Reads rows [lo, lo + n); a batch failing with ET_EBLOCKSUM is split
@@ -587,14 +266,6 @@ static void check_good_again(bool may_refuse)
 
 /* ----------------------------------------------------------- the setup */
 
-static uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ULL;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
 /* Writes rows r with mix64(r ^ salt) % every == 0, values from salt;
  * updates (through the optimizer) every third of them. w: the history
  * entry of the values written (the rows not written keep the one
@@ -612,10 +283,7 @@ static int write_set(et_store *s, int t, uint64_t salt, unsigned every, int w)
 		if (mix64(r ^ salt) % every)
 			continue;
 		for (int c = 0; c < DIM; c++)
-			v[n * DIM + c] =
-			    (float)((int64_t)(mix64(r * 31 + c + salt) % 2001) -
-				    1000) /
-			    256.0f;
+			v[n * DIM + c] = row_value(r, (uint64_t)c, salt);
 		memcpy(hist[w] + r * DIM, v + n * DIM, DIM * sizeof(float));
 		ids[n++] = r;
 	}
@@ -630,22 +298,12 @@ static int write_set(et_store *s, int t, uint64_t salt, unsigned every, int w)
 
 static int setup(void)
 {
-	const char *d = getenv("ET_FUZZ_DIR");
 	et_store *s;
 	int t, ret;
 
-	snprintf(top, sizeof(top), "%s/embtier-fuzz-rowlog-%d",
-		 d ? d : "/var/tmp", (int)getpid());
-	snprintf(dir, sizeof(dir), "%s/store", top);
 	snprintf(table, sizeof(table), "%s/t.et", dir);
 	snprintf(idx, sizeof(idx), "%s/t.et.idx", dir);
 	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", dir);
-	rm_top();
-	if (mkdir(top, 0755))
-		return -1;
-	atexit(rm_top);
-	if (getenv("ET_FUZZ_STATS") && atoi(getenv("ET_FUZZ_STATS")))
-		atexit(print_tallies);
 	for (int i = 0; i < ROWS; i++)
 		all_ids[i] = (uint64_t)i;
 	ret = et_store_open(dir, &cfg, &s);
@@ -728,12 +386,6 @@ static void write_seeds(void)
 
 /* ------------------------------------------------------------ an input */
 
-static void wr64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /*
  * Sets the chain link and checksum of every whole batch of the journal
  * buf (journal.h: header 32, its u64 at 24 the checksum of the batch
@@ -810,26 +462,18 @@ static bool fixup_self_check(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static int ready;
+	static const struct fuzz_hooks hooks = {.stats = print_forged,
+						.refused = refused_call};
 	uint64_t len, sum;
 	bool refused;
 	int ret;
 
-	if (!ready) {
-		if (setup()) {
-			fprintf(stderr, "fuzz_rowlog: setup failed: %s\n",
-				et_errdetail());
-			abort(); /* the machine cannot run the target */
-		}
-		write_seeds();
-		ready = 1;
-		if (!fixup_self_check()) {
-			fprintf(stderr,
-				"fuzz_rowlog: the leading 1 does not "
-				"give back the good journal and record: "
-				"their layout changed?\n");
-			abort();
-		}
+	if (fuzz_store_once("rowlog", &hooks, setup, write_seeds) &&
+	    !fixup_self_check()) {
+		fprintf(stderr, "fuzz_rowlog: the leading 1 does not give back "
+				"the good journal and record: their layout "
+				"changed?\n");
+		abort();
 	}
 	if (size && data[0] == 1) {
 		uint8_t *b = malloc(size);
