@@ -292,7 +292,9 @@ typedef enum et_hbm_backend {
 
 /*
  * Store configuration. Zero fields take the defaults shown. Capacities
- * count row data and per-slot metadata (ET_SLOT_META_BYTES a slot).
+ * count row data and per-slot metadata (ET_SLOT_META_BYTES a slot; up to
+ * 8 bytes a slot more under TinyLFU and W-TinyLFU, for their count-min
+ * sketch).
  *
  * Tables of any row size share a store. Each tier is divided among size
  * classes: the tables whose rows take slots of one size (the row rounded
@@ -589,8 +591,9 @@ ET_API int et_lookahead(et_store *s, const struct et_batch *batches,
  * tier's bytes that holds rows, is row_bytes / capacity_bytes. */
 struct et_tier_stats {
 	uint64_t capacity_bytes;      /* the configured bytes of the tier */
-	uint64_t alloc_bytes;	      /* bytes of its slots and their
-				       * metadata (<= capacity_bytes) */
+	uint64_t alloc_bytes;	      /* bytes of its slots, their
+				       * metadata and sketch
+				       * (<= capacity_bytes) */
 	uint64_t row_bytes;	      /* bytes of the rows cached now, as
 				       * stored (no padding, no metadata) */
 	uint64_t capacity_rows;	      /* slots, all size classes */

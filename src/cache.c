@@ -38,7 +38,7 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	       uint32_t slot_bytes, const struct policy_ops *pol,
 	       const struct mem_tier *mem)
 {
-	uint64_t per = (uint64_t)slot_bytes + ET_SLOT_META_BYTES;
+	uint64_t per = cache_slot_cost(slot_bytes, pol);
 	uint64_t n;
 
 	memset(c, 0, sizeof(*c));

@@ -94,7 +94,20 @@ struct cache {
 	struct cache_stats st;
 };
 
-/* Sizes the cache to fit bytes (metadata included). Returns ET_ECAPACITY
+/* The most a policy's count-min sketch takes a slot (frequency policies:
+ * 2 columns a slot, rounded up to a power of two, of 2 bytes). */
+#define CACHE_SKETCH_BYTES 8
+
+/* What one slot of slot_bytes costs under pol: the row, its metadata and,
+ * for a frequency policy, its share of the sketch. */
+static inline uint64_t cache_slot_cost(uint32_t slot_bytes,
+				       const struct policy_ops *pol)
+{
+	return (uint64_t)slot_bytes + ET_SLOT_META_BYTES +
+	       (pol && pol->halve_ticks ? CACHE_SKETCH_BYTES : 0);
+}
+
+/* Sizes the cache to fit bytes (metadata and sketch included). Returns ET_ECAPACITY
  * if not even one set fits, ET_ECONFIG for ways outside 1..64 or no slot
  * size, -ENOMEM if memory runs out. */
 int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,

@@ -152,17 +152,24 @@ static int array_grow(void **p, uint32_t *cap, uint32_t n, size_t size)
 
 /* ET_ECAPACITY unless a tier of bytes holds `ways` slots of slot bytes. */
 static int tier_fits(const char *field, uint64_t bytes, uint32_t ways,
-		     uint32_t slot)
+		     uint32_t slot, et_policy pol)
 {
-	uint64_t per = (uint64_t)slot + ET_SLOT_META_BYTES;
+	uint64_t per = cache_slot_cost(slot, policy_get(pol));
 
 	if (bytes / per >= ways)
 		return 0;
 	return err_set(ET_ECAPACITY,
 		       "et_store_config.%s %llu holds fewer than ways (%u) "
-		       "slots of %u bytes (+%d of metadata)",
+		       "slots of %u bytes (+%u of metadata)",
 		       field, (unsigned long long)bytes, ways, slot,
-		       ET_SLOT_META_BYTES);
+		       (unsigned)(per - slot));
+}
+
+/* What a slot of class c costs in tier (0: HBM, 1: DDR). */
+static uint64_t slot_cost(const et_store *s, int tier, uint32_t slot)
+{
+	return cache_slot_cost(
+	    slot, policy_get(tier ? s->cfg.ddr_policy : s->cfg.hbm_policy));
 }
 
 /* Rows are stored in slots rounded to 4 bytes (the state is f32), and at
@@ -192,7 +199,7 @@ static int plan(et_store *s, uint32_t n)
 
 		for (uint32_t i = 0; i < n; i++)
 			need += (uint64_t)s->cfg.ways *
-				(s->cls[i].slot_bytes + ET_SLOT_META_BYTES);
+				slot_cost(s, tier, s->cls[i].slot_bytes);
 		if (need > bytes[tier])
 			return err_set(ET_ECAPACITY,
 				       "et_store_config.%s %llu cannot hold "
@@ -211,10 +218,10 @@ static int plan(et_store *s, uint32_t n)
 
 		for (uint32_t i = 0; i < n; i++)
 			rest -= (uint64_t)s->cfg.ways *
-				(s->cls[i].slot_bytes + ET_SLOT_META_BYTES);
+				slot_cost(s, tier, s->cls[i].slot_bytes);
 		for (uint32_t i = 0; i < n; i++) {
 			struct sclass *c = &s->cls[i];
-			uint64_t per = c->slot_bytes + ET_SLOT_META_BYTES;
+			uint64_t per = slot_cost(s, tier, c->slot_bytes);
 			uint64_t upto;
 
 			wcum += c->weight;
@@ -285,7 +292,7 @@ int caches_ensure(et_store *s)
 	ret = sbuf_reserve(&s->tmp, s->slot_bytes); /* place_row's victim */
 	for (uint32_t i = 0; i < s->ncls && !ret; i++) {
 		struct sclass *c = &s->cls[i];
-		uint64_t per = c->slot_bytes + ET_SLOT_META_BYTES;
+		uint64_t per = slot_cost(s, 0, c->slot_bytes);
 
 		if (s->has_hbm) {
 			ret =
@@ -297,6 +304,7 @@ int caches_ensure(et_store *s)
 			c->hbm.st = c->kept[0];
 			c->hbm.la = &s->la;
 		}
+		per = slot_cost(s, 1, c->slot_bytes);
 		ret = cache_init(&c->ddr, c->nsets[1] * s->cfg.ways * per,
 				 s->cfg.ways, c->slot_bytes,
 				 policy_get(s->cfg.ddr_policy), &mem_tier_host);
@@ -548,10 +556,11 @@ static int config_check(struct et_store_config *c)
 	{
 		uint32_t slot = c->slot_bytes ? (c->slot_bytes + 3) & ~3u : 4;
 
-		ret = tier_fits("ddr_bytes", c->ddr_bytes, c->ways, slot);
+		ret = tier_fits("ddr_bytes", c->ddr_bytes, c->ways, slot,
+				c->ddr_policy);
 		if (!ret && c->hbm_bytes)
-			ret =
-			    tier_fits("hbm_bytes", c->hbm_bytes, c->ways, slot);
+			ret = tier_fits("hbm_bytes", c->hbm_bytes, c->ways,
+					slot, c->hbm_policy);
 	}
 	return ret;
 }
@@ -839,7 +848,8 @@ static void tier_stats(const struct cache *c, struct et_tier_stats *ts)
 	ts->dirty_rows += c->dirty;
 	ts->row_bytes += c->row_bytes;
 	ts->alloc_bytes +=
-	    cache_slots(c) * ((uint64_t)c->slot_bytes + ET_SLOT_META_BYTES);
+	    cache_slots(c) * ((uint64_t)c->slot_bytes + ET_SLOT_META_BYTES) +
+	    (c->pol->halve_ticks ? 2 * c->sk.cols : 0);
 	ts->hits += c->st.hits;
 	ts->misses += c->st.misses;
 	ts->inserts += c->st.inserts;

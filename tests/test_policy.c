@@ -584,8 +584,8 @@ static void one_set(struct cache *c, const struct policy_ops *pol,
 	const struct pinset none = {{0, 0, 0}};
 	char row[16] = {0};
 
-	assert_int_equal(cache_init(c, 4 * (16 + ET_SLOT_META_BYTES), 4, 16,
-				    pol, &mem_tier_host),
+	assert_int_equal(cache_init(c, 4 * cache_slot_cost(16, pol), 4, 16, pol,
+				    &mem_tier_host),
 			 0);
 	assert_int_equal(c->nsets, 1);
 	for (uint64_t k = 1; k <= 4; k++) {
