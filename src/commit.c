@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,31 +20,113 @@
 
 /* ------------------------------------------------------------------ lock */
 
+/*
+ * The lock is an flock, which a fork() would share with the child for as
+ * long as the child lives (a data loader forked by a trainer, say): the
+ * parent could then close its store and find the directory still locked.
+ * So every open store's lock fd is listed here, and a forked child closes
+ * its copies at once (the parent keeps the lock; the child may not use
+ * the store anyway).
+ */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t held_once = PTHREAD_ONCE_INIT;
+static int *held;
+static size_t nheld, held_cap;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&held_mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&held_mu);
+}
+
+static void fork_child(void)
+{
+	for (size_t i = 0; i < nheld; i++)
+		close(held[i]);
+	nheld = 0;
+	pthread_mutex_unlock(&held_mu);
+}
+
+static void held_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Lists fd; held_mu is held. */
+static int held_add(int fd)
+{
+	if (nheld == held_cap) {
+		size_t cap = held_cap ? 2 * held_cap : 8;
+		int *n = realloc(held, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		held = n;
+		held_cap = cap;
+	}
+	held[nheld++] = fd;
+	return 0;
+}
+
+/* Closes a listed fd (and with it the lock), with no fork in between. */
+static void held_close(int fd)
+{
+	pthread_mutex_lock(&held_mu);
+	for (size_t i = 0; i < nheld; i++)
+		if (held[i] == fd) {
+			held[i] = held[--nheld];
+			break;
+		}
+	close(fd);
+	pthread_mutex_unlock(&held_mu);
+}
+
+/* Opens and locks DIR/LOCK, listed before any fork can copy it. */
+static int lock_open(const char *p, int *out)
+{
+	int fd, ret = 0;
+
+	pthread_once(&held_once, held_init);
+	pthread_mutex_lock(&held_mu);
+	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		ret = -errno;
+	else if (flock(fd, LOCK_EX | LOCK_NB))
+		ret = -errno;
+	else
+		ret = held_add(fd);
+	if (ret && fd >= 0 && ret != -EWOULDBLOCK)
+		close(fd);
+	pthread_mutex_unlock(&held_mu);
+	*out = fd;
+	return ret;
+}
+
 static int lock_dir(et_store *s)
 {
 	char p[4200], pid[32];
 	ssize_t n;
-	int fd;
+	int fd, ret;
 
 	if ((size_t)snprintf(p, sizeof(p), "%s/LOCK", s->dir) >= sizeof(p))
 		return -ENAMETOOLONG;
-	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB)) {
-		int e = errno;
-
+	ret = lock_open(p, &fd);
+	if (ret == -EWOULDBLOCK) {
 		n = pread(fd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = 0;
 		pid[strcspn(pid, "\n")] = 0;
 		close(fd);
-		if (e != EWOULDBLOCK)
-			return -e;
 		return err_set(ET_ELOCKED,
 			       "%s is open in another store (process %s); one "
 			       "writer at a time",
 			       s->dir, *pid ? pid : "?");
 	}
+	if (ret)
+		return ret;
 	/* who holds it, for the message above: best effort */
 	n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
 	if (!ftruncate(fd, 0) && pwrite(fd, pid, (size_t)n, 0) < 0) {
@@ -244,14 +327,14 @@ void commit_close(et_store *s)
 {
 	ckpt_rec_free(&s->rec);
 	if (s->lock_fd >= 0)
-		close(s->lock_fd); /* and with it the lock */
+		held_close(s->lock_fd); /* and with it the lock */
 	s->lock_fd = -1;
 }
 
 void commit_drop_lock(et_store *s)
 {
 	if (s->lock_fd >= 0)
-		close(s->lock_fd);
+		held_close(s->lock_fd);
 	s->lock_fd = -1;
 }
 

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -314,12 +315,22 @@ static void test_one_writer(void **state)
 	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
 	et_tfile_close(tf);
 
-	/* the first store goes on */
+	/* the first store goes on; a child forked meanwhile (a data
+	 * loader, say) and still alive does not keep the directory locked
+	 * once the store is closed */
 	write_round(s, t, &m, &rng, 2, 2000);
 	assert_int_equal(et_checkpoint(s, NULL, 0), 0);
 	write_round(s, t, &m, &rng, 3, 500);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		sleep(30);
+		_exit(0);
+	}
 	assert_int_equal(et_store_close(s), 0);
 	s = store_open(dir, &t, false);
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(reads_as(s, t, &m));
 	/* a tool may not open the directory while the store has it */
 	assert_int_equal(et_tfile_open(path, 0, &tf), ET_ELOCKED);
