@@ -341,7 +341,8 @@ struct et_store_config {
  *
  * The store is the directory's only writer: it holds a lock on DIR/LOCK
  * until et_store_close, and a second et_store_open of dir, in this process
- * or another, is ET_ELOCKED. Before it returns, every table's journal is
+ * or another, is ET_ELOCKED (a child forked meanwhile does not keep the
+ * lock, nor may it use the store). Before it returns, every table's journal is
  * settled against the commit record (see "durability" below): a record,
  * journal, log or table file that is damaged or missing is refused
  * (ET_ERECORD, ET_EJOURNAL, ET_EMISSING, or a table file's own codes),
