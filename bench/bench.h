@@ -186,11 +186,6 @@ int tables_store(struct tables *tb, const struct et_store_config *cfg,
 		 et_store **out);
 /* Removes a temporary directory. */
 void tables_free(struct tables *tb);
-/* Sorted distinct rows of every table touched by the first nb batches
- * (every batch of a trace if nb == 0); ids and count have ntables
- * entries, ids[t] malloc()ed. The generator is left rewound. */
-int touched_rows(struct wl_gen *g, uint32_t ntables, uint64_t nb,
-		 uint64_t **ids, uint64_t *count);
 void store_config(const struct bench_opts *o, struct et_store_config *cfg);
 
 /* ----------------------------------------------------------- one system */

@@ -792,7 +792,8 @@ static int rdb_write_sst(struct run_ctx *rc, rocksdb_options_t *opt,
 	cnt = calloc(tb->n, sizeof(*cnt));
 	if (!ids || !cnt || !val)
 		goto out;
-	ret = touched_rows(rc->g, tb->n, rc->warmup + rc->measured, ids, cnt);
+	ret =
+	    wl_touched_rows(rc->g, tb->n, rc->warmup + rc->measured, ids, cnt);
 	if (ret)
 		goto out;
 	wl_rng_seed(&rng, o->wl.seed ^ 0x2dbULL);

@@ -83,82 +83,6 @@ static void fill_rows(float *buf, uint32_t t, const uint64_t *ids,
 	}
 }
 
-static int u64cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Sorted distinct rows of every table touched by the first nb batches
- * (all of a trace if nb == 0). */
-int touched_rows(struct wl_gen *g, uint32_t ntables, uint64_t nb,
-		 uint64_t **ids, uint64_t *count)
-{
-	struct wl_batch b;
-	uint64_t *cap;
-	int ret = 0;
-
-	wl_batch_init(&b);
-	cap = calloc(ntables, sizeof(*cap));
-	if (!cap)
-		return -ENOMEM;
-	ret = wl_rewind(g);
-	for (uint64_t i = 0; !ret && (nb == 0 || i < nb); i++) {
-		ret = wl_next(g, &b);
-		if (ret <= 0)
-			break;
-		ret = 0;
-		for (uint32_t k = 0; k < b.count && !ret; k++) {
-			const struct wl_table_ids *t = &b.t[k];
-			uint64_t need = count[t->table] + t->n;
-
-			if (need > cap[t->table]) {
-				uint64_t c = need * 2;
-				uint64_t *p = realloc(ids[t->table], c * 8);
-
-				if (!p) {
-					ret = -ENOMEM;
-					break;
-				}
-				ids[t->table] = p;
-				cap[t->table] = c;
-			}
-			memcpy(ids[t->table] + count[t->table], t->ids,
-			       (size_t)t->n * 8);
-			count[t->table] += t->n;
-		}
-		/* Keep memory bounded: compact now and then. */
-		for (uint32_t t = 0; t < ntables && !ret && (i % 16) == 15;
-		     t++) {
-			uint64_t m = 0;
-
-			qsort(ids[t], count[t], 8, u64cmp);
-			for (uint64_t j = 0; j < count[t]; j++)
-				if (!m || ids[t][j] != ids[t][m - 1])
-					ids[t][m++] = ids[t][j];
-			count[t] = m;
-		}
-	}
-	if (ret < 0)
-		goto out;
-	ret = 0;
-	for (uint32_t t = 0; t < ntables; t++) {
-		uint64_t m = 0;
-
-		qsort(ids[t], count[t], 8, u64cmp);
-		for (uint64_t j = 0; j < count[t]; j++)
-			if (!m || ids[t][j] != ids[t][m - 1])
-				ids[t][m++] = ids[t][j];
-		count[t] = m;
-	}
-out:
-	free(cap);
-	wl_batch_free(&b);
-	wl_rewind(g);
-	return ret;
-}
-
 #define CHUNK_ROWS 16384u
 
 static int write_all(et_tfile *tf, uint32_t t, uint64_t rows, uint32_t dim,
@@ -261,7 +185,7 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 			ret = -ENOMEM;
 			goto out;
 		}
-		ret = touched_rows(g, tb->n, touch_batches, tids, tcount);
+		ret = wl_touched_rows(g, tb->n, touch_batches, tids, tcount);
 		if (ret) {
 			cli_error("collecting the touched rows: %s",
 				  strerror(-ret));

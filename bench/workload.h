@@ -218,4 +218,10 @@ uint64_t wl_batches(const struct wl_gen *g);
 uint64_t wl_rank_to_row(const struct wl_gen *g, uint32_t table, uint64_t rank,
 			uint64_t batch_index);
 
+/* Sorted distinct rows of every table touched by the first nb batches
+ * (every batch of a trace if nb == 0); ids and count have ntables
+ * entries, ids[t] malloc()ed. The generator is left rewound. */
+int wl_touched_rows(struct wl_gen *g, uint32_t ntables, uint64_t nb,
+		    uint64_t **ids, uint64_t *count);
+
 #endif
