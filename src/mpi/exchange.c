@@ -31,25 +31,6 @@
 
 #define ALL_ONES 0x80000000u
 
-void etm_route_free(struct etm_route *r, int ntables)
-{
-	for (int t = 0; r->t && t < ntables; t++) {
-		struct etm_rt_table *rt = &r->t[t];
-
-		etm_vec_free(&rt->offsets);
-		etm_vec_free(&rt->sub_bag);
-		etm_vec_free(&rt->sub_len);
-		etm_vec_free(&rt->gids);
-		etm_vec_free(&rt->id_loc);
-		etm_vec_free(&rt->dst);
-		etm_vec_free(&rt->oids);
-		etm_vec_free(&rt->ooff);
-		etm_vec_free(&rt->src);
-	}
-	free(r->t);
-	r->t = NULL;
-}
-
 static bool serves(const etm *m, int t, int d)
 {
 	return m->tbl[t].plan == ETM_ROW_WISE || m->tbl[t].owner == d;

@@ -166,6 +166,26 @@ static int mkdir_p(const char *dir)
 	return 0;
 }
 
+/* A handle's routing scratch (exchange.c fills it). */
+void etm_route_free(struct etm_route *r, int ntables)
+{
+	for (int t = 0; r->t && t < ntables; t++) {
+		struct etm_rt_table *rt = &r->t[t];
+
+		etm_vec_free(&rt->offsets);
+		etm_vec_free(&rt->sub_bag);
+		etm_vec_free(&rt->sub_len);
+		etm_vec_free(&rt->gids);
+		etm_vec_free(&rt->id_loc);
+		etm_vec_free(&rt->dst);
+		etm_vec_free(&rt->oids);
+		etm_vec_free(&rt->ooff);
+		etm_vec_free(&rt->src);
+	}
+	free(r->t);
+	r->t = NULL;
+}
+
 static void etm_free(etm *m)
 {
 	if (!m)
