@@ -220,6 +220,17 @@ static int scan_uncommitted(struct scan *s, uint64_t off, const char *dir_hint,
 	}
 }
 
+/* A checked batch at off is committed: the journal's record size, version
+ * and chain follow it, and the sink (if any) gets it. */
+static int batch_take(struct scan *s, uint64_t off, const struct jr_batch *b,
+		      uint64_t sum, const struct jr_sink *k)
+{
+	s->rec_bytes = b->rec_bytes;
+	s->ver = b->ver;
+	s->prev = sum;
+	return k ? batch_apply(s, off, b, k) : 0;
+}
+
 /* The record names the table: exactly [0, jlen), ending in jsum. */
 static int scan_named(struct scan *s, const struct jr_expect *x,
 		      const struct jr_sink *k, struct jr_tail *t)
@@ -246,14 +257,9 @@ static int scan_named(struct scan *s, const struct jr_expect *x,
 			why.why = "is of a commit past the record's";
 			return journal_bad(s, x, &why);
 		}
-		s->rec_bytes = b.rec_bytes;
-		s->ver = b.ver;
-		s->prev = sum;
-		if (k) {
-			ret = batch_apply(s, off, &b, k);
-			if (ret)
-				return ret;
-		}
+		ret = batch_take(s, off, &b, sum, k);
+		if (ret)
+			return ret;
 		off = next;
 	}
 	if (x->jlen && sum != x->jsum)
@@ -282,14 +288,9 @@ static int scan_legacy(struct scan *s, const struct jr_expect *x,
 			return ret;
 		if (ret || b.commit > x->commit)
 			break;
-		s->rec_bytes = b.rec_bytes;
-		s->ver = b.ver;
-		s->prev = sum;
-		if (k) {
-			ret = batch_apply(s, off, &b, k);
-			if (ret)
-				return ret;
-		}
+		ret = batch_take(s, off, &b, sum, k);
+		if (ret)
+			return ret;
 		t->len = off = next;
 		t->sum = sum;
 	}
