@@ -14,7 +14,7 @@
  *   data   [nsets * ways] slot_bytes each, from the tier's memory
  *
  * All slots of one instance have one size: the store keeps one instance
- * per size class of rows in each tier (see struct sclass in store_impl.h).
+ * per size class of rows in each tier (see struct sclass in registry.h).
  *
  * 16 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
  * frequency admission adds one sketch per instance (2 bytes a column, as
@@ -33,30 +33,13 @@
 #include <stdint.h>
 
 #include "hash.h"
+#include "key.h"
 #include "lookahead.h"
 #include "policy.h"
 #include "sketch.h"
 
-#define CACHE_DIRTY    (1ULL << 63)
-#define CACHE_PF       (1ULL << 62) /* placed by a prefetch, not yet used */
-#define CACHE_KEY_MASK (~(CACHE_DIRTY | CACHE_PF))
-#define CACHE_NONE     UINT64_MAX
-#define CACHE_REJECT   (UINT64_MAX - 1) /* cache_pick: not admitted */
-
-static inline uint64_t cache_key(uint32_t table, uint64_t row)
-{
-	return ((uint64_t)(table + 1) << 40) | row;
-}
-
-static inline uint32_t cache_key_table(uint64_t key)
-{
-	return (uint32_t)(((key & CACHE_KEY_MASK) >> 40) - 1);
-}
-
-static inline uint64_t cache_key_row(uint64_t key)
-{
-	return key & ((1ULL << 40) - 1);
-}
+#define CACHE_NONE   UINT64_MAX
+#define CACHE_REJECT (UINT64_MAX - 1) /* cache_pick: not admitted */
 
 /* Where a cache's row data lives (host memory, simulated or real HBM). */
 struct mem_tier {

@@ -16,7 +16,7 @@
 #include "error.h"
 #include "mem_host.h"
 #include "rowlog.h"
-#include "store_impl.h"
+#include "state.h"
 
 /* ------------------------------------------------------------------ lock */
 

@@ -6,12 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cache.h"
-#include "error.h"
+#include "embtier.h"
+#include "key.h"
 #include "hash.h"
 #include "lookahead.h"
 #include "mem_host.h"
-#include "store_impl.h"
 
 void la_clear(struct lookahead *la)
 {
@@ -250,42 +249,4 @@ int la_set(struct lookahead *la, const struct et_batch *b, size_t n,
 	la->depth = (uint32_t)n;
 	remember(la, b, n);
 	return 0;
-}
-
-int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
-{
-	int ret;
-
-	api_enter(s);
-	if (!s || (nbatches && !batches))
-		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batches");
-	if (nbatches > ET_MAX_LOOKAHEAD)
-		return err_set(-EINVAL, "nbatches %zu out of range 0..%d",
-			       nbatches, ET_MAX_LOOKAHEAD);
-	for (size_t b = 0; b < nbatches; b++) {
-		const struct et_batch *bt = &batches[b];
-
-		if (bt->ntables && !bt->tables)
-			return err_set(-EINVAL, "batches[%zu].tables is NULL",
-				       b);
-		for (size_t k = 0; k < bt->ntables; k++) {
-			struct table *t = table_get(s, bt->tables[k].table);
-			char what[48];
-
-			if (!t)
-				return err_set(ET_ENOTABLE,
-					       "batches[%zu].tables[%zu].table "
-					       "%d unknown: the store has %u",
-					       b, k, bt->tables[k].table,
-					       s->ntables);
-			snprintf(what, sizeof(what),
-				 "batches[%zu].tables[%zu].ids", b, k);
-			ret =
-			    ids_check(t, bt->tables[k].table, bt->tables[k].ids,
-				      bt->tables[k].n, what);
-			if (ret)
-				return ret;
-		}
-	}
-	return la_set(&s->la, batches, nbatches, s->ntables);
 }

@@ -24,7 +24,8 @@
 #include "io.h"
 #include "mem_host.h"
 #include "policy.h"
-#include "store_impl.h"
+#include "prefetch.h"
+#include "state.h"
 #include "workers.h"
 
 #define MAX_TABLES   65534
@@ -34,34 +35,7 @@
  * its optimizer state, with room to spare. */
 #define MAX_SLOT_BYTES (ET_MAX_DIM * 4u + 64)
 
-int sbuf_reserve(struct sbuf *b, size_t bytes)
-{
-	void *p;
-	size_t cap;
-
-	if (bytes <= b->cap)
-		return 0;
-	cap = b->cap ? b->cap : 4096;
-	while (cap < bytes)
-		cap *= 2;
-	p = mem_alloc(cap, 64);
-	if (!p)
-		return -ENOMEM;
-	if (b->p) {
-		memcpy(p, b->p, b->cap);
-		mem_free(b->p, b->cap, 64);
-	}
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-void sbuf_free(struct sbuf *b)
-{
-	mem_free(b->p, b->cap, 64);
-	b->p = NULL;
-	b->cap = 0;
-}
+static int store_flush(et_store *s);
 
 /* ------------------------------------------------------------- registry */
 
@@ -116,211 +90,6 @@ static int table_path(const et_store *s, const char *name, char **out)
 	return 0;
 }
 
-struct table *table_get(et_store *s, int id)
-{
-	if (!s || id < 0 || (uint32_t)id >= s->ntables)
-		return NULL;
-	return &s->tables[id];
-}
-
-/* The failure of table_get(s, id). */
-int no_table(const et_store *s, int id)
-{
-	if (!s)
-		return err_set(-EINVAL, "s is NULL");
-	return err_set(ET_ENOTABLE, "table %d unknown: the store has %u", id,
-		       s->ntables);
-}
-
-/* Doubles the capacity *cap (from 8) of the array *p of n elements of
- * size bytes each. */
-static int array_grow(void **p, uint32_t *cap, uint32_t n, size_t size)
-{
-	uint32_t ncap = *cap ? *cap * 2 : 8;
-	void *np = mem_alloc(ncap * size, 0);
-
-	if (!np)
-		return -ENOMEM;
-	if (*p) {
-		memcpy(np, *p, n * size);
-		mem_free(*p, *cap * size, 0);
-	}
-	*p = np;
-	*cap = ncap;
-	return 0;
-}
-
-/* ET_ECAPACITY unless a tier of bytes holds `ways` slots of slot bytes. */
-static int tier_fits(const char *field, uint64_t bytes, uint32_t ways,
-		     uint32_t slot, et_policy pol)
-{
-	uint64_t per = cache_slot_cost(slot, policy_get(pol));
-
-	if (bytes / per >= ways)
-		return 0;
-	return err_set(ET_ECAPACITY,
-		       "et_store_config.%s %llu holds fewer than ways (%u) "
-		       "slots of %u bytes (+%u of metadata)",
-		       field, (unsigned long long)bytes, ways, slot,
-		       (unsigned)(per - slot));
-}
-
-/* What a slot of class c costs in tier (0: HBM, 1: DDR). */
-static uint64_t slot_cost(const et_store *s, int tier, uint32_t slot)
-{
-	return cache_slot_cost(
-	    slot, policy_get(tier ? s->cfg.ddr_policy : s->cfg.hbm_policy));
-}
-
-/* Rows are stored in slots rounded to 4 bytes (the state is f32), and at
- * least cfg.slot_bytes big: rows up to that share one class. */
-static uint32_t slot_for(const et_store *s, uint32_t row_bytes)
-{
-	uint32_t slot = (row_bytes + 3) & ~3u;
-	uint32_t min = (s->cfg.slot_bytes + 3) & ~3u;
-
-	return slot > min ? slot : min;
-}
-
-/*
- * Plans the split of each tier among the first n classes into their
- * nsets: one set each, then the rest of the tier's bytes in proportion to
- * the classes' weights (by cumulative sums, so the shares add up to the
- * tier exactly). ET_ECAPACITY if a tier cannot give every class one set;
- * nothing is changed then.
- */
-static int plan(et_store *s, uint32_t n)
-{
-	uint64_t bytes[2] = {s->cfg.hbm_bytes, s->cfg.ddr_bytes};
-	double wsum = 0;
-
-	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
-		uint64_t need = 0;
-
-		for (uint32_t i = 0; i < n; i++)
-			need += (uint64_t)s->cfg.ways *
-				slot_cost(s, tier, s->cls[i].slot_bytes);
-		if (need > bytes[tier])
-			return err_set(ET_ECAPACITY,
-				       "et_store_config.%s %llu cannot hold "
-				       "one set (%u ways) of each of the %u "
-				       "row sizes: %llu bytes needed",
-				       tier ? "ddr_bytes" : "hbm_bytes",
-				       (unsigned long long)bytes[tier],
-				       s->cfg.ways, n,
-				       (unsigned long long)need);
-	}
-	for (uint32_t i = 0; i < n; i++)
-		wsum += s->cls[i].weight;
-	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
-		uint64_t rest = bytes[tier], prev = 0;
-		double wcum = 0;
-
-		for (uint32_t i = 0; i < n; i++)
-			rest -= (uint64_t)s->cfg.ways *
-				slot_cost(s, tier, s->cls[i].slot_bytes);
-		for (uint32_t i = 0; i < n; i++) {
-			struct sclass *c = &s->cls[i];
-			uint64_t per = slot_cost(s, tier, c->slot_bytes);
-			uint64_t upto;
-
-			wcum += c->weight;
-			upto = i + 1 == n
-				   ? rest
-				   : (uint64_t)((double)rest * (wcum / wsum));
-			if (upto > rest)
-				upto = rest;
-			if (upto < prev)
-				upto = prev;
-			c->nsets[tier] = 1 + (upto - prev) / per / s->cfg.ways;
-			prev = upto;
-		}
-	}
-	return 0;
-}
-
-/* Whether the allocated caches differ from the plan. */
-static bool plan_changed(const et_store *s)
-{
-	for (uint32_t i = 0; i < s->ncls; i++) {
-		const struct sclass *c = &s->cls[i];
-
-		if ((s->has_hbm && c->hbm.nsets != c->nsets[0]) ||
-		    c->ddr.nsets != c->nsets[1])
-			return true;
-	}
-	return false;
-}
-
-/* Frees every class's caches, keeping their counters. */
-static void caches_drop(et_store *s)
-{
-	for (uint32_t i = 0; i < s->ncls; i++) {
-		struct sclass *c = &s->cls[i];
-
-		if (c->hbm.keys) {
-			c->kept[0] = c->hbm.st;
-			cache_free(&c->hbm);
-		}
-		if (c->ddr.keys) {
-			c->kept[1] = c->ddr.st;
-			cache_free(&c->ddr);
-		}
-	}
-	s->caches_ready = false;
-	s->gen++; /* the memos' slots are void */
-}
-
-/* Allocates the caches as planned, if they are not. Called by every entry
- * point that touches rows; tables are usually all registered by then, so
- * the caches are allocated once. */
-int caches_ensure(et_store *s)
-{
-	const struct mem_tier *hm = &mem_tier_hbm_sim;
-	int ret;
-
-	if (s->caches_ready || !s->ncls)
-		return 0;
-	if (s->cfg.hbm_backend == ET_HBM_CUDA) {
-		hm = mem_tier_hbm_cuda();
-		if (!hm)
-			return err_set(ET_ECONFIG,
-				       "et_store_config.hbm_backend "
-				       "ET_HBM_CUDA: no CUDA device, or a "
-				       "build without CUDA");
-	}
-	ret = sbuf_reserve(&s->tmp, s->slot_bytes); /* place_row's victim */
-	for (uint32_t i = 0; i < s->ncls && !ret; i++) {
-		struct sclass *c = &s->cls[i];
-		uint64_t per = slot_cost(s, 0, c->slot_bytes);
-
-		if (s->has_hbm) {
-			ret =
-			    cache_init(&c->hbm, c->nsets[0] * s->cfg.ways * per,
-				       s->cfg.ways, c->slot_bytes,
-				       policy_get(s->cfg.hbm_policy), hm);
-			if (ret)
-				break;
-			c->hbm.st = c->kept[0];
-			c->hbm.la = &s->la;
-		}
-		per = slot_cost(s, 1, c->slot_bytes);
-		ret = cache_init(&c->ddr, c->nsets[1] * s->cfg.ways * per,
-				 s->cfg.ways, c->slot_bytes,
-				 policy_get(s->cfg.ddr_policy), &mem_tier_host);
-		if (!ret) {
-			c->ddr.st = c->kept[1];
-			c->ddr.la = &s->la;
-		}
-	}
-	if (ret) {
-		caches_drop(s);
-		return ret;
-	}
-	s->caches_ready = true;
-	return 0;
-}
-
 /*
  * Enters a table of g into its size class (a new one if its slot size is
  * new) and plans the tiers again. If the caches are allocated and the
@@ -349,7 +118,7 @@ static int class_enter(et_store *s, const struct tf_geom *g, uint32_t *out)
 	if (!ret)
 		ret = wb_widen(s, slot);
 	if (!ret && s->caches_ready && (i == s->ncls || plan_changed(s))) {
-		ret = et_flush(s); /* drains the I/O thread too */
+		ret = store_flush(s); /* drains the I/O thread too */
 		if (!ret)
 			caches_drop(s);
 	}
@@ -634,42 +403,6 @@ err_free:
 	return ret;
 }
 
-static void opscr_free(struct opscr *o)
-{
-	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,	&o->ptrs,
-			       &o->kind, &o->slots, &o->mrows,	&o->midx,
-			       &o->mbuf, &o->acc,   &o->bypass, &o->dids,
-			       &o->pfl,	 &o->draws};
-
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-		sbuf_free(bufs[i]);
-}
-
-int scratch_grow(struct opscr **arr, uint32_t *n, size_t want)
-{
-	struct opscr *p;
-
-	if (want <= *n)
-		return 0;
-	if (want > UINT32_MAX)
-		return -E2BIG;
-	p = mem_alloc(want * sizeof(*p), 0);
-	if (!p)
-		return -ENOMEM;
-	if (*arr) {
-		memcpy(p, *arr, *n * sizeof(*p));
-		mem_free(*arr, *n * sizeof(*p), 0);
-	}
-	*arr = p;
-	*n = (uint32_t)want;
-	return 0;
-}
-
-bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
-{
-	return o->dn == n && (!n || !memcmp(o->dids.p, ids, n * sizeof(*ids)));
-}
-
 static void store_free(et_store *s)
 {
 	pf_stop(s);
@@ -746,7 +479,8 @@ int et_store_close(et_store *s)
 	if (!s)
 		return 0;
 	pf_stop(s); /* its thread, after the prefetch it runs */
-	ret = et_flush(s);
+	err_clear();
+	ret = store_flush(s);
 	if (!ret && changed_since_commit(s))
 		ret = close_commit(s);
 	store_free(s);
@@ -765,7 +499,7 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 		return err_set(-EINVAL, "%s",
 			       !s ? "s is NULL"
 				  : "dense is NULL, len is not 0");
-	ret = et_flush(s); /* drains, writes back, syncs every file */
+	ret = store_flush(s); /* drains, writes back, syncs every file */
 	if (ret)
 		return ret;
 	memset(&r, 0, sizeof(r));
@@ -840,102 +574,115 @@ int et_checkpoint_read_dir(const char *dir, struct et_checkpoint_info *ci,
 
 /* ---------------------------------------------------------------- stats */
 
-/* Adds one class's instance of a tier to the tier's counters. */
-static void tier_stats(const struct cache *c, struct et_tier_stats *ts)
+#define FLUSH_ROWS 4096
+
+/* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
+ * clears the dirty bits of what was written. */
+static int flush_cache(et_store *s, struct cache *c)
 {
-	ts->capacity_rows += cache_slots(c);
-	ts->resident_rows += c->used;
-	ts->dirty_rows += c->dirty;
-	ts->row_bytes += c->row_bytes;
-	ts->alloc_bytes +=
-	    cache_slots(c) * ((uint64_t)c->slot_bytes + ET_SLOT_META_BYTES) +
-	    (c->pol->halve_ticks ? 2 * c->sk.cols : 0);
-	ts->hits += c->st.hits;
-	ts->misses += c->st.misses;
-	ts->inserts += c->st.inserts;
-	ts->evictions += c->st.evictions;
-	ts->bytes_in += c->st.bytes_in;
-	ts->bytes_out += c->st.bytes_out;
+	uint64_t n = cache_slots(c), b = 0;
+	int ret;
+
+	/* Batches of up to FLUSH_ROWS dirty rows: big enough for the table
+	 * file to keep its queue full, small enough to bound the scratch. */
+	while (b < n) {
+		uint64_t e = b;
+
+		for (; e < n && s->nwb < FLUSH_ROWS; e++) {
+			if (!cache_dirty(c, e))
+				continue;
+			ret = wb_queue(s, c->keys[e], cache_row(c, e));
+			if (ret)
+				return ret;
+		}
+		ret = wb_run(s);
+		if (ret)
+			return ret;
+		for (uint64_t i = b; i < e; i++)
+			if (cache_dirty(c, i)) {
+				c->keys[i] &= ~CACHE_DIRTY;
+				c->dirty--;
+			}
+		b = e;
+	}
+	return 0;
 }
 
-static void add_table(struct et_stats *st, const struct table *t)
+int et_flush(et_store *s)
 {
-	struct tf_stats f;
-
-	st->calls += t->st.calls;
-	st->requested += t->st.requested;
-	st->unique += t->st.unique;
-	st->unique_misses += t->st.unique_misses;
-	st->conflict_unique_misses += t->st.conflict_unique_misses;
-	st->conflict_misses += t->st.conflict_misses;
-	st->nvme_rows_read += t->st.nvme_rows_read;
-	st->rows_lazy += t->st.rows_lazy;
-	st->rows_overwritten += t->st.rows_overwritten;
-	st->writebacks += t->st.writebacks;
-	tf_get_stats(t->tf, &f);
-	st->blocks_read += f.blocks_read;
-	st->blocks_written += f.blocks_written;
-	st->bytes_read += f.bytes_read;
-	st->bytes_written += f.bytes_written;
-	st->log_rows_written += f.log.rows_appended;
-	st->log_rows_cleaned += f.log.rows_cleaned;
-	st->log_segments_cleaned += f.log.segs_cleaned;
-	st->log_bytes_written += f.log.bytes_written;
-	st->log_rows_read += f.log.rows_read;
-	st->log_index_rows += f.log.index_rows;
-	st->log_index_bytes += f.log.index_bytes;
-	st->log_live_bytes += f.log.live_bytes;
-	st->log_segment_bytes += f.log.log_bytes;
-	st->log_records_damaged += f.log.bad_records;
+	api_enter(s);
+	if (!s)
+		return err_set(-EINVAL, "s is NULL");
+	return store_flush(s);
 }
 
-int et_get_stats(et_store *s, int table, struct et_stats *st)
+static int store_flush(et_store *s)
+{
+	int ret;
+
+	ret = drain(s);
+	if (ret)
+		return ret;
+	if (s->lost)
+		return err_set(ET_EFAILED, "rows were lost to a failed "
+					   "allocation; close the store");
+	/* Rows left over from a failed write-back first. */
+	ret = wb_run(s);
+	if (ret)
+		return ret;
+	s->failed = 0;
+	for (uint32_t i = 0; s->caches_ready && i < s->ncls && !ret; i++) {
+		if (s->has_hbm)
+			ret = flush_cache(s, &s->cls[i].hbm);
+		if (!ret)
+			ret = flush_cache(s, &s->cls[i].ddr);
+	}
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < s->ntables; i++) {
+		ret = et_tfile_sync(s->tables[i].tf);
+		if (ret) {
+			s->failed = s->failed ? s->failed : ret;
+			return ret;
+		}
+	}
+	return 0;
+}
+
+int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
 {
 	int ret;
 
 	api_enter(s);
-	if (!s || !st)
-		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "st");
-	/* The table files' counters are the I/O thread's while it works. */
-	if (s->pl_pending) {
-		ret = drain(s);
-		if (ret)
-			return ret;
-	}
-	if (table != -1 && !table_get(s, table))
-		return no_table(s, table);
-	ret = caches_ensure(s);
-	if (ret)
-		return ret;
-	memset(st, 0, sizeof(*st));
-	if (table != -1) {
-		struct table *t = table_get(s, table);
+	if (!s || (nbatches && !batches))
+		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "batches");
+	if (nbatches > ET_MAX_LOOKAHEAD)
+		return err_set(-EINVAL, "nbatches %zu out of range 0..%d",
+			       nbatches, ET_MAX_LOOKAHEAD);
+	for (size_t b = 0; b < nbatches; b++) {
+		const struct et_batch *bt = &batches[b];
 
-		if (!t)
-			return no_table(s, table);
-		add_table(st, t);
-	} else {
-		for (uint32_t i = 0; i < s->ntables; i++)
-			add_table(st, &s->tables[i]);
+		if (bt->ntables && !bt->tables)
+			return err_set(-EINVAL, "batches[%zu].tables is NULL",
+				       b);
+		for (size_t k = 0; k < bt->ntables; k++) {
+			struct table *t = table_get(s, bt->tables[k].table);
+			char what[48];
+
+			if (!t)
+				return err_set(ET_ENOTABLE,
+					       "batches[%zu].tables[%zu].table "
+					       "%d unknown: the store has %u",
+					       b, k, bt->tables[k].table,
+					       s->ntables);
+			snprintf(what, sizeof(what),
+				 "batches[%zu].tables[%zu].ids", b, k);
+			ret =
+			    ids_check(t, bt->tables[k].table, bt->tables[k].ids,
+				      bt->tables[k].n, what);
+			if (ret)
+				return ret;
+		}
 	}
-	for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
-		if (s->has_hbm)
-			tier_stats(&s->cls[i].hbm, &st->hbm);
-		tier_stats(&s->cls[i].ddr, &st->ddr);
-	}
-	st->hbm.capacity_bytes = s->cfg.hbm_bytes;
-	st->ddr.capacity_bytes = s->cfg.ddr_bytes;
-	st->prefetch_calls = s->pf.calls;
-	st->prefetch_rows = s->pf.rows;
-	st->prefetch_reads = s->pf.reads;
-	st->prefetch_hits = s->pf.hits;
-	st->prefetch_late = s->pf.late;
-	st->prefetch_skipped = s->pf.skipped;
-	st->prefetch_wait_ns = s->pf.wait_ns;
-	st->op_ns = s->tm.op_ns;
-	st->miss_wait_ns = s->tm.miss_ns;
-	st->writeback_ns = s->tm.wb_ns;
-	st->mem_bytes = mem_in_use();
-	st->mem_peak_bytes = mem_peak();
-	return 0;
+	return la_set(&s->la, batches, nbatches, s->ntables);
 }

@@ -9,7 +9,7 @@
 
 #include "error.h"
 #include "hash.h"
-#include "store_impl.h"
+#include "state.h"
 
 /*
  * Makes the write-back queue's stride (and tmp) fit slots of slot_bytes.
@@ -273,73 +273,3 @@ int wb_submit(et_store *s)
 }
 
 /* ---------------------------------------------------------------- flush */
-
-#define FLUSH_ROWS 4096
-
-/* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
- * clears the dirty bits of what was written. */
-static int flush_cache(et_store *s, struct cache *c)
-{
-	uint64_t n = cache_slots(c), b = 0;
-	int ret;
-
-	/* Batches of up to FLUSH_ROWS dirty rows: big enough for the table
-	 * file to keep its queue full, small enough to bound the scratch. */
-	while (b < n) {
-		uint64_t e = b;
-
-		for (; e < n && s->nwb < FLUSH_ROWS; e++) {
-			if (!cache_dirty(c, e))
-				continue;
-			ret = wb_queue(s, c->keys[e], cache_row(c, e));
-			if (ret)
-				return ret;
-		}
-		ret = wb_run(s);
-		if (ret)
-			return ret;
-		for (uint64_t i = b; i < e; i++)
-			if (cache_dirty(c, i)) {
-				c->keys[i] &= ~CACHE_DIRTY;
-				c->dirty--;
-			}
-		b = e;
-	}
-	return 0;
-}
-
-int et_flush(et_store *s)
-{
-	int ret;
-
-	api_enter(s);
-	if (!s)
-		return err_set(-EINVAL, "s is NULL");
-	ret = drain(s);
-	if (ret)
-		return ret;
-	if (s->lost)
-		return err_set(ET_EFAILED, "rows were lost to a failed "
-					   "allocation; close the store");
-	/* Rows left over from a failed write-back first. */
-	ret = wb_run(s);
-	if (ret)
-		return ret;
-	s->failed = 0;
-	for (uint32_t i = 0; s->caches_ready && i < s->ncls && !ret; i++) {
-		if (s->has_hbm)
-			ret = flush_cache(s, &s->cls[i].hbm);
-		if (!ret)
-			ret = flush_cache(s, &s->cls[i].ddr);
-	}
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		ret = et_tfile_sync(s->tables[i].tf);
-		if (ret) {
-			s->failed = s->failed ? s->failed : ret;
-			return ret;
-		}
-	}
-	return 0;
-}

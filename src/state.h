@@ -45,8 +45,8 @@
  * store's only memory beyond the configured capacities (see README).
  *
  */
-#ifndef ET_STORE_IMPL_H
-#define ET_STORE_IMPL_H
+#ifndef ET_STATE_H
+#define ET_STATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -244,6 +244,20 @@ bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n);
 struct table *table_get(et_store *s, int id);
 int no_table(const et_store *s, int id);
 int caches_ensure(et_store *s);
+void caches_drop(et_store *s);
+int array_grow(void **p, uint32_t *cap, uint32_t n, size_t size);
+int tier_fits(const char *field, uint64_t bytes, uint32_t ways, uint32_t slot,
+	      et_policy pol);
+uint32_t slot_for(const et_store *s, uint32_t row_bytes);
+int plan(et_store *s, uint32_t n);
+bool plan_changed(const et_store *s);
+void opscr_free(struct opscr *o);
+void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n);
+#define PROBE_AHEAD 16
+void pin_op(et_store *s, struct cache *c, uint64_t slot);
+void *where_row(struct sclass *cl, uint8_t where, uint64_t slot);
+int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
+	       bool dirty, uint32_t epoch, uint64_t *top);
 
 /* tier.c: a batch through the tiers */
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out);
@@ -272,20 +286,7 @@ void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);
 int resolve_read(et_store *s, struct opscr *os, size_t nt);
 int op_place(et_store *s, struct table *t, size_t n);
 int op_start(et_store *s);
-/* Waits until a prefetch running on the prefetch thread has ended (no-op
- * without one); every et_ call on a store begins with it. */
-void pf_wait(et_store *s);
 
-/* The frame every public call on a store opens with: a prefetch running
- * on the store's thread ends first (the store's state is the caller's
- * again), and the calling thread's error detail is cleared. */
-static inline void api_enter(et_store *s)
-{
-	pf_wait(s);
-	err_clear();
-}
-/* Ends the prefetch thread (after its prefetch) and frees it. */
-void pf_stop(et_store *s);
 int op_end(et_store *s, uint32_t t, bool changed);
 int op_bypass_done(et_store *s, uint32_t t, bool changed);
 int op_finish(et_store *s, int ret);

@@ -1,0 +1,230 @@
+/*
+ * place.c - where a row goes in the tiers: the pins that keep a batch's
+ * rows resident, the probe of the top tier, and placement with demotion
+ * and eviction (victims to DDR or to the write-back queue).
+ */
+#include <string.h>
+
+#include "state.h"
+
+/* The pins that hold now: this operation's and the last two batches'. */
+static struct pinset pins_now(const et_store *s)
+{
+	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
+
+	return ps;
+}
+
+/* Pins slot for this operation, unless a live batch pins it already (its
+ * pin must outlast the operation). */
+void pin_op(et_store *s, struct cache *c, uint64_t slot)
+{
+	struct pinset ps = pins_now(s);
+
+	if (!cache_pinned(c, slot, &ps))
+		cache_pin(c, slot, s->epoch);
+}
+
+/* A top-tier hit used by an operation (its ids naming the row n times):
+ * counted as a prefetch's hit if a prefetch placed it and nothing used it
+ * yet, touched, pinned. */
+void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n)
+{
+	if (top->keys[slot] & CACHE_PF) {
+		top->keys[slot] &= ~CACHE_PF;
+		s->pf.hits++;
+	}
+	cache_touch_n(top, slot, s->now, n);
+	pin_op(s, top, slot);
+}
+
+/* Places a row demoted from HBM (or a row with no better place, asked
+ * for n times) in DDR. A dirty DDR victim is queued for write-back; if
+ * every way is pinned the row itself goes home (dirty) or is dropped
+ * (clean). Returns the DDR slot or CACHE_NONE in *slot_out. */
+static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
+		     uint32_t n, uint64_t *slot_out)
+{
+	struct cache *d = &class_of(s, key)->ddr;
+	struct pinset ps = pins_now(s);
+	uint64_t slot =
+	    cache_pick_n(d, key & CACHE_KEY_MASK, s->now, &ps, true, n);
+	int ret;
+
+	if (slot == CACHE_REJECT)
+		slot =
+		    CACHE_NONE; /* not admitted: as if every way were pinned */
+	*slot_out = slot;
+	if (slot == CACHE_NONE)
+		return dirty ? wb_queue(s, key, raw) : 0;
+	if (cache_valid(d, slot)) {
+		uint32_t vrb = key_rb(s, d->keys[slot]);
+
+		if (cache_dirty(d, slot)) {
+			ret = wb_queue(s, d->keys[slot], cache_row(d, slot));
+			if (ret)
+				return ret;
+		}
+		d->st.evictions++;
+		d->st.bytes_out += vrb;
+		cache_remove(d, slot, vrb);
+	}
+	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, key_rb(s, key),
+		   s->now);
+	return 0;
+}
+
+/*
+ * Places row key in the top tier, pinned with epoch pin, dirty or not, as
+ * asked for n times (what a counting policy counts). Its bytes are at src
+ * (rb of them); if dslot is not CACHE_NONE, src is that DDR slot, which is
+ * freed (a promotion). The top
+ * tier's victim, if any, is demoted to DDR (with an HBM tier) or goes home
+ * (without). If every top way is pinned (a set conflict), the row stays in
+ * or goes to DDR, and failing that is left where it is: *where says which
+ * (K_HBM, K_DDR or K_BYPASS, with K_CONFLICT), *slot_out the slot.
+ */
+int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
+	      uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
+	      uint8_t *where, uint64_t *slot_out)
+{
+	struct sclass *cl = class_of(s, key);
+	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	struct pinset ps = pins_now(s);
+	uint64_t slot;
+	int ret;
+
+	s->now++;
+	/* Demand misses may be refused by the policy (frequency admission,
+	 * the lookahead window); prefetched rows are wanted next batch. */
+	slot = cache_pick_n(top, key, s->now, &ps,
+			    pin == s->epoch && !s->pf_placing, n);
+	if (slot == CACHE_NONE || slot == CACHE_REJECT) {
+		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
+		if (dslot != CACHE_NONE) {
+			cache_touch_n(ddr, dslot, s->now, n);
+			if (pin == s->epoch) /* keep a prefetch's pin */
+				pin_op(s, ddr, dslot);
+			else
+				cache_pin(ddr, dslot, pin);
+			*where |= K_DDR;
+			*slot_out = dslot;
+			return 0;
+		}
+		if (s->has_hbm) {
+			ret = ddr_place(s, key, src, dirty, n, slot_out);
+			if (ret)
+				return ret;
+			if (*slot_out != CACHE_NONE) {
+				cache_pin(ddr, *slot_out, pin);
+				*where |= K_DDR;
+				return 0;
+			}
+		}
+		*where |= K_BYPASS;
+		/* A dirty row no cache can take goes home now. */
+		return dirty ? wb_queue(s, key, src) : 0;
+	}
+	if (cache_valid(top, slot)) {
+		uint64_t vkey = top->keys[slot];
+		uint32_t vrb = key_rb(s, vkey);
+
+		top->st.evictions++;
+		top->st.bytes_out += vrb;
+		if (s->has_hbm) {
+			/* Copy the victim out first: placing it in DDR may
+			 * reuse the slot src is in. */
+			memcpy(s->tmp.p, cache_row(top, slot), vrb);
+			cache_remove(top, slot, vrb);
+			cache_fill(top, slot, key, dirty, src, rb, s->now);
+			if (dslot != CACHE_NONE) {
+				cache_remove(ddr, dslot, rb);
+				ddr->st.bytes_out += rb;
+			}
+			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
+					1, &dslot);
+			if (ret) {
+				/* the victim is out of its slot and not
+				 * queued (the operation's room was short) */
+				s->lost = s->lost ? s->lost : ret;
+				return ret;
+			}
+			goto placed;
+		}
+		if (vkey & CACHE_DIRTY) {
+			ret = wb_queue(s, vkey, cache_row(top, slot));
+			if (ret)
+				return ret;
+		}
+		cache_remove(top, slot, vrb);
+	}
+	cache_fill(top, slot, key, dirty, src, rb, s->now);
+	if (dslot != CACHE_NONE) {
+		cache_remove(ddr, dslot, rb);
+		ddr->st.bytes_out += rb;
+	}
+placed:
+	cache_pin(top, slot, pin);
+	*where = s->has_hbm ? K_HBM : K_DDR;
+	*slot_out = slot;
+	return 0;
+}
+
+void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
+{
+	switch (where & ~K_CONFLICT) {
+	case K_HBM:
+		return cache_row(&cl->hbm, slot);
+	case K_DDR:
+		return cache_row(&cl->ddr, slot);
+	}
+	return NULL;
+}
+
+/* Sets a batch asks for ahead of probing them. */
+
+/*
+ * The top-tier slot of each of the m unique rows of table t (s->o->uniq)
+ * in slots, or CACHE_NONE: every key hashed to its set first, then the
+ * sets probed, each asked for PROBE_AHEAD rows before its probe, and a
+ * hit's policy and pin words asked for as it is found. Reads the cache
+ * only.
+ */
+void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
+	       uint64_t *slots)
+{
+	const uint64_t *uniq = s->o->uniq.p;
+
+	for (size_t i = 0; i < m; i++)
+		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		cache_prefetch_set(top, slots[i]);
+	for (size_t i = 0; i < m; i++) {
+		uint64_t slot;
+
+		if (i + PROBE_AHEAD < m)
+			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
+		slot = cache_lookup_at(top, slots[i], cache_key(t, uniq[i]));
+		if (slot != CACHE_NONE) {
+			__builtin_prefetch(&top->pstate[slot], 1);
+			__builtin_prefetch(&top->pin[slot], 1);
+		}
+		slots[i] = slot;
+	}
+}
+
+/* Moves to a fresh operation epoch. Epoch 0 means "not pinned"; when the
+ * counter wraps every pin is forgotten (pins only ever cost speed). */
+void epoch_next(et_store *s)
+{
+	if (++s->epoch == 0) {
+		for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
+			if (s->has_hbm)
+				cache_unpin_all(&s->cls[i].hbm);
+			cache_unpin_all(&s->cls[i].ddr);
+		}
+		s->bcur = s->bprev = 0;
+		s->epoch = 1;
+		s->gen++; /* pinned memos: their epochs come back */
+	}
+}

@@ -1,0 +1,216 @@
+/*
+ * registry.c - the tables of a store and the size classes that split each
+ * tier among them: the plan of every class's share, and its caches.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "error.h"
+#include "mem_host.h"
+#include "policy.h"
+#include "state.h"
+
+struct table *table_get(et_store *s, int id)
+{
+	if (!s || id < 0 || (uint32_t)id >= s->ntables)
+		return NULL;
+	return &s->tables[id];
+}
+
+/* The failure of table_get(s, id). */
+int no_table(const et_store *s, int id)
+{
+	if (!s)
+		return err_set(-EINVAL, "s is NULL");
+	return err_set(ET_ENOTABLE, "table %d unknown: the store has %u", id,
+		       s->ntables);
+}
+
+/* ET_ECAPACITY unless a tier of bytes holds `ways` slots of slot bytes. */
+int tier_fits(const char *field, uint64_t bytes, uint32_t ways, uint32_t slot,
+	      et_policy pol)
+{
+	uint64_t per = cache_slot_cost(slot, policy_get(pol));
+
+	if (bytes / per >= ways)
+		return 0;
+	return err_set(ET_ECAPACITY,
+		       "et_store_config.%s %llu holds fewer than ways (%u) "
+		       "slots of %u bytes (+%u of metadata)",
+		       field, (unsigned long long)bytes, ways, slot,
+		       (unsigned)(per - slot));
+}
+
+/* What a slot of class c costs in tier (0: HBM, 1: DDR). */
+static uint64_t slot_cost(const et_store *s, int tier, uint32_t slot)
+{
+	return cache_slot_cost(
+	    slot, policy_get(tier ? s->cfg.ddr_policy : s->cfg.hbm_policy));
+}
+
+/* Rows are stored in slots rounded to 4 bytes (the state is f32), and at
+ * least cfg.slot_bytes big: rows up to that share one class. */
+uint32_t slot_for(const et_store *s, uint32_t row_bytes)
+{
+	uint32_t slot = (row_bytes + 3) & ~3u;
+	uint32_t min = (s->cfg.slot_bytes + 3) & ~3u;
+
+	return slot > min ? slot : min;
+}
+
+/*
+ * Plans the split of each tier among the first n classes into their
+ * nsets: one set each, then the rest of the tier's bytes in proportion to
+ * the classes' weights (by cumulative sums, so the shares add up to the
+ * tier exactly). ET_ECAPACITY if a tier cannot give every class one set;
+ * nothing is changed then.
+ */
+int plan(et_store *s, uint32_t n)
+{
+	uint64_t bytes[2] = {s->cfg.hbm_bytes, s->cfg.ddr_bytes};
+	double wsum = 0;
+
+	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
+		uint64_t need = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			need += (uint64_t)s->cfg.ways *
+				slot_cost(s, tier, s->cls[i].slot_bytes);
+		if (need > bytes[tier])
+			return err_set(ET_ECAPACITY,
+				       "et_store_config.%s %llu cannot hold "
+				       "one set (%u ways) of each of the %u "
+				       "row sizes: %llu bytes needed",
+				       tier ? "ddr_bytes" : "hbm_bytes",
+				       (unsigned long long)bytes[tier],
+				       s->cfg.ways, n,
+				       (unsigned long long)need);
+	}
+	for (uint32_t i = 0; i < n; i++)
+		wsum += s->cls[i].weight;
+	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
+		uint64_t rest = bytes[tier], prev = 0;
+		double wcum = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			rest -= (uint64_t)s->cfg.ways *
+				slot_cost(s, tier, s->cls[i].slot_bytes);
+		for (uint32_t i = 0; i < n; i++) {
+			struct sclass *c = &s->cls[i];
+			uint64_t per = slot_cost(s, tier, c->slot_bytes);
+			uint64_t upto;
+
+			wcum += c->weight;
+			upto = i + 1 == n
+				   ? rest
+				   : (uint64_t)((double)rest * (wcum / wsum));
+			if (upto > rest)
+				upto = rest;
+			if (upto < prev)
+				upto = prev;
+			c->nsets[tier] = 1 + (upto - prev) / per / s->cfg.ways;
+			prev = upto;
+		}
+	}
+	return 0;
+}
+
+/* Whether the allocated caches differ from the plan. */
+bool plan_changed(const et_store *s)
+{
+	for (uint32_t i = 0; i < s->ncls; i++) {
+		const struct sclass *c = &s->cls[i];
+
+		if ((s->has_hbm && c->hbm.nsets != c->nsets[0]) ||
+		    c->ddr.nsets != c->nsets[1])
+			return true;
+	}
+	return false;
+}
+
+/* Frees every class's caches, keeping their counters. */
+void caches_drop(et_store *s)
+{
+	for (uint32_t i = 0; i < s->ncls; i++) {
+		struct sclass *c = &s->cls[i];
+
+		if (c->hbm.keys) {
+			c->kept[0] = c->hbm.st;
+			cache_free(&c->hbm);
+		}
+		if (c->ddr.keys) {
+			c->kept[1] = c->ddr.st;
+			cache_free(&c->ddr);
+		}
+	}
+	s->caches_ready = false;
+	s->gen++; /* the memos' slots are void */
+}
+
+/* Allocates the caches as planned, if they are not. Called by every entry
+ * point that touches rows; tables are usually all registered by then, so
+ * the caches are allocated once. */
+int caches_ensure(et_store *s)
+{
+	const struct mem_tier *hm = &mem_tier_hbm_sim;
+	int ret;
+
+	if (s->caches_ready || !s->ncls)
+		return 0;
+	if (s->cfg.hbm_backend == ET_HBM_CUDA) {
+		hm = mem_tier_hbm_cuda();
+		if (!hm)
+			return err_set(ET_ECONFIG,
+				       "et_store_config.hbm_backend "
+				       "ET_HBM_CUDA: no CUDA device, or a "
+				       "build without CUDA");
+	}
+	ret = sbuf_reserve(&s->tmp, s->slot_bytes); /* place_row's victim */
+	for (uint32_t i = 0; i < s->ncls && !ret; i++) {
+		struct sclass *c = &s->cls[i];
+		uint64_t per = slot_cost(s, 0, c->slot_bytes);
+
+		if (s->has_hbm) {
+			ret =
+			    cache_init(&c->hbm, c->nsets[0] * s->cfg.ways * per,
+				       s->cfg.ways, c->slot_bytes,
+				       policy_get(s->cfg.hbm_policy), hm);
+			if (ret)
+				break;
+			c->hbm.st = c->kept[0];
+			c->hbm.la = &s->la;
+		}
+		per = slot_cost(s, 1, c->slot_bytes);
+		ret = cache_init(&c->ddr, c->nsets[1] * s->cfg.ways * per,
+				 s->cfg.ways, c->slot_bytes,
+				 policy_get(s->cfg.ddr_policy), &mem_tier_host);
+		if (!ret) {
+			c->ddr.st = c->kept[1];
+			c->ddr.la = &s->la;
+		}
+	}
+	if (ret) {
+		caches_drop(s);
+		return ret;
+	}
+	s->caches_ready = true;
+	return 0;
+}
+
+/* The ids of one batch for table t: what names them in a message. */
+int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
+	      const char *what)
+{
+	if (n && !ids)
+		return err_set(-EINVAL, "%s is NULL, with %zu ids", what, n);
+	if (n > UINT32_MAX)
+		return err_set(-E2BIG, "%zu ids: at most %u a call", n,
+			       UINT32_MAX);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] >= t->g->rows)
+			return err_set(ET_EROWRANGE,
+				       "%s[%zu] %llu >= rows %llu of table %d",
+				       what, i, (unsigned long long)ids[i],
+				       (unsigned long long)t->g->rows, table);
+	return 0;
+}

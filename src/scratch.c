@@ -1,0 +1,170 @@
+/*
+ * scratch.c - the memory an operation works in: growable buffers, the
+ * per-table scratch of a batch (struct opscr) and the batch's dedup.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "hash.h"
+#include "mem_host.h"
+#include "state.h"
+
+int sbuf_reserve(struct sbuf *b, size_t bytes)
+{
+	void *p;
+	size_t cap;
+
+	if (bytes <= b->cap)
+		return 0;
+	cap = b->cap ? b->cap : 4096;
+	while (cap < bytes)
+		cap *= 2;
+	p = mem_alloc(cap, 64);
+	if (!p)
+		return -ENOMEM;
+	if (b->p) {
+		memcpy(p, b->p, b->cap);
+		mem_free(b->p, b->cap, 64);
+	}
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+void sbuf_free(struct sbuf *b)
+{
+	mem_free(b->p, b->cap, 64);
+	b->p = NULL;
+	b->cap = 0;
+}
+
+/* Doubles the capacity *cap (from 8) of the array *p of n elements of
+ * size bytes each. */
+int array_grow(void **p, uint32_t *cap, uint32_t n, size_t size)
+{
+	uint32_t ncap = *cap ? *cap * 2 : 8;
+	void *np = mem_alloc(ncap * size, 0);
+
+	if (!np)
+		return -ENOMEM;
+	if (*p) {
+		memcpy(np, *p, n * size);
+		mem_free(*p, *cap * size, 0);
+	}
+	*p = np;
+	*cap = ncap;
+	return 0;
+}
+
+void opscr_free(struct opscr *o)
+{
+	struct sbuf *bufs[] = {&o->uniq, &o->inv,   &o->last,	&o->ptrs,
+			       &o->kind, &o->slots, &o->mrows,	&o->midx,
+			       &o->mbuf, &o->acc,   &o->bypass, &o->dids,
+			       &o->pfl,	 &o->draws};
+
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		sbuf_free(bufs[i]);
+}
+
+int scratch_grow(struct opscr **arr, uint32_t *n, size_t want)
+{
+	struct opscr *p;
+
+	if (want <= *n)
+		return 0;
+	if (want > UINT32_MAX)
+		return -E2BIG;
+	p = mem_alloc(want * sizeof(*p), 0);
+	if (!p)
+		return -ENOMEM;
+	if (*arr) {
+		memcpy(p, *arr, *n * sizeof(*p));
+		mem_free(*arr, *n * sizeof(*p), 0);
+	}
+	*arr = p;
+	*n = (uint32_t)want;
+	return 0;
+}
+
+bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
+{
+	return o->dn == n && (!n || !memcmp(o->dids.p, ids, n * sizeof(*ids)));
+}
+
+/*
+ * Distinct ids of a batch in order of first appearance: uniq[0..m), and
+ * for each input i the index inv[i] of its id in uniq, and for each unique
+ * the index of its last appearance and, if the store's policies count
+ * accesses, how many inputs name it (draws). Open addressing, table of at
+ * least 2n.
+ */
+int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
+{
+	size_t cap = 16, m = 0;
+	uint32_t *ht, *inv, *last, *draws = NULL;
+	bool pre;
+	uint64_t *uniq;
+	int ret;
+
+	/* The same ids as this scratch's last dedup (a multi-table update
+	 * after the gather of its batch): the result stands. */
+	if (n && scratch_holds(s->o, ids, n)) {
+		*m_out = s->o->dm;
+		return 0;
+	}
+	s->o->dn = 0;
+	s->o->memo = false;
+	while (cap < 2 * n)
+		cap *= 2;
+	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
+	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->dids, n * sizeof(*ids));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->uniq, n * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->inv, n * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&s->o->last, n * sizeof(uint32_t));
+	if (!ret && s->count_draws)
+		ret = sbuf_reserve(&s->o->draws, n * sizeof(uint32_t));
+	if (ret)
+		return ret;
+	ht = s->map.p;
+	memset(ht, 0, cap * sizeof(*ht));
+	uniq = s->o->uniq.p;
+	inv = s->o->inv.p;
+	last = s->o->last.p;
+	s->o->counted = s->count_draws;
+	if (s->count_draws)
+		draws = s->o->draws.p;
+	/* the hashes first (inv holds them until the second loop), which
+	 * the compiler can pipeline, then the probes */
+	pre = cap - 1 <= UINT32_MAX;
+	for (size_t i = 0; pre && i < n; i++)
+		inv[i] = (uint32_t)(hash_mix(ids[i] + 1) & (cap - 1));
+	for (size_t i = 0; i < n; i++) {
+		uint64_t id = ids[i];
+		size_t h = pre ? inv[i] : hash_mix(id + 1) & (cap - 1);
+
+		while (ht[h] && uniq[ht[h] - 1] != id)
+			h = (h + 1) & (cap - 1);
+		if (!ht[h]) {
+			if (draws)
+				draws[m] = 0;
+			uniq[m++] = id;
+			ht[h] = (uint32_t)m;
+		}
+		if (draws)
+			draws[ht[h] - 1]++;
+		inv[i] = ht[h] - 1;
+		last[ht[h] - 1] = (uint32_t)i;
+	}
+	if (n)
+		memcpy(s->o->dids.p, ids, n * sizeof(*ids));
+	s->o->dn = n;
+	s->o->dm = m;
+	*m_out = m;
+	return 0;
+}
