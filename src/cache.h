@@ -193,6 +193,36 @@ static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
 
 void cache_set_dirty(struct cache *c, uint64_t slot);
 
+/* The row of slot is home: its dirty bit is cleared. */
+static inline void cache_clean(struct cache *c, uint64_t slot)
+{
+	if (c->keys[slot] & CACHE_DIRTY) {
+		c->keys[slot] &= ~CACHE_DIRTY;
+		c->dirty--;
+	}
+}
+
+/* Marks slot as placed by a prefetch and not used yet. */
+static inline void cache_mark_pf(struct cache *c, uint64_t slot)
+{
+	c->keys[slot] |= CACHE_PF;
+}
+
+/* Whether slot was placed by a prefetch and not used since. */
+static inline bool cache_is_pf(const struct cache *c, uint64_t slot)
+{
+	return (c->keys[slot] & CACHE_PF) != 0;
+}
+
+/* cache_is_pf, and the mark cleared: the row is used now. */
+static inline bool cache_take_pf(struct cache *c, uint64_t slot)
+{
+	bool pf = cache_is_pf(c, slot);
+
+	c->keys[slot] &= ~CACHE_PF;
+	return pf;
+}
+
 /*
  * A slot for key in its set: a free one if any, else a victim among slots
  * not pinned by ps. CACHE_NONE if every way is pinned. The caller moves

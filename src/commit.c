@@ -132,7 +132,7 @@ static int lock_dir(et_store *s)
 	if (!ftruncate(fd, 0) && pwrite(fd, pid, (size_t)n, 0) < 0) {
 		/* the lock is what counts */
 	}
-	s->lock_fd = fd;
+	s->cm.lock_fd = fd;
 	return 0;
 }
 
@@ -185,7 +185,7 @@ static int check_named(et_store *s, const struct ckpt_table *t,
 		       struct settle *st)
 {
 	struct jr_expect x = {.mode = JR_NAMED,
-			      .commit = s->rec.commit,
+			      .commit = s->cm.rec.commit,
 			      .jlen = t->jlen,
 			      .jsum = t->jsum};
 	struct jr_tail tail;
@@ -198,14 +198,15 @@ static int check_named(et_store *s, const struct ckpt_table *t,
 		return err_set(ET_EMISSING,
 			       "%s missing; the commit record (commit %llu) "
 			       "names table \"%s\"",
-			       p, (unsigned long long)s->rec.commit, t->name);
+			       p, (unsigned long long)s->cm.rec.commit,
+			       t->name);
 	if (t->jlen) {
 		ret = table_path(s->dir, t->name, ".log", p, sizeof(p));
 		if (!ret && !exists(p))
 			return err_set(ET_EMISSING,
 				       "%s missing; the commit record (commit "
 				       "%llu) names rows of table \"%s\"",
-				       p, (unsigned long long)s->rec.commit,
+				       p, (unsigned long long)s->cm.rec.commit,
 				       t->name);
 	}
 	ret = table_path(s->dir, t->name, "", p, sizeof(p));
@@ -237,14 +238,14 @@ static int rec_add(struct ckpt_rec *r, const char *name,
  * (a table created since), or, under a legacy record, what it says. */
 static int check_others(et_store *s, bool legacy, struct settle *st)
 {
-	struct jr_expect x = {.commit = s->rec.commit};
+	struct jr_expect x = {.commit = s->cm.rec.commit};
 	struct dirent *de;
 	DIR *d;
 	int ret = 0;
 
-	x.mode = !s->rec.version ? JR_NORECORD
-		 : legacy	 ? JR_LEGACY
-				 : JR_UNNAMED;
+	x.mode = !s->cm.rec.version ? JR_NORECORD
+		 : legacy	    ? JR_LEGACY
+				    : JR_UNNAMED;
 	d = opendir(s->dir);
 	if (!d)
 		return -errno;
@@ -258,7 +259,7 @@ static int check_others(et_store *s, bool legacy, struct settle *st)
 			continue;
 		memcpy(name, de->d_name, n - 7);
 		name[n - 7] = 0;
-		if (!legacy && ckpt_find(&s->rec, name))
+		if (!legacy && ckpt_find(&s->cm.rec, name))
 			continue;
 		ret = table_path(s->dir, name, "", p, sizeof(p));
 		if (!ret)
@@ -275,12 +276,12 @@ static int check_others(et_store *s, bool legacy, struct settle *st)
  * bytes cut, a committed snapshot renamed in). */
 static int settle_all(et_store *s)
 {
-	bool legacy = s->rec.version && s->rec.version < 3;
+	bool legacy = s->cm.rec.version && s->cm.rec.version < 3;
 	struct settle st = {0};
 	int ret = 0;
 
-	for (uint32_t i = 0; !ret && !legacy && i < s->rec.ntables; i++)
-		ret = check_named(s, &s->rec.tables[i], &st);
+	for (uint32_t i = 0; !ret && !legacy && i < s->cm.rec.ntables; i++)
+		ret = check_named(s, &s->cm.rec.tables[i], &st);
 	if (!ret)
 		ret = check_others(s, legacy, &st);
 	for (size_t i = 0; !ret && i < st.n; i++) {
@@ -290,7 +291,7 @@ static int settle_all(et_store *s)
 		if (!ret)
 			ret = rowlog_settle(p, &st.v[i].t);
 		if (!ret && legacy)
-			ret = rec_add(&s->rec, st.v[i].name, &st.v[i].t);
+			ret = rec_add(&s->cm.rec, st.v[i].name, &st.v[i].t);
 	}
 	free(st.v);
 	return ret;
@@ -300,42 +301,42 @@ int commit_open(et_store *s)
 {
 	int ret;
 
-	s->lock_fd = -1;
+	s->cm.lock_fd = -1;
 	ret = lock_dir(s);
 	if (ret)
 		return ret;
-	ret = ckpt_read(s->dir, &s->rec, true, NULL, NULL);
+	ret = ckpt_read(s->dir, &s->cm.rec, true, NULL, NULL);
 	if (!ret)
 		ret = settle_all(s);
 	if (ret)
 		return ret;
-	s->ckpt = s->rec.commit;
-	s->ckpt_id = s->rec.id;
-	s->ckpt_flags = s->rec.flags;
-	if (!s->rec.version) {
+	s->cm.ckpt = s->cm.rec.commit;
+	s->cm.ckpt_id = s->cm.rec.id;
+	s->cm.flags = s->cm.rec.flags;
+	if (!s->cm.rec.version) {
 		/* A record from the start: from now on a directory whose
 		 * journals hold commits and that has no record is damaged. */
 		bool placed;
 
-		s->rec.version = 3;
-		ret = ckpt_write(s->dir, &s->rec, NULL, 0, &placed);
+		s->cm.rec.version = 3;
+		ret = ckpt_write(s->dir, &s->cm.rec, NULL, 0, &placed);
 	}
 	return ret;
 }
 
 void commit_close(et_store *s)
 {
-	ckpt_rec_free(&s->rec);
-	if (s->lock_fd >= 0)
-		held_close(s->lock_fd); /* and with it the lock */
-	s->lock_fd = -1;
+	ckpt_rec_free(&s->cm.rec);
+	if (s->cm.lock_fd >= 0)
+		held_close(s->cm.lock_fd); /* and with it the lock */
+	s->cm.lock_fd = -1;
 }
 
 void commit_drop_lock(et_store *s)
 {
-	if (s->lock_fd >= 0)
-		held_close(s->lock_fd);
-	s->lock_fd = -1;
+	if (s->cm.lock_fd >= 0)
+		held_close(s->cm.lock_fd);
+	s->cm.lock_fd = -1;
 }
 
 /* ---------------------------------------------------------------- commit */
@@ -346,27 +347,27 @@ static int tables_now(et_store *s, struct ckpt_rec *r)
 {
 	r->ntables = 0;
 	r->tables = NULL;
-	for (uint32_t i = 0; i < s->rec.ntables; i++) {
-		struct jr_tail t = {.len = s->rec.tables[i].jlen,
-				    .sum = s->rec.tables[i].jsum};
-		int ret = rec_add(r, s->rec.tables[i].name, &t);
+	for (uint32_t i = 0; i < s->cm.rec.ntables; i++) {
+		struct jr_tail t = {.len = s->cm.rec.tables[i].jlen,
+				    .sum = s->cm.rec.tables[i].jsum};
+		int ret = rec_add(r, s->cm.rec.tables[i].name, &t);
 
 		if (ret)
 			return ret;
 	}
-	for (uint32_t i = 0; i < s->ntables; i++) {
+	for (uint32_t i = 0; i < s->reg.ntables; i++) {
 		struct ckpt_table *e = NULL;
 		struct jr_tail t;
 
-		tf_tail(s->tables[i].tf, &t);
+		tf_tail(s->reg.tables[i].tf, &t);
 		for (uint32_t k = 0; k < r->ntables; k++)
-			if (!strcmp(r->tables[k].name, s->tables[i].name))
+			if (!strcmp(r->tables[k].name, s->reg.tables[i].name))
 				e = &r->tables[k];
 		if (e) {
 			e->jlen = t.len;
 			e->jsum = t.sum;
 		} else {
-			int ret = rec_add(r, s->tables[i].name, &t);
+			int ret = rec_add(r, s->reg.tables[i].name, &t);
 
 			if (ret)
 				return ret;
@@ -380,8 +381,8 @@ int commit_run(et_store *s, struct ckpt_rec *r, const void *dense, size_t len)
 	bool placed = false;
 	int ret = 0;
 
-	for (uint32_t i = 0; !ret && i < s->ntables; i++)
-		ret = tf_commit_prepare(s->tables[i].tf, r->commit);
+	for (uint32_t i = 0; !ret && i < s->reg.ntables; i++)
+		ret = tf_commit_prepare(s->reg.tables[i].tf, r->commit);
 	if (!ret)
 		ret = tables_now(s, r);
 	if (!ret)
@@ -391,22 +392,22 @@ int commit_run(et_store *s, struct ckpt_rec *r, const void *dense, size_t len)
 		return ret;
 	}
 	/* The record is in place: this commit has happened. */
-	s->ckpt = r->commit;
-	s->ckpt_id = r->id;
-	s->ckpt_flags = r->flags;
+	s->cm.ckpt = r->commit;
+	s->cm.ckpt_id = r->id;
+	s->cm.flags = r->flags;
 	r->version = 3;
 	r->dense_len = len;
-	ckpt_rec_free(&s->rec);
-	s->rec = *r;
+	ckpt_rec_free(&s->cm.rec);
+	s->cm.rec = *r;
 	r->tables = NULL;
 	r->ntables = 0;
-	for (uint32_t i = 0; i < s->ntables; i++)
-		tf_commit_done(s->tables[i].tf, s->ckpt, !ret);
+	for (uint32_t i = 0; i < s->reg.ntables; i++)
+		tf_commit_done(s->reg.tables[i].tf, s->cm.ckpt, !ret);
 	if (ret)
 		return err_set(ret,
 			       "%s/CHECKPOINT of commit %llu is in place, but "
 			       "syncing the directory failed: it may not "
 			       "survive a power loss",
-			       s->dir, (unsigned long long)s->ckpt);
+			       s->dir, (unsigned long long)s->cm.ckpt);
 	return 0;
 }

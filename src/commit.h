@@ -26,10 +26,21 @@
 #define ET_COMMIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "checkpoint.h"
 
 typedef struct et_store et_store;
+
+/* A store's commits (commit.c alone writes them). */
+struct commit_state {
+	uint64_t ckpt;	     /* last commit; 0: none */
+	uint64_t ckpt_id;    /* et_checkpoint calls it includes */
+	uint32_t flags;	     /* CKPT_* of the record */
+	struct ckpt_rec rec; /* the record on disk: its table list names
+			      * tables this session has not opened too */
+	int lock_fd;	     /* DIR/LOCK, flock()ed for the store's life */
+};
 
 /* Locks s->dir, reads its record into s->rec and settles every table's
  * journal. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "pipeline.h"
 #include "state.h"
 
 /* Places a prefetched row, unless it became resident meanwhile (its cached
@@ -16,23 +17,23 @@ int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 	       bool dirty, uint32_t epoch, uint64_t *top)
 {
 	uint64_t key = cache_key(t, row), slot;
-	struct sclass *cl = &s->cls[s->tables[t].cls];
-	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
+	struct sclass *cl = &s->reg.cls[s->reg.tables[t].cls];
+	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
 	uint8_t where;
 	int ret;
 
 	if (top)
 		*top = CACHE_NONE;
-	if ((s->has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
+	if ((s->reg.has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
 	    cache_lookup(&cl->ddr, key) != CACHE_NONE ||
 	    (!dirty && wb_find(s, key) >= 0))
 		return 0;
-	ret = place_row(s, key, raw, s->tables[t].g->row_bytes, CACHE_NONE,
+	ret = place_row(s, key, raw, s->reg.tables[t].g->row_bytes, CACHE_NONE,
 			dirty, epoch, 1, &where, &slot);
 	if (ret)
 		return ret;
 	if ((where & ~K_CONFLICT) == top_kind)
-		top_of(s, cl)->keys[slot] |= CACHE_PF;
+		cache_mark_pf(top_of(&s->reg, cl), slot);
 	else if ((where & ~K_CONFLICT) == K_BYPASS)
 		s->pf.skipped++;
 	if (top && where == top_kind)
@@ -51,10 +52,10 @@ int drain(et_store *s)
 	uint64_t late, waited;
 	int ret = 0;
 
-	if (!s->pl_pending)
+	if (!s->pf.pending)
 		return 0;
-	j = pl_drain(s->pl, &late, &waited);
-	s->pl_pending = false;
+	j = pl_drain(s->pf.pl, &late, &waited);
+	s->pf.pending = false;
 	s->pf.late += late;
 	s->pf.wait_ns += waited;
 	{
@@ -70,7 +71,7 @@ int drain(et_store *s)
 			s->lost = -ENOMEM;
 	}
 	for (; j; j = next) {
-		struct table *tb = &s->tables[j->table];
+		struct table *tb = &s->reg.tables[j->table];
 
 		next = j->next;
 		if (j->kind == PL_WRITE) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "prefetch.h"
+#include "resolve.h"
 #include "state.h"
 #include "dtype.h"
 #include "kernels.h"
@@ -47,7 +48,7 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	ret = op_open(s, table, ids, n, out, "out", &t, &m, false, false);
 	if (ret || n == 0)
 		return ret;
-	kern_gather(t->g, s->o->ptrs.p, s->o->inv.p, 0, n, out);
+	kern_gather(t->g, s->sc.o->ptrs.p, s->sc.o->inv.p, 0, n, out);
 	return op_end(s, (uint32_t)table, false);
 }
 
@@ -98,23 +99,23 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 		ret = op_prepare(s, t, ids, n, &m, false, false);
 		if (ret)
 			return ret;
-		ret = sbuf_reserve(&s->o->acc, t->g->dim * sizeof(float));
+		ret = sbuf_reserve(&s->sc.o->acc, t->g->dim * sizeof(float));
 		if (ret) {
 			op_end(s, (uint32_t)table, false);
 			return ret;
 		}
 	}
-	kern_pool(t->g, s->o->ptrs.p, s->o->inv.p, offsets, 0, nbags, mode, out,
-		  s->o->acc.p);
+	kern_pool(t->g, s->sc.o->ptrs.p, s->sc.o->inv.p, offsets, 0, nbags,
+		  mode, out, s->sc.o->acc.p);
 	return n ? op_end(s, (uint32_t)table, false) : 0;
 }
 
 /* Marks the resolved rows of t dirty in whichever tier holds them. */
 static void mark_dirty(et_store *s, const struct table *t, size_t m)
 {
-	const uint8_t *kind = s->o->kind.p;
-	const uint64_t *slots = s->o->slots.p;
-	struct sclass *cl = &s->cls[t->cls];
+	const uint8_t *kind = s->sc.o->kind.p;
+	const uint64_t *slots = s->sc.o->slots.p;
+	struct sclass *cl = &s->reg.cls[t->cls];
 
 	for (size_t i = 0; i < m; i++) {
 		switch (kind[i] & ~K_CONFLICT) {
@@ -159,20 +160,20 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
-	ret = sbuf_reserve(&s->o->acc, (n + m + 1) * sizeof(uint32_t));
+	ret = sbuf_reserve(&s->sc.o->acc, (n + m + 1) * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->trow,
+		ret = sbuf_reserve(&s->sc.trow,
 				   KERN_UPD_ROWS * t->g->dim * sizeof(float));
 	if (ret)
 		return ret;
-	kern_group(s->o->inv.p, n, m, offsets, s->o->acc.p,
-		   (uint32_t *)s->o->acc.p + n);
+	kern_group(s->sc.o->inv.p, n, m, offsets, s->sc.o->acc.p,
+		   (uint32_t *)s->sc.o->acc.p + n);
 	ret = op_prepare(s, t, ids, n, &m, true, false);
 	if (ret)
 		return ret;
-	kern_update(t->g, s->o->ptrs.p, 0, m, s->o->acc.p,
-		    (uint32_t *)s->o->acc.p + n, grads, offsets, mode, up,
-		    s->trow.p);
+	kern_update(t->g, s->sc.o->ptrs.p, 0, m, s->sc.o->acc.p,
+		    (uint32_t *)s->sc.o->acc.p + n, grads, offsets, mode, up,
+		    s->sc.trow.p);
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
 }
@@ -213,8 +214,8 @@ int et_write_rows_state(et_store *s, int table, const uint64_t *ids, size_t n,
 	if (ret || n == 0)
 		return ret;
 	{
-		void *const *ptrs = s->o->ptrs.p;
-		const uint32_t *last = s->o->last.p;
+		void *const *ptrs = s->sc.o->ptrs.p;
+		const uint32_t *last = s->sc.o->last.p;
 		uint32_t dim = t->g->dim, sf = t->g->state_floats;
 
 		for (size_t i = 0; i < m; i++) {
@@ -242,7 +243,7 @@ int et_write_rows(et_store *s, int table, const uint64_t *ids, size_t n,
  * A multi-table call runs in two phases. On the store's thread, table by
  * table in batch order, exactly what a single call does before its
  * kernel: dedup, then resolve, each into the table's own scratch
- * (s->multi[k]); the rows of every table stay pinned with the call's
+ * (s->sc.multi[k]); the rows of every table stay pinned with the call's
  * epoch, so no later table's placement moves an earlier table's rows.
  * Then the row kernels run as items over the threads (workers.c): bags of
  * one table for a gather; a range of one table's unique rows, summed and
@@ -279,11 +280,12 @@ static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
 		return err_set(-EINVAL, "batch is NULL, with %zu tables", nt);
 	ret = check_pool(mode);
 	if (!ret)
-		ret = sbuf_reserve(&s->map, s->ntables ? s->ntables : 1);
+		ret = sbuf_reserve(&s->sc.map,
+				   s->reg.ntables ? s->reg.ntables : 1);
 	if (ret)
 		return ret;
-	seen = s->map.p;
-	memset(seen, 0, s->ntables);
+	seen = s->sc.map.p;
+	memset(seen, 0, s->reg.ntables);
 	for (size_t k = 0; k < nt; k++) {
 		struct table *t = table_get(s, b[k].table);
 		char what[48];
@@ -293,7 +295,7 @@ static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
 			return err_set(ET_ENOTABLE,
 				       "batch[%zu].table %d unknown: the store "
 				       "has %u",
-				       k, b[k].table, s->ntables);
+				       k, b[k].table, s->reg.ntables);
 		if (seen[b[k].table])
 			return err_set(-EINVAL,
 				       "batch[%zu].table %d appears twice", k,
@@ -331,20 +333,20 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 
 	*trow_dim = 0;
 	for (size_t k = 0; k < nt; k++) {
-		struct table *t = &s->tables[b[k].table];
-		struct opscr *o = &s->multi[k];
+		struct table *t = &s->reg.tables[b[k].table];
+		struct opscr *o = &s->sc.multi[k];
 		size_t n = b[k].offsets[b[k].nbags];
 
 		bool held = n && scratch_holds(o, b[k].ids, n);
 
 		/* the batch prefetched at this place: its dedup (and memo)
 		 * stands */
-		if (n && !held && k < s->npf &&
-		    scratch_holds(&s->pf_scr[k], b[k].ids, n)) {
+		if (n && !held && k < s->pf.nscr &&
+		    scratch_holds(&s->pf.scr[k], b[k].ids, n)) {
 			struct opscr x = *o;
 
-			*o = s->pf_scr[k];
-			s->pf_scr[k] = x;
+			*o = s->pf.scr[k];
+			s->pf.scr[k] = x;
 			held = true;
 		}
 		o->m = held ? o->dm : 0;
@@ -355,24 +357,24 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			*trow_dim = t->g->dim;
 		if (!n)
 			continue;
-		s->o = o;
+		scratch_use(s, o);
 		ret = op_lookup(s, t, b[k].ids, n, &o->m, held);
 		if (ret) /* it has ended the call, or not begun it */
 			goto out;
 	}
-	ret = resolve_read(s, s->multi, nt);
+	ret = resolve_read(s, s->sc.multi, nt);
 	if (ret) {
 		op_finish(s, 0);
 		goto out;
 	}
 	for (size_t k = 0; k < nt; k++) {
-		struct table *t = &s->tables[b[k].table];
-		struct opscr *o = &s->multi[k];
+		struct table *t = &s->reg.tables[b[k].table];
+		struct opscr *o = &s->sc.multi[k];
 		size_t n = b[k].offsets[b[k].nbags];
 
 		if (!n)
 			continue;
-		s->o = o;
+		scratch_use(s, o);
 		ret = op_place(s, t, n);
 		if (ret) /* it has ended the call */
 			goto out;
@@ -388,19 +390,20 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		}
 	}
 	*trow_dim *= KERN_UPD_ROWS; /* an update's rows taken together */
-	ret = sbuf_reserve(&s->trow, (s->cfg.threads > 1 ? s->cfg.threads : 1) *
-					 *trow_dim * sizeof(float));
+	ret = sbuf_reserve(&s->sc.trow,
+			   (s->cfg.threads > 1 ? s->cfg.threads : 1) *
+			       *trow_dim * sizeof(float));
 	if (ret)
 		op_finish(s, 0);
 out:
-	s->o = &s->one;
+	scratch_use(s, &s->sc.one);
 	return ret;
 }
 
 /* Pieces of table k: bags (gather) or unique rows (update), in items. */
 static size_t multi_pieces(const struct multi *mu, size_t k, bool update)
 {
-	size_t n = update ? mu->s->multi[k].m : mu->b[k].nbags;
+	size_t n = update ? mu->s->sc.multi[k].m : mu->b[k].nbags;
 	size_t per = update ? ITEM_ROWS : ITEM_BAGS;
 
 	return (n + per - 1) / per;
@@ -414,7 +417,7 @@ static size_t multi_item(const struct multi *mu, size_t i, bool update,
 
 	while (mu->first[k + 1] <= i)
 		k++;
-	n = update ? mu->s->multi[k].m : mu->b[k].nbags;
+	n = update ? mu->s->sc.multi[k].m : mu->b[k].nbags;
 	pieces = mu->first[k + 1] - mu->first[k];
 	j = i - mu->first[k];
 	/* pieces of equal size but for the remainder, which the first
@@ -428,25 +431,25 @@ static void gather_item(void *arg, size_t i, unsigned thread)
 {
 	const struct multi *mu = arg;
 	size_t lo, hi, k = multi_item(mu, i, false, &lo, &hi);
-	const struct table *t = &mu->s->tables[mu->b[k].table];
-	const struct opscr *o = &mu->s->multi[k];
+	const struct table *t = &mu->s->reg.tables[mu->b[k].table];
+	const struct opscr *o = &mu->s->sc.multi[k];
 
 	kern_pool(t->g, o->ptrs.p, o->inv.p, mu->b[k].offsets, lo, hi, mu->mode,
 		  mu->b[k].out + lo * t->g->dim,
-		  (float *)mu->s->trow.p + thread * mu->trow_dim);
+		  (float *)mu->s->sc.trow.p + thread * mu->trow_dim);
 }
 
 static void update_item(void *arg, size_t i, unsigned thread)
 {
 	const struct multi *mu = arg;
 	size_t lo, hi, k = multi_item(mu, i, true, &lo, &hi);
-	const struct table *t = &mu->s->tables[mu->b[k].table];
-	const struct opscr *o = &mu->s->multi[k];
+	const struct table *t = &mu->s->reg.tables[mu->b[k].table];
+	const struct opscr *o = &mu->s->sc.multi[k];
 	size_t n = mu->b[k].offsets[mu->b[k].nbags];
 
 	kern_update(t->g, o->ptrs.p, lo, hi, o->acc.p, (uint32_t *)o->acc.p + n,
 		    mu->b[k].grads, mu->b[k].offsets, mu->mode, mu->up,
-		    (float *)mu->s->trow.p + thread * mu->trow_dim);
+		    (float *)mu->s->sc.trow.p + thread * mu->trow_dim);
 }
 
 static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
@@ -460,33 +463,33 @@ static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
 	s->tm.t0 = now_ns();
 	ret = op_start(s);
 	if (!ret)
-		ret = scratch_grow(&s->multi, &s->nmulti, nt);
+		ret = scratch_grow(&s->sc.multi, &s->sc.nmulti, nt);
 	if (ret)
 		return ret;
 	ret = multi_prepare(s, b, nt, update, &mu.trow_dim);
 	if (ret)
 		return ret;
-	/* the item index of each table's first piece, in s->map */
-	ret = sbuf_reserve(&s->map, (nt + 1) * sizeof(*first));
+	/* the item index of each table's first piece, in s->sc.map */
+	ret = sbuf_reserve(&s->sc.map, (nt + 1) * sizeof(*first));
 	if (ret) {
 		op_finish(s, 0);
 		return ret;
 	}
-	first = s->map.p;
+	first = s->sc.map.p;
 	first[0] = 0;
 	for (size_t k = 0; k < nt; k++)
 		first[k + 1] = first[k] + multi_pieces(&mu, k, update);
 	mu.first = first;
 	workers_run(s->wk, first[nt], update ? update_item : gather_item, &mu);
 	for (size_t k = 0; k < nt && update; k++) {
-		s->o = &s->multi[k];
-		mark_dirty(s, &s->tables[b[k].table], s->o->m);
+		scratch_use(s, &s->sc.multi[k]);
+		mark_dirty(s, &s->reg.tables[b[k].table], s->sc.o->m);
 		if (!ret)
 			ret = op_bypass_done(s, (uint32_t)b[k].table, true);
 	}
 	for (size_t k = 0; k < nt; k++) /* pins end with the call */
-		s->multi[k].nbypass = 0;
-	s->o = &s->one;
+		s->sc.multi[k].nbypass = 0;
+	scratch_use(s, &s->sc.one);
 	return op_finish(s, ret);
 }
 

@@ -10,7 +10,7 @@
 /* The pins that hold now: this operation's and the last two batches'. */
 static struct pinset pins_now(const et_store *s)
 {
-	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
+	struct pinset ps = {{s->pins.epoch, s->pins.bcur, s->pins.bprev}};
 
 	return ps;
 }
@@ -22,7 +22,7 @@ void pin_op(et_store *s, struct cache *c, uint64_t slot)
 	struct pinset ps = pins_now(s);
 
 	if (!cache_pinned(c, slot, &ps))
-		cache_pin(c, slot, s->epoch);
+		cache_pin(c, slot, s->pins.epoch);
 }
 
 /* A top-tier hit used by an operation (its ids naming the row n times):
@@ -30,11 +30,10 @@ void pin_op(et_store *s, struct cache *c, uint64_t slot)
  * yet, touched, pinned. */
 void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n)
 {
-	if (top->keys[slot] & CACHE_PF) {
-		top->keys[slot] &= ~CACHE_PF;
+	if (cache_take_pf(top, slot)) {
 		s->pf.hits++;
 	}
-	cache_touch_n(top, slot, s->now, n);
+	cache_touch_n(top, slot, s->pins.now, n);
 	pin_op(s, top, slot);
 }
 
@@ -45,10 +44,10 @@ void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n)
 static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		     uint32_t n, uint64_t *slot_out)
 {
-	struct cache *d = &class_of(s, key)->ddr;
+	struct cache *d = &class_of(&s->reg, key)->ddr;
 	struct pinset ps = pins_now(s);
 	uint64_t slot =
-	    cache_pick_n(d, key & CACHE_KEY_MASK, s->now, &ps, true, n);
+	    cache_pick_n(d, key & CACHE_KEY_MASK, s->pins.now, &ps, true, n);
 	int ret;
 
 	if (slot == CACHE_REJECT)
@@ -58,7 +57,7 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 	if (slot == CACHE_NONE)
 		return dirty ? wb_queue(s, key, raw) : 0;
 	if (cache_valid(d, slot)) {
-		uint32_t vrb = key_rb(s, d->keys[slot]);
+		uint32_t vrb = key_rb(&s->reg, d->keys[slot]);
 
 		if (cache_dirty(d, slot)) {
 			ret = wb_queue(s, d->keys[slot], cache_row(d, slot));
@@ -69,8 +68,8 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		d->st.bytes_out += vrb;
 		cache_remove(d, slot, vrb);
 	}
-	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw, key_rb(s, key),
-		   s->now);
+	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw,
+		   key_rb(&s->reg, key), s->pins.now);
 	return 0;
 }
 
@@ -88,22 +87,26 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	      uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
 	      uint8_t *where, uint64_t *slot_out)
 {
-	struct sclass *cl = class_of(s, key);
-	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
+	struct sclass *cl = class_of(&s->reg, key);
+	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
 	struct pinset ps = pins_now(s);
 	uint64_t slot;
 	int ret;
 
-	s->now++;
+	/* room for a victim on its way to DDR, before anything changes */
+	ret = s->reg.has_hbm ? sbuf_reserve(&s->pins.tmp, s->wb.stride) : 0;
+	if (ret)
+		return ret;
+	s->pins.now++;
 	/* Demand misses may be refused by the policy (frequency admission,
 	 * the lookahead window); prefetched rows are wanted next batch. */
-	slot = cache_pick_n(top, key, s->now, &ps,
-			    pin == s->epoch && !s->pf_placing, n);
+	slot = cache_pick_n(top, key, s->pins.now, &ps,
+			    pin == s->pins.epoch && !s->pins.placing, n);
 	if (slot == CACHE_NONE || slot == CACHE_REJECT) {
 		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
 		if (dslot != CACHE_NONE) {
-			cache_touch_n(ddr, dslot, s->now, n);
-			if (pin == s->epoch) /* keep a prefetch's pin */
+			cache_touch_n(ddr, dslot, s->pins.now, n);
+			if (pin == s->pins.epoch) /* keep a prefetch's pin */
 				pin_op(s, ddr, dslot);
 			else
 				cache_pin(ddr, dslot, pin);
@@ -111,7 +114,7 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			*slot_out = dslot;
 			return 0;
 		}
-		if (s->has_hbm) {
+		if (s->reg.has_hbm) {
 			ret = ddr_place(s, key, src, dirty, n, slot_out);
 			if (ret)
 				return ret;
@@ -127,22 +130,22 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	}
 	if (cache_valid(top, slot)) {
 		uint64_t vkey = top->keys[slot];
-		uint32_t vrb = key_rb(s, vkey);
+		uint32_t vrb = key_rb(&s->reg, vkey);
 
 		top->st.evictions++;
 		top->st.bytes_out += vrb;
-		if (s->has_hbm) {
+		if (s->reg.has_hbm) {
 			/* Copy the victim out first: placing it in DDR may
 			 * reuse the slot src is in. */
-			memcpy(s->tmp.p, cache_row(top, slot), vrb);
+			memcpy(s->pins.tmp.p, cache_row(top, slot), vrb);
 			cache_remove(top, slot, vrb);
-			cache_fill(top, slot, key, dirty, src, rb, s->now);
+			cache_fill(top, slot, key, dirty, src, rb, s->pins.now);
 			if (dslot != CACHE_NONE) {
 				cache_remove(ddr, dslot, rb);
 				ddr->st.bytes_out += rb;
 			}
-			ret = ddr_place(s, vkey, s->tmp.p, vkey & CACHE_DIRTY,
-					1, &dslot);
+			ret = ddr_place(s, vkey, s->pins.tmp.p,
+					vkey & CACHE_DIRTY, 1, &dslot);
 			if (ret) {
 				/* the victim is out of its slot and not
 				 * queued (the operation's room was short) */
@@ -158,14 +161,14 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 		}
 		cache_remove(top, slot, vrb);
 	}
-	cache_fill(top, slot, key, dirty, src, rb, s->now);
+	cache_fill(top, slot, key, dirty, src, rb, s->pins.now);
 	if (dslot != CACHE_NONE) {
 		cache_remove(ddr, dslot, rb);
 		ddr->st.bytes_out += rb;
 	}
 placed:
 	cache_pin(top, slot, pin);
-	*where = s->has_hbm ? K_HBM : K_DDR;
+	*where = s->reg.has_hbm ? K_HBM : K_DDR;
 	*slot_out = slot;
 	return 0;
 }
@@ -184,7 +187,7 @@ void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 /* Sets a batch asks for ahead of probing them. */
 
 /*
- * The top-tier slot of each of the m unique rows of table t (s->o->uniq)
+ * The top-tier slot of each of the m unique rows of table t (s->sc.o->uniq)
  * in slots, or CACHE_NONE: every key hashed to its set first, then the
  * sets probed, each asked for PROBE_AHEAD rows before its probe, and a
  * hit's policy and pin words asked for as it is found. Reads the cache
@@ -193,7 +196,7 @@ void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 	       uint64_t *slots)
 {
-	const uint64_t *uniq = s->o->uniq.p;
+	const uint64_t *uniq = s->sc.o->uniq.p;
 
 	for (size_t i = 0; i < m; i++)
 		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
@@ -217,14 +220,32 @@ void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
  * counter wraps every pin is forgotten (pins only ever cost speed). */
 void epoch_next(et_store *s)
 {
-	if (++s->epoch == 0) {
-		for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
-			if (s->has_hbm)
-				cache_unpin_all(&s->cls[i].hbm);
-			cache_unpin_all(&s->cls[i].ddr);
+	if (++s->pins.epoch == 0) {
+		for (uint32_t i = 0; s->reg.caches_ready && i < s->reg.ncls;
+		     i++) {
+			if (s->reg.has_hbm)
+				cache_unpin_all(&s->reg.cls[i].hbm);
+			cache_unpin_all(&s->reg.cls[i].ddr);
 		}
-		s->bcur = s->bprev = 0;
-		s->epoch = 1;
-		s->gen++; /* pinned memos: their epochs come back */
+		s->pins.bcur = s->pins.bprev = 0;
+		s->pins.epoch = 1;
+		reg_memos_void(s); /* pinned memos: their epochs come back */
 	}
+}
+
+void pins_batch_begin(et_store *s)
+{
+	s->pins.bprev = s->pins.bcur;
+	s->pins.bcur = s->pins.epoch;
+	s->pins.placing = true; /* rows wanted next batch: always admitted */
+}
+
+void pins_batch_end(et_store *s)
+{
+	s->pins.placing = false;
+}
+
+void pins_free(struct pins *p)
+{
+	sbuf_free(&p->tmp);
 }

@@ -13,6 +13,8 @@
 #include "mem_host.h"
 #include "simd.h"
 #include "prefetch.h"
+#include "resolve.h"
+#include "pipeline.h"
 #include "state.h"
 
 /* Rows a prefetch's promotions look ahead: at PF_AHEAD the lines of the
@@ -32,7 +34,7 @@ static void promote_ahead(const et_store *s, struct cache *top,
 			  struct cache *ddr, uint64_t key, uint64_t dslot,
 			  uint32_t rb, int stage)
 {
-	struct pinset ps = {{s->epoch, s->bcur, s->bprev}};
+	struct pinset ps = {{s->pins.epoch, s->pins.bcur, s->pins.bprev}};
 	uint64_t base = cache_set_base(top, key), v, vb;
 
 	if (stage == 1) {
@@ -41,7 +43,7 @@ static void promote_ahead(const et_store *s, struct cache *top,
 		prefetch_bytes(cache_row(ddr, dslot), rb);
 		return;
 	}
-	v = cache_guess(top, key, s->now, &ps);
+	v = cache_guess(top, key, s->pins.now, &ps);
 	if (v == CACHE_NONE || !top->keys[v])
 		return;
 	prefetch_bytes(cache_row(top, v), rb);
@@ -68,10 +70,10 @@ static void promote_ahead(const et_store *s, struct cache *top,
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		    struct pl_job **job)
 {
-	struct table *tb = &s->tables[t];
-	struct sclass *cl = &s->cls[tb->cls];
-	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
-	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
+	struct table *tb = &s->reg.tables[t];
+	struct sclass *cl = &s->reg.cls[tb->cls];
+	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
+	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
 	uint32_t rb = tb->g->row_bytes;
 	const uint64_t *uniq;
 	uint64_t *mrows, *tops;
@@ -83,32 +85,32 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 
 	*job = NULL;
 	ret = dedup(s, ids, n, &m);
-	s->o->memo = false;
+	s->sc.o->memo = false;
 	if (!ret)
-		ret = sbuf_reserve(&s->o->mrows, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->sc.o->mrows, m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->sc.o->slots, m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->kind, m);
+		ret = sbuf_reserve(&s->sc.o->kind, m);
 	if (!ret)
-		ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
+		ret = sbuf_reserve(&s->sc.o->ptrs, m * sizeof(void *));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->sc.o->midx, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->pfl, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->sc.o->pfl, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->mbuf, rb);
+		ret = sbuf_reserve(&s->sc.o->mbuf, rb);
 	if (!ret) /* the victims its placements may queue (see op_lookup) */
 		ret = wb_reserve(s, 2 * m);
 	if (ret)
 		return ret;
-	uniq = s->o->uniq.p;
-	mrows = s->o->mrows.p;
-	tops = s->o->slots.p;
-	kind = s->o->kind.p;
-	pend = s->o->midx.p;
-	ptrs = s->o->ptrs.p;
-	pfl = s->o->pfl.p;
+	uniq = s->sc.o->uniq.p;
+	mrows = s->sc.o->mrows.p;
+	tops = s->sc.o->slots.p;
+	kind = s->sc.o->kind.p;
+	pend = s->sc.o->midx.p;
+	ptrs = s->sc.o->ptrs.p;
+	pfl = s->sc.o->pfl.p;
 	s->pf.rows += m;
 	/* 1. top-tier hits: touched and pinned for the batch */
 	probe_top(s, t, top, m, tops);
@@ -121,18 +123,18 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			pend[np++] = (uint32_t)i;
 			continue;
 		}
-		s->now++;
-		cache_touch_n(top, slot, s->now, op_draws(s->o, i));
-		cache_pin(top, slot, s->bcur);
+		s->pins.now++;
+		cache_touch_n(top, slot, s->pins.now, op_draws(s->sc.o, i));
+		cache_pin(top, slot, s->pins.bcur);
 		top->st.hits++;
 		kind[i] = top_kind;
 		ptrs[i] = cache_row(top, slot);
-		if (top->keys[slot] & CACHE_PF) /* placed, not used yet */
+		if (cache_is_pf(top, slot)) /* placed, not used yet */
 			pfl[npfl++] = (uint32_t)i;
 	}
 	/* 2. DDR hits (under an HBM tier): pinned, to be promoted; tops[i]
 	 * is the DDR slot meanwhile */
-	if (s->has_hbm) {
+	if (s->reg.has_hbm) {
 		for (size_t j = 0; j < np; j++)
 			tops[pend[j]] =
 			    cache_set_base(ddr, cache_key(t, uniq[pend[j]]));
@@ -153,7 +155,7 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 				continue;
 			}
 			ddr->st.hits++;
-			cache_pin(ddr, slot, s->bcur);
+			cache_pin(ddr, slot, s->pins.bcur);
 			kind[i] = K_DDR;
 		}
 	}
@@ -176,12 +178,12 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 			uint64_t slot = tops[i];
 
 			ret = place_row(s, key, cache_row(ddr, slot), rb, slot,
-					cache_dirty(ddr, slot), s->bcur,
-					op_draws(s->o, i), &where, &tops[i]);
+					cache_dirty(ddr, slot), s->pins.bcur,
+					op_draws(s->sc.o, i), &where, &tops[i]);
 			if (ret)
 				return ret;
 			if ((where & ~K_CONFLICT) == K_HBM)
-				cl->hbm.keys[tops[i]] |= CACHE_PF;
+				cache_mark_pf(&cl->hbm, tops[i]);
 			kind[i] = where == K_HBM ? K_HBM : 0;
 			if (kind[i]) {
 				ptrs[i] = cache_row(top, tops[i]);
@@ -193,18 +195,16 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		 * has the truth. Copied out, as placing may grow the queue. */
 		at = wb_find(s, key);
 		if (at >= 0) {
-			memcpy(s->o->mbuf.p,
-			       (char *)s->wbuf.p + (size_t)at * s->slot_bytes,
-			       rb);
-			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, true,
-					 s->bcur, &tops[i]);
+			memcpy(s->sc.o->mbuf.p, wb_row(&s->wb, at), rb);
+			ret = pf_install(s, t, uniq[i], s->sc.o->mbuf.p, true,
+					 s->pins.bcur, &tops[i]);
 			if (ret)
 				return ret;
 		} else if (!tf_row_materialized(tb->tf, uniq[i])) {
-			tf_init_row_raw(tb->tf, uniq[i], s->o->mbuf.p);
+			tf_init_row_raw(tb->tf, uniq[i], s->sc.o->mbuf.p);
 			tb->st.rows_lazy++;
-			ret = pf_install(s, t, uniq[i], s->o->mbuf.p, false,
-					 s->bcur, &tops[i]);
+			ret = pf_install(s, t, uniq[i], s->sc.o->mbuf.p, false,
+					 s->pins.bcur, &tops[i]);
 			if (ret)
 				return ret;
 		} else {
@@ -219,18 +219,18 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	}
 	/* The memo: every row in the top tier, pinned for the batch, and
 	 * the ones a prefetch placed and no operation used yet. */
-	s->o->m = m;
-	s->o->nbypass = 0;
-	memo_set(s, s->o, t, s->bcur);
-	if (s->o->memo)
-		s->o->npfl = npfl;
+	s->sc.o->m = m;
+	s->sc.o->nbypass = 0;
+	memo_set(s, s->sc.o, t, s->pins.bcur);
+	if (s->sc.o->memo)
+		s->sc.o->npfl = npfl;
 	if (nm) {
 		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
 
 		if (!j)
 			return -ENOMEM;
 		memcpy(j->rows, mrows, nm * sizeof(*mrows));
-		j->epoch = s->bcur;
+		j->epoch = s->pins.bcur;
 		s->pf.reads += nm;
 		*job = j;
 	}
@@ -241,11 +241,11 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
  * on the prefetch thread. */
 static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
-	struct pl_job *jobs = NULL, **tail = &jobs, *j;
+	struct pl_job *jobs = NULL, **tail = &jobs, *wjobs = NULL, *j;
 	uint64_t t0, t1, w0;
 	int ret;
 
-	ret = scratch_grow(&s->pf_scr, &s->npf, ntables);
+	ret = scratch_grow(&s->pf.scr, &s->pf.nscr, ntables);
 	if (ret)
 		return ret;
 	t0 = now_ns();
@@ -258,39 +258,44 @@ static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 		return ret;
 	s->pf.calls++;
 	/* A new batch: its pins and the last batch's hold; older go. */
-	s->bprev = s->bcur;
-	s->bcur = s->epoch;
-	s->pf_placing = true; /* rows wanted next batch: always admitted */
+	pins_batch_begin(s);
 	for (size_t k = 0; k < ntables && !ret; k++) {
-		s->o = &s->pf_scr[k]; /* kept for the operations on the batch */
+		scratch_use(
+		    s,
+		    &s->pf.scr[k]); /* kept for the operations on the batch */
 		ret = pf_table(s, (uint32_t)batch[k].table, batch[k].ids,
 			       batch[k].n, tail);
 		if (*tail)
 			tail = &(*tail)->next;
 	}
-	s->pf_placing = false;
-	s->o = &s->one;
+	pins_batch_end(s);
+	scratch_use(s, &s->sc.one);
 	/* Victims first, then the reads: the I/O thread keeps the order. */
 	w0 = now_ns();
 	if (!ret)
-		ret = wb_submit(s);
+		ret = wb_take_jobs(s, &wjobs);
+	while ((j = wjobs)) { /* victims first: the I/O thread keeps order */
+		wjobs = j->next;
+		pl_submit(s->pf.pl, j);
+		s->pf.pending = true;
+	}
 	while ((j = jobs)) {
 		jobs = j->next;
 		if (ret) {
 			pl_job_free(j);
 			continue;
 		}
-		pl_submit(s->pl, j);
-		s->pl_pending = true;
+		pl_submit(s->pf.pl, j);
+		s->pf.pending = true;
 	}
-	if (ret && s->nwb) {
+	if (ret && s->wb.n) {
 		/* Queued victims still go home, after the I/O thread. */
 		struct pl_job *done;
 		uint64_t late, waited;
 
-		if (s->pl_pending) {
-			done = pl_drain(s->pl, &late, &waited);
-			s->pl_pending = false;
+		if (s->pf.pending) {
+			done = pl_drain(s->pf.pl, &late, &waited);
+			s->pf.pending = false;
 			while ((j = done)) { /* only write-backs were queued */
 				done = j->next;
 				if (j->result && !s->failed)
@@ -341,7 +346,7 @@ struct pf_async {
 static void *pf_thread(void *arg)
 {
 	et_store *s = arg;
-	struct pf_async *a = s->pfa;
+	struct pf_async *a = s->pf.async;
 
 	pthread_mutex_lock(&a->lock);
 	for (;;) {
@@ -361,7 +366,7 @@ static void *pf_thread(void *arg)
 
 void pf_wait(et_store *s)
 {
-	struct pf_async *a = s ? s->pfa : NULL;
+	struct pf_async *a = s ? s->pf.async : NULL;
 
 	if (!a)
 		return;
@@ -373,7 +378,7 @@ void pf_wait(et_store *s)
 
 void pf_stop(et_store *s)
 {
-	struct pf_async *a = s ? s->pfa : NULL;
+	struct pf_async *a = s ? s->pf.async : NULL;
 
 	if (!a)
 		return;
@@ -387,7 +392,7 @@ void pf_stop(et_store *s)
 	mem_free(a->b, a->bcap * sizeof(*a->b), 0);
 	mem_free(a->ids, a->icap * sizeof(*a->ids), 0);
 	mem_free(a, sizeof(*a), 0);
-	s->pfa = NULL;
+	s->pf.async = NULL;
 }
 
 static int pf_start(et_store *s)
@@ -398,12 +403,12 @@ static int pf_start(et_store *s)
 		return -ENOMEM;
 	pthread_mutex_init(&a->lock, NULL);
 	pthread_cond_init(&a->cv, NULL);
-	s->pfa = a;
+	s->pf.async = a;
 	if (pthread_create(&a->thread, NULL, pf_thread, s)) {
 		pthread_cond_destroy(&a->cv);
 		pthread_mutex_destroy(&a->lock);
 		mem_free(a, sizeof(*a), 0);
-		s->pfa = NULL;
+		s->pf.async = NULL;
 		return -EAGAIN;
 	}
 	return 0;
@@ -438,11 +443,11 @@ static int pf_post(et_store *s, const struct et_batch_ids *batch,
 	size_t nid = 0;
 	int ret = 0;
 
-	if (!s->pfa)
+	if (!s->pf.async)
 		ret = pf_start(s);
 	for (size_t k = 0; k < ntables; k++)
 		nid += batch[k].n;
-	a = s->pfa;
+	a = s->pf.async;
 	if (!ret)
 		ret = grow_to((void **)&a->b, &a->bcap, ntables, sizeof(*a->b));
 	if (!ret)
@@ -481,7 +486,7 @@ int et_prefetch(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 			return err_set(ET_ENOTABLE,
 				       "batch[%zu].table %d unknown: the store "
 				       "has %u",
-				       k, batch[k].table, s->ntables);
+				       k, batch[k].table, s->reg.ntables);
 		snprintf(what, sizeof(what), "batch[%zu].ids", k);
 		ret = ids_check(t, batch[k].table, batch[k].ids, batch[k].n,
 				what);

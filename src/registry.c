@@ -3,6 +3,7 @@
  * tier among them: the plan of every class's share, and its caches.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "error.h"
@@ -10,11 +11,13 @@
 #include "policy.h"
 #include "state.h"
 
+#define MAX_TABLES 65534
+
 struct table *table_get(et_store *s, int id)
 {
-	if (!s || id < 0 || (uint32_t)id >= s->ntables)
+	if (!s || id < 0 || (uint32_t)id >= s->reg.ntables)
 		return NULL;
-	return &s->tables[id];
+	return &s->reg.tables[id];
 }
 
 /* The failure of table_get(s, id). */
@@ -23,7 +26,7 @@ int no_table(const et_store *s, int id)
 	if (!s)
 		return err_set(-EINVAL, "s is NULL");
 	return err_set(ET_ENOTABLE, "table %d unknown: the store has %u", id,
-		       s->ntables);
+		       s->reg.ntables);
 }
 
 /* ET_ECAPACITY unless a tier of bytes holds `ways` slots of slot bytes. */
@@ -50,7 +53,7 @@ static uint64_t slot_cost(const et_store *s, int tier, uint32_t slot)
 
 /* Rows are stored in slots rounded to 4 bytes (the state is f32), and at
  * least cfg.slot_bytes big: rows up to that share one class. */
-uint32_t slot_for(const et_store *s, uint32_t row_bytes)
+static uint32_t slot_for(const et_store *s, uint32_t row_bytes)
 {
 	uint32_t slot = (row_bytes + 3) & ~3u;
 	uint32_t min = (s->cfg.slot_bytes + 3) & ~3u;
@@ -65,17 +68,17 @@ uint32_t slot_for(const et_store *s, uint32_t row_bytes)
  * tier exactly). ET_ECAPACITY if a tier cannot give every class one set;
  * nothing is changed then.
  */
-int plan(et_store *s, uint32_t n)
+static int plan(et_store *s, uint32_t n)
 {
 	uint64_t bytes[2] = {s->cfg.hbm_bytes, s->cfg.ddr_bytes};
 	double wsum = 0;
 
-	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
+	for (int tier = s->reg.has_hbm ? 0 : 1; tier < 2; tier++) {
 		uint64_t need = 0;
 
 		for (uint32_t i = 0; i < n; i++)
 			need += (uint64_t)s->cfg.ways *
-				slot_cost(s, tier, s->cls[i].slot_bytes);
+				slot_cost(s, tier, s->reg.cls[i].slot_bytes);
 		if (need > bytes[tier])
 			return err_set(ET_ECAPACITY,
 				       "et_store_config.%s %llu cannot hold "
@@ -87,16 +90,16 @@ int plan(et_store *s, uint32_t n)
 				       (unsigned long long)need);
 	}
 	for (uint32_t i = 0; i < n; i++)
-		wsum += s->cls[i].weight;
-	for (int tier = s->has_hbm ? 0 : 1; tier < 2; tier++) {
+		wsum += s->reg.cls[i].weight;
+	for (int tier = s->reg.has_hbm ? 0 : 1; tier < 2; tier++) {
 		uint64_t rest = bytes[tier], prev = 0;
 		double wcum = 0;
 
 		for (uint32_t i = 0; i < n; i++)
 			rest -= (uint64_t)s->cfg.ways *
-				slot_cost(s, tier, s->cls[i].slot_bytes);
+				slot_cost(s, tier, s->reg.cls[i].slot_bytes);
 		for (uint32_t i = 0; i < n; i++) {
-			struct sclass *c = &s->cls[i];
+			struct sclass *c = &s->reg.cls[i];
 			uint64_t per = slot_cost(s, tier, c->slot_bytes);
 			uint64_t upto;
 
@@ -116,12 +119,12 @@ int plan(et_store *s, uint32_t n)
 }
 
 /* Whether the allocated caches differ from the plan. */
-bool plan_changed(const et_store *s)
+static bool plan_changed(const et_store *s)
 {
-	for (uint32_t i = 0; i < s->ncls; i++) {
-		const struct sclass *c = &s->cls[i];
+	for (uint32_t i = 0; i < s->reg.ncls; i++) {
+		const struct sclass *c = &s->reg.cls[i];
 
-		if ((s->has_hbm && c->hbm.nsets != c->nsets[0]) ||
+		if ((s->reg.has_hbm && c->hbm.nsets != c->nsets[0]) ||
 		    c->ddr.nsets != c->nsets[1])
 			return true;
 	}
@@ -131,8 +134,8 @@ bool plan_changed(const et_store *s)
 /* Frees every class's caches, keeping their counters. */
 void caches_drop(et_store *s)
 {
-	for (uint32_t i = 0; i < s->ncls; i++) {
-		struct sclass *c = &s->cls[i];
+	for (uint32_t i = 0; i < s->reg.ncls; i++) {
+		struct sclass *c = &s->reg.cls[i];
 
 		if (c->hbm.keys) {
 			c->kept[0] = c->hbm.st;
@@ -143,8 +146,8 @@ void caches_drop(et_store *s)
 			cache_free(&c->ddr);
 		}
 	}
-	s->caches_ready = false;
-	s->gen++; /* the memos' slots are void */
+	s->reg.caches_ready = false;
+	s->reg.gen++; /* the memos' slots are void */
 }
 
 /* Allocates the caches as planned, if they are not. Called by every entry
@@ -155,7 +158,7 @@ int caches_ensure(et_store *s)
 	const struct mem_tier *hm = &mem_tier_hbm_sim;
 	int ret;
 
-	if (s->caches_ready || !s->ncls)
+	if (s->reg.caches_ready || !s->reg.ncls)
 		return 0;
 	if (s->cfg.hbm_backend == ET_HBM_CUDA) {
 		hm = mem_tier_hbm_cuda();
@@ -165,12 +168,12 @@ int caches_ensure(et_store *s)
 				       "ET_HBM_CUDA: no CUDA device, or a "
 				       "build without CUDA");
 	}
-	ret = sbuf_reserve(&s->tmp, s->slot_bytes); /* place_row's victim */
-	for (uint32_t i = 0; i < s->ncls && !ret; i++) {
-		struct sclass *c = &s->cls[i];
+	ret = 0;
+	for (uint32_t i = 0; i < s->reg.ncls && !ret; i++) {
+		struct sclass *c = &s->reg.cls[i];
 		uint64_t per = slot_cost(s, 0, c->slot_bytes);
 
-		if (s->has_hbm) {
+		if (s->reg.has_hbm) {
 			ret =
 			    cache_init(&c->hbm, c->nsets[0] * s->cfg.ways * per,
 				       s->cfg.ways, c->slot_bytes,
@@ -193,7 +196,7 @@ int caches_ensure(et_store *s)
 		caches_drop(s);
 		return ret;
 	}
-	s->caches_ready = true;
+	s->reg.caches_ready = true;
 	return 0;
 }
 
@@ -213,4 +216,97 @@ int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
 				       what, i, (unsigned long long)ids[i],
 				       (unsigned long long)t->g->rows, table);
 	return 0;
+}
+
+/* The weight of a table of g in its class: the bytes its rows would take
+ * if every one were cached. */
+static double class_weight(const et_store *s, const struct tf_geom *g)
+{
+	return (double)g->rows *
+	       (slot_for(s, g->row_bytes) + ET_SLOT_META_BYTES);
+}
+
+int reg_class_plan(et_store *s, const struct tf_geom *g, uint32_t *cls,
+		   bool *moves, uint32_t *slot)
+{
+	struct registry *r = &s->reg;
+	uint32_t sl = slot_for(s, g->row_bytes), i;
+	bool fresh;
+	int ret;
+
+	if (r->ntables >= MAX_TABLES)
+		return err_set(-EMFILE, "%d tables open: no more allowed",
+			       MAX_TABLES);
+	if (r->ntables == r->tcap && array_grow((void **)&r->tables, &r->tcap,
+						r->ntables, sizeof(*r->tables)))
+		return -ENOMEM;
+	for (i = 0; i < r->ncls; i++)
+		if (r->cls[i].slot_bytes == sl)
+			break;
+	fresh = i == r->ncls;
+	if (fresh && i == r->clscap &&
+	    array_grow((void **)&r->cls, &r->clscap, r->ncls, sizeof(*r->cls)))
+		return -ENOMEM;
+	if (fresh) {
+		memset(&r->cls[i], 0, sizeof(r->cls[i]));
+		r->cls[i].slot_bytes = sl;
+		r->ncls++;
+	}
+	r->cls[i].weight += class_weight(s, g);
+	ret = plan(s, r->ncls);
+	if (ret) {
+		reg_class_undo(s, g, i);
+		return ret;
+	}
+	*moves = r->caches_ready && (fresh || plan_changed(s));
+	*cls = i;
+	*slot = sl;
+	return 0;
+}
+
+/* Takes back what reg_class_plan did for a table of g that was not added:
+ * its weight, and its class if no table is in it. */
+void reg_class_undo(et_store *s, const struct tf_geom *g, uint32_t cls)
+{
+	struct registry *r = &s->reg;
+	bool used = false;
+
+	r->cls[cls].weight -= class_weight(s, g);
+	for (uint32_t k = 0; k < r->ntables && !used; k++)
+		used = r->tables[k].cls == cls;
+	if (!used && cls + 1 == r->ncls)
+		r->ncls--; /* made for it: classes are appended */
+	if (r->ncls)
+		plan(s, r->ncls); /* succeeded before */
+}
+
+int reg_table_add(et_store *s, et_tfile *tf, const char *name, uint32_t cls,
+		  int *id)
+{
+	struct registry *r = &s->reg;
+	struct table *t = &r->tables[r->ntables]; /* room: reg_class_plan */
+
+	memset(t, 0, sizeof(*t));
+	t->tf = tf;
+	t->g = tf_geom(tf);
+	t->cls = cls;
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	*id = (int)r->ntables++;
+	return 0;
+}
+
+void reg_memos_void(et_store *s)
+{
+	s->reg.gen++;
+}
+
+void reg_free(et_store *s)
+{
+	struct registry *r = &s->reg;
+
+	for (uint32_t i = 0; i < r->ntables; i++)
+		et_tfile_close(r->tables[i].tf);
+	mem_free(r->tables, r->tcap * sizeof(*r->tables), 0);
+	caches_drop(s);
+	mem_free(r->cls, r->clscap * sizeof(*r->cls), 0);
 }

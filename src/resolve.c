@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "hash.h"
+#include "resolve.h"
 #include "state.h"
 
 /* ---------------------------------------------------------------- dedup */
@@ -31,16 +32,16 @@
  */
 static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 {
-	struct table *tb = &s->tables[t];
-	const uint64_t *uniq = s->o->uniq.p;
-	struct sclass *cl = &s->cls[tb->cls];
-	struct cache *top = top_of(s, cl), *ddr = &cl->ddr;
-	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
-	uint8_t *kind = s->o->kind.p;
-	uint64_t *slots = s->o->slots.p;
-	void **ptrs = s->o->ptrs.p;
-	uint64_t *mrows = s->o->mrows.p;
-	uint32_t *midx = s->o->midx.p;
+	struct table *tb = &s->reg.tables[t];
+	const uint64_t *uniq = s->sc.o->uniq.p;
+	struct sclass *cl = &s->reg.cls[tb->cls];
+	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
+	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
+	uint8_t *kind = s->sc.o->kind.p;
+	uint64_t *slots = s->sc.o->slots.p;
+	void **ptrs = s->sc.o->ptrs.p;
+	uint64_t *mrows = s->sc.o->mrows.p;
+	uint32_t *midx = s->sc.o->midx.p;
 	size_t nm = 0;
 
 	probe_top(s, t, top, m, slots); /* 1, 2. the sets, the probes */
@@ -49,7 +50,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 
 		if (slot != CACHE_NONE) {
 			kind[i] = top_kind;
-		} else if (s->has_hbm &&
+		} else if (s->reg.has_hbm &&
 			   (slot = cache_lookup(ddr, cache_key(t, uniq[i]))) !=
 			       CACHE_NONE) {
 			kind[i] = K_DDR;
@@ -62,16 +63,16 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 		uint64_t key = cache_key(t, uniq[i]);
 		uint64_t slot = slots[i];
 
-		s->now++;
+		s->pins.now++;
 		if (kind[i] == top_kind) {
-			hit_use(s, top, slot, op_draws(s->o, i));
+			hit_use(s, top, slot, op_draws(s->sc.o, i));
 			ptrs[i] = cache_row(top, slot);
 			top->st.hits++;
 			continue;
 		}
 		top->st.misses++;
 		tb->st.unique_misses++;
-		if (s->has_hbm) {
+		if (s->reg.has_hbm) {
 			if (kind[i] == K_DDR) {
 				pin_op(s, ddr, slot);
 				ddr->st.hits++;
@@ -102,14 +103,14 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 	uint64_t w0;
 	int ret;
 
-	ret = sbuf_reserve(&s->rds, nt * (sizeof(*rd) + sizeof(*t0)));
+	ret = sbuf_reserve(&s->sc.rds, nt * (sizeof(*rd) + sizeof(*t0)));
 	if (ret)
 		return ret;
-	rd = s->rds.p;
+	rd = s->sc.rds.p;
 	t0 = (struct tf_stats *)(rd + nt);
 	for (size_t k = 0; k < nt; k++) {
 		struct opscr *o = &os[k];
-		struct table *tb = &s->tables[o->t];
+		struct table *tb = &s->reg.tables[o->t];
 		const uint8_t *kind = o->kind.p;
 		const uint32_t *midx = o->midx.p;
 		uint64_t *mrows = o->mrows.p;
@@ -136,7 +137,7 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 	s->tm.miss_ns += now_ns() - w0;
 	for (size_t k = 0, r = 0; k < nt; k++) {
 		struct opscr *o = &os[k];
-		struct table *tb = &s->tables[o->t];
+		struct table *tb = &s->reg.tables[o->t];
 		const uint8_t *kind = o->kind.p;
 		const uint32_t *midx = o->midx.p;
 		const uint64_t *mrows = o->mrows.p;
@@ -165,10 +166,7 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 				uint64_t key = cache_key(o->t, mrows[q]);
 
 				memcpy(mbuf + q * rb,
-				       (char *)s->wbuf.p +
-					   (size_t)wb_find(s, key) *
-					       s->slot_bytes,
-				       rb);
+				       wb_row(&s->wb, wb_find(s, key)), rb);
 			} else if (--nr != q) {
 				memcpy(mbuf + q * rb, mbuf + nr * rb, rb);
 			}
@@ -184,14 +182,14 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
  */
 static int resolve_place(et_store *s, uint32_t t, size_t m)
 {
-	struct table *tb = &s->tables[t];
-	const uint64_t *uniq = s->o->uniq.p;
-	struct sclass *cl = &s->cls[tb->cls];
+	struct table *tb = &s->reg.tables[t];
+	const uint64_t *uniq = s->sc.o->uniq.p;
+	struct sclass *cl = &s->reg.cls[tb->cls];
 	struct cache *ddr = &cl->ddr;
-	uint8_t *kind = s->o->kind.p;
-	uint64_t *slots = s->o->slots.p;
-	void **ptrs = s->o->ptrs.p;
-	const uint32_t *midx = s->o->midx.p;
+	uint8_t *kind = s->sc.o->kind.p;
+	uint64_t *slots = s->sc.o->slots.p;
+	void **ptrs = s->sc.o->ptrs.p;
+	const uint32_t *midx = s->sc.o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
 	int ret;
 
@@ -200,28 +198,28 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 		const void *src;
 		bool dirty;
 
-		if (kind[j] == K_HBM || (kind[j] == K_DDR && !s->has_hbm))
+		if (kind[j] == K_HBM || (kind[j] == K_DDR && !s->reg.has_hbm))
 			continue;
 		if (kind[j] == K_MISS || kind[j] == K_WB) {
 			while (midx[q] != j)
 				q++;
-			src = (char *)s->o->mbuf.p + q * (size_t)rb;
+			src = (char *)s->sc.o->mbuf.p + q * (size_t)rb;
 			dirty = kind[j] == K_WB;
 		} else {
 			dslot = slots[j];
 			src = cache_row(ddr, dslot);
 			dirty = cache_dirty(ddr, dslot);
 		}
-		ret =
-		    place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
-			      s->epoch, op_draws(s->o, j), &kind[j], &slots[j]);
+		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
+				s->pins.epoch, op_draws(s->sc.o, j), &kind[j],
+				&slots[j]);
 		if (ret)
 			return ret;
 		if (kind[j] & K_CONFLICT)
 			tb->st.conflict_unique_misses++;
 		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
 			ptrs[j] = (void *)src;
-			((uint32_t *)s->o->bypass.p)[s->o->nbypass++] =
+			((uint32_t *)s->sc.o->bypass.p)[s->sc.o->nbypass++] =
 			    (uint32_t)j;
 		} else {
 			ptrs[j] = where_row(cl, kind[j], slots[j]);
@@ -242,7 +240,7 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
  * A prefetch's memo is pinned: its rows are pinned by the batch's epoch,
  * and a row pinned by a live epoch never leaves its slot (no placement
  * evicts it, and only newer epochs replace its pin word), so while that
- * epoch lives and the caches are the same (s->gen) the memo holds with
+ * epoch lives and the caches are the same (s->reg.gen) the memo holds with
  * no look at the rows at all. The rows are not touched again: the
  * prefetch's touch stands for the batch's use (FBGEMM's prefetch updates
  * its LRU state the same way, not its forward or backward); the policy
@@ -258,7 +256,7 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
  * pinning them all, or 0. */
 void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin)
 {
-	uint8_t top_kind = s->has_hbm ? K_HBM : K_DDR;
+	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
 	const uint8_t *kind = o->kind.p;
 
 	o->memo = false;
@@ -271,38 +269,38 @@ void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin)
 	o->memo = true;
 	o->memo_t = t;
 	o->memo_pin = pin;
-	o->memo_gen = s->gen;
+	o->memo_gen = s->reg.gen;
 }
 
 /*
- * Resolves the m unique rows of table t from the memo of s->o, if it
+ * Resolves the m unique rows of table t from the memo of s->sc.o, if it
  * stands. Returns false, changing nothing, if it does not: a row has left
  * its slot.
  */
 static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 {
-	struct opscr *o = s->o;
-	struct cache *top = top_of(s, &s->cls[s->tables[t].cls]);
+	struct opscr *o = s->sc.o;
+	struct cache *top = top_of(&s->reg, &s->reg.cls[s->reg.tables[t].cls]);
 	const uint64_t *uniq = o->uniq.p;
 	const uint64_t *slots = o->slots.p;
 	void **ptrs = o->ptrs.p;
 
-	if (!o->memo || o->memo_t != t || o->memo_gen != s->gen || o->m != m)
+	if (!o->memo || o->memo_t != t || o->memo_gen != s->reg.gen ||
+	    o->m != m)
 		return false;
 	if (o->memo_pin &&
-	    (o->memo_pin == s->bcur || o->memo_pin == s->bprev)) {
+	    (o->memo_pin == s->pins.bcur || o->memo_pin == s->pins.bprev)) {
 		const uint32_t *pfl = o->pfl.p;
 
 		for (size_t q = 0; q < o->npfl; q++) {
 			uint64_t slot = slots[pfl[q]];
 
-			if (top->keys[slot] & CACHE_PF) {
-				top->keys[slot] &= ~CACHE_PF;
+			if (cache_take_pf(top, slot)) {
 				s->pf.hits++;
 			}
 		}
 		o->npfl = 0;
-		s->now += m;
+		s->pins.now += m;
 		top->st.hits += m;
 		return true;
 	}
@@ -325,7 +323,7 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 	for (size_t i = 0; i < m; i++) {
 		uint64_t slot = slots[i];
 
-		s->now++;
+		s->pins.now++;
 		hit_use(s, top, slot, op_draws(o, i));
 		ptrs[i] = cache_row(top, slot);
 	}
@@ -336,7 +334,7 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 
 /*
  * Step 1 of resolve with its scratch: looks up the m unique rows of table t
- * (s->o) and lists the misses (s->o->nm). Then resolve_read (of this table
+ * (s->sc.o) and lists the misses (s->sc.o->nm). Then resolve_read (of this table
  * alone or with others) and resolve_place make them resident in the top
  * tier (or the bypass), pinned for this operation, with ptrs[i] at each
  * one's bytes. Updates the stats.
@@ -345,27 +343,27 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 {
 	int ret;
 
-	ret = sbuf_reserve(&s->o->ptrs, m * sizeof(void *));
+	ret = sbuf_reserve(&s->sc.o->ptrs, m * sizeof(void *));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->kind, m);
+		ret = sbuf_reserve(&s->sc.o->kind, m);
 	if (!ret) /* twice: the second half holds the rows to read */
-		ret = sbuf_reserve(&s->o->mrows, 2 * m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->sc.o->mrows, 2 * m * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->midx, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->sc.o->midx, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->bypass, m * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->sc.o->bypass, m * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->slots, m * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->sc.o->slots, m * sizeof(uint64_t));
 	if (ret)
 		return ret;
-	s->o->nbypass = 0;
-	s->o->t = t;
+	s->sc.o->nbypass = 0;
+	s->sc.o->t = t;
 	if (resolve_memo(s, t, m)) {
-		s->o->nm = 0;
+		s->sc.o->nm = 0;
 		return 0;
 	}
-	s->o->memo = false;
-	s->o->nm = resolve_lookup(s, t, m);
+	s->sc.o->memo = false;
+	s->sc.o->nm = resolve_lookup(s, t, m);
 	return 0;
 }
 
@@ -377,21 +375,21 @@ int op_end(et_store *s, uint32_t t, bool changed)
 	return op_finish(s, op_bypass_done(s, t, changed));
 }
 
-/* Queues the bypassed rows of table t's part (s->o) if they changed. */
+/* Queues the bypassed rows of table t's part (s->sc.o) if they changed. */
 int op_bypass_done(et_store *s, uint32_t t, bool changed)
 {
-	const void *const *ptrs = s->o->ptrs.p;
-	const uint32_t *by = s->o->bypass.p;
-	const uint64_t *uniq = s->o->uniq.p;
+	const void *const *ptrs = s->sc.o->ptrs.p;
+	const uint32_t *by = s->sc.o->bypass.p;
+	const uint64_t *uniq = s->sc.o->uniq.p;
 	int ret = 0;
 
 	if (changed)
-		for (size_t i = 0; i < s->o->nbypass && !ret; i++)
+		for (size_t i = 0; i < s->sc.o->nbypass && !ret; i++)
 			ret =
 			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
 	if (ret && !s->lost)
 		s->lost = ret; /* changed rows in no cache and not queued */
-	s->o->nbypass = 0;
+	s->sc.o->nbypass = 0;
 	return ret;
 }
 
@@ -444,7 +442,7 @@ int op_start(et_store *s)
 
 	if (s->failed || s->lost)
 		return ET_EFAILED;
-	s->wb_room = 0;
+	wb_room_clear(s);
 	if (!ret)
 		ret = caches_ensure(s);
 	return ret;
@@ -453,14 +451,14 @@ int op_start(et_store *s)
 /*
  * The steps of op_prepare, apart so that a multi-table call can read the
  * misses of all its tables at once: op_lookup dedups and looks up table
- * t's batch into s->o (on a failure after the dedup the operation has
+ * t's batch into s->sc.o (on a failure after the dedup the operation has
  * ended); resolve_read brings in the misses; op_place places them into
- * s->o (on failure the operation has ended).
+ * s->sc.o (on failure the operation has ended).
  */
 int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	      size_t *m, bool deduped)
 {
-	uint32_t tid = (uint32_t)(t - s->tables);
+	uint32_t tid = (uint32_t)(t - s->reg.tables);
 	int ret;
 
 	/* this table's part of the lookahead window's batch 0 is now */
@@ -473,15 +471,14 @@ int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	 * may queue (a victim or the row itself, and the row again if it
 	 * bypasses the caches and changes): all tables of a multi-table
 	 * call are looked up before any is placed, so the room adds up. */
-	s->wb_room += 2 * *m;
-	ret = wb_reserve(s, s->wb_room);
+	ret = wb_room_add(s, 2 * *m);
 	if (ret)
 		return ret;
 	t->st.calls++;
 	t->st.requested += n;
 	t->st.unique += *m;
-	s->o->m = *m;
-	s->o->nm = 0;
+	s->sc.o->m = *m;
+	s->sc.o->nm = 0;
 	ret = resolve_begin(s, tid, *m);
 	if (ret)
 		op_end(s, tid, false);
@@ -490,23 +487,23 @@ int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 
 int op_place(et_store *s, struct table *t, size_t n)
 {
-	uint32_t tid = (uint32_t)(t - s->tables);
+	uint32_t tid = (uint32_t)(t - s->reg.tables);
 	uint64_t conflicts0 = t->st.conflict_unique_misses;
 	int ret;
 
-	ret = resolve_place(s, tid, s->o->m);
+	ret = resolve_place(s, tid, s->sc.o->m);
 	if (ret) {
 		/* Nothing changed but pins, policy words and, perhaps,
 		 * rows moved between tiers; dirty victims are queued. */
 		op_end(s, tid, false);
 		return ret;
 	}
-	if (!s->o->memo) /* resolved the full way: a memo for the next */
-		memo_set(s, s->o, tid, 0);
+	if (!s->sc.o->memo) /* resolved the full way: a memo for the next */
+		memo_set(s, s->sc.o, tid, 0);
 	/* conflict misses with duplicates counted */
 	if (t->st.conflict_unique_misses != conflicts0) {
-		const uint8_t *kind = s->o->kind.p;
-		const uint32_t *inv = s->o->inv.p;
+		const uint8_t *kind = s->sc.o->kind.p;
+		const uint32_t *inv = s->sc.o->inv.p;
 
 		for (size_t i = 0; i < n; i++)
 			if (kind[inv[i]] & K_CONFLICT)
@@ -519,7 +516,7 @@ int op_place(et_store *s, struct table *t, size_t n)
  * row whose stored copy is damaged can be written over). */
 static int resolve_blank(et_store *s, struct table *t)
 {
-	struct opscr *o = s->o;
+	struct opscr *o = s->sc.o;
 	size_t b = o->nm * (size_t)t->g->row_bytes;
 	int ret = o->nm ? sbuf_reserve(&o->mbuf, b) : 0;
 
@@ -530,7 +527,7 @@ static int resolve_blank(et_store *s, struct table *t)
 	return ret;
 }
 
-/* Dedups and resolves; on success the unique rows are at s->o->ptrs. With
+/* Dedups and resolves; on success the unique rows are at s->sc.o->ptrs. With
  * overwrite, the caller replaces every byte of each row: misses are not
  * read. */
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
@@ -540,9 +537,9 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 
 	if (ret)
 		return ret;
-	ret = overwrite ? resolve_blank(s, t) : resolve_read(s, s->o, 1);
+	ret = overwrite ? resolve_blank(s, t) : resolve_read(s, s->sc.o, 1);
 	if (ret) {
-		op_end(s, (uint32_t)(t - s->tables), false);
+		op_end(s, (uint32_t)(t - s->reg.tables), false);
 		return ret;
 	}
 	return op_place(s, t, n);

@@ -109,36 +109,36 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 
 	/* The same ids as this scratch's last dedup (a multi-table update
 	 * after the gather of its batch): the result stands. */
-	if (n && scratch_holds(s->o, ids, n)) {
-		*m_out = s->o->dm;
+	if (n && scratch_holds(s->sc.o, ids, n)) {
+		*m_out = s->sc.o->dm;
 		return 0;
 	}
-	s->o->dn = 0;
-	s->o->memo = false;
+	s->sc.o->dn = 0;
+	s->sc.o->memo = false;
 	while (cap < 2 * n)
 		cap *= 2;
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
-	ret = sbuf_reserve(&s->map, cap * sizeof(uint32_t));
+	ret = sbuf_reserve(&s->sc.map, cap * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->dids, n * sizeof(*ids));
+		ret = sbuf_reserve(&s->sc.o->dids, n * sizeof(*ids));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->uniq, n * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->sc.o->uniq, n * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->inv, n * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->sc.o->inv, n * sizeof(uint32_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->o->last, n * sizeof(uint32_t));
-	if (!ret && s->count_draws)
-		ret = sbuf_reserve(&s->o->draws, n * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->sc.o->last, n * sizeof(uint32_t));
+	if (!ret && s->reg.count_draws)
+		ret = sbuf_reserve(&s->sc.o->draws, n * sizeof(uint32_t));
 	if (ret)
 		return ret;
-	ht = s->map.p;
+	ht = s->sc.map.p;
 	memset(ht, 0, cap * sizeof(*ht));
-	uniq = s->o->uniq.p;
-	inv = s->o->inv.p;
-	last = s->o->last.p;
-	s->o->counted = s->count_draws;
-	if (s->count_draws)
-		draws = s->o->draws.p;
+	uniq = s->sc.o->uniq.p;
+	inv = s->sc.o->inv.p;
+	last = s->sc.o->last.p;
+	s->sc.o->counted = s->reg.count_draws;
+	if (s->reg.count_draws)
+		draws = s->sc.o->draws.p;
 	/* the hashes first (inv holds them until the second loop), which
 	 * the compiler can pipeline, then the probes */
 	pre = cap - 1 <= UINT32_MAX;
@@ -162,9 +162,25 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		last[ht[h] - 1] = (uint32_t)i;
 	}
 	if (n)
-		memcpy(s->o->dids.p, ids, n * sizeof(*ids));
-	s->o->dn = n;
-	s->o->dm = m;
+		memcpy(s->sc.o->dids.p, ids, n * sizeof(*ids));
+	s->sc.o->dn = n;
+	s->sc.o->dm = m;
 	*m_out = m;
 	return 0;
+}
+
+void scratch_use(et_store *s, struct opscr *o)
+{
+	s->sc.o = o;
+}
+
+void scratch_free(struct scratch *sc)
+{
+	opscr_free(&sc->one);
+	for (uint32_t i = 0; i < sc->nmulti; i++)
+		opscr_free(&sc->multi[i]);
+	mem_free(sc->multi, sc->nmulti * sizeof(*sc->multi), 0);
+	sbuf_free(&sc->trow);
+	sbuf_free(&sc->map);
+	sbuf_free(&sc->rds);
 }

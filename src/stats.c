@@ -66,7 +66,7 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 	if (!s || !st)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "st");
 	/* The table files' counters are the I/O thread's while it works. */
-	if (s->pl_pending) {
+	if (s->pf.pending) {
 		ret = drain(s);
 		if (ret)
 			return ret;
@@ -84,13 +84,13 @@ int et_get_stats(et_store *s, int table, struct et_stats *st)
 			return no_table(s, table);
 		add_table(st, t);
 	} else {
-		for (uint32_t i = 0; i < s->ntables; i++)
-			add_table(st, &s->tables[i]);
+		for (uint32_t i = 0; i < s->reg.ntables; i++)
+			add_table(st, &s->reg.tables[i]);
 	}
-	for (uint32_t i = 0; s->caches_ready && i < s->ncls; i++) {
-		if (s->has_hbm)
-			tier_stats(&s->cls[i].hbm, &st->hbm);
-		tier_stats(&s->cls[i].ddr, &st->ddr);
+	for (uint32_t i = 0; s->reg.caches_ready && i < s->reg.ncls; i++) {
+		if (s->reg.has_hbm)
+			tier_stats(&s->reg.cls[i].hbm, &st->hbm);
+		tier_stats(&s->reg.cls[i].ddr, &st->ddr);
 	}
 	st->hbm.capacity_bytes = s->cfg.hbm_bytes;
 	st->ddr.capacity_bytes = s->cfg.ddr_bytes;

@@ -25,10 +25,10 @@
 #include "mem_host.h"
 #include "policy.h"
 #include "prefetch.h"
+#include "pipeline.h"
 #include "state.h"
 #include "workers.h"
 
-#define MAX_TABLES   65534
 #define DEFAULT_DDR  (256ULL << 20)
 #define DEFAULT_WAYS 16
 /* The largest slot that may be asked for: a row of ET_MAX_DIM f32 values and
@@ -71,8 +71,8 @@ static int name_check(const char *name)
 
 static int name_free(const et_store *s, const char *name)
 {
-	for (uint32_t i = 0; i < s->ntables; i++)
-		if (!strcmp(s->tables[i].name, name))
+	for (uint32_t i = 0; i < s->reg.ntables; i++)
+		if (!strcmp(s->reg.tables[i].name, name))
 			return err_set(-EEXIST, "table \"%s\" already open",
 				       name);
 	return 0;
@@ -91,77 +91,38 @@ static int table_path(const et_store *s, const char *name, char **out)
 }
 
 /*
- * Enters a table of g into its size class (a new one if its slot size is
- * new) and plans the tiers again. If the caches are allocated and the
- * plan moves them, every dirty row is written back first and the caches
- * are freed, to be allocated anew by the next operation: the store never
- * holds two generations of caches at once. On error nothing has changed.
+ * Adds tf as a table named name: enters it in its size class and plans
+ * the tiers again. If the caches are allocated and the new plan moves
+ * them, every dirty row is written back first and the caches are freed,
+ * to be allocated anew by the next operation: the store never holds two
+ * generations of caches at once. On error nothing has changed.
  */
-static int class_enter(et_store *s, const struct tf_geom *g, uint32_t *out)
+static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
 {
-	uint32_t slot = slot_for(s, g->row_bytes), i;
-	double w = (double)g->rows * (slot + ET_SLOT_META_BYTES);
+	const struct tf_geom *g = tf_geom(tf);
+	uint32_t cls, slot;
+	bool moves;
 	int ret;
 
-	for (i = 0; i < s->ncls; i++)
-		if (s->cls[i].slot_bytes == slot)
-			break;
-	if (i == s->clscap &&
-	    array_grow((void **)&s->cls, &s->clscap, s->ncls, sizeof(*s->cls)))
-		return -ENOMEM;
-	if (i == s->ncls) {
-		memset(&s->cls[i], 0, sizeof(s->cls[i]));
-		s->cls[i].slot_bytes = slot;
-	}
-	s->cls[i].weight += w;
-	ret = plan(s, i == s->ncls ? s->ncls + 1 : s->ncls);
+	ret = name_free(s, name);
 	if (!ret)
-		ret = wb_widen(s, slot);
-	if (!ret && s->caches_ready && (i == s->ncls || plan_changed(s))) {
+		ret = reg_class_plan(s, g, &cls, &moves, &slot);
+	if (ret)
+		return ret;
+	ret = wb_widen(s, slot);
+	if (!ret && moves) {
 		ret = store_flush(s); /* drains the I/O thread too */
 		if (!ret)
 			caches_drop(s);
 	}
+	if (!ret)
+		ret = reg_table_add(s, tf, name, cls, id);
 	if (ret) {
-		s->cls[i].weight -= w;
-		if (s->ncls)
-			plan(s, s->ncls); /* succeeded before */
+		reg_class_undo(s, g, cls);
 		return ret;
 	}
-	if (i == s->ncls)
-		s->ncls++;
-	*out = i;
-	return 0;
-}
-
-static int table_add(et_store *s, et_tfile *tf, const char *name, int *id)
-{
-	const struct tf_geom *g = tf_geom(tf);
-	struct table *t;
-	uint32_t cls;
-	int ret;
-
-	ret = name_free(s, name);
-	if (ret)
-		return ret;
-	if (s->ntables >= MAX_TABLES)
-		return err_set(-EMFILE, "%d tables open: no more allowed",
-			       MAX_TABLES);
-	if (s->ntables == s->tcap && array_grow((void **)&s->tables, &s->tcap,
-						s->ntables, sizeof(*s->tables)))
-		return -ENOMEM;
-	ret = class_enter(s, g, &cls);
-	if (ret)
-		return ret;
-	t = &s->tables[s->ntables];
-	memset(t, 0, sizeof(*t));
-	t->tf = tf;
-	t->g = g;
-	t->cls = cls;
-	snprintf(t->name, sizeof(t->name), "%s", name);
 	tf_attach_io(tf, s->io);
 	tf_log_writes(tf, true); /* rows go to the log, never in place */
-	*id = (int)s->ntables++;
 	return 0;
 }
 
@@ -365,12 +326,13 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	if (!s)
 		return -ENOMEM;
 	s->cfg = c;
-	s->has_hbm = c.hbm_bytes > 0;
-	s->count_draws = (s->has_hbm && policy_get(c.hbm_policy)->on_hits) ||
-			 policy_get(c.ddr_policy)->on_hits;
-	s->epoch = 1;
-	s->lock_fd = -1;
-	s->o = &s->one;
+	s->reg.has_hbm = c.hbm_bytes > 0;
+	s->reg.count_draws =
+	    (s->reg.has_hbm && policy_get(c.hbm_policy)->on_hits) ||
+	    policy_get(c.ddr_policy)->on_hits;
+	s->pins.epoch = 1;
+	s->cm.lock_fd = -1;
+	scratch_use(s, &s->sc.one);
 	s->dir = mem_alloc(strlen(dir) + 1, 0);
 	if (!s->dir) {
 		ret = -ENOMEM;
@@ -380,7 +342,7 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	ret = io_open(c.io_depth, &s->io, &why);
 	if (ret)
 		goto err_free;
-	ret = pl_start(&s->pl);
+	ret = pl_start(&s->pf.pl);
 	if (!ret && c.threads > 1)
 		ret = workers_start(c.threads, &s->wk);
 	if (ret)
@@ -394,8 +356,8 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 err_free:
 	commit_close(s);
 	workers_stop(s->wk);
-	sbuf_free(&s->trow);
-	pl_stop(s->pl);
+	sbuf_free(&s->sc.trow);
+	pl_stop(s->pf.pl);
 	io_close(s->io);
 	if (s->dir)
 		mem_free(s->dir, strlen(s->dir) + 1, 0);
@@ -406,27 +368,17 @@ err_free:
 static void store_free(et_store *s)
 {
 	pf_stop(s);
-	pl_stop(s->pl); /* before the files and the ring it uses go */
+	pl_stop(s->pf.pl); /* before the files and the ring it uses go */
 	workers_stop(s->wk);
-	for (uint32_t i = 0; i < s->ntables; i++)
-		et_tfile_close(s->tables[i].tf);
-	mem_free(s->tables, s->tcap * sizeof(*s->tables), 0);
-	caches_drop(s);
+	reg_free(s);
 	la_free(&s->la);
-	mem_free(s->cls, s->clscap * sizeof(*s->cls), 0);
 	io_close(s->io);
-	struct sbuf *bufs[] = {&s->map,	  &s->tmp,    &s->wkeys, &s->wbuf,
-			       &s->wsort, &s->wcount, &s->wrows, &s->wraw,
-			       &s->widx,  &s->trow,   &s->rds};
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-		sbuf_free(bufs[i]);
-	opscr_free(&s->one);
-	for (uint32_t i = 0; i < s->nmulti; i++)
-		opscr_free(&s->multi[i]);
-	mem_free(s->multi, s->nmulti * sizeof(*s->multi), 0);
-	for (uint32_t i = 0; i < s->npf; i++)
-		opscr_free(&s->pf_scr[i]);
-	mem_free(s->pf_scr, s->npf * sizeof(*s->pf_scr), 0);
+	pins_free(&s->pins);
+	wb_free(&s->wb);
+	scratch_free(&s->sc);
+	for (uint32_t i = 0; i < s->pf.nscr; i++)
+		opscr_free(&s->pf.scr[i]);
+	mem_free(s->pf.scr, s->pf.nscr * sizeof(*s->pf.scr), 0);
 	commit_close(s);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);
@@ -435,8 +387,8 @@ static void store_free(et_store *s)
 /* Whether any table's row log changed since the last commit. */
 static bool changed_since_commit(const et_store *s)
 {
-	for (uint32_t i = 0; i < s->ntables; i++)
-		if (tf_changed(s->tables[i].tf))
+	for (uint32_t i = 0; i < s->reg.ntables; i++)
+		if (tf_changed(s->reg.tables[i].tf))
 			return true;
 	return false;
 }
@@ -457,14 +409,14 @@ static int close_commit(et_store *s)
 	ckpt_rec_free(&r);
 	if (ret)
 		return ret;
-	if (r.commit != s->ckpt) {
+	if (r.commit != s->cm.ckpt) {
 		free(dense);
 		return err_set(-ESTALE,
 			       "%s/CHECKPOINT was replaced behind the "
 			       "store's back",
 			       s->dir);
 	}
-	r.commit = s->ckpt + 1;
+	r.commit = s->cm.ckpt + 1;
 	if (r.id)
 		r.flags |= CKPT_MOVED;
 	ret = commit_run(s, &r, dense, len);
@@ -503,8 +455,8 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	if (ret)
 		return ret;
 	memset(&r, 0, sizeof(r));
-	r.commit = s->ckpt + 1;
-	r.id = s->ckpt_id + 1;
+	r.commit = s->cm.ckpt + 1;
+	r.id = s->cm.ckpt_id + 1;
 	return commit_run(s, &r, dense, len);
 }
 
@@ -588,7 +540,7 @@ static int flush_cache(et_store *s, struct cache *c)
 	while (b < n) {
 		uint64_t e = b;
 
-		for (; e < n && s->nwb < FLUSH_ROWS; e++) {
+		for (; e < n && s->wb.n < FLUSH_ROWS; e++) {
 			if (!cache_dirty(c, e))
 				continue;
 			ret = wb_queue(s, c->keys[e], cache_row(c, e));
@@ -599,10 +551,7 @@ static int flush_cache(et_store *s, struct cache *c)
 		if (ret)
 			return ret;
 		for (uint64_t i = b; i < e; i++)
-			if (cache_dirty(c, i)) {
-				c->keys[i] &= ~CACHE_DIRTY;
-				c->dirty--;
-			}
+			cache_clean(c, i);
 		b = e;
 	}
 	return 0;
@@ -631,16 +580,17 @@ static int store_flush(et_store *s)
 	if (ret)
 		return ret;
 	s->failed = 0;
-	for (uint32_t i = 0; s->caches_ready && i < s->ncls && !ret; i++) {
-		if (s->has_hbm)
-			ret = flush_cache(s, &s->cls[i].hbm);
+	for (uint32_t i = 0; s->reg.caches_ready && i < s->reg.ncls && !ret;
+	     i++) {
+		if (s->reg.has_hbm)
+			ret = flush_cache(s, &s->reg.cls[i].hbm);
 		if (!ret)
-			ret = flush_cache(s, &s->cls[i].ddr);
+			ret = flush_cache(s, &s->reg.cls[i].ddr);
 	}
 	if (ret)
 		return ret;
-	for (uint32_t i = 0; i < s->ntables; i++) {
-		ret = et_tfile_sync(s->tables[i].tf);
+	for (uint32_t i = 0; i < s->reg.ntables; i++) {
+		ret = et_tfile_sync(s->reg.tables[i].tf);
 		if (ret) {
 			s->failed = s->failed ? s->failed : ret;
 			return ret;
@@ -674,7 +624,7 @@ int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
 					       "batches[%zu].tables[%zu].table "
 					       "%d unknown: the store has %u",
 					       b, k, bt->tables[k].table,
-					       s->ntables);
+					       s->reg.ntables);
 			snprintf(what, sizeof(what),
 				 "batches[%zu].tables[%zu].ids", b, k);
 			ret =
@@ -684,5 +634,5 @@ int et_lookahead(et_store *s, const struct et_batch *batches, size_t nbatches)
 				return ret;
 		}
 	}
-	return la_set(&s->la, batches, nbatches, s->ntables);
+	return la_set(&s->la, batches, nbatches, s->reg.ntables);
 }

@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "hash.h"
+#include "pipeline.h"
 #include "state.h"
 
 /*
@@ -17,20 +18,18 @@
  */
 int wb_widen(et_store *s, uint32_t slot_bytes)
 {
-	size_t old = s->slot_bytes;
+	size_t old = s->wb.stride;
 	int ret;
 
 	if (slot_bytes <= old)
 		return 0;
-	ret = sbuf_reserve(&s->wbuf, s->nwb * (size_t)slot_bytes);
-	if (!ret && s->caches_ready)
-		ret = sbuf_reserve(&s->tmp, slot_bytes);
+	ret = sbuf_reserve(&s->wb.buf, s->wb.n * (size_t)slot_bytes);
 	if (ret)
 		return ret;
-	for (size_t i = s->nwb; i-- > 0;)
-		memmove((char *)s->wbuf.p + i * slot_bytes,
-			(char *)s->wbuf.p + i * old, old);
-	s->slot_bytes = slot_bytes;
+	for (size_t i = s->wb.n; i-- > 0;)
+		memmove((char *)s->wb.buf.p + i * slot_bytes,
+			(char *)s->wb.buf.p + i * old, old);
+	s->wb.stride = slot_bytes;
 	return 0;
 }
 
@@ -44,21 +43,21 @@ int wb_widen(et_store *s, uint32_t slot_bytes)
  */
 static void widx_clear(et_store *s)
 {
-	if (s->widx_cap)
-		memset(s->widx.p, 0, s->widx_cap * sizeof(uint32_t));
+	if (s->wb.idx_cap)
+		memset(s->wb.idx.p, 0, s->wb.idx_cap * sizeof(uint32_t));
 }
 
 int64_t wb_find(const et_store *s, uint64_t key)
 {
-	const uint64_t *keys = s->wkeys.p;
-	const uint32_t *ix = s->widx.p;
+	const uint64_t *keys = s->wb.keys.p;
+	const uint32_t *ix = s->wb.idx.p;
 	size_t h;
 
-	if (!s->nwb)
+	if (!s->wb.n)
 		return -1;
 	key &= CACHE_KEY_MASK;
-	for (h = hash_mix(key) & (s->widx_cap - 1); ix[h];
-	     h = (h + 1) & (s->widx_cap - 1))
+	for (h = hash_mix(key) & (s->wb.idx_cap - 1); ix[h];
+	     h = (h + 1) & (s->wb.idx_cap - 1))
 		if (keys[ix[h] - 1] == key)
 			return ix[h] - 1;
 	return -1;
@@ -66,11 +65,11 @@ int64_t wb_find(const et_store *s, uint64_t key)
 
 static void widx_insert(et_store *s, uint64_t key, size_t pos)
 {
-	uint32_t *ix = s->widx.p;
-	size_t h = hash_mix(key) & (s->widx_cap - 1);
+	uint32_t *ix = s->wb.idx.p;
+	size_t h = hash_mix(key) & (s->wb.idx_cap - 1);
 
 	while (ix[h])
-		h = (h + 1) & (s->widx_cap - 1);
+		h = (h + 1) & (s->wb.idx_cap - 1);
 	ix[h] = (uint32_t)(pos + 1);
 }
 
@@ -82,24 +81,24 @@ static void widx_insert(et_store *s, uint64_t key, size_t pos)
  */
 int wb_reserve(et_store *s, size_t extra)
 {
-	size_t n = s->nwb + extra;
+	size_t n = s->wb.n + extra;
 	int ret;
 
-	ret = sbuf_reserve(&s->wkeys, n * sizeof(uint64_t));
+	ret = sbuf_reserve(&s->wb.keys, n * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->wbuf, n * s->slot_bytes);
-	if (!ret && 2 * n > s->widx_cap) { /* grow and rebuild */
-		size_t cap = s->widx_cap ? s->widx_cap : 1024;
+		ret = sbuf_reserve(&s->wb.buf, n * s->wb.stride);
+	if (!ret && 2 * n > s->wb.idx_cap) { /* grow and rebuild */
+		size_t cap = s->wb.idx_cap ? s->wb.idx_cap : 1024;
 
 		while (2 * n > cap)
 			cap *= 2;
-		ret = sbuf_reserve(&s->widx, cap * sizeof(uint32_t));
+		ret = sbuf_reserve(&s->wb.idx, cap * sizeof(uint32_t));
 		if (ret)
 			return ret;
-		s->widx_cap = cap;
+		s->wb.idx_cap = cap;
 		widx_clear(s);
-		for (size_t i = 0; i < s->nwb; i++)
-			widx_insert(s, ((uint64_t *)s->wkeys.p)[i], i);
+		for (size_t i = 0; i < s->wb.n; i++)
+			widx_insert(s, ((uint64_t *)s->wb.keys.p)[i], i);
 	}
 	return ret;
 }
@@ -111,25 +110,26 @@ int wb_queue(et_store *s, uint64_t key, const void *raw)
 	int ret;
 
 	key &= CACHE_KEY_MASK;
-	rb = s->tables[cache_key_table(key)].g->row_bytes;
+	rb = s->reg.tables[cache_key_table(key)].g->row_bytes;
 	at = wb_find(s, key);
 	if (at >= 0) {
-		memcpy((char *)s->wbuf.p + (size_t)at * s->slot_bytes, raw, rb);
+		memcpy((char *)s->wb.buf.p + (size_t)at * s->wb.stride, raw,
+		       rb);
 		return 0;
 	}
 	ret = wb_reserve(s, 1);
 	if (ret)
 		return ret;
-	((uint64_t *)s->wkeys.p)[s->nwb] = key;
-	memcpy((char *)s->wbuf.p + s->nwb * s->slot_bytes, raw, rb);
-	widx_insert(s, key, s->nwb);
-	s->nwb++;
+	((uint64_t *)s->wb.keys.p)[s->wb.n] = key;
+	memcpy((char *)s->wb.buf.p + s->wb.n * s->wb.stride, raw, rb);
+	widx_insert(s, key, s->wb.n);
+	s->wb.n++;
 	return 0;
 }
 
 static void wb_reset(et_store *s)
 {
-	s->nwb = 0;
+	s->wb.n = 0;
 	widx_clear(s);
 }
 
@@ -146,25 +146,25 @@ struct wb_ord {
  */
 static int wb_sort(et_store *s, struct wb_ord **out)
 {
-	const uint64_t *keys = s->wkeys.p;
+	const uint64_t *keys = s->wb.keys.p;
 	struct wb_ord *o;
 	size_t *at;
 	int ret;
 
-	ret = sbuf_reserve(&s->wsort, s->nwb * sizeof(*o));
+	ret = sbuf_reserve(&s->wb.sort, s->wb.n * sizeof(*o));
 	if (!ret)
-		ret = sbuf_reserve(&s->wcount,
-				   ((size_t)s->ntables + 1) * sizeof(*at));
+		ret = sbuf_reserve(&s->wb.count,
+				   ((size_t)s->reg.ntables + 1) * sizeof(*at));
 	if (ret)
 		return ret;
-	o = s->wsort.p;
-	at = s->wcount.p;
-	memset(at, 0, ((size_t)s->ntables + 1) * sizeof(*at));
-	for (size_t i = 0; i < s->nwb; i++)
+	o = s->wb.sort.p;
+	at = s->wb.count.p;
+	memset(at, 0, ((size_t)s->reg.ntables + 1) * sizeof(*at));
+	for (size_t i = 0; i < s->wb.n; i++)
 		at[cache_key_table(keys[i]) + 1]++;
-	for (uint32_t t = 0; t < s->ntables; t++)
+	for (uint32_t t = 0; t < s->reg.ntables; t++)
 		at[t + 1] += at[t];
-	for (size_t i = 0; i < s->nwb; i++) {
+	for (size_t i = 0; i < s->wb.n; i++) {
 		struct wb_ord *e = &o[at[cache_key_table(keys[i])]++];
 
 		e->key = keys[i];
@@ -182,30 +182,30 @@ int wb_run(et_store *s)
 	size_t i = 0;
 	int ret;
 
-	if (!s->nwb)
+	if (!s->wb.n)
 		return 0;
 	ret = wb_sort(s, &o);
 	if (!ret)
-		ret = sbuf_reserve(&s->wrows, s->nwb * sizeof(uint64_t));
+		ret = sbuf_reserve(&s->wb.rows, s->wb.n * sizeof(uint64_t));
 	if (!ret)
-		ret = sbuf_reserve(&s->wraw, s->nwb * s->slot_bytes);
+		ret = sbuf_reserve(&s->wb.raw, s->wb.n * s->wb.stride);
 	if (ret)
 		goto fail;
-	for (i = 0; i < s->nwb;) {
+	for (i = 0; i < s->wb.n;) {
 		uint32_t t = cache_key_table(o[i].key);
-		struct table *tb = &s->tables[t];
-		uint64_t *rows = s->wrows.p;
+		struct table *tb = &s->reg.tables[t];
+		uint64_t *rows = s->wb.rows.p;
 		size_t n = 0;
 
-		while (i < s->nwb && cache_key_table(o[i].key) == t) {
+		while (i < s->wb.n && cache_key_table(o[i].key) == t) {
 			rows[n] = cache_key_row(o[i].key);
-			memcpy((char *)s->wraw.p + n * tb->g->row_bytes,
-			       (char *)s->wbuf.p + o[i].pos * s->slot_bytes,
+			memcpy((char *)s->wb.raw.p + n * tb->g->row_bytes,
+			       (char *)s->wb.buf.p + o[i].pos * s->wb.stride,
 			       tb->g->row_bytes);
 			n++;
 			i++;
 		}
-		ret = tf_write_rows_raw(tb->tf, rows, n, s->wraw.p);
+		ret = tf_write_rows_raw(tb->tf, rows, n, s->wb.raw.p);
 		if (ret)
 			goto fail;
 		tb->st.writebacks += n;
@@ -229,47 +229,68 @@ fail:
 
 bool wb_deferrable(const et_store *s)
 {
-	return s->pf.calls && s->nwb * (size_t)s->slot_bytes <= WB_DEFER_BYTES;
+	return s->pf.calls && s->wb.n * (size_t)s->wb.stride <= WB_DEFER_BYTES;
 }
 
-/* Hands the queued write-backs to the I/O thread as one job per table, in
- * front of the reads that follow them. */
-int wb_submit(et_store *s)
+int wb_take_jobs(et_store *s, struct pl_job **jobs)
 {
+	struct pl_job *head = NULL, **tail = &head;
 	struct wb_ord *o;
 	int ret;
 
-	if (!s->nwb)
+	*jobs = NULL;
+	if (!s->wb.n)
 		return 0;
 	ret = wb_sort(s, &o);
 	if (ret)
 		return ret;
-	for (size_t i = 0; i < s->nwb;) {
+	for (size_t i = 0; i < s->wb.n;) {
 		uint32_t t = cache_key_table(o[i].key);
-		struct table *tb = &s->tables[t];
+		struct table *tb = &s->reg.tables[t];
 		size_t k = i;
 		struct pl_job *j;
 
-		while (k < s->nwb && cache_key_table(o[k].key) == t)
+		while (k < s->wb.n && cache_key_table(o[k].key) == t)
 			k++;
 		j = pl_job_new(PL_WRITE, tb->tf, t, k - i, tb->g->row_bytes);
-		if (!j)
+		if (!j) {
+			while ((j = head)) {
+				head = j->next;
+				pl_job_free(j);
+			}
 			return -ENOMEM; /* the queue is intact: wb_run later */
+		}
 		for (size_t q = i; q < k; q++) {
 			j->rows[q - i] = cache_key_row(o[q].key);
 			memcpy((char *)j->raw + (q - i) * tb->g->row_bytes,
-			       (char *)s->wbuf.p + o[q].pos * s->slot_bytes,
+			       wb_row(&s->wb, (int64_t)o[q].pos),
 			       tb->g->row_bytes);
 		}
-		/* If a later table's job cannot be made, the whole queue
-		 * stays for wb_run: rewriting rows already handed over is
-		 * harmless, as the I/O thread writes them first. */
-		pl_submit(s->pl, j);
-		s->pl_pending = true;
+		*tail = j;
+		tail = &j->next;
 		i = k;
 	}
 	wb_reset(s);
+	*jobs = head;
 	return 0;
 }
 
-/* ---------------------------------------------------------------- flush */
+int wb_room_add(et_store *s, size_t extra)
+{
+	s->wb.room += extra;
+	return wb_reserve(s, s->wb.room);
+}
+
+void wb_room_clear(et_store *s)
+{
+	s->wb.room = 0;
+}
+
+void wb_free(struct wbq *q)
+{
+	struct sbuf *bufs[] = {&q->keys,  &q->buf,  &q->idx, &q->sort,
+			       &q->count, &q->rows, &q->raw};
+
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		sbuf_free(bufs[i]);
+}
