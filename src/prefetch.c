@@ -53,6 +53,198 @@ static void promote_ahead(const et_store *s, struct cache *top,
 	__builtin_prefetch(&ddr->pin[vb]);
 }
 
+/* One table's part of a prefetch, as its passes go. */
+struct pf_part {
+	et_store *s;
+	uint32_t t;
+	struct table *tb;
+	struct sclass *cl;
+	struct cache *top, *ddr;
+	uint8_t top_kind;
+	uint32_t rb;
+	const uint64_t *uniq; /* the unique rows */
+	uint64_t *mrows;      /* rows to read */
+	uint64_t *tops;	      /* per unique: its top (or DDR) slot */
+	uint32_t *pend;	      /* uniques missing from the top tier */
+	uint32_t *pfl;	      /* uniques placed by a prefetch, not used */
+	uint8_t *kind;
+	void **ptrs;
+	size_t m, nm, np, npfl;
+};
+
+/* The scratch of a part of m unique rows, and room for the victims its
+ * placements may queue (see op_lookup). */
+static int pf_reserve(et_store *s, struct pf_part *p)
+{
+	struct opscr *o = s->sc.o;
+	size_t m = p->m;
+	int ret;
+
+	ret = sbuf_reserve(&o->mrows, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&o->slots, m * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&o->kind, m);
+	if (!ret)
+		ret = sbuf_reserve(&o->ptrs, m * sizeof(void *));
+	if (!ret)
+		ret = sbuf_reserve(&o->midx, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&o->pfl, m * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&o->mbuf, p->rb);
+	if (!ret)
+		ret = wb_reserve(s, 2 * m);
+	if (ret)
+		return ret;
+	p->uniq = o->uniq.p;
+	p->mrows = o->mrows.p;
+	p->tops = o->slots.p;
+	p->kind = o->kind.p;
+	p->pend = o->midx.p;
+	p->ptrs = o->ptrs.p;
+	p->pfl = o->pfl.p;
+	return 0;
+}
+
+/* Pass 1: top-tier hits, touched and pinned for the batch; the rest
+ * listed in pend. */
+static void pf_top_hits(struct pf_part *p)
+{
+	et_store *s = p->s;
+	struct cache *top = p->top;
+
+	probe_top(s, p->t, top, p->m, p->tops);
+	for (size_t i = 0; i < p->m; i++) {
+		uint64_t slot = p->tops[i];
+
+		if (slot == CACHE_NONE) {
+			top->st.misses++;
+			p->kind[i] = 0;
+			p->pend[p->np++] = (uint32_t)i;
+			continue;
+		}
+		s->pins.now++;
+		cache_touch_n(top, slot, s->pins.now, op_draws(s->sc.o, i));
+		cache_pin(top, slot, s->pins.bcur);
+		top->st.hits++;
+		p->kind[i] = p->top_kind;
+		p->ptrs[i] = cache_row(top, slot);
+		if (cache_is_pf(top, slot)) /* placed, not used yet */
+			p->pfl[p->npfl++] = (uint32_t)i;
+	}
+}
+
+/* Pass 2 (under an HBM tier): DDR hits, pinned, to be promoted; tops[i]
+ * is the DDR slot meanwhile. */
+static void pf_ddr_hits(struct pf_part *p)
+{
+	struct cache *ddr = p->ddr;
+	uint64_t *tops = p->tops;
+	const uint32_t *pend = p->pend;
+	size_t np = p->np;
+
+	for (size_t j = 0; j < np; j++)
+		tops[pend[j]] =
+		    cache_set_base(ddr, cache_key(p->t, p->uniq[pend[j]]));
+	for (size_t j = 0; j < np && j < PF_AHEAD; j++)
+		cache_prefetch_set(ddr, tops[pend[j]]);
+	for (size_t j = 0; j < np; j++) {
+		uint32_t i = pend[j];
+		uint64_t slot;
+
+		if (j + PF_AHEAD < np)
+			cache_prefetch_set(ddr, tops[pend[j + PF_AHEAD]]);
+		slot =
+		    cache_lookup_at(ddr, tops[i], cache_key(p->t, p->uniq[i]));
+		tops[i] = slot;
+		if (slot == CACHE_NONE) {
+			ddr->st.misses++;
+			continue;
+		}
+		ddr->st.hits++;
+		cache_pin(ddr, slot, p->s->pins.bcur);
+		p->kind[i] = K_DDR;
+	}
+}
+
+/* Pass 3 for unique i, not a top-tier hit: a DDR hit is promoted; a row
+ * queued for write-back or never written is installed; the others are
+ * listed to be read. */
+static int pf_miss(struct pf_part *p, uint32_t i)
+{
+	et_store *s = p->s;
+	uint64_t key = cache_key(p->t, p->uniq[i]);
+	void *buf = s->sc.o->mbuf.p;
+	uint8_t where;
+	int64_t at;
+	int ret = 0;
+
+	if (p->kind[i] == K_DDR) {
+		uint64_t slot = p->tops[i];
+
+		ret = place_row(s, key, cache_row(p->ddr, slot), p->rb, slot,
+				cache_dirty(p->ddr, slot), s->pins.bcur,
+				op_draws(s->sc.o, i), &where, &p->tops[i]);
+		if (ret)
+			return ret;
+		if ((where & ~K_CONFLICT) == K_HBM)
+			cache_mark_pf(&p->cl->hbm, p->tops[i]);
+		p->kind[i] = where == K_HBM ? K_HBM : 0;
+		if (p->kind[i]) {
+			p->ptrs[i] = cache_row(p->top, p->tops[i]);
+			p->pfl[p->npfl++] = i;
+		}
+		return 0;
+	}
+	/* Evicted dirty, perhaps by this very prefetch: the queue has the
+	 * truth. Copied out, as placing may grow the queue. */
+	at = wb_find(s, key);
+	if (at >= 0) {
+		memcpy(buf, wb_row(&s->wb, at), p->rb);
+		ret = pf_install(s, p->t, p->uniq[i], buf, true, s->pins.bcur,
+				 &p->tops[i]);
+	} else if (!tf_row_materialized(p->tb->tf, p->uniq[i])) {
+		tf_init_row_raw(p->tb->tf, p->uniq[i], buf);
+		p->tb->st.rows_lazy++;
+		ret = pf_install(s, p->t, p->uniq[i], buf, false, s->pins.bcur,
+				 &p->tops[i]);
+	} else {
+		p->mrows[p->nm++] = p->uniq[i];
+		p->tops[i] = CACHE_NONE;
+	}
+	if (ret)
+		return ret;
+	p->kind[i] = p->tops[i] == CACHE_NONE ? 0 : p->top_kind;
+	if (p->kind[i]) { /* placed with CACHE_PF */
+		p->ptrs[i] = cache_row(p->top, p->tops[i]);
+		p->pfl[p->npfl++] = i;
+	}
+	return 0;
+}
+
+/* Pass 3, in batch order, asking for the lines each promotion touches
+ * PF_AHEAD rows ahead. */
+static int pf_misses(struct pf_part *p)
+{
+	for (size_t j = 0; j < p->np; j++) {
+		for (int st = 1; st <= 2; st++) {
+			size_t a = j + PF_AHEAD / (size_t)st;
+
+			if (a < p->np && p->kind[p->pend[a]] == K_DDR)
+				promote_ahead(
+				    p->s, p->top, p->ddr,
+				    cache_key(p->t, p->uniq[p->pend[a]]),
+				    p->tops[p->pend[a]], p->rb, st);
+		}
+		int ret = pf_miss(p, p->pend[j]);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 /*
  * Classifies one table's ids of the next batch; rows to read are appended
  * to a new job in *job (NULL if none). If every row ends up in the top
@@ -70,168 +262,43 @@ static void promote_ahead(const et_store *s, struct cache *top,
 static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 		    struct pl_job **job)
 {
-	struct table *tb = &s->reg.tables[t];
-	struct sclass *cl = &s->reg.cls[tb->cls];
-	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
-	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
-	uint32_t rb = tb->g->row_bytes;
-	const uint64_t *uniq;
-	uint64_t *mrows, *tops;
-	uint32_t *pend, *pfl;
-	uint8_t *kind;
-	void **ptrs;
-	size_t m, nm = 0, np = 0, npfl = 0;
+	struct pf_part p = {.s = s, .t = t, .tb = &s->reg.tables[t]};
 	int ret;
 
+	p.cl = &s->reg.cls[p.tb->cls];
+	p.top = top_of(&s->reg, p.cl);
+	p.ddr = &p.cl->ddr;
+	p.top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
+	p.rb = p.tb->g->row_bytes;
 	*job = NULL;
-	ret = dedup(s, ids, n, &m);
+	ret = dedup(s, ids, n, &p.m);
 	s->sc.o->memo = false;
 	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->mrows, m * sizeof(uint64_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->slots, m * sizeof(uint64_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->kind, m);
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->ptrs, m * sizeof(void *));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->midx, m * sizeof(uint32_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->pfl, m * sizeof(uint32_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->mbuf, rb);
-	if (!ret) /* the victims its placements may queue (see op_lookup) */
-		ret = wb_reserve(s, 2 * m);
+		ret = pf_reserve(s, &p);
 	if (ret)
 		return ret;
-	uniq = s->sc.o->uniq.p;
-	mrows = s->sc.o->mrows.p;
-	tops = s->sc.o->slots.p;
-	kind = s->sc.o->kind.p;
-	pend = s->sc.o->midx.p;
-	ptrs = s->sc.o->ptrs.p;
-	pfl = s->sc.o->pfl.p;
-	s->pf.rows += m;
-	/* 1. top-tier hits: touched and pinned for the batch */
-	probe_top(s, t, top, m, tops);
-	for (size_t i = 0; i < m; i++) {
-		uint64_t slot = tops[i];
-
-		if (slot == CACHE_NONE) {
-			top->st.misses++;
-			kind[i] = 0;
-			pend[np++] = (uint32_t)i;
-			continue;
-		}
-		s->pins.now++;
-		cache_touch_n(top, slot, s->pins.now, op_draws(s->sc.o, i));
-		cache_pin(top, slot, s->pins.bcur);
-		top->st.hits++;
-		kind[i] = top_kind;
-		ptrs[i] = cache_row(top, slot);
-		if (cache_is_pf(top, slot)) /* placed, not used yet */
-			pfl[npfl++] = (uint32_t)i;
-	}
-	/* 2. DDR hits (under an HBM tier): pinned, to be promoted; tops[i]
-	 * is the DDR slot meanwhile */
-	if (s->reg.has_hbm) {
-		for (size_t j = 0; j < np; j++)
-			tops[pend[j]] =
-			    cache_set_base(ddr, cache_key(t, uniq[pend[j]]));
-		for (size_t j = 0; j < np && j < PF_AHEAD; j++)
-			cache_prefetch_set(ddr, tops[pend[j]]);
-		for (size_t j = 0; j < np; j++) {
-			uint32_t i = pend[j];
-			uint64_t slot;
-
-			if (j + PF_AHEAD < np)
-				cache_prefetch_set(ddr,
-						   tops[pend[j + PF_AHEAD]]);
-			slot = cache_lookup_at(ddr, tops[i],
-					       cache_key(t, uniq[i]));
-			tops[i] = slot;
-			if (slot == CACHE_NONE) {
-				ddr->st.misses++;
-				continue;
-			}
-			ddr->st.hits++;
-			cache_pin(ddr, slot, s->pins.bcur);
-			kind[i] = K_DDR;
-		}
-	}
-	/* 3. in batch order: promotions, installs, rows to read */
-	for (size_t j = 0; j < np; j++) {
-		uint32_t i = pend[j];
-		uint64_t key = cache_key(t, uniq[i]);
-		uint8_t where;
-		int64_t at;
-
-		for (int st = 1; st <= 2; st++) {
-			size_t a = j + PF_AHEAD / (size_t)st;
-
-			if (a < np && kind[pend[a]] == K_DDR)
-				promote_ahead(s, top, ddr,
-					      cache_key(t, uniq[pend[a]]),
-					      tops[pend[a]], rb, st);
-		}
-		if (kind[i] == K_DDR) {
-			uint64_t slot = tops[i];
-
-			ret = place_row(s, key, cache_row(ddr, slot), rb, slot,
-					cache_dirty(ddr, slot), s->pins.bcur,
-					op_draws(s->sc.o, i), &where, &tops[i]);
-			if (ret)
-				return ret;
-			if ((where & ~K_CONFLICT) == K_HBM)
-				cache_mark_pf(&cl->hbm, tops[i]);
-			kind[i] = where == K_HBM ? K_HBM : 0;
-			if (kind[i]) {
-				ptrs[i] = cache_row(top, tops[i]);
-				pfl[npfl++] = i;
-			}
-			continue;
-		}
-		/* Evicted dirty, perhaps by this very prefetch: the queue
-		 * has the truth. Copied out, as placing may grow the queue. */
-		at = wb_find(s, key);
-		if (at >= 0) {
-			memcpy(s->sc.o->mbuf.p, wb_row(&s->wb, at), rb);
-			ret = pf_install(s, t, uniq[i], s->sc.o->mbuf.p, true,
-					 s->pins.bcur, &tops[i]);
-			if (ret)
-				return ret;
-		} else if (!tf_row_materialized(tb->tf, uniq[i])) {
-			tf_init_row_raw(tb->tf, uniq[i], s->sc.o->mbuf.p);
-			tb->st.rows_lazy++;
-			ret = pf_install(s, t, uniq[i], s->sc.o->mbuf.p, false,
-					 s->pins.bcur, &tops[i]);
-			if (ret)
-				return ret;
-		} else {
-			mrows[nm++] = uniq[i];
-			tops[i] = CACHE_NONE;
-		}
-		kind[i] = tops[i] == CACHE_NONE ? 0 : top_kind;
-		if (kind[i]) { /* placed with CACHE_PF */
-			ptrs[i] = cache_row(top, tops[i]);
-			pfl[npfl++] = i;
-		}
-	}
+	s->pf.rows += p.m;
+	pf_top_hits(&p);
+	if (s->reg.has_hbm)
+		pf_ddr_hits(&p);
+	ret = pf_misses(&p);
+	if (ret)
+		return ret;
 	/* The memo: every row in the top tier, pinned for the batch, and
 	 * the ones a prefetch placed and no operation used yet. */
-	s->sc.o->m = m;
+	s->sc.o->m = p.m;
 	s->sc.o->nbypass = 0;
 	memo_set(s, s->sc.o, t, s->pins.bcur);
 	if (s->sc.o->memo)
-		s->sc.o->npfl = npfl;
-	if (nm) {
-		struct pl_job *j = pl_job_new(PL_READ, tb->tf, t, nm, rb);
+		s->sc.o->npfl = p.npfl;
+	if (p.nm) {
+		struct pl_job *j = pl_job_new(PL_READ, p.tb->tf, t, p.nm, p.rb);
 
 		if (!j)
 			return -ENOMEM;
-		memcpy(j->rows, mrows, nm * sizeof(*mrows));
+		memcpy(j->rows, p.mrows, p.nm * sizeof(*p.mrows));
 		j->epoch = s->pins.bcur;
-		s->pf.reads += nm;
+		s->pf.reads += p.nm;
 		*job = j;
 	}
 	return 0;
