@@ -102,5 +102,7 @@ uint64_t tf_block_off(const et_tfile *tf, uint64_t b);
 uint32_t tf_block_rows(const et_tfile *tf, uint64_t b);
 int tf_block_check(const et_tfile *tf, uint64_t b, const unsigned char *buf);
 void tf_block_seal(const et_tfile *tf, uint64_t b, unsigned char *buf);
+/* ET_EROWRANGE unless every one of the n rows is in the table. */
+int tf_check_rows(const et_tfile *tf, const uint64_t *rows, size_t n);
 
 #endif

@@ -67,18 +67,26 @@ static int write_rows_zero_state(et_tfile *tf, const uint64_t *ids, uint64_t n,
 	return ret;
 }
 
-int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
-			 const float *in)
+/* Rows [first, first + n) given by in, row by row, through the
+ * read-modify-write path. */
+static int write_span(et_tfile *tf, uint64_t first, uint64_t n, const float *in)
 {
-	const struct tf_geom *g;
-	struct wr_slot slots[WR_SLOTS];
-	uint64_t b, bend, row_end;
-	uint32_t per_slot;
-	char *buf;
-	io_ctx *io;
-	int ret = 0;
+	uint64_t *ids = n ? mem_alloc(n * sizeof(*ids), 0) : NULL;
+	int ret;
 
-	err_clear();
+	if (n && !ids)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < n; i++)
+		ids[i] = first + i;
+	ret = n ? write_rows_zero_state(tf, ids, n, in) : 0;
+	mem_free(ids, n * sizeof(*ids), 0);
+	return ret;
+}
+
+/* The checks of et_tfile_write_range; 1 if there is nothing to do. */
+static int range_check(et_tfile *tf, uint64_t first, uint64_t n,
+		       const float *in)
+{
 	if (!tf || (n && !in))
 		return err_set(-EINVAL, "%s is NULL", !tf ? "tf" : "in");
 	if (tf->rdonly)
@@ -87,58 +95,92 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 		return err_set(-EBUSY,
 			       "the table's row log holds rows a "
 			       "store wrote: they would shadow the load");
-	g = &tf->g;
-	if (first >= g->rows || n > g->rows - first) {
-		if (n == 0 && first <= g->rows)
-			return 0;
+	if (first >= tf->g.rows || n > tf->g.rows - first) {
+		if (n == 0 && first <= tf->g.rows)
+			return 1;
 		return err_set(ET_EROWRANGE,
 			       "rows [%llu, %llu + %llu) past the table's %llu",
 			       (unsigned long long)first,
 			       (unsigned long long)first, (unsigned long long)n,
-			       (unsigned long long)g->rows);
+			       (unsigned long long)tf->g.rows);
 	}
-	row_end = first + n;
-	b = (first + g->rows_per_block - 1) / g->rows_per_block;
-	/* Whole blocks end where the range does, or at the file's end. */
-	bend = row_end == g->rows ? g->blocks : row_end / g->rows_per_block;
-	if (b >= bend) { /* no whole block: all partial */
-		uint64_t *ids = mem_alloc(n * sizeof(*ids), 0);
+	return 0;
+}
 
-		if (!ids)
-			return -ENOMEM;
-		for (uint64_t i = 0; i < n; i++)
-			ids[i] = first + i;
-		ret = write_rows_zero_state(tf, ids, n, in);
-		mem_free(ids, n * sizeof(*ids), 0);
-		return ret;
-	}
-	/* Head and tail rows outside whole blocks. */
-	{
-		uint64_t head = b * g->rows_per_block - first;
-		uint64_t tail_first = bend * g->rows_per_block;
-		uint64_t tail = tail_first < row_end ? row_end - tail_first : 0;
-		uint64_t m = head > tail ? head : tail;
-		uint64_t *ids = m ? mem_alloc(m * sizeof(*ids), 0) : NULL;
+/* Encodes the nb blocks from b of the load (rows from first at in) into
+ * sb, sealed. */
+static void wr_pack(et_tfile *tf, unsigned char *sb, uint64_t b, uint64_t nb,
+		    uint64_t first, const float *in)
+{
+	const struct tf_geom *g = &tf->g;
 
-		if (m && !ids)
-			return -ENOMEM;
-		for (uint64_t i = 0; i < head; i++)
-			ids[i] = first + i;
-		if (head)
-			ret = write_rows_zero_state(tf, ids, head, in);
-		for (uint64_t i = 0; !ret && i < tail; i++)
-			ids[i] = tail_first + i;
-		if (!ret && tail)
-			ret = write_rows_zero_state(
-			    tf, ids, tail, in + (tail_first - first) * g->dim);
-		mem_free(ids, m * sizeof(*ids), 0);
-		if (ret)
-			return ret;
+	for (uint64_t i = 0; i < nb; i++) {
+		unsigned char *blk = sb + i * g->block_size;
+		uint64_t r0 = (b + i) * g->rows_per_block;
+		uint32_t nr = tf_block_rows(tf, b + i);
+
+		for (uint32_t r = 0; r < nr; r++) {
+			unsigned char *row = blk + (size_t)r * g->row_bytes;
+
+			dtype_encode(g->dtype, in + (r0 + r - first) * g->dim,
+				     row, g->dim);
+			memset(row + g->value_bytes, 0, g->state_floats * 4);
+		}
+		/* only the padding: the rows were just written */
+		memset(blk + (size_t)nr * g->row_bytes, 0,
+		       g->block_size - (size_t)nr * g->row_bytes);
+		tf_block_seal(tf, b + i, blk);
 	}
+}
+
+/* Sends slot s's blocks (packed at sb) as one write, without waiting. */
+static int wr_send(et_tfile *tf, io_ctx *io, struct wr_slot *s,
+		   unsigned char *sb)
+{
+	int ret;
+
+	memset(&s->req, 0, sizeof(s->req));
+	s->req.op = IO_WRITE;
+	s->req.fd = tf->fd;
+	s->req.buf = sb;
+	s->req.len = (uint32_t)(s->nb * tf->g.block_size);
+	s->req.off = tf_block_off(tf, s->b0);
+	s->req.done = wr_done;
+	s->req.arg = s;
+	s->busy = true;
+	io_queue(io, &s->req);
+	ret = io_wait(io, 0); /* send now, don't wait */
+	return ret < 0 ? ret : 0;
+}
+
+/* Waits for slot s and retires its write. */
+static int wr_settle(et_tfile *tf, io_ctx *io, struct wr_slot *s, int ret)
+{
+	while (s->busy) {
+		int w = io_wait(io, 1);
+
+		if (w < 0)
+			return w;
+	}
+	if (s->nb)
+		ret = wr_retire(tf, s, ret);
+	s->nb = 0;
+	return ret;
+}
+
+/* Whole blocks [b, bend) of the load, WR_SLOTS writes in flight. */
+static int write_blocks(et_tfile *tf, uint64_t b, uint64_t bend, uint64_t first,
+			const float *in)
+{
+	const struct tf_geom *g = &tf->g;
+	struct wr_slot slots[WR_SLOTS];
+	uint32_t per_slot = WR_SLOT_BYTES / g->block_size;
+	io_ctx *io;
+	int ret;
+
 	ret = tf_io(tf, &io);
 	if (ret)
 		return ret;
-	per_slot = WR_SLOT_BYTES / g->block_size;
 	if (per_slot == 0)
 		per_slot = 1;
 	if (!tf->wr_buf) {
@@ -147,79 +189,59 @@ int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
 		if (!tf->wr_buf)
 			return -ENOMEM;
 	}
-	buf = tf->wr_buf;
 	memset(slots, 0, sizeof(slots));
-	for (unsigned k = 0; b < bend; k = (k + 1) % WR_SLOTS) {
+	for (unsigned k = 0; b < bend && !ret; k = (k + 1) % WR_SLOTS) {
 		struct wr_slot *s = &slots[k];
-		unsigned char *sb =
-		    (unsigned char *)buf + (size_t)k * per_slot * g->block_size;
+		unsigned char *sb = (unsigned char *)tf->wr_buf +
+				    (size_t)k * per_slot * g->block_size;
 
-		while (s->busy) {
-			int w = io_wait(io, 1);
-
-			if (w < 0) {
-				ret = w;
-				goto out_drain;
-			}
-		}
-		if (s->nb) {
-			ret = wr_retire(tf, s, ret);
-			s->nb = 0;
-			if (ret)
-				goto out_drain;
-		}
+		ret = wr_settle(tf, io, s, 0);
+		if (ret)
+			break;
 		s->b0 = b;
 		s->nb = bend - b < per_slot ? bend - b : per_slot;
-		for (uint64_t i = 0; i < s->nb; i++) {
-			unsigned char *blk = sb + i * g->block_size;
-			uint64_t r0 = (b + i) * g->rows_per_block;
-			uint32_t nr = tf_block_rows(tf, b + i);
-
-			for (uint32_t r = 0; r < nr; r++) {
-				unsigned char *row =
-				    blk + (size_t)r * g->row_bytes;
-
-				dtype_encode(g->dtype,
-					     in + (r0 + r - first) * g->dim,
-					     row, g->dim);
-				memset(row + g->value_bytes, 0,
-				       g->state_floats * 4);
-			}
-			/* only the padding: the rows were just written */
-			memset(blk + (size_t)nr * g->row_bytes, 0,
-			       g->block_size - (size_t)nr * g->row_bytes);
-			tf_block_seal(tf, b + i, blk);
-		}
-		memset(&s->req, 0, sizeof(s->req));
-		s->req.op = IO_WRITE;
-		s->req.fd = tf->fd;
-		s->req.buf = sb;
-		s->req.len = (uint32_t)(s->nb * g->block_size);
-		s->req.off = tf_block_off(tf, b);
-		s->req.done = wr_done;
-		s->req.arg = s;
-		s->busy = true;
-		io_queue(io, &s->req);
-		ret = io_wait(io, 0); /* send now, don't wait */
-		if (ret < 0)
-			goto out_drain;
-		ret = 0;
+		wr_pack(tf, sb, b, s->nb, first, in);
+		ret = wr_send(tf, io, s, sb);
 		b += s->nb;
 	}
-out_drain:
 	for (unsigned k = 0; k < WR_SLOTS; k++) {
-		while (slots[k].busy) {
-			int w = io_wait(io, 1);
+		int r = wr_settle(tf, io, &slots[k], ret);
 
-			if (w < 0) {
-				/* the ring itself failed: nothing more will
-				 * complete; the buffer must not be freed
-				 * under the kernel, so leak it */
-				return w;
-			}
-		}
-		if (slots[k].nb)
-			ret = wr_retire(tf, &slots[k], ret);
+		if (r < 0 && slots[k].busy)
+			return r; /* the ring failed: the buffer must not be
+				   * freed under the kernel, so leak it */
+		ret = r;
 	}
 	return ret;
+}
+
+int et_tfile_write_range(et_tfile *tf, uint64_t first, uint64_t n,
+			 const float *in)
+{
+	const struct tf_geom *g;
+	uint64_t b, bend, row_end, head, tail_first, tail;
+	int ret;
+
+	err_clear();
+	ret = range_check(tf, first, n, in);
+	if (ret)
+		return ret > 0 ? 0 : ret;
+	g = &tf->g;
+	row_end = first + n;
+	b = (first + g->rows_per_block - 1) / g->rows_per_block;
+	/* Whole blocks end where the range does, or at the file's end. */
+	bend = row_end == g->rows ? g->blocks : row_end / g->rows_per_block;
+	if (b >= bend) /* no whole block: all partial */
+		return write_span(tf, first, n, in);
+	/* Head and tail rows outside whole blocks. */
+	head = b * g->rows_per_block - first;
+	tail_first = bend * g->rows_per_block;
+	tail = tail_first < row_end ? row_end - tail_first : 0;
+	ret = write_span(tf, first, head, in);
+	if (!ret)
+		ret = write_span(tf, tail_first, tail,
+				 in + (tail_first - first) * g->dim);
+	if (ret)
+		return ret;
+	return write_blocks(tf, b, bend, first, in);
 }
