@@ -100,11 +100,22 @@ HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 MPI_SRCS := $(wildcard src/mpi/*.c)
 MPI_OBJS := $(MPI_SRCS:%.c=$(BUILD)/%.o)
 MPI_LIB := $(BUILD)/libembtier_mpi.a
+MPI_SONAME := libembtier_mpi.so.$(SOMAJOR)
+MPI_SHARED := $(BUILD)/libembtier_mpi.so.$(VERSION)
+MPI_PC := $(BUILD)/embtier_mpi.pc
 MPI_TRAIN_OBJS := $(TRAIN_SRCS:%.c=$(BUILD)/mpi-train/%.o) \
 	$(BUILD)/mpi-train/tools/train/mpi/dist.o
 MPI_TEST := $(BUILD)/tests/mpi/test_mpi
 ifeq ($(HAVE_MPI),1)
-MPI_ALL := $(MPI_LIB) $(BUILD)/embtier-train-mpi $(MPI_TEST)
+MPI_ALL := $(MPI_LIB) $(MPI_SHARED) $(MPI_PC) $(BUILD)/embtier-train-mpi $(MPI_TEST)
+# embtier_mpi.pc names MPI's own pkg-config module (Debian's mpi-c
+# alternative, Open MPI's ompi-c, MPICH's mpich), else Open MPI's flags
+MPI_PC_MODULE := $(firstword $(foreach p,mpi-c ompi-c mpich,$(shell \
+	$(PKG_CONFIG) --exists $(p) 2>/dev/null && echo $(p))))
+ifeq ($(MPI_PC_MODULE),)
+MPI_PC_CFLAGS := $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_PC_LIBS := $(shell $(MPICC) --showme:link 2>/dev/null)
+endif
 endif
 
 TEST_SRCS := $(wildcard tests/test_*.c)
@@ -259,7 +270,10 @@ $(STATIC): $(BUILD)/embtier.o
 check-link: lib ## Install to a scratch prefix; link a program through pkg-config, shared and -static, and run both
 	$(Q)BUILD=$(BUILD) scripts/check_link.sh
 
-check-symbols: $(STATIC) $(SHARED) ## Fail if the library exports a non-et_ symbol
+# libembtier_mpi (when built) may define its header's ETM_API functions,
+# all etm_, and every one of them.
+CHECK_MPI := $(if $(filter 1,$(HAVE_MPI)),1)
+check-symbols: $(STATIC) $(SHARED) $(if $(CHECK_MPI),$(MPI_LIB) $(MPI_SHARED)) ## Fail if a library exports a symbol outside its API (et_, etm_)
 	$(Q)bad=$$( { nm -D --defined-only $(SHARED); \
 		nm -g --defined-only $(STATIC); } | \
 		awk 'NF == 3 && $$3 !~ /^et_/ && \
@@ -267,7 +281,27 @@ check-symbols: $(STATIC) $(SHARED) ## Fail if the library exports a non-et_ symb
 	if [ -n "$$bad" ]; then \
 		echo "symbols outside the et_ API:" $$bad >&2; exit 1; \
 	fi; \
-	echo "check-symbols: $$(nm -D --defined-only $(SHARED) | grep -c ' et_') et_ symbols exported, nothing else"
+	msg="$$(nm -D --defined-only $(SHARED) | grep -c ' et_') et_ symbols exported by libembtier"; \
+	if [ -n "$(CHECK_MPI)" ]; then \
+		export LC_ALL=C; \
+		api=$$(sed -nE 's/^ETM_API[^(]*[ *]([A-Za-z0-9_]+)\(.*/\1/p' \
+			include/embtier_mpi.h | sort -u); \
+		so=$$(nm -D --defined-only $(MPI_SHARED) | awk 'NF == 3 && \
+			$$3 !~ /^(_init|_fini|__bss_start|_edata|_end)$$/ { print $$3 }' | sort -u); \
+		ar=$$(nm -g --defined-only $(MPI_LIB) | awk 'NF == 3 { print $$3 }' | sort -u); \
+		bad=$$(grep -v '^etm_' <<<"$$api"; \
+			comm -13 <(echo "$$api") <(printf '%s\n' "$$so" "$$ar" | sort -u)); \
+		if [ -n "$$bad" ]; then \
+			echo "symbols outside the etm_ API (include/embtier_mpi.h's ETM_API functions):" $$bad >&2; \
+			exit 1; \
+		fi; \
+		bad=$$(comm -23 <(echo "$$api") <(echo "$$so"); comm -23 <(echo "$$api") <(echo "$$ar")); \
+		if [ -n "$$bad" ]; then \
+			echo "declared ETM_API but not exported by libembtier_mpi:" $$bad >&2; exit 1; \
+		fi; \
+		msg="$$msg, $$(grep -c . <<<"$$so") etm_ by libembtier_mpi (its header's ETM_API functions)"; \
+	fi; \
+	echo "check-symbols: $$msg, nothing else"
 
 $(SHARED): $(LIB_OBJS)
 	$(call msg,LD,$@)
@@ -323,19 +357,47 @@ mpi: ## Build libembtier_mpi, embtier-train-mpi and the MPI test (needs mpicc)
 ifneq ($(HAVE_MPI),1)
 	@echo "mpi: $(MPICC) not found (Debian: openmpi-bin libopenmpi-dev)"; exit 1
 endif
-	$(Q)$(MAKE) -s --no-print-directory $(MPI_LIB) $(BUILD)/embtier-train-mpi $(MPI_TEST)
+	$(Q)$(MAKE) -s --no-print-directory $(MPI_LIB) $(MPI_SHARED) $(MPI_PC) \
+		$(BUILD)/embtier-train-mpi $(MPI_TEST)
 
 test-mpi: mpi ## Run the MPI tests at 1, 2 and 4 ranks (mpirun)
 	$(Q)BUILD=$(BUILD) MPIRUN=$(MPIRUN) tests/mpi/run.sh
 
-$(BUILD)/src/mpi/%.o: src/mpi/%.c
+# libembtier_mpi hides every symbol its header does not mark ETM_API, and
+# its archive is one object with the rest made local, as libembtier's
+$(BUILD)/src/mpi/%.o: src/mpi/%.c Makefile
 	$(call msg,MPICC,$<)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_CFLAGS) -DETM_BUILD -fvisibility=hidden \
+		$(CFLAGS) -c -o $@ $<
 
-$(MPI_LIB): $(MPI_OBJS)
+$(BUILD)/embtier_mpi.o: $(MPI_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(LD) -r -o $@.tmp $^
+	$(Q)$(OBJCOPY) --localize-hidden $@.tmp $@ && rm -f $@.tmp
+
+$(MPI_LIB): $(BUILD)/embtier_mpi.o
 	$(call msg,AR,$@)
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(MPI_SHARED): $(MPI_OBJS) $(SHARED)
+	$(call msg,LD,$@)
+	$(Q)OMPI_CC=$(CC) $(MPICC) -shared -Wl,-soname,$(MPI_SONAME) $(ET_LDFLAGS) \
+		$(LDFLAGS) -o $@ $(MPI_OBJS) -L$(BUILD) -lembtier -lm
+	$(Q)ln -sf libembtier_mpi.so.$(VERSION) $(BUILD)/$(MPI_SONAME)
+	$(Q)ln -sf $(MPI_SONAME) $(BUILD)/libembtier_mpi.so
+
+# Requires embtier and MPI: the header includes embtier.h and mpi.h, and
+# programs call both
+$(MPI_PC): Makefile FORCE
+	$(call msg,GEN,$@)
+	$(Q)mkdir -p $(BUILD)
+	$(Q)printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+		'Name: embtier_mpi' 'Description: embtier sharded over MPI ranks' \
+		'Version: $(VERSION)' \
+		'$(strip Requires: embtier $(MPI_PC_MODULE))' \
+		'$(strip Libs: -L$${libdir} -lembtier_mpi $(MPI_PC_LIBS))' \
+		'$(strip Cflags: -I$${includedir} $(MPI_PC_CFLAGS))' > $@
 
 $(BUILD)/mpi-train/%.o: %.c
 	$(call msg,MPICC,$<)
@@ -363,7 +425,7 @@ $(BUILD)/tests/%.o: tests/%.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(ET_CFLAGS) $(CMOCKA_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-install: all ## Install library, header, tools, embtier.pc (PREFIX, DESTDIR)
+install: all ## Install library, header, tools, embtier.pc; libembtier_mpi, its header and embtier_mpi.pc if built (PREFIX, DESTDIR)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
@@ -372,10 +434,20 @@ install: all ## Install library, header, tools, embtier.pc (PREFIX, DESTDIR)
 	install -m 644 include/embtier.h $(DESTDIR)$(INCDIR)/
 	install -m 644 $(BUILD)/embtier.pc $(DESTDIR)$(PKGDIR)/
 	install -m 755 $(TOOLS) $(BENCH) $(DESTDIR)$(BINDIR)/
+ifeq ($(HAVE_MPI),1)
+	install -m 644 $(MPI_LIB) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(MPI_SHARED) $(DESTDIR)$(LIBDIR)/
+	ln -sf libembtier_mpi.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(MPI_SONAME)
+	ln -sf $(MPI_SONAME) $(DESTDIR)$(LIBDIR)/libembtier_mpi.so
+	install -m 644 include/embtier_mpi.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(MPI_PC) $(DESTDIR)$(PKGDIR)/
+endif
 
 uninstall: ## Remove what install put in place
 	rm -f $(DESTDIR)$(LIBDIR)/libembtier.a $(DESTDIR)$(LIBDIR)/libembtier.so*
 	rm -f $(DESTDIR)$(INCDIR)/embtier.h $(DESTDIR)$(PKGDIR)/embtier.pc
+	rm -f $(DESTDIR)$(LIBDIR)/libembtier_mpi.a $(DESTDIR)$(LIBDIR)/libembtier_mpi.so*
+	rm -f $(DESTDIR)$(INCDIR)/embtier_mpi.h $(DESTDIR)$(PKGDIR)/embtier_mpi.pc
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
 C_SOURCES = include/*.h src/*.[ch] src/mpi/*.[ch] tools/*.[ch] tools/train/*.[ch] \

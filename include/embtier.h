@@ -118,6 +118,20 @@ ET_API const char *et_strerror(int err);
  */
 ET_API const char *et_errdetail(void);
 
+/*
+ * For libraries layered on this one (libembtier_mpi): makes the calling
+ * thread's et_errdetail() the printf-style fmt (truncated to 255 bytes;
+ * fmt NULL makes it "") and returns code, which is not checked: such a
+ * library's functions clear the detail on entry and fail with
+ * `return et_error_set(code, "...", ...)` as this one's do. Changes
+ * nothing else.
+ */
+ET_API int et_error_set(int code, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* ------------------------------------------------------------ table files */
 
 /* Storage type of a row's values. The API always speaks f32; conversion to

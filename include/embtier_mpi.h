@@ -41,9 +41,18 @@
  *
  * Every function is collective over the communicator unless it says
  * otherwise: all ranks call it, in the same order, with the same table
- * arguments. Functions return 0 or a negative errno / embtier code
- * (et_strerror explains it); the error is the same on every rank where
- * it says so, otherwise a caller should MPI_Abort on error.
+ * arguments.
+ *
+ * embtier.h's conventions hold here too. A function returns 0, a negative
+ * errno, one of embtier.h's codes or one of the ETM_E codes below
+ * (etm_strerror() explains any of them). Every function that can fail
+ * clears et_errdetail() on entry, and a bad argument, or a checkpoint it
+ * refuses, says there why (the argument, or the rank, step and rule; paths
+ * are named by their argument, dir or src, never quoted). A collective
+ * function's error is the same on every rank, and so is its detail: that
+ * of the lowest rank that met the error, or, if that rank left none and
+ * there are several, "rank R: " and etm_strerror()'s message. Only where
+ * a function says so may ranks differ; then a caller should MPI_Abort.
  */
 #ifndef EMBTIER_MPI_H
 #define EMBTIER_MPI_H
@@ -60,6 +69,50 @@
 extern "C" {
 #endif
 
+/*
+ * ETM_API marks what libembtier_mpi exports, as ET_API does for
+ * libembtier: the library is built with -fvisibility=hidden and ETM_BUILD
+ * defined, so that nothing but the functions declared here is visible to
+ * the dynamic linker, and libembtier_mpi.a defines no global symbol
+ * outside them either (make check-symbols). For callers ETM_API is empty.
+ */
+#if defined(ETM_BUILD) && defined(__GNUC__)
+#define ETM_API __attribute__((visibility("default")))
+#else
+#define ETM_API
+#endif
+
+/* ------------------------------------------------------------------ errors */
+
+/*
+ * libembtier_mpi's own codes lie in [ETM_ERR_LAST, ETM_ERR_BASE],
+ * contiguous, from -31001 down: below embtier.h's [ET_ERR_LAST,
+ * ET_ERR_BASE] (from -30901 down; libembtier keeps its codes above
+ * ETM_ERR_BASE, and this library's build fails if it ever does not), so
+ * the two never collide, and far outside errno's -4095..-1.
+ * ETM_ERR_BASE itself is not a code.
+ */
+enum {
+	ETM_ERR_BASE = -31000,
+	ETM_ENRANKS = -31001, /* the global checkpoint was written by another
+			       * rank count than the communicator's: resume
+			       * at that count, or continue it in a new
+			       * directory with etm_reshard */
+	ETM_ETORN = -31002,   /* the ranks' stores do not all hold the step
+			       * the global checkpoint record names (a crash
+			       * between the ranks' commits, or a shard
+			       * written and closed past it): a store keeps
+			       * only its last checkpoint, so it can be
+			       * neither resumed nor resharded */
+	ETM_ERR_LAST = -31002,
+};
+
+/* A message for any code this library returns: its own, embtier.h's (as
+ * et_strerror) or a negated errno. Static, valid forever. Not collective. */
+ETM_API const char *etm_strerror(int err);
+
+/* ----------------------------------------------------------------- stores */
+
 typedef struct etm etm;
 
 typedef enum etm_plan {
@@ -75,39 +128,42 @@ struct etm_table_spec {
 };
 
 /* etm_open flag: the shard directories must exist and the global
- * checkpoint record must say this rank count (else ET_ECONFIG, on every
+ * checkpoint record must say this rank count (else ETM_ENRANKS, on every
  * rank, before anything is created). A checkpoint of another rank count
  * is continued with etm_reshard. */
 #define ETM_OPEN_RESUME 0x1u
 
 /*
  * Opens rank R's store in dir/rank-R (creating dir and it unless
- * ETM_OPEN_RESUME). cfg is each rank's own tiers. comm is duplicated.
+ * ETM_OPEN_RESUME). cfg is each rank's own tiers (NULL: the defaults,
+ * as for et_store_open). comm is duplicated.
  */
-int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
-	     unsigned flags, etm **out);
+ETM_API int etm_open(MPI_Comm comm, const char *dir,
+		     const struct et_store_config *cfg, unsigned flags,
+		     etm **out);
 
 /* Closes the local store (et_store_close) and frees m. Not collective.
  * NULL is harmless. */
-int etm_close(etm *m);
+ETM_API int etm_close(etm *m);
 
 /*
  * Declares the model's n tables (1..4096) and creates (create) or opens
  * the local shard of each: a table-wise table only on its owner, a
  * row-wise one on every rank. Called once, after etm_open.
  */
-int etm_tables(etm *m, const struct etm_table_spec *spec, int n, bool create);
+ETM_API int etm_tables(etm *m, const struct etm_table_spec *spec, int n,
+		       bool create);
 
 /* Not collective. */
-int etm_rank(const etm *m);
-int etm_nranks(const etm *m);
-et_store *etm_store(etm *m); /* the local store */
+ETM_API int etm_rank(const etm *m);
+ETM_API int etm_nranks(const etm *m);
+ETM_API et_store *etm_store(etm *m); /* the local store */
 /* The local store's table id of table t, or -1 if this rank holds none. */
-int etm_local_table(const etm *m, int t);
+ETM_API int etm_local_table(const etm *m, int t);
 /* Owner of row id of table t. */
-int etm_owner(const etm *m, int t, uint64_t id);
+ETM_API int etm_owner(const etm *m, int t, uint64_t id);
 /* Rows of table t this rank owns. */
-uint64_t etm_owned_rows(const etm *m, int t);
+ETM_API uint64_t etm_owned_rows(const etm *m, int t);
 
 /* One table's bags of the local batch (as for et_gather_pooled). */
 struct etm_bags {
@@ -122,7 +178,7 @@ struct etm_bags {
  * then calls et_prefetch with all the rows it received. The buffers are
  * copied.
  */
-int etm_send_ids(etm *m, const struct etm_bags *bags, bool prefetch);
+ETM_API int etm_send_ids(etm *m, const struct etm_bags *bags, bool prefetch);
 
 /*
  * Pooled bags of every table: out[t] receives bags[t].nbags x dim f32.
@@ -130,23 +186,23 @@ int etm_send_ids(etm *m, const struct etm_bags *bags, bool prefetch);
  * travel once); else the ids go now, and are not prefetched. mode is
  * the pooling of every table.
  */
-int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
-		float *const *out);
+ETM_API int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
+			float *const *out);
 
 /*
  * The backward of the last etm_forward: grads[t] holds nbags x dim f32
  * per table, the gradient of each pooled bag. Owners apply them with
  * et_update_pooled.
  */
-int etm_backward(etm *m, const float *const *grads,
-		 const struct et_update_params *up);
+ETM_API int etm_backward(etm *m, const float *const *grads,
+			 const struct et_update_params *up);
 
 /*
  * The ids of table t this rank owns in the batch of the last etm_forward,
  * in the order its store saw them (global sample order). Valid until the
  * next etm_forward or etm_send_ids. Not collective.
  */
-int etm_owned_ids(const etm *m, int t, const uint64_t **ids, size_t *n);
+ETM_API int etm_owned_ids(const etm *m, int t, const uint64_t **ids, size_t *n);
 
 /*
  * Replaces buf (n floats, the same n on every rank) by the sum of every
@@ -154,7 +210,7 @@ int etm_owned_ids(const etm *m, int t, const uint64_t **ids, size_t *n);
  * chunk summed along a balanced binary tree over ranks in rank order
  * (split at lo + (hi - lo) / 2), so the bits depend on the buffers only.
  */
-int etm_allreduce(etm *m, float *buf, size_t n);
+ETM_API int etm_allreduce(etm *m, float *buf, size_t n);
 
 /* Bytes this rank sent to other ranks (its own share excluded), and the
  * analytic minimum of the same traffic: 8 bytes per id sent to a remote
@@ -171,7 +227,7 @@ struct etm_traffic {
 };
 
 /* Not collective. */
-void etm_get_traffic(const etm *m, struct etm_traffic *t);
+ETM_API void etm_get_traffic(const etm *m, struct etm_traffic *t);
 
 /*
  * A checkpoint of all ranks, committed by all or none: each rank makes an
@@ -179,29 +235,32 @@ void etm_get_traffic(const etm *m, struct etm_traffic *t);
  * once every rank has, rank 0 writes (atomically) the global record
  * dir/etm-checkpoint naming step and the rank count. A crash before that
  * leaves the previous global record, and etm_checkpoint_read refuses the
- * ranks whose store went past it.
+ * ranks whose store went past it (ETM_ETORN).
  */
-int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len);
+ETM_API int etm_checkpoint(etm *m, uint64_t step, const void *dense,
+			   size_t len);
 
 /*
  * The last global checkpoint: *step, and this rank's dense state in *dense
- * (malloc()ed, free() it) of *len bytes. Every rank gets the same verdict:
- * -ENOENT if there is none, ET_ECONFIG if it was written by another rank
- * count, ET_EMISMATCH if some rank's store holds another step (a crash
- * between a rank's commit and the global record; stores keep only their
- * last checkpoint, so such a run cannot be resumed). On error a message
- * saying which is in msg (if non-NULL, msglen bytes).
+ * (malloc()ed, free() it) of *len bytes. Every rank gets the same verdict,
+ * and the same et_errdetail() saying which: -ENOENT if there is none,
+ * ETM_ENRANKS if it was written by another rank count, ETM_ETORN if some
+ * rank's store holds another step or none (a crash between a rank's
+ * commit and the global record; stores keep only their last checkpoint,
+ * so such a run cannot be resumed), ET_EHDRSUM if the global record is
+ * damaged, ET_EHEADER if a rank's store checkpoint is not a shard of this
+ * model's. On error *dense is NULL.
  */
-int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
-			char *msg, size_t msglen);
+ETM_API int etm_checkpoint_read(etm *m, uint64_t *step, void **dense,
+				size_t *len);
 
 /*
- * Reshards: makes the sharded store in dir, at this communicator's rank
- * count and with the plans of spec, from the last global checkpoint of
- * the sharded store in src, written at any rank count with any plans;
- * or from the last checkpoint of a plain store (src opened with
- * et_store_open, no MPI; its dense state is handed over whole, as rank 0
- * of 1), so that a run started on one process goes on over many.
+ * Reshards: makes the sharded store in opts->dir, at this communicator's
+ * rank count and with the plans of opts->spec, from the last global
+ * checkpoint of the sharded store in opts->src, written at any rank count
+ * with any plans; or from the last checkpoint of a plain store (src opened
+ * with et_store_open, no MPI; its dense state is handed over whole, as
+ * rank 0 of 1), so that a run started on one process goes on over many.
  * Every row a shard of src holds a value for (as of that checkpoint:
  * values and optimizer state, bit for bit) is written to its new owner's
  * store (et_write_rows_state); other rows stay lazy, and read as the
@@ -214,25 +273,26 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
  * (13 to 20 bytes a logged row, plus 8 for a sorted copy of its ids).
  *
  * Once the old ranks' dense states are read (info->dense[r], without
- * etm's shard header, on every rank), check (if non-NULL) is called on
- * every rank, before anything is made: a non-zero return refuses the
- * reshard with it (and the message it wrote). On success *out is open as
- * by etm_open and etm_tables, with nothing committed: the caller makes
- * each rank's dense state from the old ranks' and commits with
- * etm_checkpoint(*out, info->step, ...); until then dir holds no global
- * record and a resume from it is refused.
+ * etm's shard header, on every rank), opts->check (if non-NULL) is called
+ * on every rank, before anything is made: a non-zero return refuses the
+ * reshard with it, and with the et_errdetail() it left (say why with
+ * et_error_set). On success *out is open as by etm_open and etm_tables,
+ * with nothing committed: the caller makes each rank's dense state from
+ * the old ranks' and commits with etm_checkpoint(*out, info->step, ...);
+ * until then dir holds no global record and a resume from it is refused.
  *
- * Refused on every rank, with the reason in msg (if non-NULL), before
+ * Refused on every rank, with the reason in et_errdetail(), before
  * anything is made: src without a global record (-ENOENT) or with a
- * damaged one (ET_EHDRSUM), a shard that is not one of it (ET_EHEADER) or
- * that committed another step, or closed cleanly past it (ET_EMISMATCH),
- * a table of spec in no shard of src, or with another shape, storage type,
- * optimizer or initializer (spec's zeros taken as et_table_params'
- * defaults; ET_EMISMATCH), dir not empty (-EEXIST), check's verdict.
- * After the copy: a shard of src that committed meanwhile (a run still
- * using it: ET_EMISMATCH), and I/O errors; dir is then left made, without
- * a global record, and must be removed before another try. Free info with
- * etm_reshard_free.
+ * damaged one (ET_EHDRSUM), a shard that is not one of it (ET_EHEADER),
+ * a shard that committed another step or none, or was closed cleanly past
+ * it (ETM_ETORN), a table of spec in no shard of src, or with another
+ * shape, storage type, optimizer or initializer (spec's zeros taken as
+ * et_table_params' defaults; ET_EMISMATCH), dir not empty (-EEXIST),
+ * check's verdict. After the copy: a shard of src that committed
+ * meanwhile (a run still using it: ET_EMISMATCH), and I/O errors; dir is
+ * then left made, without a global record, and must be removed before
+ * another try. Free info with etm_reshard_free after a success; after
+ * a failure it holds nothing to free.
  */
 struct etm_reshard_info {
 	uint64_t step;	/* of src's last global checkpoint (plain: the
@@ -246,18 +306,30 @@ struct etm_reshard_info {
 	double seconds; /* this rank's copy */
 };
 
-typedef int (*etm_reshard_check)(void *arg, const struct etm_reshard_info *info,
-				 char *msg, size_t msglen);
+/* opts->check: 0 lets the reshard go on; anything else refuses it. */
+typedef int (*etm_reshard_check)(void *arg,
+				 const struct etm_reshard_info *info);
 
-int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
-		const struct et_store_config *cfg,
-		const struct etm_table_spec *spec, int n,
-		etm_reshard_check check, void *arg,
-		struct etm_reshard_info *info, char *msg, size_t msglen,
-		etm **out);
+/* What etm_reshard makes, and from what. Zero fields other than the
+ * required ones take the defaults shown. */
+struct etm_reshard_opts {
+	const char *src;		   /* the old store (required) */
+	const char *dir;		   /* the new one (required) */
+	const struct etm_table_spec *spec; /* the model's tables, with their
+					    * new plans (required) */
+	int ntables;			   /* of spec: 1..4096 (required) */
+	const struct et_store_config *cfg; /* each rank's tiers, as for
+					    * etm_open; NULL: the
+					    * defaults */
+	etm_reshard_check check;	   /* NULL: none */
+	void *check_arg;		   /* check's first argument */
+};
+
+ETM_API int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
+			struct etm_reshard_info *info, etm **out);
 
 /* Frees what etm_reshard put in info (not info). Not collective. */
-void etm_reshard_free(struct etm_reshard_info *info);
+ETM_API void etm_reshard_free(struct etm_reshard_info *info);
 
 #ifdef __cplusplus
 }

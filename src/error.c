@@ -28,6 +28,20 @@ int err_set(int code, const char *fmt, ...)
 	return code;
 }
 
+int et_error_set(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!fmt) {
+		err_clear();
+		return code;
+	}
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof(detail), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
 const char *et_errdetail(void)
 {
 	return detail;

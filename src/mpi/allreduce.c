@@ -49,14 +49,16 @@ int etm_allreduce(etm *m, float *buf, size_t n)
 	size_t mine;
 	float *part;
 
+	et_error_set(0, NULL);
 	if (!m || (!buf && n))
-		return -EINVAL;
+		return et_error_set(-EINVAL, "%s NULL",
+				    m ? "buf (with n > 0)" : "m");
 	nr = m->nranks;
 	me = m->rank;
+	if (n > INT32_MAX / 2)
+		return et_error_set(-E2BIG, "n %zu > %d", n, INT32_MAX / 2);
 	if (nr == 1 || !n)
 		return 0;
-	if (n > INT32_MAX / 2)
-		return -E2BIG;
 	mine = chunk_start(n, me + 1, nr) - chunk_start(n, me, nr);
 	ret = etm_vec_reserve(&m->rbuf, (mine * nr + 1) * sizeof(float));
 	ret = etm_agree(m, ret);
@@ -72,12 +74,12 @@ int etm_allreduce(etm *m, float *buf, size_t n)
 	}
 	if (MPI_Alltoallv(buf, m->scount, m->sdispl, MPI_FLOAT, part, m->rcount,
 			  m->rdispl, MPI_FLOAT, m->comm) != MPI_SUCCESS)
-		return -EIO;
+		return et_error_set(-EIO, "MPI_Alltoallv failed");
 	tree_sum(part, mine, 0, nr);
 	memcpy(buf + chunk_start(n, me, nr), part, mine * sizeof(float));
 	if (MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, m->scount,
 			   m->sdispl, MPI_FLOAT, m->comm) != MPI_SUCCESS)
-		return -EIO;
+		return et_error_set(-EIO, "MPI_Allgatherv failed");
 	m->traffic.reduce +=
 	    (uint64_t)(n - mine + (size_t)(nr - 1) * mine) * sizeof(float);
 	m->traffic.min_reduce +=

@@ -76,8 +76,27 @@ struct etm {
 	struct etm_traffic traffic;
 };
 
-/* The same error on every rank: the most negative of the ranks' ret. */
+/*
+ * The same error on every rank: the most negative of the ranks' ret, and
+ * the same et_errdetail(), that of the lowest rank with that error (or,
+ * if it left none and there are several ranks, "rank R: " and
+ * etm_strerror()'s message). Collective over comm.
+ */
+int etm_agree_comm(MPI_Comm comm, int ret);
 int etm_agree(etm *m, int ret);
+
+/* Bytes of et_errdetail(), its terminating 0 included. */
+#define ETM_DETAIL_BYTES 256
+
+/* A copy of et_errdetail(), kept across calls that clear it (closing a
+ * store on the way out of a failure). */
+struct etm_detail {
+	char s[ETM_DETAIL_BYTES];
+};
+
+void etm_detail_save(struct etm_detail *d);
+/* Sets et_errdetail() back to d and returns ret. */
+int etm_detail_restore(const struct etm_detail *d, int ret);
 
 /* What etm_checkpoint puts before the caller's dense state in a rank's
  * store checkpoint. */
@@ -88,7 +107,8 @@ struct shard_hdr {
 	uint64_t step;
 };
 
-/* dir's global checkpoint record: 0, -ENOENT or ET_EHDRSUM. */
+/* dir's global checkpoint record: 0, -ENOENT (or another negated errno)
+ * or ET_EHDRSUM. Sets no detail. */
 int etm_global_read(const char *dir, uint32_t *nranks, uint64_t *step);
 /* Table-wise owners of the tables (-1 for a row-wise one). */
 int etm_place(const struct etm_table_spec *spec, int n, int nranks, int *owner);

@@ -57,17 +57,35 @@ static int route_table(etm *m, int t, struct etm_rt_table *rt,
 	uint64_t *gids;
 	int ret;
 
-	if (!b->offsets || b->offsets[0] != 0 || b->nbags >= UINT32_MAX)
-		return -EINVAL;
+	if (!b->offsets)
+		return et_error_set(-EINVAL, "bags[%d].offsets NULL", t);
+	if (b->nbags >= UINT32_MAX)
+		return et_error_set(-E2BIG, "bags[%d].nbags %zu >= 2^32", t,
+				    b->nbags);
+	if (b->offsets[0] != 0)
+		return et_error_set(-EINVAL,
+				    "bags[%d].offsets[0] %llu is not 0", t,
+				    (unsigned long long)b->offsets[0]);
 	for (size_t k = 0; k < b->nbags; k++)
 		if (b->offsets[k + 1] < b->offsets[k])
-			return -EINVAL;
+			return et_error_set(
+			    -EINVAL,
+			    "bags[%d].offsets[%zu] %llu < offsets[%zu] %llu", t,
+			    k + 1, (unsigned long long)b->offsets[k + 1], k,
+			    (unsigned long long)b->offsets[k]);
 	n = b->offsets[b->nbags];
-	if (n >= UINT32_MAX || (n && !b->ids))
-		return -EINVAL;
+	if (n >= UINT32_MAX)
+		return et_error_set(-E2BIG, "bags[%d]: %zu ids >= 2^32", t, n);
+	if (n && !b->ids)
+		return et_error_set(-EINVAL, "bags[%d].ids NULL with %zu ids",
+				    t, n);
 	for (size_t i = 0; i < n; i++)
 		if (b->ids[i] >= m->tbl[t].rows)
-			return ET_EROWRANGE;
+			return et_error_set(
+			    ET_EROWRANGE,
+			    "bags[%d].ids[%zu] %llu >= rows %llu of table %d",
+			    t, i, (unsigned long long)b->ids[i],
+			    (unsigned long long)m->tbl[t].rows, t);
 	ret = etm_vec_reserve(&rt->offsets, (b->nbags + 1) * sizeof(uint64_t));
 	if (!ret)
 		ret = etm_vec_reserve(&rt->sub_bag, (n + 1) * sizeof(uint32_t));
@@ -147,11 +165,14 @@ static int displs(const int *count, int *displ, int n, size_t *total)
 {
 	size_t s = 0;
 
+	*total = 0;
 	for (int i = 0; i < n; i++) {
 		displ[i] = (int)s;
 		s += (size_t)count[i];
 		if (s > INT32_MAX)
-			return -E2BIG;
+			return et_error_set(-E2BIG, "a step's messages exceed "
+						    "2^31 bytes: smaller "
+						    "batches");
 	}
 	*total = s;
 	return 0;
@@ -163,7 +184,7 @@ static int alltoallv(etm *m)
 			     m->rbuf.p, m->rcount, m->rdispl, MPI_BYTE,
 			     m->comm) == MPI_SUCCESS
 		   ? 0
-		   : -EIO;
+		   : et_error_set(-EIO, "MPI_Alltoallv failed");
 }
 
 /* Size of table t's ids section for owner d. */
@@ -244,7 +265,10 @@ static int exchange_ids(etm *m, struct etm_route *r,
 			if (serves(m, t, d))
 				s += ids_bytes(m, &r->t[t], d);
 		if (s > INT32_MAX)
-			ret = -E2BIG;
+			ret = et_error_set(-E2BIG,
+					   "the ids for rank %d exceed 2^31 "
+					   "bytes: smaller batches",
+					   d);
 		m->scount[d] = (int)s;
 	}
 	ret = etm_agree(m, ret);
@@ -252,7 +276,7 @@ static int exchange_ids(etm *m, struct etm_route *r,
 		return ret;
 	if (MPI_Alltoall(m->scount, 1, MPI_INT, m->rcount, 1, MPI_INT,
 			 m->comm) != MPI_SUCCESS)
-		return -EIO;
+		return et_error_set(-EIO, "MPI_Alltoall failed");
 	tr->meta += 4 * (uint64_t)(nr - 1);
 	ret = displs(m->scount, m->sdispl, nr, &stotal);
 	if (!ret)
@@ -319,6 +343,11 @@ static int exchange_ids(etm *m, struct etm_route *r,
 				ret = take_ids(m, &r->t[t], s, &p, end);
 		if (!ret && p != end)
 			ret = -EPROTO;
+		if (ret == -EPROTO)
+			et_error_set(ret,
+				     "rank %d's ids message to rank %d is "
+				     "malformed",
+				     s, m->rank);
 	}
 	ret = etm_agree(m, ret);
 	if (!ret)
@@ -333,8 +362,12 @@ int etm_send_ids(etm *m, const struct etm_bags *bags, bool prefetch)
 	size_t npf = 0;
 	int ret;
 
-	if (!m || !bags || !m->tbl)
-		return -EINVAL;
+	et_error_set(0, NULL);
+	if (!m || !bags)
+		return et_error_set(-EINVAL, "%s NULL", m ? "bags" : "m");
+	if (!m->tbl)
+		return et_error_set(-EINVAL,
+				    "no tables: call etm_tables first");
 	r = &m->route[m->next];
 	ret = exchange_ids(m, r, bags);
 	if (ret || !prefetch)
@@ -451,9 +484,17 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 	size_t *at, *cur, stotal, rtotal;
 	float **base;
 
-	if (!m || !out || !m->tbl ||
-	    (mode != ET_POOL_SUM && mode != ET_POOL_MEAN))
-		return -EINVAL;
+	et_error_set(0, NULL);
+	if (!m || !out)
+		return et_error_set(-EINVAL, "%s NULL", m ? "out" : "m");
+	if (!m->tbl)
+		return et_error_set(-EINVAL,
+				    "no tables: call etm_tables first");
+	if (mode != ET_POOL_SUM && mode != ET_POOL_MEAN)
+		return et_error_set(-EINVAL,
+				    "mode %d is neither ET_POOL_SUM nor "
+				    "ET_POOL_MEAN",
+				    (int)mode);
 	tr = &m->traffic;
 	if (bags) {
 		ret = exchange_ids(m, &m->route[m->spare], bags);
@@ -463,8 +504,10 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 		m->cur = m->spare;
 		m->spare = tmp;
 	} else {
-		if (!m->route[m->next].valid)
-			return -EINVAL; /* the same on every rank */
+		if (!m->route[m->next].valid) /* the same on every rank */
+			return et_error_set(-EINVAL,
+					    "bags NULL, but no etm_send_ids "
+					    "since the last etm_forward");
 		tmp = m->cur;
 		m->cur = m->next;
 		m->next = tmp;
@@ -579,8 +622,15 @@ int etm_backward(etm *m, const float *const *grads,
 	struct etm_route *r;
 	size_t *cur = NULL, stotal, rtotal, total = 0;
 
-	if (!m || !grads || !up || !m->tbl || !m->route[m->cur].valid)
-		return -EINVAL;
+	et_error_set(0, NULL);
+	if (!m || !grads || !up)
+		return et_error_set(-EINVAL, "%s NULL",
+				    !m	     ? "m"
+				    : !grads ? "grads"
+					     : "up");
+	if (!m->tbl || !m->route[m->cur].valid)
+		return et_error_set(-EINVAL,
+				    "no etm_forward to go back through");
 	tr = &m->traffic;
 	r = &m->route[m->cur];
 	for (int d = 0; d < nr; d++) {
@@ -695,8 +745,15 @@ int etm_owned_ids(const etm *m, int t, const uint64_t **ids, size_t *n)
 {
 	const struct etm_route *r;
 
-	if (!m || t < 0 || t >= m->ntables || !ids || !n)
-		return -EINVAL;
+	et_error_set(0, NULL);
+	if (!m || !ids || !n)
+		return et_error_set(-EINVAL, "%s NULL",
+				    !m	   ? "m"
+				    : !ids ? "ids"
+					   : "n");
+	if (t < 0 || t >= m->ntables)
+		return et_error_set(-EINVAL, "t %d out of range 0..%d", t,
+				    m->ntables - 1);
 	r = &m->route[m->cur];
 	if (!r->valid || m->tbl[t].local < 0) {
 		*ids = NULL;

@@ -39,7 +39,6 @@
 #include "etm_impl.h"
 
 #define MAX_TABLES  4096
-#define MSG_BYTES   9000       /* two paths and the words */
 #define CHUNK_BYTES (8u << 20) /* rows copied per round, at most */
 
 struct rs {
@@ -58,7 +57,6 @@ struct rs {
 	float *vals, *state;
 	size_t ids_cap, vals_cap, state_cap; /* elements */
 	uint8_t *holds; /* [n x old]: shard r has table t's file */
-	char msg[MSG_BYTES];
 };
 
 static double now(void)
@@ -70,23 +68,24 @@ static double now(void)
 }
 
 /*
- * The same verdict on every rank: the most negative ret, with the message
- * of the lowest rank that has it.
+ * The same verdict on every rank: the most negative ret, with the
+ * et_errdetail() of the lowest rank that has it. Details name src, dir
+ * and the shards by those words, never by path (as et_errdetail's do).
  */
 static int agree(struct rs *x, int ret)
 {
-	int all = ret, who;
+	return etm_agree_comm(x->comm, ret);
+}
 
-	MPI_Allreduce(&ret, &all, 1, MPI_INT, MPI_MIN, x->comm);
-	if (!all)
-		return 0;
-	who = ret == all ? x->rank : INT_MAX;
-	MPI_Allreduce(MPI_IN_PLACE, &who, 1, MPI_INT, MPI_MIN, x->comm);
-	if (ret == all && x->rank == who && !x->msg[0])
-		snprintf(x->msg, sizeof(x->msg), "%s", et_strerror(ret));
-	MPI_Bcast(x->msg, sizeof(x->msg), MPI_CHAR, who, x->comm);
-	x->msg[sizeof(x->msg) - 1] = 0;
-	return all;
+/* ret, with what the failed call said (its detail, else its message) led
+ * by what was being done. */
+static int failed(int ret, const char *what)
+{
+	struct etm_detail d;
+
+	etm_detail_save(&d);
+	return et_error_set(ret, "%s: %s", what,
+			    d.s[0] ? d.s : etm_strerror(ret));
 }
 
 /* Old shard r's directory, or its file of table name; a plain store is
@@ -115,19 +114,20 @@ static int check_fresh(struct rs *x)
 	int ret = 0;
 
 	if (stat(x->dir, &st))
-		return errno == ENOENT ? 0 : -errno;
+		return errno == ENOENT
+			   ? 0
+			   : et_error_set(-errno, "dir: %s", strerror(errno));
 	d = opendir(x->dir);
 	if (!d)
-		return -errno;
+		return et_error_set(-errno, "dir: %s", strerror(errno));
 	while ((e = readdir(d)))
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
 			ret = -EEXIST;
 	closedir(d);
 	if (ret)
-		snprintf(x->msg, sizeof(x->msg),
-			 "%s is not empty: a reshard makes a new sharded "
-			 "store (remove what a failed one left)",
-			 x->dir);
+		et_error_set(ret, "dir is not empty: a reshard makes a new "
+				  "sharded store (remove what a failed one "
+				  "left)");
 	return ret;
 }
 
@@ -144,10 +144,10 @@ static int check_still(struct rs *x, int r)
 	if (!ret && ci.commit != x->commit[r])
 		ret = ET_EMISMATCH;
 	if (ret)
-		snprintf(x->msg, sizeof(x->msg),
-			 "rank %d's store of %s changed while it was being "
-			 "read: is a run still using it?",
-			 r, x->src);
+		et_error_set(ret,
+			     "rank %d's store of src changed while it was "
+			     "being read: is a run still using it?",
+			     r);
 	return ret;
 }
 
@@ -165,9 +165,10 @@ static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 	if (!ret)
 		ret = et_checkpoint_read_dir(sub, &ci, &blob, &blen);
 	if (ret) {
-		snprintf(x->msg, sizeof(x->msg), "%s: %s", sub,
-			 et_strerror(ret));
-		return ret;
+		char what[64];
+
+		snprintf(what, sizeof(what), "src's rank %d", r);
+		return failed(ret, what);
 	}
 	memset(&h, 0, sizeof(h));
 	if (blen >= sizeof(h))
@@ -179,33 +180,29 @@ static int check_shard(struct rs *x, int r, uint64_t step, void **dense,
 		h.step = step;
 	}
 	if (!ci.id) {
-		ret = ET_EMISMATCH;
-		snprintf(x->msg, sizeof(x->msg),
-			 "rank %d's store has no checkpoint but the global "
-			 "record says step %llu",
-			 r, (unsigned long long)step);
+		ret = et_error_set(ETM_ETORN,
+				   "src's rank %d has no checkpoint but the "
+				   "global record says step %llu",
+				   r, (unsigned long long)step);
 	} else if (memcmp(h.magic, SHARD_MAGIC, 8) || h.rank != (uint32_t)r ||
 		   h.nranks != (uint32_t)x->old) {
-		ret = ET_EHEADER;
-		snprintf(x->msg, sizeof(x->msg),
-			 "%s: its checkpoint is not rank %d of %d of a "
-			 "sharded store",
-			 sub, r, x->old);
+		ret = et_error_set(ET_EHEADER,
+				   "src's rank %d: its checkpoint is not rank "
+				   "%d of %d of a sharded store",
+				   r, r, x->old);
 	} else if (h.step != step) {
-		ret = ET_EMISMATCH;
-		snprintf(x->msg, sizeof(x->msg),
-			 "rank %d's store committed step %llu but the last "
-			 "global checkpoint is step %llu: a crash came "
-			 "between the ranks' commits",
-			 r, (unsigned long long)h.step,
-			 (unsigned long long)step);
+		ret = et_error_set(ETM_ETORN,
+				   "src's rank %d committed step %llu but the "
+				   "last global checkpoint is step %llu: a "
+				   "crash came between the ranks' commits",
+				   r, (unsigned long long)h.step,
+				   (unsigned long long)step);
 	} else if (ci.tables_moved) {
-		ret = ET_EMISMATCH;
-		snprintf(x->msg, sizeof(x->msg),
-			 "rank %d's store was closed cleanly after step %llu "
-			 "without a checkpoint: its tables are newer than its "
-			 "dense state",
-			 r, (unsigned long long)step);
+		ret = et_error_set(ETM_ETORN,
+				   "src's rank %d was closed cleanly after "
+				   "step %llu without a checkpoint: its tables "
+				   "are newer than its dense state",
+				   r, (unsigned long long)step);
 	}
 	if (ret) {
 		free(blob);
@@ -304,16 +301,16 @@ static int find_tables(struct rs *x)
 			}
 		}
 		if (!ret && !k) {
-			ret = ET_EMISMATCH;
-			snprintf(x->msg, sizeof(x->msg),
-				 "table %s is in no shard of %s",
-				 x->spec[t].name, x->src);
+			ret = et_error_set(ET_EMISMATCH,
+					   "spec[%d]: table %s is in no shard "
+					   "of src",
+					   t, x->spec[t].name);
 		} else if (!ret && k > 1 && k != x->old) {
-			ret = ET_EMISMATCH;
-			snprintf(x->msg, sizeof(x->msg),
-				 "table %s is in %d of the %d shards of %s: "
-				 "neither whole on one rank nor cut over all",
-				 x->spec[t].name, k, x->old, x->src);
+			ret = et_error_set(ET_EMISMATCH,
+					   "spec[%d]: table %s is in %d of the "
+					   "%d shards of src: neither whole on "
+					   "one rank nor cut over all",
+					   t, x->spec[t].name, k, x->old);
 		}
 	}
 	return ret;
@@ -334,8 +331,11 @@ static int open_old(struct rs *x, int t, int r, et_tfile **tf)
 	if (!ret)
 		ret = et_tfile_info(*tf, &in);
 	if (ret) {
-		snprintf(x->msg, sizeof(x->msg), "%s: %s", path,
-			 et_strerror(ret));
+		char what[128];
+
+		snprintf(what, sizeof(what), "src's rank %d, table %s", r,
+			 x->spec[t].name);
+		ret = failed(ret, what);
 		et_tfile_close(*tf);
 		*tf = NULL;
 		return ret;
@@ -351,13 +351,13 @@ static int open_old(struct rs *x, int t, int r, et_tfile **tf)
 	if (in.rows != p->rows || in.dim != p->dim || in.dtype != dt ||
 	    in.optim != p->optim || in.init != p->init ||
 	    in.init_scale != scale || in.seed != p->seed) {
-		snprintf(x->msg, sizeof(x->msg),
-			 "%s: the table's shape, storage type, optimizer or "
-			 "initializer differ from the model's",
-			 path);
 		et_tfile_close(*tf);
 		*tf = NULL;
-		return ET_EMISMATCH;
+		return et_error_set(ET_EMISMATCH,
+				    "src's rank %d, table %s: the table's "
+				    "shape, storage type, optimizer or "
+				    "initializer differ from spec[%d]'s",
+				    r, x->spec[t].name, t);
 	}
 	return 0;
 }
@@ -422,8 +422,9 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 	if (from >= hi)
 		return 0;
 	ret = open_old(x, t, r, &tf);
-	if (!ret)
-		ret = et_tfile_info(tf, &in);
+	if (ret)
+		return ret; /* it said why */
+	ret = et_tfile_info(tf, &in);
 	if (ret)
 		goto out;
 	chunk = CHUNK_BYTES / ((size_t)in.dim * 4 + in.state_floats * 4);
@@ -466,10 +467,14 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 		from = ids[m - 1] + 1;
 	}
 out:
-	if (ret && !x->msg[0])
-		snprintf(x->msg, sizeof(x->msg),
-			 "copying table %s from rank %d of %s: %s",
-			 x->spec[t].name, r, x->src, et_strerror(ret));
+	if (ret) {
+		char what[128];
+
+		snprintf(what, sizeof(what),
+			 "copying table %s from src's rank %d", x->spec[t].name,
+			 r);
+		ret = failed(ret, what);
+	}
 	et_tfile_close(tf);
 	return ret;
 }
@@ -503,31 +508,56 @@ void etm_reshard_free(struct etm_reshard_info *info)
 	info->len = NULL;
 }
 
-int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
-		const struct et_store_config *cfg,
-		const struct etm_table_spec *spec, int n,
-		etm_reshard_check check, void *arg,
-		struct etm_reshard_info *info, char *msg, size_t msglen,
-		etm **out)
+int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
+		struct etm_reshard_info *info, etm **out)
 {
-	struct rs x = {
-	    .comm = comm, .src = src, .dir = dir, .spec = spec, .n = n};
+	struct rs x = {.comm = comm};
+	const struct etm_table_spec *spec;
+	struct etm_detail keep;
 	uint64_t step = 0, meta[3];
 	double t0 = now();
-	int ret = 0;
+	int n, ret = 0;
 
-	if (msg && msglen)
-		msg[0] = 0;
-	if (!src || !dir || !spec || !info || !out || n < 1 || n > MAX_TABLES ||
-	    strlen(src) > 4000 || strlen(dir) > 4000)
-		return -EINVAL;
-	for (int t = 0; t < n; t++)
-		if ((spec[t].plan != ETM_TABLE_WISE &&
-		     spec[t].plan != ETM_ROW_WISE) ||
-		    !spec[t].name)
-			return -EINVAL;
-	memset(info, 0, sizeof(*info));
-	*out = NULL;
+	et_error_set(0, NULL);
+	if (info)
+		memset(info, 0, sizeof(*info));
+	if (out)
+		*out = NULL;
+	if (!opts || !info || !out)
+		return et_error_set(-EINVAL, "%s NULL",
+				    !opts   ? "opts"
+				    : !info ? "info"
+					    : "out");
+	if (!opts->src || !opts->dir || !opts->spec)
+		return et_error_set(-EINVAL, "opts->%s NULL",
+				    !opts->src	 ? "src"
+				    : !opts->dir ? "dir"
+						 : "spec");
+	if (strlen(opts->src) > 4000 || strlen(opts->dir) > 4000)
+		return et_error_set(-ENAMETOOLONG,
+				    "opts->%s longer than 4000 bytes",
+				    strlen(opts->src) > 4000 ? "src" : "dir");
+	n = opts->ntables;
+	spec = opts->spec;
+	if (n < 1 || n > MAX_TABLES)
+		return et_error_set(-EINVAL,
+				    "opts->ntables %d out of range 1..%d", n,
+				    MAX_TABLES);
+	for (int t = 0; t < n; t++) {
+		if (spec[t].plan != ETM_TABLE_WISE &&
+		    spec[t].plan != ETM_ROW_WISE)
+			return et_error_set(-EINVAL,
+					    "opts->spec[%d].plan %d is neither "
+					    "ETM_TABLE_WISE nor ETM_ROW_WISE",
+					    t, (int)spec[t].plan);
+		if (!spec[t].name)
+			return et_error_set(-EINVAL, "opts->spec[%d].name NULL",
+					    t);
+	}
+	x.src = opts->src;
+	x.dir = opts->dir;
+	x.spec = spec;
+	x.n = n;
 	MPI_Comm_rank(comm, &x.rank);
 	MPI_Comm_size(comm, &x.nranks);
 
@@ -535,13 +565,13 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 	if (x.rank == 0) {
 		uint32_t old = 0;
 
-		ret = etm_global_read(src, &old, &step);
+		ret = etm_global_read(x.src, &old, &step);
 		if (ret == -ENOENT) {
 			/* one plain store (et_store_open on src itself) is a
 			 * sharded store of one rank */
 			struct et_checkpoint_info ci;
 
-			if (!et_checkpoint_read_dir(src, &ci, NULL, NULL) &&
+			if (!et_checkpoint_read_dir(x.src, &ci, NULL, NULL) &&
 			    ci.id) {
 				x.plain = true;
 				old = 1;
@@ -550,21 +580,21 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 			}
 		}
 		if (ret == -ENOENT)
-			snprintf(x.msg, sizeof(x.msg),
-				 "%s has no global checkpoint record to "
-				 "reshard from",
-				 src);
+			et_error_set(ret, "src has no global checkpoint record "
+					  "to reshard from");
+		else if (ret == ET_EHDRSUM)
+			et_error_set(ret, "src: the global checkpoint record "
+					  "is damaged");
 		else if (ret)
-			snprintf(x.msg, sizeof(x.msg),
-				 "%s: the global checkpoint record is "
-				 "damaged",
-				 src);
-		if (!ret && (old < 1 || old > (uint32_t)INT_MAX)) {
-			ret = ET_EHEADER;
-			snprintf(x.msg, sizeof(x.msg),
-				 "%s: the global record names %u ranks", src,
-				 old);
-		}
+			et_error_set(ret,
+				     "src: the global checkpoint record cannot "
+				     "be read: %s",
+				     etm_strerror(ret));
+		if (!ret && (old < 1 || old > (uint32_t)INT_MAX))
+			ret = et_error_set(ET_EHEADER,
+					   "src: the global record names %u "
+					   "ranks",
+					   old);
 		if (!ret)
 			ret = check_fresh(&x);
 		meta[0] = old;
@@ -597,8 +627,10 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 		goto out;
 	if ((ret = share_dense(&x, info)))
 		goto out;
-	if (check)
-		ret = check(arg, info, x.msg, sizeof(x.msg));
+	if (opts->check) {
+		et_error_set(0, NULL);
+		ret = opts->check(opts->check_arg, info);
+	}
 	if ((ret = agree(&x, ret)))
 		goto out;
 
@@ -611,20 +643,19 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 	if ((ret = agree(&x, ret)))
 		goto out;
 
-	/* only now is anything made */
-	ret = etm_open(comm, dir, cfg, 0, out);
+	/* only now is anything made; etm_open and etm_tables agree */
+	ret = etm_open(comm, x.dir, opts->cfg, 0, out);
 	if (!ret) {
 		ret = etm_tables(*out, spec, n, true);
 		if (ret) {
+			etm_detail_save(&keep);
 			etm_close(*out);
 			*out = NULL;
+			etm_detail_restore(&keep, ret);
 		}
 	}
 	if (ret) {
-		snprintf(x.msg, sizeof(x.msg),
-			 "making the new shards in %s: %s", dir,
-			 et_strerror(ret));
-		ret = agree(&x, ret);
+		ret = failed(ret, "making the new shards in dir");
 		goto out;
 	}
 	ret = fill_tables(&x, *out, info);
@@ -635,14 +666,14 @@ int etm_reshard(MPI_Comm comm, const char *src, const char *dir,
 		ret = agree(&x, ret);
 	}
 	if (ret) {
+		etm_detail_save(&keep);
 		etm_close(*out);
 		*out = NULL;
+		etm_detail_restore(&keep, ret);
 	}
 out:
 	if (ret)
 		etm_reshard_free(info);
-	if (msg && msglen)
-		snprintf(msg, msglen, "%s", x.msg);
 	free(x.owner);
 	free(x.holds);
 	free(x.commit);

@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@
 #define GLOBAL_NAME  "etm-checkpoint"
 #define GLOBAL_MAGIC "ETMGLOB1"
 #define MAX_TABLES   4096
+
+/* The two libraries' codes never meet (embtier_mpi.h). */
+_Static_assert((int)ET_ERR_LAST > (int)ETM_ERR_BASE,
+	       "libembtier's error codes reach into libembtier_mpi's");
 
 int etm_vec_reserve(struct etm_vec *v, size_t bytes)
 {
@@ -52,14 +57,63 @@ void etm_vec_free(struct etm_vec *v)
 	v->cap = 0;
 }
 
+/* ---------------------------------------------------------------- errors */
+
+const char *etm_strerror(int err)
+{
+	switch (err) {
+	case ETM_ENRANKS:
+		return "the global checkpoint was written by another rank "
+		       "count";
+	case ETM_ETORN:
+		return "the ranks' stores do not all hold the step of the "
+		       "global checkpoint";
+	}
+	return et_strerror(err);
+}
+
+void etm_detail_save(struct etm_detail *d)
+{
+	snprintf(d->s, sizeof(d->s), "%s", et_errdetail());
+}
+
+int etm_detail_restore(const struct etm_detail *d, int ret)
+{
+	return et_error_set(ret, "%s", d->s);
+}
+
+int etm_agree_comm(MPI_Comm comm, int ret)
+{
+	struct etm_detail d;
+	int all = ret, who, rank, nranks;
+
+	if (MPI_Allreduce(&ret, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+		return et_error_set(-EIO, "MPI_Allreduce failed");
+	if (!all)
+		return 0;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &nranks);
+	if (nranks == 1)
+		return all; /* ret, with its own detail */
+	who = ret == all ? rank : INT_MAX;
+	if (MPI_Allreduce(MPI_IN_PLACE, &who, 1, MPI_INT, MPI_MIN, comm) !=
+	    MPI_SUCCESS)
+		return et_error_set(all, "MPI_Allreduce failed");
+	if (rank == who) {
+		etm_detail_save(&d);
+		if (!d.s[0])
+			snprintf(d.s, sizeof(d.s), "rank %d: %s", rank,
+				 etm_strerror(all));
+	}
+	if (MPI_Bcast(d.s, sizeof(d.s), MPI_CHAR, who, comm) != MPI_SUCCESS)
+		return et_error_set(all, "MPI_Bcast failed");
+	d.s[sizeof(d.s) - 1] = '\0';
+	return etm_detail_restore(&d, all);
+}
+
 int etm_agree(etm *m, int ret)
 {
-	int all = ret;
-
-	if (MPI_Allreduce(&ret, &all, 1, MPI_INT, MPI_MIN, m->comm) !=
-	    MPI_SUCCESS)
-		return -EIO;
-	return all;
+	return etm_agree_comm(m->comm, ret);
 }
 
 /* ------------------------------------------------------- global record */
@@ -210,21 +264,30 @@ int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
 	     unsigned flags, etm **out)
 {
 	char sub[4200];
+	struct etm_detail keep;
 	struct stat st;
 	etm *m;
 	int ret = 0;
 
-	if (!dir || !out || (flags & ~ETM_OPEN_RESUME) ||
-	    strlen(dir) > sizeof(m->dir) - 32)
-		return -EINVAL;
+	et_error_set(0, NULL);
+	if (!out)
+		return et_error_set(-EINVAL, "out NULL");
 	*out = NULL;
+	if (!dir)
+		return et_error_set(-EINVAL, "dir NULL");
+	if (strlen(dir) > sizeof(m->dir) - 32)
+		return et_error_set(-ENAMETOOLONG, "dir longer than %zu bytes",
+				    sizeof(m->dir) - 32);
+	if (flags & ~ETM_OPEN_RESUME)
+		return et_error_set(-EINVAL, "flags 0x%x: unknown bits 0x%x",
+				    flags, flags & ~ETM_OPEN_RESUME);
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
 	m->comm = MPI_COMM_NULL;
 	if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
 		free(m);
-		return -EIO;
+		return et_error_set(-EIO, "MPI_Comm_dup failed");
 	}
 	MPI_Comm_rank(m->comm, &m->rank);
 	MPI_Comm_size(m->comm, &m->nranks);
@@ -244,14 +307,34 @@ int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
 
 	if (flags & ETM_OPEN_RESUME) {
 		/* rank 0 checks the global record before anything is made */
-		struct global_rec g;
+		struct global_rec g = {0};
+		int v[2] = {0, 0}; /* ret, its rank count */
 
 		if (m->rank == 0) {
-			ret = global_read(dir, &g);
-			if (!ret && g.nranks != (uint32_t)m->nranks)
-				ret = ET_ECONFIG;
+			v[0] = global_read(dir, &g);
+			v[1] = v[0] ? 0 : (int)g.nranks;
+			if (!v[0] && g.nranks != (uint32_t)m->nranks)
+				v[0] = ETM_ENRANKS;
 		}
-		MPI_Bcast(&ret, 1, MPI_INT, 0, m->comm);
+		MPI_Bcast(v, 2, MPI_INT, 0, m->comm);
+		ret = v[0];
+		if (ret == ETM_ENRANKS)
+			et_error_set(ret,
+				     "the global checkpoint record names %d "
+				     "ranks, the communicator has %d (continue "
+				     "it in a new directory with etm_reshard)",
+				     v[1], m->nranks);
+		else if (ret == -ENOENT)
+			et_error_set(ret, "dir holds no global checkpoint "
+					  "record to resume from");
+		else if (ret == ET_EHDRSUM)
+			et_error_set(ret, "dir's global checkpoint record is "
+					  "damaged");
+		else if (ret)
+			et_error_set(ret,
+				     "reading dir's global checkpoint "
+				     "record: %s",
+				     etm_strerror(ret));
 		if (ret)
 			goto err;
 	} else if (m->rank == 0) {
@@ -263,9 +346,13 @@ int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
 	snprintf(sub, sizeof(sub), "%s/rank-%d", dir, m->rank);
 	if (flags & ETM_OPEN_RESUME) {
 		if (stat(sub, &st))
-			ret = -errno;
+			ret = et_error_set(
+			    -errno, "rank %d's directory dir/rank-%d: %s",
+			    m->rank, m->rank, strerror(errno));
 		else if (!S_ISDIR(st.st_mode))
-			ret = -ENOTDIR;
+			ret = et_error_set(-ENOTDIR,
+					   "dir/rank-%d is not a directory",
+					   m->rank);
 	} else {
 		ret = mkdir_p(sub);
 	}
@@ -277,10 +364,11 @@ int etm_open(MPI_Comm comm, const char *dir, const struct et_store_config *cfg,
 	*out = m;
 	return 0;
 err:
+	etm_detail_save(&keep);
 	if (m->store)
 		et_store_close(m->store);
 	etm_free(m);
-	return ret;
+	return etm_detail_restore(&keep, ret);
 }
 
 int etm_close(etm *m)
@@ -357,12 +445,22 @@ int etm_tables(etm *m, const struct etm_table_spec *spec, int n, bool create)
 {
 	int ret = 0;
 
-	if (!m || !spec || n < 1 || n > MAX_TABLES || m->tbl)
-		return -EINVAL;
+	et_error_set(0, NULL);
+	if (!m || !spec)
+		return et_error_set(-EINVAL, "%s NULL", m ? "spec" : "m");
+	if (n < 1 || n > MAX_TABLES)
+		return et_error_set(-EINVAL, "n %d out of range 1..%d", n,
+				    MAX_TABLES);
+	if (m->tbl)
+		return et_error_set(-EINVAL, "etm_tables was called before "
+					     "on this handle");
 	for (int t = 0; t < n; t++)
 		if (spec[t].plan != ETM_TABLE_WISE &&
 		    spec[t].plan != ETM_ROW_WISE)
-			return -EINVAL;
+			return et_error_set(-EINVAL,
+					    "spec[%d].plan %d is neither "
+					    "ETM_TABLE_WISE nor ETM_ROW_WISE",
+					    t, (int)spec[t].plan);
 	m->tbl = calloc(n, sizeof(*m->tbl));
 	for (int i = 0; i < 3 && m->tbl; i++) {
 		m->route[i].t = calloc(n, sizeof(*m->route[i].t));
@@ -459,6 +557,11 @@ int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len)
 	unsigned char *blob;
 	int ret = 0;
 
+	et_error_set(0, NULL);
+	if (!m)
+		return et_error_set(-EINVAL, "m NULL");
+	if (len && !dense) /* the same on every rank, or a caller's bug */
+		return et_error_set(-EINVAL, "dense NULL with len %zu", len);
 	memcpy(h.magic, SHARD_MAGIC, 8);
 	h.rank = (uint32_t)m->rank;
 	h.nranks = (uint32_t)m->nranks;
@@ -480,26 +583,32 @@ int etm_checkpoint(etm *m, uint64_t step, const void *dense, size_t len)
 	if (m->rank == 0)
 		ret = global_write(m->dir, (uint32_t)m->nranks, step);
 	MPI_Bcast(&ret, 1, MPI_INT, 0, m->comm);
+	if (ret)
+		et_error_set(ret,
+			     "rank 0 could not write the global checkpoint "
+			     "record of step %llu: %s",
+			     (unsigned long long)step, etm_strerror(ret));
 	return ret;
 }
 
-int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
-			char *msg, size_t msglen)
+int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len)
 {
 	struct global_rec g = {0};
 	struct shard_hdr h = {0};
-	uint64_t mine[2] = {0, 0}, *all; /* has one, step */
+	uint64_t mine[2] = {0, 0}, *all = NULL; /* has one, step */
 	size_t blen = 0;
 	void *blob = NULL;
 	uint64_t id = 0;
 	int ret, gret = 0;
-	char dummy[8];
 
-	if (!msg) {
-		msg = dummy;
-		msglen = sizeof(dummy);
-	}
-	msg[0] = 0;
+	et_error_set(0, NULL);
+	if (!m || !step || !dense || !len)
+		return et_error_set(-EINVAL, "%s NULL",
+				    !m	     ? "m"
+				    : !step  ? "step"
+				    : !dense ? "dense"
+					     : "len");
+	*dense = NULL;
 	if (m->rank == 0)
 		gret = global_read(m->dir, &g);
 	MPI_Bcast(&gret, 1, MPI_INT, 0, m->comm);
@@ -507,77 +616,79 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
 
 	ret = et_checkpoint_read(m->store, &id, &blob, &blen);
 	if (!ret && id) {
-		if (blen < sizeof(h)) {
-			ret = ET_EHEADER;
-		} else {
+		if (blen >= sizeof(h))
 			memcpy(&h, blob, sizeof(h));
-			if (memcmp(h.magic, SHARD_MAGIC, 8) ||
-			    h.rank != (uint32_t)m->rank)
-				ret = ET_EHEADER;
-		}
+		if (blen < sizeof(h) || memcmp(h.magic, SHARD_MAGIC, 8) ||
+		    h.rank != (uint32_t)m->rank)
+			ret = et_error_set(ET_EHEADER,
+					   "rank %d's store checkpoint is not "
+					   "its shard of a sharded store",
+					   m->rank);
 		mine[0] = 1;
 		mine[1] = h.step;
-	}
-	ret = etm_agree(m, ret);
-	if (ret) {
-		snprintf(msg, msglen,
-			 "a rank's store checkpoint is unreadable "
-			 "or not a shard of this model");
-		goto out;
+	} else if (ret) {
+		ret = et_error_set(ret,
+				   "rank %d's store checkpoint cannot be "
+				   "read: %s",
+				   m->rank, etm_strerror(ret));
 	}
 	all = malloc(2 * sizeof(*all) * m->nranks);
-	if (!all) {
+	if (!all && !ret)
 		ret = -ENOMEM;
+	ret = etm_agree(m, ret);
+	if (ret)
 		goto out;
-	}
 	MPI_Allgather(mine, 2, MPI_UINT64_T, all, 2, MPI_UINT64_T, m->comm);
+	/* every rank reaches the same verdict, and says it the same way */
 	if (gret == -ENOENT) {
 		int any = 0;
 
 		for (int r = 0; r < m->nranks; r++)
 			any |= all[2 * r] != 0;
-		ret = any ? ET_EMISMATCH : -ENOENT;
-		snprintf(msg, msglen, "%s",
-			 any ? "no global checkpoint record, though some ranks "
-			       "committed a checkpoint: the first checkpoint "
-			       "never completed"
-			     : "no checkpoint to resume from");
+		ret =
+		    any ? et_error_set(ETM_ETORN,
+				       "no global checkpoint record, though "
+				       "some ranks committed a checkpoint: "
+				       "the first checkpoint never completed")
+			: et_error_set(-ENOENT, "no checkpoint to resume from");
+	} else if (gret == ET_EHDRSUM) {
+		ret = et_error_set(gret,
+				   "the global checkpoint record is damaged");
 	} else if (gret) {
-		ret = gret;
-		snprintf(msg, msglen,
-			 "the global checkpoint record is "
-			 "damaged");
+		ret = et_error_set(gret,
+				   "the global checkpoint record cannot be "
+				   "read: %s",
+				   etm_strerror(gret));
 	} else if (g.nranks != (uint32_t)m->nranks) {
-		ret = ET_ECONFIG;
-		snprintf(msg, msglen,
-			 "the checkpoint was written by %u ranks; this run "
-			 "has %d (to go on at another rank count, make a "
-			 "new store from it with etm_reshard)",
-			 g.nranks, m->nranks);
+		ret = et_error_set(ETM_ENRANKS,
+				   "the checkpoint was written by %u ranks; "
+				   "this run has %d (to go on at another rank "
+				   "count, make a new store from it with "
+				   "etm_reshard)",
+				   g.nranks, m->nranks);
 	} else {
 		for (int r = 0; r < m->nranks && !ret; r++) {
 			if (all[2 * r] && all[2 * r + 1] == g.step)
 				continue;
-			ret = ET_EMISMATCH;
 			if (all[2 * r])
-				snprintf(msg, msglen,
-					 "rank %d's store committed step %llu "
-					 "but the last global checkpoint is "
-					 "step %llu: a crash came between the "
-					 "ranks' commits, and a store cannot "
-					 "roll back past its last checkpoint",
-					 r, (unsigned long long)all[2 * r + 1],
-					 (unsigned long long)g.step);
+				ret = et_error_set(
+				    ETM_ETORN,
+				    "rank %d's store committed step %llu but "
+				    "the last global checkpoint is step %llu: "
+				    "a crash came between the ranks' commits, "
+				    "and a store cannot roll back past its "
+				    "last checkpoint",
+				    r, (unsigned long long)all[2 * r + 1],
+				    (unsigned long long)g.step);
 			else
-				snprintf(msg, msglen,
-					 "rank %d's store has no checkpoint "
-					 "but the global record says step %llu",
-					 r, (unsigned long long)g.step);
+				ret = et_error_set(
+				    ETM_ETORN,
+				    "rank %d's store has no checkpoint but the "
+				    "global record says step %llu",
+				    r, (unsigned long long)g.step);
 		}
 	}
-	free(all);
 	if (!ret) {
-		*step = g.step;
 		*len = blen - sizeof(h);
 		*dense = malloc(*len ? *len : 1);
 		if (!*dense)
@@ -585,8 +696,15 @@ int etm_checkpoint_read(etm *m, uint64_t *step, void **dense, size_t *len,
 		else
 			memcpy(*dense, (char *)blob + sizeof(h), *len);
 		ret = etm_agree(m, ret);
+		if (ret) {
+			free(*dense);
+			*dense = NULL;
+		} else {
+			*step = g.step;
+		}
 	}
 out:
+	free(all);
 	free(blob);
 	return ret;
 }

@@ -7,9 +7,11 @@
  * pooled bags (bit for bit) for the rank's share, and the same rows after
  * the updates, for both plans, sum and mean pooling, empty bags and bags
  * spread over owners. The all-reduce must equal the rank-order tree sum.
- * Bad ids must be refused on every rank, changing nothing. A store written
- * at part of the ranks is resharded to all of them and back (etm_reshard),
- * with other plans, against the same reference.
+ * Bad ids must be refused on every rank, changing nothing, with the same
+ * et_errdetail() everywhere. A store written at part of the ranks is
+ * resharded to all of them and back (etm_reshard), with other plans,
+ * against the same reference; refused reshards and resumes give their own
+ * codes (ETM_ENRANKS, ETM_ETORN) and say why, on every rank alike.
  *
  * Prints one line per check that fails and ends with "N passed, N failed"
  * (rank 0); exits non-zero on any failure.
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "embtier_mpi.h"
 
@@ -41,6 +44,21 @@ static int rank, nranks, failures, checks;
 			fputc('\n', stderr);                                   \
 		}                                                              \
 	} while (0)
+
+/* Whether et_errdetail() is the same on every rank of comm (and
+ * contains want, if non-NULL). */
+static bool same_detail(MPI_Comm comm, const char *want)
+{
+	char mine[256], first[256];
+	int ok;
+
+	snprintf(mine, sizeof(mine), "%s", et_errdetail());
+	memcpy(first, mine, sizeof(first));
+	MPI_Bcast(first, sizeof(first), MPI_CHAR, 0, comm);
+	ok = !strcmp(first, mine) && (!want || strstr(mine, want));
+	MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
+	return ok;
+}
 
 static uint64_t mix(uint64_t z)
 {
@@ -191,6 +209,19 @@ static void test_steps(const char *dir, etm_plan plan_of_0, et_pool mode,
 		ret = etm_forward(m, bb, mode, outs);
 		CHECK(ret == ET_EROWRANGE, "bad id: %d, want ET_EROWRANGE",
 		      ret);
+		CHECK(
+		    same_detail(MPI_COMM_WORLD,
+				"bags[0].ids[0] 1000 >= rows 1000 of table 0"),
+		    "bad id: detail '%s'", et_errdetail());
+		/* bad arguments say which */
+		ret = etm_forward(m, bb, (et_pool)9, outs);
+		CHECK(ret == -EINVAL && strstr(et_errdetail(), "mode 9"),
+		      "bad mode: %d (%s)", ret, et_errdetail());
+		ret = etm_owned_ids(m, NT, &(const uint64_t *){NULL},
+				    &(size_t){0});
+		CHECK(ret == -EINVAL &&
+			  strstr(et_errdetail(), "t 3 out of range"),
+		      "bad table: %d (%s)", ret, et_errdetail());
 	}
 out:
 	et_store_close(rs);
@@ -303,6 +334,26 @@ static int rs_update(et_store *s, int lt, int t, int k,
 	return ret;
 }
 
+/* A reshard's check that the last rank of comm refuses. */
+struct refusal {
+	MPI_Comm comm;
+	int calls;
+};
+
+static int refuse_on_last(void *arg, const struct etm_reshard_info *info)
+{
+	struct refusal *r = arg;
+	int me, n;
+
+	(void)info;
+	MPI_Comm_rank(r->comm, &me);
+	MPI_Comm_size(r->comm, &n);
+	r->calls++;
+	if (me != n - 1)
+		return 0;
+	return et_error_set(-EDOM, "refused by the last rank (%d)", me);
+}
+
 static bool rs_later(int t, uint64_t id)
 {
 	return id % 5 == (uint64_t)(t == 1 ? 2 : 1);
@@ -322,8 +373,10 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 {
 	struct et_store_config cfg = {.ddr_bytes = 1 << 20};
 	struct etm_table_spec spec[NT], spec2[NT];
-	char src[4200], dst[4200], ref[4200], dense[64], msg[512];
+	char src[4200], dst[4200], ref[4200], dense[64];
 	struct etm_reshard_info info;
+	struct etm_reshard_opts ro = {
+	    .src = src, .dir = dst, .spec = spec2, .ntables = NT, .cfg = &cfg};
 	int nsrc = 0, ndst = 0, me = -1, ret = 0, rt[NT];
 	uint64_t step = 0, expect = 0, copied = 0;
 	et_store *rs = NULL;
@@ -390,10 +443,9 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 
 	if (dst_comm != MPI_COMM_NULL && !ret) {
 		MPI_Comm_rank(dst_comm, &me);
-		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, NULL,
-				  NULL, &info, msg, sizeof(msg), &m2);
+		ret = etm_reshard(dst_comm, &ro, &info, &m2);
 		CHECK(!ret, "etm_reshard %d -> %d ranks: %s (%s)", nsrc, ndst,
-		      et_strerror(ret), msg);
+		      etm_strerror(ret), et_errdetail());
 	}
 	if (dst_comm != MPI_COMM_NULL && m2) {
 		CHECK(info.step == 7 && info.nranks == nsrc,
@@ -455,7 +507,7 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 			size_t len = 0;
 
 			step = 0;
-			ret = etm_checkpoint_read(m2, &step, &d, &len, NULL, 0);
+			ret = etm_checkpoint_read(m2, &step, &d, &len);
 			CHECK(!ret && step == 7 && len == 4 &&
 				  !memcmp(d, "new", 4),
 			      "reshard: the new store's checkpoint");
@@ -465,10 +517,11 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 		etm_close(m2);
 		m2 = NULL;
 		/* a second reshard into it is refused, on every rank */
-		ret = etm_reshard(dst_comm, src, dst, &cfg, spec2, NT, NULL,
-				  NULL, &info, msg, sizeof(msg), &m2);
-		CHECK(ret == -EEXIST && !m2 && strstr(msg, "not empty"),
-		      "reshard into a used directory: %d (%s)", ret, msg);
+		ret = etm_reshard(dst_comm, &ro, &info, &m2);
+		CHECK(ret == -EEXIST && !m2 &&
+			  same_detail(dst_comm, "dir is not empty"),
+		      "reshard into a used directory: %d (%s)", ret,
+		      et_errdetail());
 		etm_close(m2);
 	}
 	/* another initializer (the spec's 0 meant the default scale) */
@@ -479,13 +532,29 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 		snprintf(dst3, sizeof(dst3), "%s-3", dst);
 		spec2[1].p.init_scale = 0.5f;
 		m2 = NULL;
-		ret = etm_reshard(dst_comm, src, dst3, &cfg, spec2, NT, NULL,
-				  NULL, &info, msg, sizeof(msg), &m2);
+		ro.dir = dst3;
+		ret = etm_reshard(dst_comm, &ro, &info, &m2);
 		CHECK(ret == ET_EMISMATCH && !m2 &&
-			  strstr(msg, "initializer differ") &&
+			  same_detail(dst_comm, "initializer differ") &&
 			  stat(dst3, &st) != 0,
-		      "reshard to another initializer: %d (%s)", ret, msg);
+		      "reshard to another initializer: %d (%s)", ret,
+		      et_errdetail());
 		spec2[1].p.init_scale = 0;
+		/* the caller's check refuses on one rank: on every rank,
+		 * with its reason, before anything is made */
+		struct refusal rf = {dst_comm, 0};
+
+		ro.check = refuse_on_last;
+		ro.check_arg = &rf;
+		ret = etm_reshard(dst_comm, &ro, &info, &m2);
+		CHECK(ret == -EDOM && !m2 && rf.calls == 1 &&
+			  same_detail(dst_comm, "refused by the last rank") &&
+			  stat(dst3, &st) != 0,
+		      "reshard refused by its check: %d (%s)", ret,
+		      et_errdetail());
+		etm_reshard_free(&info); /* nothing in it: harmless */
+		ro.check = NULL;
+		ro.dir = dst;
 	}
 	/* the old store stays as it was until every reshard is done; then
 	 * a clean close commits the writes after the checkpoint, and its
@@ -500,14 +569,147 @@ static void test_reshard(const char *base, MPI_Comm src_comm, MPI_Comm dst_comm)
 
 		snprintf(dst2, sizeof(dst2), "%s-2", dst);
 		m2 = NULL;
-		ret = etm_reshard(dst_comm, src, dst2, &cfg, spec2, NT, NULL,
-				  NULL, &info, msg, sizeof(msg), &m2);
-		CHECK(ret == ET_EMISMATCH && !m2 && strstr(msg, "cleanly") &&
+		ro.dir = dst2;
+		ret = etm_reshard(dst_comm, &ro, &info, &m2);
+		CHECK(ret == ETM_ETORN && !m2 &&
+			  same_detail(dst_comm, "closed cleanly") &&
 			  stat(dst2, &st) != 0,
 		      "reshard of a store closed past its checkpoint: %d (%s)",
-		      ret, msg);
+		      ret, et_errdetail());
+		ro.dir = dst;
 	}
 	MPI_Barrier(MPI_COMM_WORLD);
+	/* a resume at another rank count: refused before anything is
+	 * opened, on every rank */
+	if (nsrc != nranks) {
+		char want[64];
+
+		snprintf(want, sizeof(want),
+			 "names %d ranks, the communicator "
+			 "has %d",
+			 nsrc, nranks);
+		m2 = NULL;
+		ret = etm_open(MPI_COMM_WORLD, src, &cfg, ETM_OPEN_RESUME, &m2);
+		CHECK(ret == ETM_ENRANKS && !m2 &&
+			  same_detail(MPI_COMM_WORLD, want),
+		      "resume of %d ranks' store at %d: %d (%s)", nsrc, nranks,
+		      ret, et_errdetail());
+		etm_close(m2);
+	}
+	MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Copies file a to b (rank 0 only). */
+static int copy_file(const char *a, const char *b)
+{
+	char buf[4096];
+	size_t n;
+	FILE *f = fopen(a, "rb"), *g = f ? fopen(b, "wb") : NULL;
+	int ret = f && g ? 0 : -1;
+
+	while (!ret && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+		ret = fwrite(buf, 1, n, g) == n ? 0 : -1;
+	if (f)
+		fclose(f);
+	if (g && fclose(g))
+		ret = -1;
+	return ret;
+}
+
+/*
+ * A crash between the ranks' commits and the global record, made by hand:
+ * every store commits step 2 while the record still names step 1, or
+ * names nothing. etm_checkpoint_read refuses both on every rank with
+ * ETM_ETORN and the same detail; the intact store reads back.
+ */
+static void test_torn(const char *dir)
+{
+	struct et_store_config cfg = {.ddr_bytes = 1 << 20};
+	struct etm_table_spec spec = {
+	    .name = "t", .p = {.rows = 100, .dim = DIM}, .plan = ETM_ROW_WISE};
+	char rec[4300], keep[4300];
+	uint64_t step = 0;
+	void *d = NULL;
+	size_t len = 0;
+	etm *m = NULL;
+	int ret;
+
+	snprintf(rec, sizeof(rec), "%s/etm-checkpoint", dir);
+	snprintf(keep, sizeof(keep), "%s/kept", dir);
+	ret = etm_open(MPI_COMM_WORLD, dir, &cfg, 0, &m);
+	if (!ret)
+		ret = etm_tables(m, &spec, 1, true);
+	if (!ret)
+		ret = etm_checkpoint(m, 1, "one", 4);
+	if (!ret)
+		ret = etm_checkpoint_read(m, &step, &d, &len);
+	CHECK(!ret && step == 1 && len == 4 && !memcmp(d, "one", 4),
+	      "torn: setup: %s (%s)", etm_strerror(ret), et_errdetail());
+	free(d);
+	d = NULL;
+	if (ret)
+		goto out;
+	if (rank == 0)
+		ret = copy_file(rec, keep);
+	MPI_Bcast(&ret, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	if (!ret)
+		ret = etm_checkpoint(m, 2, "two", 4);
+	if (!ret && rank == 0)
+		ret = rename(keep, rec);
+	MPI_Bcast(&ret, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	CHECK(!ret, "torn: setting up the crash");
+	if (ret)
+		goto out;
+	ret = etm_checkpoint_read(m, &step, &d, &len);
+	CHECK(ret == ETM_ETORN && !d &&
+		  same_detail(MPI_COMM_WORLD, "rank 0's store committed step "
+					      "2 but the last global "
+					      "checkpoint is step 1"),
+	      "torn: %d (%s)", ret, et_errdetail());
+	MPI_Barrier(MPI_COMM_WORLD);
+	if (rank == 0)
+		unlink(rec);
+	MPI_Barrier(MPI_COMM_WORLD);
+	ret = etm_checkpoint_read(m, &step, &d, &len);
+	CHECK(
+	    ret == ETM_ETORN &&
+		same_detail(MPI_COMM_WORLD, "first checkpoint never completed"),
+	    "torn, no record: %d (%s)", ret, et_errdetail());
+	CHECK(strcmp(etm_strerror(ETM_ETORN), "unknown error") &&
+		  strcmp(etm_strerror(ETM_ENRANKS), "unknown error") &&
+		  !strcmp(etm_strerror(ET_EMISMATCH),
+			  et_strerror(ET_EMISMATCH)) &&
+		  (int)ETM_ERR_LAST < (int)ET_ERR_LAST,
+	      "etm_strerror");
+out:
+	etm_close(m);
+}
+
+/* et_error_set: what a library layered on embtier says through
+ * et_errdetail(). Bad arguments say which. */
+static void test_errors(void)
+{
+	struct etm_reshard_info info;
+	etm *m = (etm *)&info;
+	int ret;
+
+	ret = et_error_set(-EDOM, "x %d", 42);
+	CHECK(ret == -EDOM && !strcmp(et_errdetail(), "x 42"),
+	      "et_error_set: %d '%s'", ret, et_errdetail());
+	ret = et_error_set(0, NULL);
+	CHECK(ret == 0 && !strcmp(et_errdetail(), ""), "et_error_set(NULL)");
+	ret = etm_reshard(MPI_COMM_WORLD, NULL, &info, &m);
+	CHECK(ret == -EINVAL && !m && !strcmp(et_errdetail(), "opts NULL"),
+	      "etm_reshard(NULL opts): %d (%s)", ret, et_errdetail());
+	etm_reshard_free(&info);
+	ret = etm_reshard(MPI_COMM_WORLD,
+			  &(struct etm_reshard_opts){.src = "a", .dir = "b"},
+			  &info, &m);
+	CHECK(ret == -EINVAL && !strcmp(et_errdetail(), "opts->spec NULL"),
+	      "etm_reshard without spec: %d (%s)", ret, et_errdetail());
+	ret = etm_open(MPI_COMM_WORLD, "/nonexistent", NULL, 0x10, &m);
+	CHECK(ret == -EINVAL && strstr(et_errdetail(), "flags 0x10"),
+	      "etm_open flags: %d (%s)", ret, et_errdetail());
 }
 
 int main(int argc, char **argv)
@@ -531,6 +733,9 @@ int main(int argc, char **argv)
 	}
 	snprintf(dir, sizeof(dir), "%s/test_mpi_ar.%d", base, nranks);
 	test_allreduce(dir);
+	snprintf(dir, sizeof(dir), "%s/test_mpi_torn.%d", base, nranks);
+	test_torn(dir);
+	test_errors();
 	{
 		/* fewer ranks to all of them, and back */
 		int k = nranks > 1 ? nranks / 2 : 1;

@@ -93,9 +93,18 @@ int dist_make_dir(char *dir, size_t len)
 	return agreed(ret);
 }
 
+/* What the library said of the failure ret (et_errdetail(), else its
+ * code's message), into msg. */
+static void lib_msg(int ret, char *msg, size_t msglen)
+{
+	const char *d = et_errdetail();
+
+	snprintf(msg, msglen, "%s", *d ? d : etm_strerror(ret));
+}
+
 static void open_msg(int ret, bool resume, int nranks, char *msg, size_t msglen)
 {
-	if (resume && ret == ET_ECONFIG)
+	if (resume && ret == ETM_ENRANKS)
 		snprintf(msg, msglen,
 			 "the checkpoint was written by another rank count "
 			 "than this run's %d: resume with the same mpirun -np, "
@@ -111,7 +120,7 @@ static void open_msg(int ret, bool resume, int nranks, char *msg, size_t msglen)
 			 "a table exists (use --resume, or a "
 			 "fresh --dir)");
 	else
-		snprintf(msg, msglen, "%s", et_strerror(ret));
+		lib_msg(ret, msg, msglen);
 }
 
 struct check_ctx {
@@ -119,12 +128,16 @@ struct check_ctx {
 	void *arg;
 };
 
-static int reshard_check(void *arg, const struct etm_reshard_info *info,
-			 char *msg, size_t msglen)
+/* The trainer's check, its reason handed to the library as the detail. */
+static int reshard_check(void *arg, const struct etm_reshard_info *info)
 {
 	struct check_ctx *c = arg;
+	char msg[256] = "";
+	int ret;
 
-	return c->fn(c->arg, info->dense, info->len, info->nranks, msg, msglen);
+	ret = c->fn(c->arg, info->dense, info->len, info->nranks, msg,
+		    sizeof(msg));
+	return ret ? et_error_set(ret, "%s", msg) : 0;
 }
 
 int dist_open(struct dist **out, const char *dir, const char *reshard_from,
@@ -158,13 +171,20 @@ int dist_open(struct dist **out, const char *dir, const char *reshard_from,
 		}
 		if (reshard_from) {
 			struct check_ctx c = {check, check_arg};
+			struct etm_reshard_opts ro = {
+			    .src = reshard_from,
+			    .dir = dir,
+			    .spec = spec,
+			    .ntables = ntables,
+			    .cfg = cfg,
+			    .check = check ? reshard_check : NULL,
+			    .check_arg = &c,
+			};
 
-			ret = etm_reshard(MPI_COMM_WORLD, reshard_from, dir,
-					  cfg, spec, ntables,
-					  check ? reshard_check : NULL, &c,
-					  &d->rs, msg, msglen, &d->m);
+			ret = etm_reshard(MPI_COMM_WORLD, &ro, &d->rs, &d->m);
 			free(spec);
 			if (ret) {
+				lib_msg(ret, msg, msglen);
 				dist_close(d);
 				return agreed(ret);
 			}
@@ -353,7 +373,11 @@ int dist_checkpoint(struct dist *d, uint64_t step, const void *buf, size_t len)
 int dist_checkpoint_read(struct dist *d, uint64_t *step, void **dense,
 			 size_t *len, char *msg, size_t msglen)
 {
-	return agreed(etm_checkpoint_read(d->m, step, dense, len, msg, msglen));
+	int ret = etm_checkpoint_read(d->m, step, dense, len);
+
+	if (ret)
+		lib_msg(ret, msg, msglen);
+	return agreed(ret);
 }
 
 int dist_resharded(struct dist *d, uint64_t *step, int *nranks,
