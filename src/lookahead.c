@@ -20,6 +20,7 @@ void la_clear(struct lookahead *la)
 		memset(la->done, 0, la->done_words * sizeof(*la->done));
 	la->n = 0;
 	la->depth = 0;
+	la->prev_nb = 0; /* nothing to slide from */
 }
 
 void la_free(struct lookahead *la)
