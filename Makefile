@@ -341,15 +341,17 @@ $(BUILD)/tools/train/%.o: tools/train/%.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(ET_CFLAGS) -Itools $(BLAS_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-# The benchmark's peers use the library's I/O layer (io.h): the objects.
-$(BUILD)/embtier-bench: $(BENCH_OBJS) $(TOOL_COMMON_OBJS) $(LIB_OBJS)
+# The benchmark uses the library's API alone (its raw io_uring reads are
+# its own, bench/rawio.c): it links the archive, as the tools do.
+$(BUILD)/embtier-bench: $(BENCH_OBJS) $(TOOL_COMMON_OBJS) $(STATIC)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(BENCH_LIBS)
 
+# Without -Isrc: the benchmark sees the public header, not the library's.
 $(BUILD)/bench/%.o: bench/%.c
 	$(call msg,CC,$<)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(ET_CFLAGS) -Itools $(BENCH_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(filter-out -Isrc,$(ET_CFLAGS)) -Itools $(BENCH_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 bench: $(BENCH) ## Build embtier-bench (RocksDB peer if librocksdb-dev is installed)
 
@@ -414,6 +416,14 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIB) $(STATIC)
 	$(Q)mkdir -p $(dir $@)
 	$(Q)OMPI_CC=$(CC) $(MPICC) $(ET_CFLAGS) $(CFLAGS) -o $@ $< $(MPI_LIB) $(STATIC) \
 		$(ET_LDFLAGS) $(ET_LDLIBS)
+
+# test_bench links the benchmark's modules it tests (libc alone).
+TEST_BENCH_OBJS := $(addprefix $(BUILD)/bench/,belady.o convert.o learner.o oracle.o \
+	workload.o)
+$(BUILD)/tests/test_bench: $(BUILD)/tests/test_bench.o $(TEST_HELPER_OBJS) \
+		$(TEST_BENCH_OBJS) $(LIB_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(CMOCKA_LIBS)
 
 # Tests reach internals (io.h, mem_host.h, ...): they link the objects.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB_OBJS)

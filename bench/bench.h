@@ -3,18 +3,24 @@
  * set a run works on, the result of one system's run, the machine's own
  * limits, the peers, and the report.
  *
- *   main.c      command line, subcommands convert and gen
+ *   main.c      command line (one table of options), subcommands
+ *               convert and gen
  *   run.c       table setup, the store's run, and the default subcommand
  *               that puts the store beside its limits and peers
  *   limits.c    raw random gather over memory; raw io_uring block reads
- *   peers.c     pread from threads; RocksDB (with ET_HAVE_ROCKSDB)
+ *   rawio.c     those reads: O_DIRECT through liburing, the bench's own
+ *   peers.c     pread from threads; rocksdb.c RocksDB (ET_HAVE_ROCKSDB);
+ *               replay.c the engine that runs both
  *   mrc.c       miss-ratio curves: every policy in the store, Belady
  *   pipeline.c  a training loop with and without et_prefetch
  *   flush.c     write-back rate beside the disk's sequential writes
  *   reopen.c    reopen time after a journal snapshot vs ordinary batches
  *   report.c    tables for people, JSON and CSV for scripts
- *   workload.c  generators and traces; belady.c the offline optimum
+ *   workload.c  generators and traces; convert.c text into traces;
+ *               belady.c, learner.c, oracle.c the mrc references
  *   util.c      clocks, sizes, row values, device counters
+ *
+ * The benchmark uses the library's public header (embtier.h) alone.
  *
  * Everything runs on the calling thread except the peers' worker threads.
  */
@@ -35,6 +41,9 @@ enum { COMPUTE_BUSY = 0, COMPUTE_SLEEP = 1 };
 
 #define BENCH_MAX_LA   8
 #define BENCH_MAX_DIMS 64
+/* The store's io_uring depth when et_store_config's io_depth is 0
+ * (embtier.h): the depth the raw io_uring limit runs at by default. */
+#define BENCH_STORE_IO_DEPTH 128
 
 struct bench_opts {
 	/* workload */

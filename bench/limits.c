@@ -17,11 +17,12 @@
  * rows the first had just brought into the last-level cache.
  *
  * io_uring: 4 KiB-class random reads of written blocks of the same table
- * files (found with SEEK_DATA/SEEK_HOLE), O_DIRECT, through the library's
- * own io.c, qd requests always in flight (each completion re-queues its
- * request at a new random block): what fio's randread with
- * ioengine=io_uring, direct=1, iodepth=qd would report. Latency is from
- * queueing to completion.
+ * files (found with SEEK_DATA/SEEK_HOLE), O_DIRECT, through rawio.c (the
+ * submit and reap loop of the library's own io.c, on liburing directly),
+ * qd requests always in flight (each completion re-queues its request at
+ * a new random block): what fio's randread with ioengine=io_uring,
+ * direct=1, iodepth=qd would report. Latency is from queueing to
+ * completion.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,8 +34,8 @@
 
 #include "bench.h"
 #include "cli.h"
-#include "io.h"
 #include "progress.h"
+#include "rawio.h"
 
 /* ------------------------------------------------------------------ gather */
 
@@ -202,17 +203,17 @@ struct extent {
 };
 
 struct ureq {
-	struct io_req req;
+	struct rawio_req req;
 	double t;
 	struct uring_run *run;
 };
 
 struct uring_run {
-	io_ctx *io;
 	struct extent *ext;
-	size_t next;
+	size_t next, ext_cap;
 	uint64_t blocks;
 	uint32_t bs;
+	uint32_t mem_align;
 	struct wl_rng rng;
 	double deadline, last;
 	float *lat; /* microseconds */
@@ -240,7 +241,9 @@ static uint64_t pick_offset(struct uring_run *u, int *fd)
 	return (u->ext[lo].first + (x - u->ext[lo].cum) + 1) * u->bs;
 }
 
-static void ureq_done(struct io_req *r)
+/* A completion: its latency kept, the request aimed at a new random
+ * block until the deadline. */
+static bool ureq_done(struct rawio_req *r)
 {
 	struct ureq *q = r->arg;
 	struct uring_run *u = q->run;
@@ -265,8 +268,9 @@ static void ureq_done(struct io_req *r)
 	if (now < u->deadline && !bench_stop) {
 		r->off = pick_offset(u, &r->fd);
 		q->t = now;
-		io_queue(u->io, r);
+		return true;
 	}
+	return false;
 }
 
 static int fcmp(const void *a, const void *b)
@@ -274,6 +278,132 @@ static int fcmp(const void *a, const void *b)
 	float x = *(const float *)a, y = *(const float *)b;
 
 	return x < y ? -1 : x > y;
+}
+
+/* Adds the written blocks of one table file (its data regions, found
+ * with SEEK_DATA and SEEK_HOLE) to u's extents. */
+static int add_extents(struct uring_run *u, int fd, uint64_t blocks)
+{
+	off_t off = u->bs, d, h;
+
+	while ((d = lseek(fd, off, SEEK_DATA)) >= 0) {
+		uint64_t b0, b1;
+
+		h = lseek(fd, d, SEEK_HOLE);
+		if (h < 0)
+			break;
+		b0 = ((uint64_t)d - u->bs) / u->bs;
+		b1 = ((uint64_t)h - u->bs + u->bs - 1) / u->bs;
+		if (b1 > blocks)
+			b1 = blocks;
+		if (b1 > b0) {
+			if (u->next == u->ext_cap) {
+				size_t c = u->ext_cap ? 2 * u->ext_cap : 256;
+				struct extent *e =
+				    realloc(u->ext, c * sizeof(*e));
+
+				if (!e)
+					return -ENOMEM;
+				u->ext = e;
+				u->ext_cap = c;
+			}
+			u->ext[u->next++] = (struct extent){.fd = fd,
+							    .first = b0,
+							    .cum = u->blocks,
+							    .n = b1 - b0};
+			u->blocks += b1 - b0;
+		}
+		off = h;
+	}
+	return 0;
+}
+
+/* Opens every table file (fds[t], -1 for none) and finds its written
+ * blocks; 0, or -1 with out->note set or -ENOMEM. */
+static int open_tables(const struct tables *tb, struct uring_run *u, int *fds,
+		       struct uring_limit *out)
+{
+	for (uint32_t t = 0; t < tb->n; t++)
+		fds[t] = -1;
+	for (uint32_t t = 0; t < tb->n; t++) {
+		uint32_t ma;
+		int ret;
+
+		if (!tb->rows[t])
+			continue;
+		ret = rawio_open_file(tb->path[t], O_RDONLY, &fds[t]);
+		if (ret) {
+			snprintf(out->note, sizeof(out->note), "%s: %s",
+				 tb->path[t], strerror(-ret));
+			return -1;
+		}
+		ma = rawio_mem_align(fds[t]);
+		if (ma > u->mem_align)
+			u->mem_align = ma;
+		ret = add_extents(u, fds[t], tb->info.blocks);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* The loop's figures, from its latencies and the device's counters. */
+static void uring_figures(struct uring_run *u, const struct disk *disk,
+			  const struct disk_sample *da,
+			  const struct disk_sample *db, struct uring_limit *out)
+{
+	double sum = 0;
+
+	out->reads = u->nlat;
+	out->seconds = u->last - u->t0;
+	if (u->errors)
+		snprintf(out->note, sizeof(out->note),
+			 "%llu reads failed or were short",
+			 (unsigned long long)u->errors);
+	if (!out->reads || out->seconds <= 0)
+		return;
+	for (size_t i = 0; i < u->nlat; i++)
+		sum += u->lat[i];
+	qsort(u->lat, u->nlat, sizeof(*u->lat), fcmp);
+	out->iops = (double)out->reads / out->seconds;
+	out->mbs = out->iops * u->bs / 1e6;
+	out->lat_mean_us = sum / (double)u->nlat;
+	out->lat_p50_us = u->lat[(u->nlat - 1) / 2];
+	out->lat_p99_us = u->lat[(size_t)((double)(u->nlat - 1) * 0.99)];
+	out->qd_little = out->iops * out->lat_mean_us * 1e-6;
+	disk_diff(disk, da, db, &out->disk);
+	/* Every read here is one device read: more means other I/O. */
+	if (out->disk.ok && !out->note[0] &&
+	    (double)out->disk.reads > 1.05 * (double)out->reads)
+		snprintf(
+		    out->note, sizeof(out->note),
+		    "the device did %.0f%% more reads than this loop: "
+		    "other processes' I/O lowers this limit",
+		    100.0 * ((double)out->disk.reads / (double)out->reads - 1));
+	out->ran = true;
+}
+
+/* qd requests, each with its own block buffer, aimed at random blocks. */
+static struct ureq *make_requests(struct uring_run *u, unsigned qd)
+{
+	struct ureq *q = calloc(qd, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	for (unsigned i = 0; i < qd; i++) {
+		if (posix_memalign(&q[i].req.buf,
+				   u->mem_align > 4096 ? u->mem_align : 4096,
+				   u->bs)) {
+			for (unsigned j = 0; j < i; j++)
+				free(q[j].req.buf);
+			free(q);
+			return NULL;
+		}
+		q[i].run = u;
+		q[i].req.len = u->bs;
+		q[i].req.arg = &q[i];
+	}
+	return q;
 }
 
 void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
@@ -284,64 +414,19 @@ void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
 	struct ureq *q = NULL;
 	struct disk_sample da, db;
 	struct progress pg;
-	size_t ext_cap = 0;
-	int *fds = NULL, ret, why = 0;
-	uint32_t ma = 4096, oa;
-	double sum = 0;
+	rawio *rio = NULL;
+	int *fds = NULL, ret;
 
 	memset(out, 0, sizeof(*out));
 	memset(&u, 0, sizeof(u));
 	out->qd = qd;
 	u.bs = tb->info.block_size;
+	u.mem_align = 4096;
 	u.pg = &pg;
 	wl_rng_seed(&u.rng, rc->o->wl.seed ^ 0x10ULL);
 	fds = malloc(tb->n * sizeof(*fds));
-	if (!fds)
+	if (!fds || open_tables(tb, &u, fds, out))
 		goto out;
-	for (uint32_t t = 0; t < tb->n; t++) {
-		off_t off = u.bs, d, h;
-
-		fds[t] = -1;
-		if (!tb->rows[t])
-			continue;
-		ret = io_open_file(tb->path[t], O_RDONLY, 0, &fds[t]);
-		if (ret) {
-			snprintf(out->note, sizeof(out->note), "%s: %s",
-				 tb->path[t], strerror(-ret));
-			goto out;
-		}
-		io_file_align(fds[t], &ma, &oa);
-		while ((d = lseek(fds[t], off, SEEK_DATA)) >= 0) {
-			uint64_t b0, b1;
-
-			h = lseek(fds[t], d, SEEK_HOLE);
-			if (h < 0)
-				break;
-			b0 = ((uint64_t)d - u.bs) / u.bs;
-			b1 = ((uint64_t)h - u.bs + u.bs - 1) / u.bs;
-			if (b1 > tb->info.blocks)
-				b1 = tb->info.blocks;
-			if (b1 > b0) {
-				if (u.next == ext_cap) {
-					size_t c = ext_cap ? 2 * ext_cap : 256;
-					struct extent *e =
-					    realloc(u.ext, c * sizeof(*e));
-
-					if (!e)
-						goto out;
-					u.ext = e;
-					ext_cap = c;
-				}
-				u.ext[u.next++] =
-				    (struct extent){.fd = fds[t],
-						    .first = b0,
-						    .cum = u.blocks,
-						    .n = b1 - b0};
-				u.blocks += b1 - b0;
-			}
-			off = h;
-		}
-	}
 	out->blocks = u.blocks;
 	out->block_size = u.bs;
 	if (!u.blocks) {
@@ -349,24 +434,15 @@ void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
 			 "no written blocks to read (tables not materialized)");
 		goto out;
 	}
-	ret = io_open(qd, &u.io, &why);
+	ret = rawio_open(qd, &rio);
 	if (ret) {
 		snprintf(out->note, sizeof(out->note), "io_uring: %s",
-			 strerror(why ? -why : EINVAL));
+			 strerror(-ret));
 		goto out;
 	}
-	q = calloc(qd, sizeof(*q));
+	q = make_requests(&u, qd);
 	if (!q)
 		goto out;
-	for (unsigned i = 0; i < qd; i++) {
-		if (posix_memalign(&q[i].req.buf, ma > 4096 ? ma : 4096, u.bs))
-			goto out;
-		q[i].run = &u;
-		q[i].req.op = IO_READ;
-		q[i].req.len = u.bs;
-		q[i].req.done = ureq_done;
-		q[i].req.arg = &q[i];
-	}
 	progress_start(&pg, "io_uring limit", "ms", (uint64_t)(seconds * 1000),
 		       rc->o->quiet);
 	disk_sample(&rc->disk, &da);
@@ -375,45 +451,18 @@ void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
 	for (unsigned i = 0; i < qd; i++) {
 		q[i].req.off = pick_offset(&u, &q[i].req.fd);
 		q[i].t = now_s();
-		io_queue(u.io, &q[i].req);
+		rawio_queue(rio, &q[i].req); /* qd fit: the ring's depth */
 	}
-	ret = io_wait(u.io, UINT_MAX);
+	ret = rawio_run(rio, ureq_done);
 	disk_sample(&rc->disk, &db);
 	progress_end(&pg);
-	if (ret < 0) {
-		snprintf(out->note, sizeof(out->note), "io_wait: %s",
+	if (ret < 0)
+		snprintf(out->note, sizeof(out->note), "io_uring: %s",
 			 strerror(-ret));
-		goto out;
-	}
-	out->reads = u.nlat;
-	out->seconds = u.last - u.t0;
-	if (u.errors)
-		snprintf(out->note, sizeof(out->note),
-			 "%llu reads failed or were short",
-			 (unsigned long long)u.errors);
-	if (!out->reads || out->seconds <= 0)
-		goto out;
-	for (size_t i = 0; i < u.nlat; i++)
-		sum += u.lat[i];
-	qsort(u.lat, u.nlat, sizeof(*u.lat), fcmp);
-	out->iops = (double)out->reads / out->seconds;
-	out->mbs = out->iops * u.bs / 1e6;
-	out->lat_mean_us = sum / (double)u.nlat;
-	out->lat_p50_us = u.lat[(u.nlat - 1) / 2];
-	out->lat_p99_us = u.lat[(size_t)((double)(u.nlat - 1) * 0.99)];
-	out->qd_little = out->iops * out->lat_mean_us * 1e-6;
-	disk_diff(&rc->disk, &da, &db, &out->disk);
-	/* Every read here is one device read: more means other I/O. */
-	if (out->disk.ok && !out->note[0] &&
-	    (double)out->disk.reads > 1.05 * (double)out->reads)
-		snprintf(
-		    out->note, sizeof(out->note),
-		    "the device did %.0f%% more reads than this loop: "
-		    "other processes' I/O lowers this limit",
-		    100.0 * ((double)out->disk.reads / (double)out->reads - 1));
-	out->ran = true;
+	else
+		uring_figures(&u, &rc->disk, &da, &db, out);
 out:
-	io_close(u.io);
+	rawio_close(rio);
 	if (q)
 		for (unsigned i = 0; i < qd; i++)
 			free(q[i].req.buf);

@@ -682,192 +682,258 @@ static void print_points(const struct bench_opts *o, const struct series *se,
 	print_ratios(se, ns, p, np, distinct);
 }
 
+/* One `mrc` command. */
+struct mrc {
+	const struct bench_opts *o;
+	struct bench_opts oo; /* for the stores: no HBM, nothing written */
+	struct wl_gen g;
+	struct tables tb;
+	struct wl_batch *bs; /* the batches, held */
+	uint64_t nb;
+	uint64_t *keys; /* each call's distinct ids (lookups()) */
+	uint32_t *draws;
+	size_t *bstart;
+	size_t nkeys;
+	uint64_t distinct; /* distinct keys */
+	struct series se[MAX_SERIES];
+	size_t ns;
+	uint64_t *sizes; /* the DDR bytes of each point */
+	struct point *pts;
+	size_t np;
+};
+
+/* Reads the batches into m->bs: --batches of a generator (default 20),
+ * or a whole trace. 0, -ENOMEM, or -EIO (reported). */
+static int mrc_hold(struct mrc *m)
+{
+	const struct bench_opts *o = m->o;
+	uint64_t want = o->wl.kind == WL_TRACE ? UINT64_MAX
+			: o->batches	       ? o->batches
+					       : 20;
+	size_t cap_b = 0;
+	int ret;
+
+	while (m->nb != want && !bench_stop) {
+		if (m->nb == cap_b) {
+			size_t c = cap_b ? 2 * cap_b : 64;
+			struct wl_batch *n = realloc(m->bs, c * sizeof(*n));
+
+			if (!n)
+				return -ENOMEM;
+			m->bs = n;
+			cap_b = c;
+		}
+		wl_batch_init(&m->bs[m->nb]);
+		ret = wl_next(&m->g, &m->bs[m->nb]);
+		if (ret <= 0) {
+			wl_batch_free(&m->bs[m->nb]);
+			if (ret == 0)
+				break;
+			cli_error("workload: %s", m->g.err);
+			return -EIO;
+		}
+		m->nb++;
+	}
+	return 0;
+}
+
+/* The lookups of the batches, and how many distinct keys they hold. 0,
+ * -ENOMEM, or -EIO (reported). */
+static int mrc_keys(struct mrc *m)
+{
+	uint64_t *sorted;
+
+	m->bstart = malloc((m->nb + 1) * sizeof(*m->bstart));
+	if (!m->bstart ||
+	    lookups(m->bs, m->nb, &m->keys, &m->draws, &m->nkeys, m->bstart))
+		return -ENOMEM;
+	if (!m->nkeys) {
+		cli_error("the trace has no ids");
+		return -EIO;
+	}
+	sorted = malloc(m->nkeys * sizeof(*sorted));
+	if (!sorted)
+		return -ENOMEM;
+	memcpy(sorted, m->keys, m->nkeys * sizeof(*sorted));
+	qsort(sorted, m->nkeys, sizeof(*sorted), keycmp);
+	for (size_t i = 0; i < m->nkeys; i++)
+		m->distinct += !i || sorted[i] != sorted[i - 1];
+	free(sorted);
+	return 0;
+}
+
+/* The DDR size of each point: --sizes, or --points capacities halving
+ * down from the distinct rows, in slots of slot bytes. 0, -ENOMEM, or
+ * -EINVAL (a usage error, reported). */
+static int mrc_sizes(struct mrc *m, uint32_t slot)
+{
+	const struct bench_opts *o = m->o;
+
+	if (o->sizes) {
+		if (parse_sizes(o->sizes, &m->sizes, &m->np)) {
+			cli_usage_error("--sizes: expected sizes like 64M,1G");
+			return -EINVAL;
+		}
+		return 0;
+	}
+	m->np = o->points ? o->points : 8;
+	m->sizes = malloc(m->np * sizeof(*m->sizes));
+	if (!m->sizes)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->np; i++) {
+		uint64_t rows = m->distinct >> (m->np - 1 - i);
+		uint64_t min = (uint64_t)(o->ways ? o->ways : 16);
+
+		m->sizes[i] =
+		    (rows > min ? rows : min) * (slot + ET_SLOT_META_BYTES);
+	}
+	return 0;
+}
+
+/* The references at a point of cap rows: Belady's and the learner's
+ * (unless --no-belady), and the oracle's (zipf and shift). */
+static int mrc_refs(struct mrc *m, struct point *pt, uint64_t cap)
+{
+	const struct bench_opts *o = m->o;
+	uint64_t mi;
+	int ret;
+
+	if (o->belady) {
+		ret = belady_misses(m->keys, m->nkeys, cap, &mi);
+		if (ret) {
+			cli_error("belady: %s", strerror(-ret));
+			return ret;
+		}
+		pt->opt = (double)mi / (double)m->nkeys;
+	}
+	if (o->wl.kind == WL_ZIPF || o->wl.kind == WL_SHIFT) {
+		ret = oracle_misses(&m->g, m->keys, m->bstart, m->nb, cap, &mi);
+		if (ret) {
+			cli_error("oracle: %s", strerror(-ret));
+			return ret;
+		}
+		pt->oracle = (double)mi / (double)m->nkeys;
+	}
+	if (o->belady) {
+		ret = learner_misses(
+		    m->keys, m->draws, m->bstart, m->nb,
+		    o->wl.kind == WL_SHIFT ? m->g.p.shift_every : 0, cap, &mi);
+		if (ret) {
+			cli_error("learner: %s", strerror(-ret));
+			return ret;
+		}
+		pt->learner = (double)mi / (double)m->nkeys;
+	}
+	return 0;
+}
+
+/* Point i: every series through the store, then the references. */
+static int mrc_point(struct mrc *m, size_t i, struct progress *pg,
+		     uint64_t *done)
+{
+	struct point *pt = &m->pts[i];
+	uint64_t cap = 0;
+	int ret = 0;
+
+	pt->ddr_bytes = m->sizes[i];
+	pt->opt = -1;
+	pt->oracle = -1;
+	pt->learner = -1;
+	for (size_t k = 0; k < MAX_SERIES; k++)
+		pt->miss[k] = -1;
+	for (size_t k = 0; k < m->ns && !ret; k++)
+		ret = store_point(&m->oo, &m->tb, m->bs, m->nb, m->sizes[i],
+				  &m->se[k], &pt->miss[k], &cap, pg, done);
+	if (ret)
+		return ret;
+	if (!cap) {
+		/* Belady alone: ask a store what the size holds. */
+		const struct series lru = {ET_POLICY_LRU, 0, "lru"};
+		double r;
+		uint64_t d2 = 0;
+
+		ret = store_point(&m->oo, &m->tb, m->bs, 0, m->sizes[i], &lru,
+				  &r, &cap, pg, &d2);
+		if (ret)
+			return ret;
+	}
+	pt->cap_rows = cap;
+	return mrc_refs(m, pt, cap);
+}
+
+static void mrc_free(struct mrc *m)
+{
+	tables_free(&m->tb);
+	for (uint64_t i = 0; i < m->nb; i++)
+		wl_batch_free(&m->bs[i]);
+	free(m->bs);
+	free(m->keys);
+	free(m->draws);
+	free(m->bstart);
+	free(m->sizes);
+	free(m->pts);
+	wl_close(&m->g);
+}
+
 int cmd_mrc(const struct bench_opts *o)
 {
-	struct bench_opts oo = *o;
-	struct wl_batch *bs = NULL;
-	struct point *pts = NULL;
+	struct mrc m;
 	struct progress pg;
-	struct tables tb;
-	struct wl_gen g;
-	uint64_t nb = 0, want, *keys = NULL, *sorted = NULL, *sizes = NULL;
-	uint32_t *draws = NULL;
-	size_t *bstart = NULL;
-	uint64_t distinct = 0, done = 0;
-	size_t nkeys = 0, np = 0, cap_b = 0;
+	uint64_t done = 0;
 	uint32_t slot;
-	struct series se[MAX_SERIES];
-	size_t ns = series_list(o, se);
 	char desc[256];
-	int ret = 0, rc = CLI_EXIT_FAIL;
+	int ret, rc = CLI_EXIT_FAIL;
 
 	if (opt_mixed_dims(o)) {
 		cli_usage_error("mrc takes one --dim (its capacities and "
 				"Belady's count rows of one size)");
 		return CLI_EXIT_USAGE;
 	}
-
-	memset(&tb, 0, sizeof(tb));
-	oo.materialize = MAT_NONE;
-	oo.hbm_bytes = 0;
-	if (wl_open(&g, &o->wl)) {
-		cli_error("workload: %s", g.err);
+	memset(&m, 0, sizeof(m));
+	m.o = o;
+	m.oo = *o;
+	m.oo.materialize = MAT_NONE;
+	m.oo.hbm_bytes = 0;
+	m.ns = series_list(o, m.se);
+	if (wl_open(&m.g, &o->wl)) {
+		cli_error("workload: %s", m.g.err);
 		return CLI_EXIT_FAIL;
 	}
-	want = o->wl.kind == WL_TRACE ? UINT64_MAX
-	       : o->batches	      ? o->batches
-				      : 20;
-	for (;;) {
-		if (nb == want || bench_stop)
-			break;
-		if (nb == cap_b) {
-			size_t c = cap_b ? 2 * cap_b : 64;
-			struct wl_batch *n = realloc(bs, c * sizeof(*n));
-
-			if (!n)
-				goto oom;
-			bs = n;
-			cap_b = c;
-		}
-		wl_batch_init(&bs[nb]);
-		ret = wl_next(&g, &bs[nb]);
-		if (ret <= 0) {
-			wl_batch_free(&bs[nb]);
-			if (ret == 0)
-				break;
-			cli_error("workload: %s", g.err);
-			goto out;
-		}
-		nb++;
-	}
-	bstart = malloc((nb + 1) * sizeof(*bstart));
-	if (!bstart || lookups(bs, nb, &keys, &draws, &nkeys, bstart))
-		goto oom;
-	if (!nkeys) {
-		cli_error("the trace has no ids");
-		goto out;
-	}
-	sorted = malloc(nkeys * sizeof(*sorted));
-	if (!sorted)
-		goto oom;
-	memcpy(sorted, keys, nkeys * sizeof(*sorted));
-	qsort(sorted, nkeys, sizeof(*sorted), keycmp);
-	for (size_t i = 0; i < nkeys; i++)
-		distinct += !i || sorted[i] != sorted[i - 1];
-	free(sorted);
-	sorted = NULL;
-
 	slot = (uint32_t)((o->dim * dtype_bytes(o->dtype) + 3) & ~3u);
-	if (o->sizes) {
-		if (parse_sizes(o->sizes, &sizes, &np)) {
-			cli_usage_error("--sizes: expected sizes like 64M,1G");
-			rc = CLI_EXIT_USAGE;
-			goto out;
-		}
-	} else {
-		np = o->points ? o->points : 8;
-		sizes = malloc(np * sizeof(*sizes));
-		if (!sizes)
-			goto oom;
-		for (size_t i = 0; i < np; i++) {
-			uint64_t rows = distinct >> (np - 1 - i);
-			uint64_t min = (uint64_t)(o->ways ? o->ways : 16);
-
-			sizes[i] = (rows > min ? rows : min) *
-				   (slot + ET_SLOT_META_BYTES);
-		}
+	ret = mrc_hold(&m);
+	if (!ret)
+		ret = mrc_keys(&m);
+	if (!ret)
+		ret = mrc_sizes(&m, slot);
+	if (!ret) {
+		m.pts = calloc(m.np, sizeof(*m.pts));
+		ret = m.pts ? 0 : -ENOMEM;
 	}
-	pts = calloc(np, sizeof(*pts));
-	if (!pts)
-		goto oom;
-	ret = tables_setup(&tb, &oo, &g, 0);
+	if (ret == -ENOMEM)
+		cli_error("out of memory");
+	if (ret == -EINVAL)
+		rc = CLI_EXIT_USAGE;
+	if (!ret)
+		ret = tables_setup(&m.tb, &m.oo, &m.g, 0);
 	if (ret)
 		goto out;
-	progress_start(&pg, "mrc", "batches", nb * np * ns, o->quiet);
-	for (size_t i = 0; i < np && !bench_stop; i++) {
-		uint64_t cap = 0;
-
-		pts[i].ddr_bytes = sizes[i];
-		pts[i].opt = -1;
-		pts[i].oracle = -1;
-		pts[i].learner = -1;
-		for (size_t k = 0; k < MAX_SERIES; k++)
-			pts[i].miss[k] = -1;
-		for (size_t k = 0; k < ns && !ret; k++)
-			ret = store_point(&oo, &tb, bs, nb, sizes[i], &se[k],
-					  &pts[i].miss[k], &cap, &pg, &done);
-		if (ret)
-			break;
-		if (!cap) {
-			/* Belady alone: ask a store what the size holds. */
-			const struct series lru = {ET_POLICY_LRU, 0, "lru"};
-			double r;
-			uint64_t d2 = 0;
-
-			ret = store_point(&oo, &tb, bs, 0, sizes[i], &lru, &r,
-					  &cap, &pg, &d2);
-			if (ret)
-				break;
-		}
-		pts[i].cap_rows = cap;
-		if (o->belady) {
-			uint64_t m;
-
-			ret = belady_misses(keys, nkeys, cap, &m);
-			if (ret) {
-				cli_error("belady: %s", strerror(-ret));
-				break;
-			}
-			pts[i].opt = (double)m / (double)nkeys;
-		}
-		if (o->wl.kind == WL_ZIPF || o->wl.kind == WL_SHIFT) {
-			uint64_t m;
-
-			ret = oracle_misses(&g, keys, bstart, nb, cap, &m);
-			if (ret) {
-				cli_error("oracle: %s", strerror(-ret));
-				break;
-			}
-			pts[i].oracle = (double)m / (double)nkeys;
-		}
-		if (o->belady) {
-			uint64_t m;
-
-			ret = learner_misses(
-			    keys, draws, bstart, nb,
-			    o->wl.kind == WL_SHIFT ? g.p.shift_every : 0, cap,
-			    &m);
-			if (ret) {
-				cli_error("learner: %s", strerror(-ret));
-				break;
-			}
-			pts[i].learner = (double)m / (double)nkeys;
-		}
-	}
+	progress_start(&pg, "mrc", "batches", m.nb * m.np * m.ns, o->quiet);
+	for (size_t i = 0; i < m.np && !bench_stop && !ret; i++)
+		ret = mrc_point(&m, i, &pg, &done);
 	progress_end(&pg);
 	if (ret || bench_stop)
 		goto out;
-	workload_desc(o, &g, desc, sizeof(desc));
-	print_points(o, se, ns, pts, np, distinct, nkeys, nb, desc);
-	if (o->plot)
-		plot(o, se, ns, pts, np, (double)distinct / (double)nkeys,
+	workload_desc(o, &m.g, desc, sizeof(desc));
+	print_points(o, m.se, m.ns, m.pts, m.np, m.distinct, m.nkeys, m.nb,
 		     desc);
-	if (o->hit_rounds && hits(&oo, &tb, bs, nb, distinct, slot, se, ns))
+	if (o->plot)
+		plot(o, m.se, m.ns, m.pts, m.np,
+		     (double)m.distinct / (double)m.nkeys, desc);
+	if (o->hit_rounds &&
+	    hits(&m.oo, &m.tb, m.bs, m.nb, m.distinct, slot, m.se, m.ns))
 		goto out;
 	rc = CLI_EXIT_OK;
-	goto out;
-oom:
-	cli_error("out of memory");
 out:
-	tables_free(&tb);
-	for (uint64_t i = 0; i < nb; i++)
-		wl_batch_free(&bs[i]);
-	free(bs);
-	free(keys);
-	free(draws);
-	free(bstart);
-	free(sizes);
-	free(pts);
-	wl_close(&g);
+	mrc_free(&m);
 	return rc;
 }

@@ -84,142 +84,178 @@ static int prefetch_batch(et_store *s, const struct tables *tb,
 	return et_prefetch(s, bi, b->count);
 }
 
-static int pl_run(const struct bench_opts *o, struct wl_gen *g,
-		  struct tables *tb, struct disk *disk, bool prefetch,
-		  struct pl_result *r)
+/* A run's buffers: the outputs and gradients of a step, and the batch
+ * handed to et_prefetch. */
+struct pl_bufs {
+	float *out, *grads;
+	size_t cap; /* floats */
+	struct et_batch_ids *bi;
+};
+
+/* The clock at each stage of a step. */
+struct pl_times {
+	double t0, g0, p0, c0, c1, t1;
+};
+
+/* Room in pb for the outputs of batch b; 0 or -ENOMEM. */
+static int pl_fit(struct pl_bufs *pb, const struct bench_opts *o,
+		  const struct wl_batch *b)
+{
+	size_t need = 0;
+
+	for (uint32_t k = 0; k < b->count; k++)
+		need += (size_t)b->t[k].nbags * o->dim;
+	if (need <= pb->cap)
+		return 0;
+	free(pb->out);
+	free(pb->grads);
+	pb->out = malloc(need * sizeof(*pb->out));
+	pb->grads = malloc(need * sizeof(*pb->grads));
+	pb->cap = pb->out && pb->grads ? need : 0;
+	if (!pb->out || !pb->grads)
+		return -ENOMEM;
+	for (size_t q = 0; q < need; q++)
+		pb->grads[q] = 1e-3f;
+	return 0;
+}
+
+/*
+ * One step over batch cur: every table's gather, the prefetch of next
+ * (unless NULL), the compute, every table's update; the clock in *tm. On
+ * an error, *what names the call that failed.
+ */
+static int pl_step(const struct bench_opts *o, et_store *s,
+		   const struct tables *tb, const struct wl_batch *cur,
+		   const struct wl_batch *next, struct pl_bufs *pb,
+		   struct pl_times *tm, const char **what)
 {
 	const struct et_update_params up = {.lr = o->lr};
-	struct et_store_config cfg;
-	struct wl_batch bufs[2], *cur = &bufs[0], *next = &bufs[1];
-	struct et_batch_ids *bi = NULL;
-	struct et_stats a, z;
-	struct disk_sample da, db;
-	struct progress pg;
+	size_t off = 0;
+	int ret = 0;
+
+	tm->t0 = now_s();
+	for (uint32_t k = 0; k < cur->count && !ret; k++) {
+		const struct wl_table_ids *t = &cur->t[k];
+
+		ret = et_gather_pooled(s, tb->sid[t->table], t->ids, t->offsets,
+				       t->nbags, ET_POOL_SUM, pb->out + off);
+		off += (size_t)t->nbags * o->dim;
+	}
+	tm->g0 = now_s();
+	if (ret) {
+		*what = "et_gather_pooled";
+		return ret;
+	}
+	if (next) {
+		ret = prefetch_batch(s, tb, next, pb->bi);
+		if (ret) {
+			*what = "et_prefetch";
+			return ret;
+		}
+	}
+	tm->p0 = now_s();
+	tm->c0 = now_s();
+	compute_for(o, (double)o->compute_us * 1e-6);
+	tm->c1 = now_s();
+	off = 0;
+	for (uint32_t k = 0; k < cur->count && !ret; k++) {
+		const struct wl_table_ids *t = &cur->t[k];
+
+		ret = et_update_pooled(s, tb->sid[t->table], t->ids, t->offsets,
+				       t->nbags, ET_POOL_SUM, pb->grads + off,
+				       &up);
+		off += (size_t)t->nbags * o->dim;
+	}
+	tm->t1 = now_s();
+	if (ret)
+		*what = "et_update_pooled";
+	return ret;
+}
+
+/* Measured step k: its times added to r, kept in step[] and stall[]. */
+static void pl_account(struct pl_result *r, double *step, double *stall,
+		       uint64_t k, const struct pl_times *tm)
+{
+	step[k] = tm->t1 - tm->t0;
+	stall[k] = (tm->t1 - tm->t0) - (tm->c1 - tm->c0);
+	r->step_s += tm->t1 - tm->t0;
+	r->compute_s += tm->c1 - tm->c0;
+	r->gather_s += tm->g0 - tm->t0;
+	r->prefetch_s += tm->p0 - tm->g0;
+	r->update_s += tm->t1 - tm->c1;
+	r->steps++;
+}
+
+/* One run of the loop. */
+struct pl_run {
+	const struct bench_opts *o;
+	struct wl_gen *g;
+	const struct tables *tb;
+	struct disk *disk;
+	et_store *s;
+	struct pl_result *r;
+	struct wl_batch bufs[2];
+	struct pl_bufs pb;
+	double *step, *stall; /* of each measured step */
+	struct et_stats a;    /* when the measured steps begin */
+	struct disk_sample da;
+	const char *what; /* the call that failed, for the note */
+};
+
+/* The first batch into bufs[0], prefetched if asked, from batch 0. */
+static int pl_first(struct pl_run *p)
+{
+	int ret = wl_rewind(p->g);
+
+	if (!ret)
+		ret = wl_next(p->g, &p->bufs[0]);
+	if (ret <= 0) {
+		p->what = "workload";
+		return ret ? ret : -ENODATA;
+	}
+	if (p->r->prefetch) {
+		p->what = "et_prefetch";
+		return prefetch_batch(p->s, p->tb, &p->bufs[0], p->pb.bi);
+	}
+	return 0;
+}
+
+/* The warm-up steps, then the measured ones. */
+static int pl_steps(struct pl_run *p)
+{
+	const struct bench_opts *o = p->o;
+	struct wl_batch *cur = &p->bufs[0], *next = &p->bufs[1];
 	uint64_t warm = o->warmup >= 0 ? (uint64_t)o->warmup : 5;
 	uint64_t total = warm + o->batches;
-	double *step = NULL, *stall = NULL;
-	float *out = NULL, *grads = NULL;
-	size_t out_cap = 0;
-	bool have_next;
-	const char *what = "";
-	et_store *s = NULL;
-	int ret;
+	struct progress pg;
+	int ret = 0;
 
-	memset(r, 0, sizeof(*r));
-	r->prefetch = prefetch;
-	wl_batch_init(&bufs[0]);
-	wl_batch_init(&bufs[1]);
-	step = calloc(total + 1, sizeof(*step));
-	stall = calloc(total + 1, sizeof(*stall));
-	bi = calloc(wl_tables(g) + 1, sizeof(*bi));
-	if (!step || !stall || !bi) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	store_config(o, &cfg);
-	ret = tables_store(tb, &cfg, &s);
-	if (ret)
-		goto quiet_out;
-	ret = wl_rewind(g);
-	if (!ret)
-		ret = wl_next(g, cur);
-	if (ret <= 0) {
-		what = "workload";
-		ret = ret ? ret : -ENODATA;
-		goto out;
-	}
-	if (prefetch) {
-		what = "et_prefetch";
-		ret = prefetch_batch(s, tb, cur, bi);
-		if (ret)
-			goto out;
-	}
-	progress_start(&pg, prefetch ? "prefetch on" : "prefetch off", "steps",
-		       total, o->quiet);
+	progress_start(&pg, p->r->prefetch ? "prefetch on" : "prefetch off",
+		       "steps", total, o->quiet);
 	for (uint64_t i = 0; i < total && !bench_stop; i++) {
-		double t0, t1, c0, c1, g0, p0;
-		size_t need = 0, off;
+		struct pl_times tm;
+		bool have_next;
 
 		if (i == warm) {
-			et_get_stats(s, -1, &a);
-			disk_sample(disk, &da);
+			et_get_stats(p->s, -1, &p->a);
+			disk_sample(p->disk, &p->da);
 		}
 		/* The next batch is known ahead, as in training. */
-		ret = wl_next(g, next);
+		ret = wl_next(p->g, next);
 		if (ret < 0) {
-			what = "workload";
+			p->what = "workload";
 			break;
 		}
 		have_next = ret > 0;
-		ret = 0;
-		for (uint32_t k = 0; k < cur->count; k++)
-			need += (size_t)cur->t[k].nbags * o->dim;
-		if (need > out_cap) {
-			free(out);
-			free(grads);
-			out = malloc(need * sizeof(*out));
-			grads = malloc(need * sizeof(*grads));
-			out_cap = out && grads ? need : 0;
-			if (!out || !grads) {
-				ret = -ENOMEM;
-				break;
-			}
-			for (size_t q = 0; q < need; q++)
-				grads[q] = 1e-3f;
-		}
-
-		t0 = now_s();
-		off = 0;
-		for (uint32_t k = 0; k < cur->count && !ret; k++) {
-			const struct wl_table_ids *t = &cur->t[k];
-
-			ret = et_gather_pooled(s, tb->sid[t->table], t->ids,
-					       t->offsets, t->nbags,
-					       ET_POOL_SUM, out + off);
-			off += (size_t)t->nbags * o->dim;
-		}
-		g0 = now_s();
-		if (ret) {
-			what = "et_gather_pooled";
+		ret = pl_fit(&p->pb, o, cur);
+		if (!ret)
+			ret = pl_step(o, p->s, p->tb, cur,
+				      p->r->prefetch && have_next ? next : NULL,
+				      &p->pb, &tm, &p->what);
+		if (ret)
 			break;
-		}
-		if (prefetch && have_next) {
-			ret = prefetch_batch(s, tb, next, bi);
-			if (ret) {
-				what = "et_prefetch";
-				break;
-			}
-		}
-		p0 = now_s();
-		c0 = now_s();
-		compute_for(o, (double)o->compute_us * 1e-6);
-		c1 = now_s();
-		off = 0;
-		for (uint32_t k = 0; k < cur->count && !ret; k++) {
-			const struct wl_table_ids *t = &cur->t[k];
-
-			ret = et_update_pooled(s, tb->sid[t->table], t->ids,
-					       t->offsets, t->nbags,
-					       ET_POOL_SUM, grads + off, &up);
-			off += (size_t)t->nbags * o->dim;
-		}
-		t1 = now_s();
-		if (ret) {
-			what = "et_update_pooled";
-			break;
-		}
-		if (i >= warm) {
-			uint64_t k = i - warm;
-
-			step[k] = t1 - t0;
-			stall[k] = (t1 - t0) - (c1 - c0);
-			r->step_s += t1 - t0;
-			r->compute_s += c1 - c0;
-			r->gather_s += g0 - t0;
-			r->prefetch_s += p0 - g0;
-			r->update_s += t1 - c1;
-			r->steps++;
-		}
+		if (i >= warm)
+			pl_account(p->r, p->step, p->stall, i - warm, &tm);
 		progress_update(&pg, i + 1);
 		{
 			struct wl_batch *x = cur;
@@ -231,31 +267,72 @@ static int pl_run(const struct bench_opts *o, struct wl_gen *g,
 			break;
 	}
 	progress_end(&pg);
-	if (ret)
-		goto out;
-	disk_sample(disk, &db);
-	et_get_stats(s, -1, &z);
-	if (r->steps) {
-		stats_diff(&a, &z, &r->d);
-		disk_diff(disk, &da, &db, &r->disk);
-		r->step_p50 = percentile(step, r->steps, 50);
-		r->step_p99 = percentile(step, r->steps, 99);
-		r->stall_p50 = percentile(stall, r->steps, 50);
-		r->stall_p99 = percentile(stall, r->steps, 99);
-		r->ran = true;
-	} else {
+	return ret;
+}
+
+/* The figures of the measured steps. */
+static void pl_figures(struct pl_run *p)
+{
+	struct pl_result *r = p->r;
+	struct disk_sample db;
+	struct et_stats z;
+
+	disk_sample(p->disk, &db);
+	et_get_stats(p->s, -1, &z);
+	if (!r->steps) {
 		snprintf(r->note, sizeof(r->note),
 			 "no measured step (a trace shorter than --warmup?)");
+		return;
 	}
+	stats_diff(&p->a, &z, &r->d);
+	disk_diff(p->disk, &p->da, &db, &r->disk);
+	r->step_p50 = percentile(p->step, r->steps, 50);
+	r->step_p99 = percentile(p->step, r->steps, 99);
+	r->stall_p50 = percentile(p->stall, r->steps, 50);
+	r->stall_p99 = percentile(p->stall, r->steps, 99);
+	r->ran = true;
+}
+
+static int pl_run(const struct bench_opts *o, struct wl_gen *g,
+		  struct tables *tb, struct disk *disk, bool prefetch,
+		  struct pl_result *r)
+{
+	struct pl_run p = {.o = o, .g = g, .tb = tb, .disk = disk, .r = r};
+	uint64_t total =
+	    (o->warmup >= 0 ? (uint64_t)o->warmup : 5) + o->batches;
+	struct et_store_config cfg;
+	int ret;
+
+	p.what = "";
+	memset(r, 0, sizeof(*r));
+	r->prefetch = prefetch;
+	wl_batch_init(&p.bufs[0]);
+	wl_batch_init(&p.bufs[1]);
+	p.step = calloc(total + 1, sizeof(*p.step));
+	p.stall = calloc(total + 1, sizeof(*p.stall));
+	p.pb.bi = calloc(wl_tables(g) + 1, sizeof(*p.pb.bi));
+	if (!p.step || !p.stall || !p.pb.bi) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	store_config(o, &cfg);
+	ret = tables_store(tb, &cfg, &p.s);
+	if (ret)
+		goto quiet_out;
+	ret = pl_first(&p);
+	if (!ret)
+		ret = pl_steps(&p);
+	if (!ret)
+		pl_figures(&p);
 out:
-	if (ret && *what)
-		snprintf(r->note, sizeof(r->note), "%s: %.150s", what,
-			 what[0] == 'w' && ret != -ENOMEM && ret != -ENODATA
+	if (ret && *p.what)
+		snprintf(r->note, sizeof(r->note), "%s: %.150s", p.what,
+			 p.what[0] == 'w' && ret != -ENOMEM && ret != -ENODATA
 			     ? g->err
 			     : et_strerror(ret));
 quiet_out:
-	if (s) {
-		int r2 = et_store_close(s);
+	if (p.s) {
+		int r2 = et_store_close(p.s);
 
 		if (r2 && !ret) {
 			snprintf(r->note, sizeof(r->note),
@@ -263,13 +340,13 @@ quiet_out:
 			ret = r2;
 		}
 	}
-	free(step);
-	free(stall);
-	free(bi);
-	free(out);
-	free(grads);
-	wl_batch_free(&bufs[0]);
-	wl_batch_free(&bufs[1]);
+	free(p.step);
+	free(p.stall);
+	free(p.pb.bi);
+	free(p.pb.out);
+	free(p.pb.grads);
+	wl_batch_free(&p.bufs[0]);
+	wl_batch_free(&p.bufs[1]);
 	return ret;
 }
 
@@ -278,107 +355,107 @@ static double per(double v, uint64_t n)
 	return n ? v / (double)n : 0;
 }
 
-static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
-		     const struct tables *tb, const struct pl_result *r,
-		     const struct disk_delta *bg)
+static void pl_print_json(const struct bench_opts *o, const struct wl_gen *g,
+			  const struct pl_result *r,
+			  const struct disk_delta *bg)
+{
+	char desc[256];
+
+	printf("{\"workload\":");
+	json_str(workload_desc(o, g, desc, sizeof(desc)));
+	printf(",\"compute_us\":%" PRIu64 ",\"compute\":\"%s\","
+	       "\"ddr_bytes\":%" PRIu64 ",\"hbm_bytes\":%" PRIu64
+	       ",\"background_disk_util\":%.4f,\"runs\":[",
+	       o->compute_us, o->compute == COMPUTE_SLEEP ? "sleep" : "busy",
+	       o->ddr_bytes, o->hbm_bytes, bg->util);
+	for (int i = 0; i < 2; i++) {
+		const struct pl_result *x = &r[i];
+		double st = per(x->step_s, x->steps);
+		double stall = per(x->step_s - x->compute_s, x->steps);
+
+		printf("%s{\"prefetch\":%s,\"ran\":%s,\"note\":", i ? "," : "",
+		       x->prefetch ? "true" : "false",
+		       x->ran ? "true" : "false");
+		json_str(x->note);
+		if (x->ran)
+			printf(",\"steps\":%" PRIu64 ",\"step_ms\":%.4f,"
+			       "\"step_p50_ms\":%.4f,\"step_p99_ms\":%.4f,"
+			       "\"compute_ms\":%.4f,\"stall_ms\":%.4f,"
+			       "\"stall_p50_ms\":%.4f,\"stall_p99_ms\":%."
+			       "4f,"
+			       "\"stall_share\":%.6f,"
+			       "\"gather_ms\":%.4f,\"prefetch_ms\":%.4f,"
+			       "\"update_ms\":%.4f,"
+			       "\"nvme_rows_read\":%" PRIu64
+			       ",\"blocks_read\":%" PRIu64
+			       ",\"blocks_written\":%" PRIu64
+			       ",\"prefetch_rows\":%" PRIu64
+			       ",\"prefetch_hits\":%" PRIu64
+			       ",\"prefetch_late\":%" PRIu64
+			       ",\"prefetch_skipped\":%" PRIu64
+			       ",\"prefetch_wait_ms\":%.4f"
+			       ",\"miss_wait_ms\":%.4f,\"writeback_ms\":%."
+			       "4f"
+			       ",\"disk_util\":%.4f,\"disk_read_iops\":%."
+			       "1f"
+			       ",\"disk_write_iops\":%.1f}",
+			       x->steps, st * 1e3, x->step_p50 * 1e3,
+			       x->step_p99 * 1e3,
+			       per(x->compute_s, x->steps) * 1e3, stall * 1e3,
+			       x->stall_p50 * 1e3, x->stall_p99 * 1e3,
+			       st > 0 ? stall / st : 0,
+			       per(x->gather_s, x->steps) * 1e3,
+			       per(x->prefetch_s, x->steps) * 1e3,
+			       per(x->update_s, x->steps) * 1e3,
+			       x->d.nvme_rows_read, x->d.blocks_read,
+			       x->d.blocks_written, x->d.prefetch_rows,
+			       x->d.prefetch_hits, x->d.prefetch_late,
+			       x->d.prefetch_skipped,
+			       (double)x->d.prefetch_wait_ns / 1e6,
+			       per((double)x->d.miss_wait_ns / 1e6, x->steps),
+			       per((double)x->d.writeback_ns / 1e6, x->steps),
+			       x->disk.util, x->disk.read_iops,
+			       x->disk.write_iops);
+		else
+			putchar('}');
+	}
+	printf("]}\n");
+}
+
+static void pl_print_csv(const struct pl_result *r)
+{
+	printf("prefetch,ran,steps,step_ms,step_p50_ms,step_p99_ms,"
+	       "compute_ms,stall_ms,stall_share,gather_ms,prefetch_ms,"
+	       "update_ms,blocks_read,blocks_written,prefetch_hits,"
+	       "prefetch_late,prefetch_skipped,prefetch_wait_ms,"
+	       "disk_util\n");
+	for (int i = 0; i < 2; i++) {
+		const struct pl_result *x = &r[i];
+		double st = per(x->step_s, x->steps);
+		double stall = per(x->step_s - x->compute_s, x->steps);
+
+		printf("%d,%d,%" PRIu64 ",%.4f,%.4f,%.4f,%.4f,%.4f,%.6f,"
+		       "%.4f,%.4f,%.4f,%" PRIu64 ",%" PRIu64 ",%" PRIu64
+		       ",%" PRIu64 ",%" PRIu64 ",%.4f,%.4f\n",
+		       x->prefetch, x->ran, x->steps, st * 1e3,
+		       x->step_p50 * 1e3, x->step_p99 * 1e3,
+		       per(x->compute_s, x->steps) * 1e3, stall * 1e3,
+		       st > 0 ? stall / st : 0,
+		       per(x->gather_s, x->steps) * 1e3,
+		       per(x->prefetch_s, x->steps) * 1e3,
+		       per(x->update_s, x->steps) * 1e3, x->d.blocks_read,
+		       x->d.blocks_written, x->d.prefetch_hits,
+		       x->d.prefetch_late, x->d.prefetch_skipped,
+		       (double)x->d.prefetch_wait_ns / 1e6, x->disk.util);
+	}
+}
+
+/* The table's heading: the workload, the store, the step. */
+static void pl_print_head(const struct bench_opts *o, const struct wl_gen *g,
+			  const struct tables *tb, const struct disk_delta *bg)
 {
 	char desc[256], b1[32], b2[32], b3[32];
-	const char *name[2] = {"prefetch off", "prefetch on"};
 
-	if (o->format == FMT_JSON) {
-		printf("{\"workload\":");
-		json_str(workload_desc(o, g, desc, sizeof(desc)));
-		printf(",\"compute_us\":%" PRIu64 ",\"compute\":\"%s\","
-		       "\"ddr_bytes\":%" PRIu64 ",\"hbm_bytes\":%" PRIu64
-		       ",\"background_disk_util\":%.4f,\"runs\":[",
-		       o->compute_us,
-		       o->compute == COMPUTE_SLEEP ? "sleep" : "busy",
-		       o->ddr_bytes, o->hbm_bytes, bg->util);
-		for (int i = 0; i < 2; i++) {
-			const struct pl_result *x = &r[i];
-			double st = per(x->step_s, x->steps);
-			double stall = per(x->step_s - x->compute_s, x->steps);
-
-			printf("%s{\"prefetch\":%s,\"ran\":%s,\"note\":",
-			       i ? "," : "", x->prefetch ? "true" : "false",
-			       x->ran ? "true" : "false");
-			json_str(x->note);
-			if (x->ran)
-				printf(
-				    ",\"steps\":%" PRIu64 ",\"step_ms\":%.4f,"
-				    "\"step_p50_ms\":%.4f,\"step_p99_ms\":%.4f,"
-				    "\"compute_ms\":%.4f,\"stall_ms\":%.4f,"
-				    "\"stall_p50_ms\":%.4f,\"stall_p99_ms\":%."
-				    "4f,"
-				    "\"stall_share\":%.6f,"
-				    "\"gather_ms\":%.4f,\"prefetch_ms\":%.4f,"
-				    "\"update_ms\":%.4f,"
-				    "\"nvme_rows_read\":%" PRIu64
-				    ",\"blocks_read\":%" PRIu64
-				    ",\"blocks_written\":%" PRIu64
-				    ",\"prefetch_rows\":%" PRIu64
-				    ",\"prefetch_hits\":%" PRIu64
-				    ",\"prefetch_late\":%" PRIu64
-				    ",\"prefetch_skipped\":%" PRIu64
-				    ",\"prefetch_wait_ms\":%.4f"
-				    ",\"miss_wait_ms\":%.4f,\"writeback_ms\":%."
-				    "4f"
-				    ",\"disk_util\":%.4f,\"disk_read_iops\":%."
-				    "1f"
-				    ",\"disk_write_iops\":%.1f}",
-				    x->steps, st * 1e3, x->step_p50 * 1e3,
-				    x->step_p99 * 1e3,
-				    per(x->compute_s, x->steps) * 1e3,
-				    stall * 1e3, x->stall_p50 * 1e3,
-				    x->stall_p99 * 1e3, st > 0 ? stall / st : 0,
-				    per(x->gather_s, x->steps) * 1e3,
-				    per(x->prefetch_s, x->steps) * 1e3,
-				    per(x->update_s, x->steps) * 1e3,
-				    x->d.nvme_rows_read, x->d.blocks_read,
-				    x->d.blocks_written, x->d.prefetch_rows,
-				    x->d.prefetch_hits, x->d.prefetch_late,
-				    x->d.prefetch_skipped,
-				    (double)x->d.prefetch_wait_ns / 1e6,
-				    per((double)x->d.miss_wait_ns / 1e6,
-					x->steps),
-				    per((double)x->d.writeback_ns / 1e6,
-					x->steps),
-				    x->disk.util, x->disk.read_iops,
-				    x->disk.write_iops);
-			else
-				putchar('}');
-		}
-		printf("]}\n");
-		return;
-	}
-	if (o->format == FMT_CSV) {
-		printf("prefetch,ran,steps,step_ms,step_p50_ms,step_p99_ms,"
-		       "compute_ms,stall_ms,stall_share,gather_ms,prefetch_ms,"
-		       "update_ms,blocks_read,blocks_written,prefetch_hits,"
-		       "prefetch_late,prefetch_skipped,prefetch_wait_ms,"
-		       "disk_util\n");
-		for (int i = 0; i < 2; i++) {
-			const struct pl_result *x = &r[i];
-			double st = per(x->step_s, x->steps);
-			double stall = per(x->step_s - x->compute_s, x->steps);
-
-			printf(
-			    "%d,%d,%" PRIu64 ",%.4f,%.4f,%.4f,%.4f,%.4f,%.6f,"
-			    "%.4f,%.4f,%.4f,%" PRIu64 ",%" PRIu64 ",%" PRIu64
-			    ",%" PRIu64 ",%" PRIu64 ",%.4f,%.4f\n",
-			    x->prefetch, x->ran, x->steps, st * 1e3,
-			    x->step_p50 * 1e3, x->step_p99 * 1e3,
-			    per(x->compute_s, x->steps) * 1e3, stall * 1e3,
-			    st > 0 ? stall / st : 0,
-			    per(x->gather_s, x->steps) * 1e3,
-			    per(x->prefetch_s, x->steps) * 1e3,
-			    per(x->update_s, x->steps) * 1e3, x->d.blocks_read,
-			    x->d.blocks_written, x->d.prefetch_hits,
-			    x->d.prefetch_late, x->d.prefetch_skipped,
-			    (double)x->d.prefetch_wait_ns / 1e6, x->disk.util);
-		}
-		return;
-	}
 	printf("workload: %s\n", workload_desc(o, g, desc, sizeof(desc)));
 	printf("tables:   %s, %s materialized; store: hbm %s, ddr %s, "
 	       "%s\n",
@@ -399,7 +476,11 @@ static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
 		printf("disk:     busy %.0f%% of the time before the runs "
 		       "(other processes)\n",
 		       100 * bg->util);
-	printf("\n  %-32s %14s %14s\n", "", name[0], name[1]);
+}
+
+/* The table's rows, a column per run. */
+static void pl_print_rows(const struct pl_result *r)
+{
 #define PL_ROW(label, fmt, ...)                                                \
 	do {                                                                   \
 		printf("  %-32s", label);                                      \
@@ -460,6 +541,25 @@ static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
 	PL_ROW("device writes/s", "%.0f", x->disk.write_iops);
 	PL_ROW("device utilization", "%.0f%%", 100 * x->disk.util);
 #undef PL_ROW
+}
+
+static void pl_print(const struct bench_opts *o, const struct wl_gen *g,
+		     const struct tables *tb, const struct pl_result *r,
+		     const struct disk_delta *bg)
+{
+	const char *name[2] = {"prefetch off", "prefetch on"};
+
+	if (o->format == FMT_JSON) {
+		pl_print_json(o, g, r, bg);
+		return;
+	}
+	if (o->format == FMT_CSV) {
+		pl_print_csv(r);
+		return;
+	}
+	pl_print_head(o, g, tb, bg);
+	printf("\n  %-32s %14s %14s\n", "", name[0], name[1]);
+	pl_print_rows(r);
 	for (int i = 0; i < 2; i++)
 		if (r[i].note[0])
 			printf("  %s: %s\n", name[i], r[i].note);

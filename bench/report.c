@@ -305,14 +305,12 @@ static const char *goal(double v, double want, char *b, size_t n)
 	return b;
 }
 
-static void report_table(const struct run_report *rp)
+/* The table's heading: the workload, the tables, the store, the run. */
+static void report_head(const struct run_report *rp)
 {
 	const struct bench_opts *o = rp->o;
 	const struct sys_result *e = &rp->sys[0];
-	struct ratios q;
-	struct fig fe;
-	char w[256], b1[32], b2[32], b3[32], g[64];
-	const char *names[NSYS];
+	char w[256], b1[32], b2[32];
 
 	printf("workload: %s\n", workload_desc(o, rp->g, w, sizeof(w)));
 	printf("tables:   %s in %s, %s materialized (%s on disk)\n",
@@ -342,6 +340,13 @@ static void report_table(const struct run_report *rp)
 		    100 * rp->background.util, rp->background.read_iops,
 		    rp->background.write_iops);
 	putchar('\n');
+}
+
+/* A column per system, then the systems' notes. */
+static void report_systems(const struct run_report *rp)
+{
+	const struct sys_result *e = &rp->sys[0];
+	const char *names[NSYS];
 
 	for (int i = 0; i < NSYS; i++)
 		names[i] = rp->sys[i].name;
@@ -378,6 +383,13 @@ static void report_table(const struct run_report *rp)
 	printf("  (reads issued: embtier blocks read, pread preads, rocksdb "
 	       "block-cache misses; cache hit ratio: pread rows, rocksdb "
 	       "4 KiB blocks)\n");
+}
+
+/* The raw gather and io_uring loops of the same run. */
+static void report_limits(const struct run_report *rp)
+{
+	const struct bench_opts *o = rp->o;
+	char b1[32], b2[32], b3[32];
 
 	printf("\nlimits, same run:\n");
 	if (rp->gl.ran)
@@ -419,6 +431,16 @@ static void report_table(const struct run_report *rp)
 	}
 	if (!o->limits)
 		printf("  (not measured: --no-limits)\n");
+}
+
+/* Each of the store's figures over its limit, judged where the run is
+ * bound by what the limit measures. */
+static void report_ratios(const struct run_report *rp)
+{
+	const struct sys_result *e = &rp->sys[0];
+	struct ratios q;
+	struct fig fe;
+	char w[256], b1[32], b2[32], b3[32], g[64];
 
 	compute_ratios(rp, &q);
 	figures(e, mdim(rp), &fe);
@@ -482,6 +504,14 @@ static void report_table(const struct run_report *rp)
 	if (q.rocksdb > 0)
 		printf("  vs RocksDB      embtier ids/s / rocksdb = %.2f  %s\n",
 		       q.rocksdb, goal(q.rocksdb, 5, g, sizeof(g)));
+}
+
+static void report_table(const struct run_report *rp)
+{
+	report_head(rp);
+	report_systems(rp);
+	report_limits(rp);
+	report_ratios(rp);
 }
 
 /* ------------------------------------------------------------------- json */

@@ -28,7 +28,6 @@
 
 #include "bench.h"
 #include "cli.h"
-#include "io.h"
 #include "progress.h"
 
 /* ------------------------------------------------------------- the tables */
@@ -143,28 +142,15 @@ static int write_blocks(et_tfile *tf, uint32_t t, const uint64_t *ids,
 	return 0;
 }
 
-int tables_setup(struct tables *tb, const struct bench_opts *o,
-		 struct wl_gen *g, uint64_t touch_batches)
+/* The table slots of the workload: their rows and paths. */
+static int tables_slots(struct tables *tb, struct wl_gen *g)
 {
-	uint64_t **tids = NULL, *tcount = NULL, todo = 0, done = 0;
-	struct progress pg;
-	float *buf = NULL;
-	double t0 = now_s();
-	int ret;
-
-	memset(tb, 0, sizeof(*tb));
-	ret = make_dir(tb, o);
-	if (ret)
-		return ret;
 	tb->n = wl_tables(g);
 	tb->rows = calloc(tb->n, sizeof(*tb->rows));
 	tb->path = calloc(tb->n, sizeof(*tb->path));
 	tb->sid = calloc(tb->n, sizeof(*tb->sid));
-	buf = malloc((size_t)CHUNK_ROWS * o->dim * sizeof(float));
-	if (!tb->rows || !tb->path || !tb->sid || !buf) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	if (!tb->rows || !tb->path || !tb->sid)
+		return -ENOMEM;
 	for (uint32_t t = 0; t < tb->n; t++) {
 		char p[4096];
 
@@ -172,28 +158,18 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 		tb->sid[t] = -1;
 		snprintf(p, sizeof(p), "%s/t%u.et", tb->dir, t);
 		tb->path[t] = strdup(p);
-		if (!tb->path[t]) {
-			ret = -ENOMEM;
-			goto out;
-		}
+		if (!tb->path[t])
+			return -ENOMEM;
 		tb->total_rows += tb->rows[t];
 	}
-	if (o->materialize == MAT_TOUCHED) {
-		tids = calloc(tb->n, sizeof(*tids));
-		tcount = calloc(tb->n, sizeof(*tcount));
-		if (!tids || !tcount) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		ret = wl_touched_rows(g, tb->n, touch_batches, tids, tcount);
-		if (ret) {
-			cli_error("collecting the touched rows: %s",
-				  strerror(-ret));
-			goto out;
-		}
-	}
+	return 0;
+}
 
-	/* Create or reuse each file; count what must be written. */
+/* Creates or reuses each file; *todo counts the rows to write (for
+ * --materialize touched, at most: tcount[t] blocks of table t). */
+static int tables_create(struct tables *tb, const struct bench_opts *o,
+			 const uint64_t *tcount, uint64_t *todo)
+{
 	for (uint32_t t = 0; t < tb->n; t++) {
 		struct et_table_params p = {
 		    .rows = tb->rows[t],
@@ -204,6 +180,7 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 		};
 		struct et_table_info in;
 		et_tfile *tf;
+		int ret;
 
 		if (!tb->rows[t])
 			continue;
@@ -212,13 +189,13 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 			ret = et_tfile_create(tb->path[t], &p, &tf);
 		if (ret) {
 			cli_error_code(tb->path[t], ret);
-			goto out;
+			return ret;
 		}
 		ret = et_tfile_info(tf, &in);
 		et_tfile_close(tf);
 		if (ret) {
 			cli_error_code(tb->path[t], ret);
-			goto out;
+			return ret;
 		}
 		if (in.rows != p.rows || in.dim != p.dim ||
 		    in.dtype != p.dtype) {
@@ -226,18 +203,27 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 				  " rows, dim %u, %s); use another --dir",
 				  tb->path[t], in.rows, in.dim,
 				  cli_dtype_name(in.dtype));
-			ret = ET_EMISMATCH;
-			goto out;
+			return ET_EMISMATCH;
 		}
 		if (!tb->info.rows)
 			tb->info = in;
 		if (o->materialize == MAT_ALL && in.blocks_written < in.blocks)
-			todo += in.rows;
+			*todo += in.rows;
 		if (o->materialize == MAT_TOUCHED && in.blocks_written == 0)
-			todo += tcount[t] * in.rows_per_block; /* at most */
+			*todo += tcount[t] * in.rows_per_block; /* at most */
 	}
-	/* the largest row, with several dims */
-	tb->row_bytes = (uint32_t)(o->dim * dtype_bytes(o->dtype));
+	return 0;
+}
+
+/* Writes the rows --materialize asks for (todo of them, at most) into
+ * the files that lack them; buf holds CHUNK_ROWS rows. */
+static int tables_write(struct tables *tb, const struct bench_opts *o,
+			uint64_t *const *tids, const uint64_t *tcount,
+			uint64_t todo, float *buf)
+{
+	struct progress pg;
+	uint64_t done = 0;
+	int ret = 0;
 
 	progress_start(&pg, "materializing", "rows", todo, o->quiet);
 	for (uint32_t t = 0; t < tb->n && todo; t++) {
@@ -263,10 +249,53 @@ int tables_setup(struct tables *tb, const struct bench_opts *o,
 		if (ret) {
 			progress_end(&pg);
 			cli_error_code(tb->path[t], ret);
-			goto out;
+			return ret;
 		}
 	}
 	progress_end(&pg);
+	return 0;
+}
+
+int tables_setup(struct tables *tb, const struct bench_opts *o,
+		 struct wl_gen *g, uint64_t touch_batches)
+{
+	uint64_t **tids = NULL, *tcount = NULL, todo = 0;
+	float *buf = NULL;
+	double t0 = now_s();
+	int ret;
+
+	memset(tb, 0, sizeof(*tb));
+	ret = make_dir(tb, o);
+	if (ret)
+		return ret;
+	ret = tables_slots(tb, g);
+	buf = malloc((size_t)CHUNK_ROWS * o->dim * sizeof(float));
+	if (!ret && !buf)
+		ret = -ENOMEM;
+	if (ret)
+		goto out;
+	if (o->materialize == MAT_TOUCHED) {
+		tids = calloc(tb->n, sizeof(*tids));
+		tcount = calloc(tb->n, sizeof(*tcount));
+		if (!tids || !tcount) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		ret = wl_touched_rows(g, tb->n, touch_batches, tids, tcount);
+		if (ret) {
+			cli_error("collecting the touched rows: %s",
+				  strerror(-ret));
+			goto out;
+		}
+	}
+	ret = tables_create(tb, o, tcount, &todo);
+	if (ret)
+		goto out;
+	/* the largest row, with several dims */
+	tb->row_bytes = (uint32_t)(o->dim * dtype_bytes(o->dtype));
+	ret = tables_write(tb, o, tids, tcount, todo, buf);
+	if (ret)
+		goto out;
 	for (uint32_t t = 0; t < tb->n; t++) {
 		struct et_table_info in;
 		et_tfile *tf;
@@ -468,57 +497,125 @@ static bool warm_enough(et_store *s, const struct bench_opts *o, uint64_t done,
 	return st.ddr.resident_rows >= st.ddr.capacity_rows * 9 / 10;
 }
 
-static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
-		     struct wl_trace_writer *rec)
-{
-	const struct bench_opts *o = rc->o;
-	struct op_bufs ob = {0};
+/* A run of the store: its buffers and the batch in hand. */
+struct store_pass {
+	struct run_ctx *rc;
+	et_store *s;
+	struct wl_trace_writer *rec; /* also write each batch here */
+	struct op_bufs ob;
 	struct wl_batch b;
-	struct et_stats a, z;
-	struct disk_sample da, db;
+	bool gen_err; /* the workload failed */
+};
+
+/* The next batch, room for its outputs, and its record; 1 with a batch,
+ * 0 at the end of a trace, or -errno. */
+static int pass_next(struct store_pass *sp)
+{
+	int ret = wl_next(sp->rc->g, &sp->b);
+
+	sp->gen_err = ret < 0;
+	if (ret <= 0)
+		return ret;
+	ret = bufs_fit(&sp->ob, &sp->b, sp->rc->o);
+	if (!ret && sp->rec)
+		ret = wl_trace_write(sp->rec, &sp->b);
+	return ret ? ret : 1;
+}
+
+/* The warm-up: not measured; rc->warmup counts its batches. */
+static int store_warmup(struct store_pass *sp)
+{
+	struct run_ctx *rc = sp->rc;
+	const struct bench_opts *o = rc->o;
 	struct progress pg;
-	double *lat = NULL, t0;
-	size_t lat_cap = 0;
-	uint64_t cap_hash = 0, misses = 0;
-	bool gen_err = false;
+	uint64_t misses = 0;
+	double t0;
 	int ret = 0;
 
-	wl_batch_init(&b);
-	memset(r, 0, sizeof(*r));
-	r->name = "embtier";
-	r->has_tiers = true;
-	r->has_reads = true;
-
-	/* Warm-up: not measured. */
 	progress_start(&pg, "warming up", "batches", 0, o->quiet);
 	t0 = now_s();
-	while (!bench_stop &&
-	       !warm_enough(s, o, rc->warmup, t0, wl_batches(rc->g), &misses)) {
+	while (!bench_stop && !warm_enough(sp->s, o, rc->warmup, t0,
+					   wl_batches(rc->g), &misses)) {
 		size_t nf;
 
-		ret = wl_next(rc->g, &b);
-		gen_err = ret < 0;
+		ret = pass_next(sp);
 		if (ret <= 0)
 			break;
-		ret = bufs_fit(&ob, &b, o);
-		if (!ret && rec)
-			ret = wl_trace_write(rec, &b);
-		if (!ret)
-			ret = store_batch(s, rc->tb, &b, o, &ob, &nf);
+		ret = store_batch(sp->s, rc->tb, &sp->b, o, &sp->ob, &nf);
 		if (ret)
 			break;
 		rc->warmup++;
 		progress_update(&pg, rc->warmup);
 	}
 	progress_end(&pg);
-	if (ret < 0)
-		goto fail;
+	return ret;
+}
 
-	/* Measured. */
+/* The store's counters over the measured phase, from a to z. */
+static void store_figures(struct sys_result *r, const struct et_stats *a,
+			  const struct et_stats *z)
+{
+	r->unique = z->unique - a->unique;
+	r->hbm_hits = z->hbm.hits - a->hbm.hits;
+	r->ddr_hits = z->ddr.hits - a->ddr.hits;
+	r->nvme_rows = z->nvme_rows_read - a->nvme_rows_read;
+	r->lazy_rows = z->rows_lazy - a->rows_lazy;
+	r->conflicts = z->conflict_unique_misses - a->conflict_unique_misses;
+	r->reads = z->blocks_read - a->blocks_read;
+	r->bytes_read = z->bytes_read - a->bytes_read;
+	r->bytes_written = (z->bytes_written + z->log_bytes_written) -
+			   (a->bytes_written + a->log_bytes_written);
+	r->writebacks = z->writebacks - a->writebacks;
+	r->miss_s = (double)(z->miss_wait_ns - a->miss_wait_ns) / 1e9;
+	r->wb_s = (double)(z->writeback_ns - a->writeback_ns) / 1e9;
+	r->mem_peak = z->mem_peak_bytes;
+	r->row_bytes[0] = z->hbm.row_bytes;
+	r->row_bytes[1] = z->ddr.row_bytes;
+	r->capacity_bytes[0] = z->hbm.capacity_bytes;
+	r->capacity_bytes[1] = z->ddr.capacity_bytes;
+}
+
+/* Room for batch i's latency and output hash; 0 or -ENOMEM. */
+static int lat_fit(struct run_ctx *rc, double **lat, size_t *lat_cap,
+		   uint64_t i)
+{
+	size_t c;
+	double *l;
+	uint64_t *h;
+
+	if (i < *lat_cap)
+		return 0;
+	c = *lat_cap ? *lat_cap * 2 : 256;
+	l = realloc(*lat, c * sizeof(*l));
+	h = realloc(rc->ref.h, c * sizeof(*h));
+	if (l)
+		*lat = l;
+	if (h)
+		rc->ref.h = h;
+	if (!l || !h)
+		return -ENOMEM;
+	*lat_cap = c;
+	return 0;
+}
+
+/* The measured phase: --batches, or --seconds of batches, each timed as
+ * a whole; its latencies in *lat (r->batches of them). */
+static int store_measure(struct store_pass *sp, struct sys_result *r,
+			 double **lat)
+{
+	struct run_ctx *rc = sp->rc;
+	const struct bench_opts *o = rc->o;
+	struct disk_sample da, db;
+	struct et_stats a, z;
+	struct progress pg;
+	size_t lat_cap = 0;
+	double t0;
+	int ret = 0;
+
 	progress_start(&pg, "measuring", o->batches ? "batches" : "ms",
 		       o->batches ? o->batches : (uint64_t)(o->seconds * 1000),
 		       o->quiet);
-	et_get_stats(s, -1, &a);
+	et_get_stats(sp->s, -1, &a);
 	disk_sample(&rc->disk, &da);
 	t0 = now_s();
 	while (!bench_stop) {
@@ -528,93 +625,75 @@ static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
 		if (o->batches ? r->batches >= o->batches
 			       : now_s() - t0 >= o->seconds)
 			break;
-		ret = wl_next(rc->g, &b);
-		gen_err = ret < 0;
+		ret = pass_next(sp);
 		if (ret <= 0)
-			break;
-		ret = bufs_fit(&ob, &b, o);
-		if (!ret && rec)
-			ret = wl_trace_write(rec, &b);
-		if (ret)
 			break;
 		w0 = now_s();
 		c0 = thread_cpu_s();
-		ret = store_batch(s, rc->tb, &b, o, &ob, &nf);
+		ret = store_batch(sp->s, rc->tb, &sp->b, o, &sp->ob, &nf);
 		c1 = thread_cpu_s();
 		w1 = now_s();
+		if (!ret)
+			ret = lat_fit(rc, lat, &lat_cap, r->batches);
 		if (ret)
 			break;
-		if (r->batches == lat_cap || r->batches == cap_hash) {
-			size_t c = lat_cap ? lat_cap * 2 : 256;
-			double *l = realloc(lat, c * sizeof(*l));
-			uint64_t *h = realloc(rc->ref.h, c * sizeof(*h));
-
-			if (l)
-				lat = l;
-			if (h)
-				rc->ref.h = h;
-			if (!l || !h) {
-				ret = -ENOMEM;
-				break;
-			}
-			lat_cap = cap_hash = c;
-		}
-		lat[r->batches] = w1 - w0;
-		rc->ref.h[r->batches] = out_hash(ob.out, nf);
+		(*lat)[r->batches] = w1 - w0;
+		rc->ref.h[r->batches] = out_hash(sp->ob.out, nf);
 		r->seconds += w1 - w0;
 		r->io_wait_s += (w1 - w0) - (c1 - c0);
-		r->ids += wl_batch_ids(&b);
+		r->ids += wl_batch_ids(&sp->b);
 		r->batches++;
 		progress_update(&pg, o->batches
 					 ? r->batches
 					 : (uint64_t)((now_s() - t0) * 1000));
 	}
 	disk_sample(&rc->disk, &db);
-	et_get_stats(s, -1, &z);
+	et_get_stats(sp->s, -1, &z);
 	progress_end(&pg);
 	if (ret < 0)
-		goto fail;
+		return ret;
 	rc->measured = r->batches;
 	rc->store_seconds = now_s() - t0;
 	rc->ref.n = r->batches;
 	r->planned = r->batches;
 	disk_diff(&rc->disk, &da, &db, &r->disk);
-	r->unique = z.unique - a.unique;
-	r->hbm_hits = z.hbm.hits - a.hbm.hits;
-	r->ddr_hits = z.ddr.hits - a.ddr.hits;
-	r->nvme_rows = z.nvme_rows_read - a.nvme_rows_read;
-	r->lazy_rows = z.rows_lazy - a.rows_lazy;
-	r->conflicts = z.conflict_unique_misses - a.conflict_unique_misses;
-	r->reads = z.blocks_read - a.blocks_read;
-	r->bytes_read = z.bytes_read - a.bytes_read;
-	r->bytes_written = (z.bytes_written + z.log_bytes_written) -
-			   (a.bytes_written + a.log_bytes_written);
-	r->writebacks = z.writebacks - a.writebacks;
-	r->miss_s = (double)(z.miss_wait_ns - a.miss_wait_ns) / 1e9;
-	r->wb_s = (double)(z.writeback_ns - a.writeback_ns) / 1e9;
-	r->mem_peak = z.mem_peak_bytes;
-	r->row_bytes[0] = z.hbm.row_bytes;
-	r->row_bytes[1] = z.ddr.row_bytes;
-	r->capacity_bytes[0] = z.hbm.capacity_bytes;
-	r->capacity_bytes[1] = z.ddr.capacity_bytes;
-	if (r->batches) {
-		r->mean_ms = r->seconds / (double)r->batches * 1e3;
-		r->p50_ms = percentile(lat, r->batches, 50) * 1e3;
-		r->p99_ms = percentile(lat, r->batches, 99) * 1e3;
+	store_figures(r, &a, &z);
+	return 0;
+}
+
+static int store_run(struct run_ctx *rc, et_store *s, struct sys_result *r,
+		     struct wl_trace_writer *rec)
+{
+	struct store_pass sp = {.rc = rc, .s = s, .rec = rec};
+	double *lat = NULL;
+	int ret;
+
+	wl_batch_init(&sp.b);
+	memset(r, 0, sizeof(*r));
+	r->name = "embtier";
+	r->has_tiers = true;
+	r->has_reads = true;
+	ret = store_warmup(&sp);
+	if (ret >= 0)
+		ret = store_measure(&sp, r, &lat);
+	if (ret < 0) {
+		if (sp.gen_err)
+			cli_error("workload: %s", rc->g->err);
+		else
+			cli_error_code("store run", ret);
+	} else {
+		if (r->batches) {
+			r->mean_ms = r->seconds / (double)r->batches * 1e3;
+			r->p50_ms = percentile(lat, r->batches, 50) * 1e3;
+			r->p99_ms = percentile(lat, r->batches, 99) * 1e3;
+		}
+		r->ran = true;
+		ret = 0;
 	}
-	r->ran = true;
-	ret = 0;
-	goto out;
-fail:
-	if (gen_err)
-		cli_error("workload: %s", rc->g->err);
-	else
-		cli_error_code("store run", ret);
-out:
 	free(lat);
-	free(ob.out);
-	free(ob.grads);
-	wl_batch_free(&b);
+	free(sp.ob.out);
+	free(sp.ob.grads);
+	wl_batch_free(&sp.b);
 	return ret;
 }
 
@@ -649,16 +728,120 @@ static int open_workload(const struct bench_opts *o, struct wl_gen *g)
 	return ret;
 }
 
+/* The store's part of the run, between two raw io_uring loops: its
+ * read-only run, then --update-vs-read's run with updates; the batches
+ * recorded if asked. */
+static int run_store(struct run_ctx *rc, struct run_report *rep,
+		     struct wl_trace_writer *rec)
+{
+	const struct bench_opts *o = rc->o;
+	struct et_store_config cfg;
+	et_store *s = NULL;
+	int ret, r2;
+
+	/* The disk's ceiling is measured on both sides of the store's run,
+	 * so that a passing slow spell of the (virtual) disk weighs on both
+	 * alike; the ratio uses their mean. */
+	if (o->limits && rc->tb->materialized && !bench_stop)
+		limit_uring(rc,
+			    o->io_depth ? o->io_depth : BENCH_STORE_IO_DEPTH,
+			    o->limit_seconds, &rep->ul_pre);
+	store_config(o, &cfg);
+	ret = tables_store(rc->tb, &cfg, &s);
+	if (ret)
+		return ret;
+	ret = store_run(rc, s, &rep->sys[0], o->record ? rec : NULL);
+	if (!ret && o->update_vs_read && !bench_stop)
+		ret = update_run(rc, s, &rep->upd);
+	r2 = et_store_close(s);
+	if (r2 && !ret) {
+		cli_error_code("closing the store", r2);
+		ret = r2;
+	}
+	if (o->record) {
+		r2 = wl_trace_finish(rec);
+		if (r2 && !ret) {
+			cli_error("%s: %s", o->record, strerror(-r2));
+			ret = r2;
+		}
+	}
+	return ret;
+}
+
+/* The limits after the store's run: raw gather, raw io_uring at the
+ * store's depth and at the --limit-qd depths. */
+static void run_limits(struct run_ctx *rc, struct run_report *rep)
+{
+	const struct bench_opts *o = rc->o;
+
+	if (!o->limits || bench_stop)
+		return;
+	limit_gather(rc, &rep->gl);
+	limit_uring(rc, o->io_depth ? o->io_depth : BENCH_STORE_IO_DEPTH,
+		    o->limit_seconds, &rep->ul);
+	for (uint32_t i = 0; i < o->n_limit_qd && !bench_stop; i++)
+		limit_uring(rc, o->limit_qd[i], o->limit_seconds,
+			    &rep->ul_qd[i]);
+}
+
+/* Whether a peer cannot run this run's batches; if so, why, in r's
+ * note. */
+static bool peer_skipped(const struct run_ctx *rc, struct sys_result *r,
+			 const char *unmaterialized)
+{
+	const struct bench_opts *o = rc->o;
+	const char *why = NULL;
+
+	if (opt_mixed_dims(o))
+		why = "tables of several dims";
+	else if (o->update || o->update_vs_read)
+		why = "updates change the rows";
+	else if (!rc->tb->materialized)
+		why = unmaterialized;
+	if (why)
+		snprintf(r->note, sizeof(r->note), "skipped: %s", why);
+	return why != NULL;
+}
+
+static void run_peers(struct run_ctx *rc, struct run_report *rep)
+{
+	const struct bench_opts *o = rc->o;
+
+	rep->sys[1].name = "pread";
+	rep->sys[2].name = "rocksdb";
+	if (o->pread && !bench_stop &&
+	    !peer_skipped(rc, &rep->sys[1], "tables not materialized"))
+		peer_pread(rc, &rep->sys[1]);
+	if (o->rocksdb && !bench_stop &&
+	    !peer_skipped(rc, &rep->sys[2],
+			  "tables not materialized (their rows would differ "
+			  "from what it loads)"))
+		peer_rocksdb(rc, &rep->sys[2]);
+}
+
+/* --record: the trace the batches run are written to. */
+static int open_record(const struct bench_opts *o, const struct tables *tb,
+		       const struct wl_gen *g, struct wl_trace_writer *rec)
+{
+	int ret = wl_trace_create(
+	    rec, o->record, tb->n, tb->rows,
+	    o->wl.kind == WL_TRACE ? g->tr.pooling : o->wl.pooling, o->force);
+
+	if (ret)
+		cli_error("%s: %s", o->record,
+			  ret == -EEXIST ? "exists (use --force)"
+					 : strerror(-ret));
+	return ret;
+}
+
 int cmd_run(const struct bench_opts *o)
 {
 	struct run_report rep;
 	struct run_ctx rc;
-	struct et_store_config cfg;
 	struct wl_trace_writer rec = {0};
 	struct wl_gen g;
 	struct tables tb;
 	uint64_t touch = 0;
-	et_store *s = NULL;
 	int ret;
 
 	memset(&rep, 0, sizeof(rep));
@@ -691,47 +874,10 @@ int cmd_run(const struct bench_opts *o)
 	rc.tb = &tb;
 	disk_open(&rc.disk, tb.dir);
 	disk_background(&rc.disk, 0.5, &rep.background);
-	if (o->record) {
-		ret = wl_trace_create(&rec, o->record, tb.n, tb.rows,
-				      o->wl.kind == WL_TRACE ? g.tr.pooling
-							     : o->wl.pooling,
-				      o->force);
-		if (ret) {
-			cli_error("%s: %s", o->record,
-				  ret == -EEXIST ? "exists (use --force)"
-						 : strerror(-ret));
-			goto out;
-		}
-	}
-	/* The disk's ceiling is measured on both sides of the store's run,
-	 * so that a passing slow spell of the (virtual) disk weighs on both
-	 * alike; the ratio uses their mean. */
-	if (o->limits && tb.materialized && !bench_stop)
-		limit_uring(&rc, o->io_depth ? o->io_depth : IO_DEFAULT_DEPTH,
-			    o->limit_seconds, &rep.ul_pre);
-	store_config(o, &cfg);
-	ret = tables_store(&tb, &cfg, &s);
-	if (ret)
-		goto out;
-	ret = store_run(&rc, s, &rep.sys[0], o->record ? &rec : NULL);
-	if (!ret && o->update_vs_read && !bench_stop)
-		ret = update_run(&rc, s, &rep.upd);
-	{
-		int r2 = et_store_close(s);
-
-		if (r2 && !ret) {
-			cli_error_code("closing the store", r2);
-			ret = r2;
-		}
-	}
-	if (o->record) {
-		int r2 = wl_trace_finish(&rec);
-
-		if (r2 && !ret) {
-			cli_error("%s: %s", o->record, strerror(-r2));
-			ret = r2;
-		}
-	}
+	if (o->record)
+		ret = open_record(o, &tb, &g, &rec);
+	if (!ret)
+		ret = run_store(&rc, &rep, &rec);
 	if (ret)
 		goto out;
 	if (!rc.measured) {
@@ -740,44 +886,8 @@ int cmd_run(const struct bench_opts *o)
 		ret = -EINVAL;
 		goto out;
 	}
-
-	if (o->limits && !bench_stop) {
-		limit_gather(&rc, &rep.gl);
-		limit_uring(&rc, o->io_depth ? o->io_depth : IO_DEFAULT_DEPTH,
-			    o->limit_seconds, &rep.ul);
-		for (uint32_t i = 0; i < o->n_limit_qd && !bench_stop; i++)
-			limit_uring(&rc, o->limit_qd[i], o->limit_seconds,
-				    &rep.ul_qd[i]);
-	}
-	rep.sys[1].name = "pread";
-	rep.sys[2].name = "rocksdb";
-	if (o->pread && !bench_stop) {
-		if (opt_mixed_dims(o))
-			snprintf(rep.sys[1].note, sizeof(rep.sys[1].note),
-				 "skipped: tables of several dims");
-		else if (o->update || o->update_vs_read)
-			snprintf(rep.sys[1].note, sizeof(rep.sys[1].note),
-				 "skipped: updates change the rows");
-		else if (!tb.materialized)
-			snprintf(rep.sys[1].note, sizeof(rep.sys[1].note),
-				 "skipped: tables not materialized");
-		else
-			peer_pread(&rc, &rep.sys[1]);
-	}
-	if (o->rocksdb && !bench_stop) {
-		if (opt_mixed_dims(o))
-			snprintf(rep.sys[2].note, sizeof(rep.sys[2].note),
-				 "skipped: tables of several dims");
-		else if (o->update || o->update_vs_read)
-			snprintf(rep.sys[2].note, sizeof(rep.sys[2].note),
-				 "skipped: updates change the rows");
-		else if (!tb.materialized)
-			snprintf(rep.sys[2].note, sizeof(rep.sys[2].note),
-				 "skipped: tables not materialized (their "
-				 "rows would differ from what it loads)");
-		else
-			peer_rocksdb(&rc, &rep.sys[2]);
-	}
+	run_limits(&rc, &rep);
+	run_peers(&rc, &rep);
 	rep.o = o;
 	rep.tb = &tb;
 	rep.g = &g;

@@ -1,12 +1,11 @@
 /*
- * workload.c - generators, trace files and the trace converter of
- * embtier-bench (see workload.h for what each promises, and TRACE.md for
- * the bytes of a trace).
+ * workload.c - generators and trace files of embtier-bench (see
+ * workload.h for what each promises, and TRACE.md for the bytes of a
+ * trace); the converter from text is convert.c.
  *
  * Every integer of a trace is little-endian and is encoded and decoded a
  * byte at a time here, so the format does not depend on the host.
  */
-#include "endian.h"
 #include "workload.h"
 
 #include <errno.h>
@@ -16,6 +15,38 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* ------------------------------------------------------- little-endian */
+
+static void le_put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void le_put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t le_get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t le_get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
 
 /* ------------------------------------------------------------- randomness */
 
@@ -297,18 +328,18 @@ int wl_trace_open(struct wl_trace_reader *r, const char *path)
 		ret = rd_fail(r, -EBADMSG, "not an embtier trace (bad magic)");
 		goto err;
 	}
-	if (get32(h + 8) != WL_TRACE_VERSION) {
+	if (le_get32(h + 8) != WL_TRACE_VERSION) {
 		ret = rd_fail(r, -EBADMSG, "trace version %u not supported",
-			      get32(h + 8));
+			      le_get32(h + 8));
 		goto err;
 	}
-	r->ntables = get32(h + 12);
-	r->pooling = get32(h + 16);
-	r->nbatches = get64(h + 24);
+	r->ntables = le_get32(h + 12);
+	r->pooling = le_get32(h + 16);
+	r->nbatches = le_get64(h + 24);
 	if (r->ntables == 0 || r->ntables > WL_TRACE_MAX_TABLES ||
-	    get32(h + 20) != 0) {
+	    le_get32(h + 20) != 0) {
 		ret = rd_fail(r, -EBADMSG, "bad header (tables %u, flags %u)",
-			      r->ntables, get32(h + 20));
+			      r->ntables, le_get32(h + 20));
 		goto err;
 	}
 	r->rows = calloc(r->ntables, sizeof(*r->rows));
@@ -322,7 +353,7 @@ int wl_trace_open(struct wl_trace_reader *r, const char *path)
 		ret = rd_exact(r, b, 8, "the table rows");
 		if (ret)
 			goto err;
-		r->rows[t] = get64(b);
+		r->rows[t] = le_get64(b);
 		if (r->rows[t] > WL_MAX_ROWS) {
 			ret = rd_fail(r, -EBADMSG, "table %u: %llu rows > 2^40",
 				      t, (unsigned long long)r->rows[t]);
@@ -362,10 +393,10 @@ int wl_trace_read(struct wl_trace_reader *r, struct wl_batch *b,
 		return rd_fail(r, ferror(r->f) ? -EIO : -EBADMSG,
 			       "batch %llu: truncated header",
 			       (unsigned long long)r->batches);
-	if (get32(h) != WL_TRACE_BATCH)
+	if (le_get32(h) != WL_TRACE_BATCH)
 		return rd_fail(r, -EBADMSG, "batch %llu: bad batch marker",
 			       (unsigned long long)r->batches);
-	k = get32(h + 4);
+	k = le_get32(h + 4);
 	if (k > r->ntables)
 		return rd_fail(r, -EBADMSG, "batch %llu: %u tables > %u",
 			       (unsigned long long)r->batches, k, r->ntables);
@@ -382,8 +413,8 @@ int wl_trace_read(struct wl_trace_reader *r, struct wl_batch *b,
 		ret = rd_exact(r, h, 8, "a table record");
 		if (ret)
 			return ret;
-		table = get32(h);
-		n = get32(h + 4);
+		table = le_get32(h);
+		n = le_get32(h + 4);
 		if (table >= r->ntables || (i && table <= prev) ||
 		    !r->rows[table] || n > WL_TRACE_MAX_N)
 			return rd_fail(r, -EBADMSG,
@@ -415,7 +446,7 @@ int wl_trace_read(struct wl_trace_reader *r, struct wl_batch *b,
 		if (ret)
 			return ret;
 		for (uint32_t j = 0; j < n; j++) {
-			uint64_t id = get64(raw + (size_t)j * 8);
+			uint64_t id = le_get64(raw + (size_t)j * 8);
 
 			if (id >= r->rows[table])
 				return rd_fail(
@@ -481,17 +512,17 @@ int wl_trace_create(struct wl_trace_writer *w, const char *path,
 	w->rows = rows;
 	memset(h, 0, sizeof(h));
 	memcpy(h, WL_TRACE_MAGIC, 8);
-	put32(h + 8, WL_TRACE_VERSION);
-	put32(h + 12, ntables);
-	put32(h + 16, pooling);
-	put32(h + 20, 0);
-	put64(h + 24, 0); /* the batch count, written at the end */
+	le_put32(h + 8, WL_TRACE_VERSION);
+	le_put32(h + 12, ntables);
+	le_put32(h + 16, pooling);
+	le_put32(h + 20, 0);
+	le_put64(h + 24, 0); /* the batch count, written at the end */
 	if (fwrite(h, 1, sizeof(h), w->f) != sizeof(h))
 		w->err = -EIO;
 	for (uint32_t t = 0; t < ntables && !w->err; t++) {
 		unsigned char b[8];
 
-		put64(b, rows[t]);
+		le_put64(b, rows[t]);
 		if (fwrite(b, 1, 8, w->f) != 8)
 			w->err = -EIO;
 	}
@@ -516,22 +547,22 @@ int wl_trace_write(struct wl_trace_writer *w, const struct wl_batch *b)
 				return w->err = -ERANGE;
 		prev = t->table;
 	}
-	put32(h, WL_TRACE_BATCH);
-	put32(h + 4, b->count);
+	le_put32(h, WL_TRACE_BATCH);
+	le_put32(h + 4, b->count);
 	if (fwrite(h, 1, 8, w->f) != 8)
 		return w->err = -EIO;
 	for (uint32_t i = 0; i < b->count; i++) {
 		const struct wl_table_ids *t = &b->t[i];
 
-		put32(h, t->table);
-		put32(h + 4, t->n);
+		le_put32(h, t->table);
+		le_put32(h + 4, t->n);
 		if (fwrite(h, 1, 8, w->f) != 8)
 			return w->err = -EIO;
 		for (uint32_t j = 0; j < t->n;) {
 			size_t k = 0;
 
 			for (; j < t->n && k + 8 <= sizeof(buf); j++, k += 8)
-				put64(buf + k, t->ids[j]);
+				le_put64(buf + k, t->ids[j]);
 			if (fwrite(buf, 1, k, w->f) != k)
 				return w->err = -EIO;
 		}
@@ -546,7 +577,7 @@ int wl_trace_finish(struct wl_trace_writer *w)
 	int ret = w->err;
 
 	if (!ret) {
-		put64(b, w->nbatches);
+		le_put64(b, w->nbatches);
 		if (fseek(w->f, 24, SEEK_SET) || fwrite(b, 1, 8, w->f) != 8)
 			ret = -EIO;
 	}
@@ -568,259 +599,6 @@ void wl_trace_abort(struct wl_trace_writer *w)
 		unlink(w->path);
 	free(w->path);
 	memset(w, 0, sizeof(*w));
-}
-
-/* --------------------------------------------------------------- converter */
-
-struct cv_line {
-	uint64_t batch, table, row;
-};
-
-/* Parses one line; returns 1 with a record, 0 for a blank or comment line,
- * -1 if malformed. */
-static int cv_parse(const char *s, struct cv_line *l)
-{
-	uint64_t v[3];
-	int k = 0;
-
-	for (;;) {
-		while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n' ||
-		       *s == ',')
-			s++;
-		if (!*s || *s == '#')
-			break;
-		if (k == 3 || *s < '0' || *s > '9')
-			return -1;
-		v[k] = 0;
-		while (*s >= '0' && *s <= '9') {
-			unsigned d = (unsigned)(*s++ - '0');
-
-			if (v[k] > (UINT64_MAX - d) / 10)
-				return -1;
-			v[k] = v[k] * 10 + d;
-		}
-		if (*s && *s != ' ' && *s != '\t' && *s != '\r' && *s != '\n' &&
-		    *s != ',' && *s != '#')
-			return -1;
-		k++;
-	}
-	if (k == 0)
-		return 0;
-	if (k != 3)
-		return -1;
-	l->batch = v[0];
-	l->table = v[1];
-	l->row = v[2];
-	return 1;
-}
-
-struct cv_vec {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int cv_push(struct cv_vec *x, uint64_t v)
-{
-	if (x->n == x->cap) {
-		size_t cap = x->cap ? 2 * x->cap : 256;
-		uint64_t *p = realloc(x->v, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		x->v = p;
-		x->cap = cap;
-	}
-	x->v[x->n++] = v;
-	return 0;
-}
-
-static int cv_flush(struct wl_trace_writer *w, struct cv_vec *per,
-		    uint32_t ntables, struct wl_batch *b, uint32_t pooling)
-{
-	uint32_t count = 0, i = 0;
-	int ret;
-
-	for (uint32_t t = 0; t < ntables; t++)
-		count += per[t].n > 0;
-	ret = wl_batch_reset(b, count);
-	for (uint32_t t = 0; t < ntables && !ret; t++) {
-		if (!per[t].n)
-			continue;
-		ret = wl_batch_table(b, i, t, (uint32_t)per[t].n, pooling);
-		if (!ret)
-			memcpy(b->t[i].ids, per[t].v,
-			       per[t].n * sizeof(uint64_t));
-		per[t].n = 0;
-		i++;
-	}
-	return ret ? ret : wl_trace_write(w, b);
-}
-
-int wl_trace_convert(const char *in, const char *out, uint32_t pooling,
-		     bool force, char *err, size_t errlen, uint64_t *lines_out,
-		     uint64_t *batches_out)
-{
-	struct wl_trace_writer w = {0};
-	struct cv_vec *per = NULL;
-	struct wl_batch b;
-	struct cv_line l;
-	struct stat st;
-	uint64_t *rows = NULL, lineno = 0, records = 0, batches = 0;
-	uint64_t cur = 0, per_batch = 0;
-	uint32_t ntables = 0;
-	char *line = NULL;
-	size_t linecap = 0;
-	FILE *f;
-	int ret = 0;
-
-	wl_batch_init(&b);
-	err[0] = '\0';
-	f = fopen(in, "r");
-	if (!f) {
-		ret = -errno;
-		snprintf(err, errlen, "%s: %s", in, strerror(errno));
-		return ret;
-	}
-	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", in);
-		fclose(f);
-		return -EINVAL;
-	}
-
-	/* Pass 1: check every line, find the tables and their rows. */
-	while (getline(&line, &linecap, f) >= 0) {
-		int k;
-
-		lineno++;
-		k = cv_parse(line, &l);
-		if (k == 0)
-			continue;
-		if (k < 0) {
-			snprintf(err, errlen,
-				 "%s:%llu: expected 'batch table row' (three "
-				 "unsigned integers)",
-				 in, (unsigned long long)lineno);
-			ret = -EINVAL;
-			goto out;
-		}
-		if (records && l.batch < cur) {
-			snprintf(err, errlen,
-				 "%s:%llu: batch %llu after batch %llu "
-				 "(batch labels must not decrease)",
-				 in, (unsigned long long)lineno,
-				 (unsigned long long)l.batch,
-				 (unsigned long long)cur);
-			ret = -EINVAL;
-			goto out;
-		}
-		if (l.table >= WL_TRACE_MAX_TABLES || l.row >= WL_MAX_ROWS) {
-			snprintf(err, errlen, "%s:%llu: %s out of range", in,
-				 (unsigned long long)lineno,
-				 l.table >= WL_TRACE_MAX_TABLES ? "table"
-								: "row");
-			ret = -ERANGE;
-			goto out;
-		}
-		if (!records || l.batch != cur) {
-			batches++;
-			per_batch = 0;
-		}
-		if (++per_batch > WL_TRACE_MAX_N) {
-			snprintf(err, errlen, "%s:%llu: batch too large", in,
-				 (unsigned long long)lineno);
-			ret = -E2BIG;
-			goto out;
-		}
-		cur = l.batch;
-		records++;
-		if (l.table >= ntables) {
-			uint64_t *r = realloc(rows, (l.table + 1) * sizeof(*r));
-
-			if (!r) {
-				ret = -ENOMEM;
-				goto oom;
-			}
-			memset(r + ntables, 0,
-			       (l.table + 1 - ntables) * sizeof(*r));
-			rows = r;
-			ntables = (uint32_t)l.table + 1;
-		}
-		if (l.row + 1 > rows[l.table])
-			rows[l.table] = l.row + 1;
-	}
-	if (ferror(f)) {
-		snprintf(err, errlen, "%s: read error", in);
-		ret = -EIO;
-		goto out;
-	}
-	if (!records) {
-		snprintf(err, errlen, "%s: no 'batch table row' lines", in);
-		ret = -EINVAL;
-		goto out;
-	}
-
-	/* Pass 2: group each batch's ids by table and write it. */
-	per = calloc(ntables, sizeof(*per));
-	if (!per) {
-		ret = -ENOMEM;
-		goto oom;
-	}
-	ret = wl_trace_create(&w, out, ntables, rows, pooling, force);
-	if (ret) {
-		snprintf(err, errlen, "%s: %s", out,
-			 ret == -EEXIST ? "exists (use --force to replace)"
-					: strerror(-ret));
-		if (ret != -EEXIST)
-			wl_trace_abort(&w);
-		goto out;
-	}
-	rewind(f);
-	records = 0;
-	while (getline(&line, &linecap, f) >= 0) {
-		if (cv_parse(line, &l) != 1)
-			continue;
-		if (records && l.batch != cur) {
-			ret = cv_flush(&w, per, ntables, &b, pooling);
-			if (ret)
-				break;
-		}
-		cur = l.batch;
-		records++;
-		ret = cv_push(&per[l.table], l.row);
-		if (ret)
-			break;
-	}
-	if (!ret)
-		ret = cv_flush(&w, per, ntables, &b, pooling);
-	if (!ret && ferror(f))
-		ret = -EIO;
-	if (ret) {
-		wl_trace_abort(&w);
-		snprintf(err, errlen, "%s: %s", out, strerror(-ret));
-		goto out;
-	}
-	ret = wl_trace_finish(&w);
-	if (ret) {
-		snprintf(err, errlen, "%s: %s", out, strerror(-ret));
-		goto out;
-	}
-	if (lines_out)
-		*lines_out = records;
-	if (batches_out)
-		*batches_out = batches;
-	goto out;
-oom:
-	snprintf(err, errlen, "out of memory");
-out:
-	if (per)
-		for (uint32_t t = 0; t < ntables; t++)
-			free(per[t].v);
-	free(per);
-	free(rows);
-	free(line);
-	wl_batch_free(&b);
-	fclose(f);
-	return ret;
 }
 
 /* -------------------------------------------------------------- generators */

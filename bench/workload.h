@@ -15,8 +15,8 @@
  * scattered over its id space and its blocks, as hashed feature ids are,
  * and differ from table to table.
  *
- * This file and workload.c depend on libc alone, so the unit tests compile
- * them directly. One thread at a time per object.
+ * This file, workload.c and convert.c depend on libc alone; the unit tests
+ * (tests/test_bench.c) link them. One thread at a time per object.
  */
 #ifndef ET_BENCH_WORKLOAD_H
 #define ET_BENCH_WORKLOAD_H
@@ -163,6 +163,7 @@ void wl_trace_abort(struct wl_trace_writer *w);
  * their line order, a table's rows are its largest id + 1. pooling is the
  * header's hint. Two passes over in, so it must be a regular file. On
  * error, err receives "in.txt:LINE: why" or similar, and out is removed.
+ * (In convert.c.)
  */
 int wl_trace_convert(const char *in, const char *out, uint32_t pooling,
 		     bool force, char *err, size_t errlen, uint64_t *lines_out,
