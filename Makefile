@@ -255,7 +255,7 @@ $(LIB_OBJS): Makefile
 
 # The archive holds one object, the library partially linked with its
 # hidden (non-API) symbols made local: a program linking libembtier.a cannot
-# collide with the library's internals. Tests and the benchmark, which reach
+# collide with the library's internals. Tests, which reach
 # the internals, link $(LIB_OBJS) instead.
 $(BUILD)/embtier.o: $(LIB_OBJS)
 	$(call msg,LD,$@)
