@@ -28,9 +28,13 @@ DEPS += jemalloc
 endif
 
 CFLAGS ?= -O2 -g
+# libembtier's source, by layer from the top (docs/ARCHITECTURE.md): the
+# API, the store's engine, the caches, the disk layer, io, the base.
+SRC_DIRS := src/api src/store src/cache src/disk src/io src/base
+SRC_INC := $(SRC_DIRS:%=-I%)
 ET_CFLAGS := -std=gnu11 -D_GNU_SOURCE -ffp-contract=off -Wall -Wextra -Wshadow -Wno-unused-parameter \
 	-Wstrict-prototypes -Wmissing-prototypes -fPIC -pthread \
-	-Iinclude -Isrc -MMD -MP $(shell $(PKG_CONFIG) --cflags $(DEPS))
+	-Iinclude $(SRC_INC) -MMD -MP $(shell $(PKG_CONFIG) --cflags $(DEPS))
 ET_LDLIBS := $(shell $(PKG_CONFIG) --libs $(DEPS)) -lm -pthread
 ifneq ($(NO_JEMALLOC),)
 ET_CFLAGS += -DET_NO_JEMALLOC
@@ -51,15 +55,15 @@ Q := @
 msg = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-LIB_SRCS := $(wildcard src/*.c)
+LIB_SRCS := $(wildcard $(SRC_DIRS:%=%/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
-# CUDA=1: the HBM tier in real device memory (src/mem_hbm_cuda.cu).
+# CUDA=1: the HBM tier in real device memory (src/cache/mem_hbm_cuda.cu).
 CUDA ?=
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 ifneq ($(CUDA),)
-LIB_OBJS += $(BUILD)/src/mem_hbm_cuda.o
+LIB_OBJS += $(BUILD)/src/cache/mem_hbm_cuda.o
 ET_CFLAGS += -DET_HAVE_CUDA
 ET_LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
 endif
@@ -204,7 +208,7 @@ $(BUILD)/%.o: %.c
 $(BUILD)/src/%.o: src/%.cu
 	$(call msg,NVCC,$<)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(NVCC) -O2 -Xcompiler -fPIC -Iinclude -Isrc \
+	$(Q)$(NVCC) -O2 -Xcompiler -fPIC -Iinclude $(SRC_INC) \
 		-Xcompiler -fvisibility=hidden -DET_BUILD \
 		$(shell $(PKG_CONFIG) --cflags libxxhash) -DET_HAVE_CUDA -c -o $@ $<
 
@@ -347,11 +351,11 @@ $(BUILD)/embtier-bench: $(BENCH_OBJS) $(TOOL_COMMON_OBJS) $(STATIC)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ET_LDFLAGS) $(LDFLAGS) -o $@ $^ $(ET_LDLIBS) $(BENCH_LIBS)
 
-# Without -Isrc: the benchmark sees the public header, not the library's.
+# Without $(SRC_INC): the benchmark sees the public header, not the library's.
 $(BUILD)/bench/%.o: bench/%.c
 	$(call msg,CC,$<)
 	$(Q)mkdir -p $(dir $@)
-	$(Q)$(CC) $(filter-out -Isrc,$(ET_CFLAGS)) -Itools $(BENCH_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(filter-out $(SRC_INC),$(ET_CFLAGS)) -Itools $(BENCH_CFLAGS) $(CFLAGS) -c -o $@ $<
 
 bench: $(BENCH) ## Build embtier-bench (RocksDB peer if librocksdb-dev is installed)
 
@@ -460,7 +464,7 @@ uninstall: ## Remove what install put in place
 	rm -f $(DESTDIR)$(INCDIR)/embtier_mpi.h $(DESTDIR)$(PKGDIR)/embtier_mpi.pc
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
 
-C_SOURCES = include/*.h src/*.[ch] src/mpi/*.[ch] tools/*.[ch] tools/train/*.[ch] \
+C_SOURCES = include/*.h src/*/*.[ch] tools/*.[ch] tools/train/*.[ch] \
 	tools/train/mpi/*.c bench/*.[ch] tests/*.[ch] tests/mpi/*.c fuzz/*.c \
 	python/bench/*.c python/embtier/*.c
 

@@ -21,7 +21,7 @@
  *      gathered.
  * A call that fails must return a negative code (the library's range or
  * a negated errno). One that succeeds must have been given a whole
- * record: the target parses the input itself as src/checkpoint.h lays it
+ * record: the target parses the input itself as src/disk/checkpoint.h lays it
  * out (lengths; header checksum; table entries, each a name a store
  * allows, no table twice, a journal length and checksum both 0 or
  * neither; the dense state's checksum, which step 2 does not check) -
@@ -128,7 +128,7 @@ static uint64_t hash2(const void *a, size_t na, const void *b, size_t nb)
 
 /* ------------------------------------------------------------ a record */
 
-/* A record as src/checkpoint.h lays it out, parsed here on its own. */
+/* A record as src/disk/checkpoint.h lays it out, parsed here on its own. */
 struct parsed {
 	int version;	/* 1, 2, 3; 0: not a record */
 	bool whole;	/* every length and checksum right */

@@ -45,7 +45,7 @@
  * place), never one it did not, nor another row's. Raw inputs leave the
  * record alone: with the batches chained, the record's checksum of the
  * last covers them all, and the oracle is the last commit exactly. Batch
- * layout: src/journal.h (version 2 "ETIDXH02"/"ETIDXT02", version 1 read
+ * layout: src/disk/journal.h (version 2 "ETIDXH02"/"ETIDXT02", version 1 read
  * too); both versions have the same framing. Seeds:
  * fuzz/corpus/rowlog/ (the good journal as written by the setup below, raw
  * and with the leading 1, and a torn one); ET_FUZZ_SEEDS=DIR makes the

@@ -3,14 +3,15 @@
 #
 #  1. every source file under src/ (*.c, *.h, *.cu, any depth) is named in
 #     docs/ARCHITECTURE.md, by its path below src/ (store.c, mpi/shard.c);
-#  2. every error code ET_E... named in docs/*.md or README.md is declared
+#  2. every error code ET_E... or ETM_E... named in docs/*.md or README.md is declared
 #     in include/embtier.h or include/embtier_mpi.h;
 #  3. every path under src/, tests/, tools/, bench/, scripts/ or docs/
 #     named in docs/*.md exists (a path with * must match something);
 #  4. every code of include/embtier.h's error enum (ET_ERR_BASE and
 #     ET_ERR_LAST aside) is described in the error section of
 #     docs/ARCHITECTURE.md or README.md (a heading with "error" in it), or
-#     in docs/FORMAT.md.
+#     in docs/FORMAT.md; every code of include/embtier_mpi.h's, in the
+#     error section of docs/MPI.md.
 #
 # Prints one line per problem and exits 1 if there is any; 0 and a summary
 # line otherwise.
@@ -55,8 +56,8 @@ while IFS= read -r f; do
 done < <(find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) | sort)
 
 # 2. Error codes the docs name exist.
-declared=$(grep -ohE '\bET_E[A-Z0-9_]+\b' "${headers[@]}" | sort -u)
-named=$(grep -oHE '\bET_E[A-Z0-9_]+\b' docs/*.md README.md | sort -u)
+declared=$(grep -ohE '\bETM?_E[A-Z0-9_]+\b' "${headers[@]}" | sort -u)
+named=$(grep -oHE '\bETM?_E[A-Z0-9_]+\b' docs/*.md README.md | sort -u)
 while IFS=: read -r file code; do
 	[ -n "$code" ] || continue
 	if ! grep -qxF "$code" <<<"$declared"; then
@@ -94,6 +95,17 @@ for code in $codes; do
 	fi
 done
 [ "$ncodes" -gt 0 ] || problem "found no error codes in include/embtier.h's enum"
+
+# ... and every code of include/embtier_mpi.h's enum, in docs/MPI.md's
+# error section.
+described=$(error_sections docs/MPI.md)
+for code in $(sed -nE 's/^[[:space:]]*(ETM_E[A-Z0-9_]+)[[:space:]]*=.*/\1/p' include/embtier_mpi.h |
+	grep -vxE 'ETM_ERR_BASE|ETM_ERR_LAST'); do
+	ncodes=$((ncodes + 1))
+	if ! grep -qw -- "$code" <<<"$described"; then
+		problem "$code (include/embtier_mpi.h) is described nowhere: add it to the \"Errors\" section of docs/MPI.md"
+	fi
+done
 
 if [ "$problems" -gt 0 ]; then
 	echo "check-docs: $problems problem(s); the docs are out of date" >&2

@@ -1,5 +1,5 @@
 /*
- * test_cache.c - one set-associative slot cache (src/cache.h) through its
+ * test_cache.c - one set-associative slot cache (src/cache/cache.h) through its
  * API, with LRU (test_policy drives the policies through a one-set cache):
  *
  *   - cache_init refuses ways outside 1..64, no slot size or no policy

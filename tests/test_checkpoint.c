@@ -1,5 +1,5 @@
 /*
- * test_checkpoint.c - the commit record (src/checkpoint.h) as a unit:
+ * test_checkpoint.c - the commit record (src/disk/checkpoint.h) as a unit:
  *
  *   - ckpt_write then ckpt_read gives back the commit, id, flags, every
  *     table of the list and the dense state (0, 1 and 100000 bytes); no
@@ -34,7 +34,7 @@
 
 #include "checkpoint.h"
 #include "embtier.h"
-#include "endian.h"
+#include "le.h"
 #include "error.h"
 #include "fileio.h"
 #include "hash.h"

@@ -16,7 +16,7 @@
  * both stores are closed and every row of both tables (values and
  * optimizer state) must be the same, bit for bit.
  *
- * Rows written back go to each table's row log (src/rowlog.h): appends
+ * Rows written back go to each table's row log (src/disk/rowlog.h): appends
  * fill an append buffer whose full windows are written as they fill (on
  * the log's own ring, while the next window fills), the rest at the next
  * flush or commit; a commit (et_checkpoint, or

@@ -1,5 +1,5 @@
 /*
- * test_io.c - io_uring block I/O (src/io.c) on a scratch file opened with
+ * test_io.c - io_uring block I/O (src/io/io.c) on a scratch file opened with
  * O_DIRECT: write and read round trips with far more requests than the ring
  * has room for, partial waits, completion callbacks that queue more work,
  * fixed buffers, the direct-I/O alignment query, fsync, the statistics, and

@@ -1,6 +1,6 @@
 /*
- * test_journal.c - the journal of a row log's index (src/journal.h) and
- * the index itself (src/rl_index.h), as units:
+ * test_journal.c - the journal of a row log's index (src/disk/journal.h) and
+ * the index itself (src/disk/rl_index.h), as units:
  *
  *   - batches written with jr_append replay in order, each entry once,
  *     and chain: the tail's checksum is the last batch's;
@@ -33,7 +33,7 @@
 #include <cmocka.h>
 
 #include "embtier.h"
-#include "endian.h"
+#include "le.h"
 #include "io.h"
 #include "journal.h"
 #include "rl_index.h"

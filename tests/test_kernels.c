@@ -1,5 +1,5 @@
 /*
- * test_kernels.c - the row kernels (src/kernels.h) as a unit, on rows laid
+ * test_kernels.c - the row kernels (src/store/kernels.h) as a unit, on rows laid
  * out as the store hands them over (ptrs: each unique row's bytes, in
  * slots of the row rounded up to 4 bytes; inv: each input's unique index;
  * struct tf_geom describing a row), against a plain scalar reference

@@ -1,5 +1,5 @@
 /*
- * test_lookahead.c - the window of upcoming batches (src/lookahead.h) as a
+ * test_lookahead.c - the window of upcoming batches (src/cache/lookahead.h) as a
  * unit, against a reference computed here from the batches themselves
  * (the first batch of the window naming a (table, row), batch 0 left out
  * for a table whose operation has begun):

@@ -1,6 +1,6 @@
 /*
- * test_pipeline.c - the store's I/O thread (src/pipeline.h) as a unit,
- * with read and write jobs against real table files (src/table_file.h):
+ * test_pipeline.c - the store's I/O thread (src/store/pipeline.h) as a unit,
+ * with read and write jobs against real table files (src/disk/table_file.h):
  *
  *   - pl_job_new sizes a job (rows, raw bytes) and fills its fields;
  *     pl_stop(NULL) and pl_job_free(NULL) are harmless;

@@ -1,6 +1,6 @@
 /*
- * test_policy.c - the replacement policies (src/policy_lru.c,
- * src/policy_lfu.c) driven through their ops tables with hand-built access
+ * test_policy.c - the replacement policies (src/cache/policy_lru.c,
+ * src/cache/policy_lfu.c) driven through their ops tables with hand-built access
  * sequences whose victims are known in advance.
  *
  * LRU: the victim is the eligible way touched longest ago, measured modulo

@@ -31,7 +31,7 @@
  *      and the other calls (table info, create, open, stats, a second
  *      prefetch) with jobs in flight.
  *
- * Fault injection through the process-wide seam in src/io.h: a read fault
+ * Fault injection through the process-wide seam in src/io/io.h: a read fault
  * under a prefetch installs nothing and the following gather still returns
  * the right values (the fault is one-shot and has fired in the I/O thread
  * before the gather's own read, which therefore succeeds); a write fault

@@ -1,6 +1,6 @@
 /*
- * test_registry.c - the registry of a store (src/registry.h): its tables
- * and the size classes that split each tier, reached through src/state.h
+ * test_registry.c - the registry of a store (src/store/registry.h): its tables
+ * and the size classes that split each tier, reached through src/store/state.h
  * in real stores (et_store_open on a scratch directory, et_table_create):
  *
  *   - each table's class has slots of its row rounded up to 4 bytes (or

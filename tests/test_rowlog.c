@@ -1,5 +1,5 @@
 /*
- * test_rowlog.c - the row log on its own (src/rowlog.h): its index holds
+ * test_rowlog.c - the row log on its own (src/disk/rowlog.h): its index holds
  * every row appended, through many growths, and no other; every row reads
  * back as last appended; all of it survives a commit, a close and a reopen
  * from the journal, and a reopen at the earlier commit forgets what came
@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "embtier.h"
-#include "endian.h"
+#include "le.h"
 #include "io.h"
 #include "journal.h"
 #include "rowlog.h"

@@ -1,6 +1,6 @@
 /*
  * test_sketch.c - TinyLFU's count-min sketch of 4-bit counters
- * (src/sketch.h) as a unit (test_policy checks it beside the policies):
+ * (src/cache/sketch.h) as a unit (test_policy checks it beside the policies):
  *
  *   - sketch_init rounds the columns up to a power of two, at least 16,
  *     and sketch_bytes is 2 a column; sketch_free leaves it empty;

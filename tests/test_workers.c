@@ -1,6 +1,6 @@
 /*
  * test_workers.c - the thread pool of the multi-table calls
- * (src/workers.h):
+ * (src/store/workers.h):
  *
  *   - workers_start refuses fewer than 2 or more than WORKERS_MAX threads;
  *     workers_stop(NULL) is harmless;

@@ -1,7 +1,7 @@
 /*
- * test_writeback.c - the write-back queue (src/writeback.h) as a unit,
+ * test_writeback.c - the write-back queue (src/store/writeback.h) as a unit,
  * inside a real store (et_store_open on a scratch directory, tables made
- * with et_table_create) reached through src/state.h:
+ * with et_table_create) reached through src/store/state.h:
  *
  *   - wb_queue queues a key once: queueing it again (with or without the
  *     flag bits a slot's key carries) replaces its bytes in place; wb_find

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "embtier.h"
-#include "endian.h"
+#include "le.h"
 #include "error.h"
 #include "fileio.h"
 #include "hash.h"

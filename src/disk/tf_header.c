@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "endian.h"
+#include "le.h"
 #include "error.h"
 #include "hash.h"
 #include "table_file_impl.h"

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "endian.h"
+#include "le.h"
 #include "error.h"
 #include "hash.h"
 #include "io.h"

@@ -1,5 +1,5 @@
 /*
- * prefetch.c - et_prefetch and its other half, drain: the next batch's
+ * prefetch.c - et_prefetch (its other half is drain.c): the next batch's
  * rows are looked up and pinned, the missing ones handed to the I/O thread
  * (after the queued write-backs), and what it read is installed in the
  * top tier by the next operation.

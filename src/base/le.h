@@ -1,11 +1,11 @@
 /*
- * endian.h - little-endian integers in byte buffers: every on-disk format
+ * le.h - little-endian integers in byte buffers: every on-disk format
  * of the project (table files, row logs and journals, checkpoint records,
  * traces) is
  * little-endian whatever the host. Pure inlines, any thread.
  */
-#ifndef ET_ENDIAN_H
-#define ET_ENDIAN_H
+#ifndef ET_LE_H
+#define ET_LE_H
 
 #include <stdint.h>
 

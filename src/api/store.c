@@ -1,11 +1,12 @@
 /*
- * store.c - the store's lifetime and its tables: opening and closing a
- * store, commits, the table registry and the size classes that split the
- * tiers among tables, checkpoints and stats.
+ * store.c - the public calls on a store as a whole: opening and closing
+ * it, creating and opening its tables (a flush first when the new split
+ * of the tiers moves cached rows), et_flush, et_lookahead, checkpoints
+ * and the commit of a clean close.
  *
- * How a batch goes through the tiers is in tier.c, the write-back queue in
- * writeback.c, the operations (gather, update) in kernels.c, prefetch in
- * prefetch.c; store_impl.h holds the state they share and an overview.
+ * The batch operations are in ops.c, prefetch in prefetch.c, stats in
+ * stats.c; the layers below are in src/store/ (state.h composes a store's
+ * state and gives an overview) and docs/ARCHITECTURE.md maps them.
  *
  * One thread at a time per store.
  */

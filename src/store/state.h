@@ -73,7 +73,7 @@ struct et_store {
 	struct scratch sc;	    /* an operation's scratch: scratch.c */
 	struct pf_state pf;	    /* prefetch.c, drain.c */
 	struct commit_state cm;	    /* commit.c */
-	struct lookahead la;	    /* et_lookahead's window (store.c) */
+	struct lookahead la;	    /* et_lookahead's window (api/store.c) */
 	struct timers tm;
 	int failed; /* first write-back error not yet recovered, or 0 */
 	int lost;   /* rows could not be kept: every later call fails */

@@ -1,8 +1,8 @@
 /*
- * tier.c - a batch through the tiers: dedup, then resolve (lookup, one read
- * for the misses, placement with demotion and eviction), the pins that keep
- * a batch's rows resident, and the frame every operation runs in
- * (op_begin, op_prepare, op_end). See store_impl.h for the overview.
+ * resolve.c - a batch through the tiers: resolve (lookup, one read for the
+ * misses, placement through place.c), the memo a resolve leaves for the
+ * next operation on the same ids, and the frame every operation runs in
+ * (op_begin, op_prepare, op_end). See state.h for the overview.
  */
 #include <errno.h>
 #include <string.h>
