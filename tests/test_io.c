@@ -349,40 +349,6 @@ static void test_callback_queues_more(void **state)
 	free(c);
 }
 
-/* Requests whose buffers lie in a registered region take the fixed-buffer
- * path; the data must be the same either way. */
-static void test_registered_region(void **state)
-{
-	struct iofx *f = fx_open(state);
-	const size_t n = 64;
-	struct io_req *reqs = tu_calloc(n, sizeof(*reqs));
-	int ret;
-	size_t b;
-
-	ret = io_register_region(f->io, f->buf, n * f->bs);
-	print_message("io_register_region: %d\n", ret);
-	assert_true(ret == 0 || ret < 0);
-	for (b = 0; b < n; b++) {
-		fill(f, f->buf + b * f->bs, 3, b);
-		prep(f, &reqs[b], IO_WRITE, b, f->buf);
-	}
-	memcpy(f->src, f->buf, n * f->bs);
-	assert_int_equal(io_run(f->io, reqs, n), 0);
-	check_disk(f, 0, f->src, n * f->bs);
-	memset(f->buf, 0, n * f->bs);
-	for (b = 0; b < n; b++)
-		prep(f, &reqs[b], IO_READ, b, f->buf);
-	assert_int_equal(io_run(f->io, reqs, n), 0);
-	assert_memory_equal(f->buf, f->src, n * f->bs);
-	/* A second registration replaces the first; a buffer outside it
-	 * still works (normal path). */
-	io_register_region(f->io, f->buf, f->bs);
-	memset(f->buf, 0, n * f->bs);
-	assert_int_equal(io_run(f->io, reqs, n), 0);
-	assert_memory_equal(f->buf, f->src, n * f->bs);
-	free(reqs);
-}
-
 /* The 3rd read fails with EIO; the others complete; the fault fires once,
  * and io_fault_fired() says so only after it did. */
 static void test_fault_read_eio(void **state)
@@ -698,7 +664,6 @@ int main(void)
 	    T(test_open_file_errors),
 	    T(test_roundtrip_many),
 	    T(test_callback_queues_more),
-	    T(test_registered_region),
 	    T(test_fault_wait),
 	    T(test_fault_wait_sticky),
 	    T(test_fault_read_eio),

@@ -337,22 +337,6 @@ static void test_scale_applies(void **state)
 	}
 }
 
-static void test_names(void **state)
-{
-	int k;
-
-	for (k = 0; k < 3; k++)
-		assert_int_equal(rowinit_parse(rowinit_name(all_inits[k])),
-				 all_inits[k]);
-	assert_string_equal(rowinit_name(ET_INIT_ZEROS), "zeros");
-	assert_string_equal(rowinit_name(ET_INIT_UNIFORM), "uniform");
-	assert_string_equal(rowinit_name(ET_INIT_NORMAL), "normal");
-	assert_int_equal(rowinit_parse("gaussian"), -1);
-	assert_int_equal(rowinit_parse(""), -1);
-	assert_int_equal(rowinit_parse("uniformx"), -1);
-	assert_non_null(rowinit_name((et_init)17));
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -364,7 +348,6 @@ int main(void)
 	    cmocka_unit_test(test_uniform_stats),
 	    cmocka_unit_test(test_normal_stats),
 	    cmocka_unit_test(test_scale_applies),
-	    cmocka_unit_test(test_names),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -121,30 +121,6 @@ size_t dtype_size(et_dtype t)
 	return 0;
 }
 
-const char *dtype_name(et_dtype t)
-{
-	switch (t) {
-	case ET_F32:
-		return "f32";
-	case ET_F16:
-		return "f16";
-	case ET_BF16:
-		return "bf16";
-	}
-	return "?";
-}
-
-et_dtype dtype_parse(const char *s)
-{
-	if (!strcmp(s, "f32") || !strcmp(s, "float32"))
-		return ET_F32;
-	if (!strcmp(s, "f16") || !strcmp(s, "float16") || !strcmp(s, "fp16"))
-		return ET_F16;
-	if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16"))
-		return ET_BF16;
-	return 0;
-}
-
 /* Four f16s to f32, as et_f16_to_f32 does each. */
 static inline void f16x4_decode(const uint16_t *h, float *dst)
 {

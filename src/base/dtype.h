@@ -13,9 +13,6 @@
 
 /* Bytes of one value of dtype t, or 0 if t is not a dtype. */
 size_t dtype_size(et_dtype t);
-const char *dtype_name(et_dtype t);
-/* Parses "f32", "f16", "bf16"; returns 0 on failure. */
-et_dtype dtype_parse(const char *s);
 
 /* n values from f32 into storage type t, and back. */
 void dtype_encode(et_dtype t, const float *src, void *dst, size_t n);

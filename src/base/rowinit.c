@@ -56,27 +56,3 @@ void rowinit_fill_cols(et_init init, float scale, uint64_t seed, uint64_t row,
 		out[c] = (float)(z * scale);
 	}
 }
-
-const char *rowinit_name(et_init init)
-{
-	switch (init) {
-	case ET_INIT_ZEROS:
-		return "zeros";
-	case ET_INIT_UNIFORM:
-		return "uniform";
-	case ET_INIT_NORMAL:
-		return "normal";
-	}
-	return "?";
-}
-
-int rowinit_parse(const char *s)
-{
-	if (!strcmp(s, "zeros") || !strcmp(s, "zero"))
-		return ET_INIT_ZEROS;
-	if (!strcmp(s, "uniform"))
-		return ET_INIT_UNIFORM;
-	if (!strcmp(s, "normal"))
-		return ET_INIT_NORMAL;
-	return -1;
-}

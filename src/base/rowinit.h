@@ -20,8 +20,4 @@ void rowinit_fill(et_init init, float scale, uint64_t seed, uint64_t row,
 void rowinit_fill_cols(et_init init, float scale, uint64_t seed, uint64_t row,
 		       uint32_t col0, uint32_t n, float *out);
 
-const char *rowinit_name(et_init init);
-/* Parses "zeros", "uniform", "normal"; returns -1 on failure. */
-int rowinit_parse(const char *s);
-
 #endif

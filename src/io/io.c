@@ -44,10 +44,8 @@ struct io_ctx {
 	struct io_req *head, *tail;
 	struct io_req *failed; /* failed by the fault seam, not yet reaped */
 	struct io_req *failed_tail;
-	int down;	/* not 0: requests fail with it, unsent (settling after
+	int down; /* not 0: requests fail with it, unsent (settling after
 		   * a failure, or for good) */
-	char *reg_base; /* the registered fixed buffer, if any */
-	size_t reg_len;
 	struct io_stats st;
 };
 
@@ -165,26 +163,6 @@ unsigned io_pending(const io_ctx *io)
 	return n;
 }
 
-int io_register_region(io_ctx *io, void *base, size_t len)
-{
-	struct iovec iov = {.iov_base = base, .iov_len = len};
-	int ret;
-
-	if (io->reg_base) {
-		io_uring_unregister_buffers(&io->ring);
-		io->reg_base = NULL;
-		io->reg_len = 0;
-	}
-	if (!base)
-		return 0;
-	ret = io_uring_register_buffers(&io->ring, &iov, 1);
-	if (ret < 0)
-		return ret;
-	io->reg_base = base;
-	io->reg_len = len;
-	return 0;
-}
-
 void io_queue(io_ctx *io, struct io_req *req)
 {
 	req->next = NULL;
@@ -195,14 +173,6 @@ void io_queue(io_ctx *io, struct io_req *req)
 		io->head = req;
 	io->tail = req;
 	io->queued++;
-}
-
-static bool in_region(const io_ctx *io, const struct io_req *r)
-{
-	const char *b = r->buf;
-
-	return io->reg_base && b >= io->reg_base &&
-	       b + r->len <= io->reg_base + io->reg_len;
 }
 
 static void fail_locally(io_ctx *io, struct io_req *r, int res)
@@ -271,21 +241,11 @@ static int pump(io_ctx *io)
 	prep:
 		switch (r->op) {
 		case IO_READ:
-			if (in_region(io, r))
-				io_uring_prep_read_fixed(sqe, r->fd, r->buf,
-							 len, r->off, 0);
-			else
-				io_uring_prep_read(sqe, r->fd, r->buf, len,
-						   r->off);
+			io_uring_prep_read(sqe, r->fd, r->buf, len, r->off);
 			io->st.reads++;
 			break;
 		case IO_WRITE:
-			if (in_region(io, r))
-				io_uring_prep_write_fixed(sqe, r->fd, r->buf,
-							  len, r->off, 0);
-			else
-				io_uring_prep_write(sqe, r->fd, r->buf, len,
-						    r->off);
+			io_uring_prep_write(sqe, r->fd, r->buf, len, r->off);
 			io->st.writes++;
 			break;
 		default:

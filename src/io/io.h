@@ -65,12 +65,6 @@ int io_open(unsigned depth, io_ctx **out, int *why);
 void io_close(io_ctx *io);
 unsigned io_depth(const io_ctx *io);
 
-/* Registers [base, base + len) as a fixed buffer: requests whose buffer lies
- * inside it use READ_FIXED / WRITE_FIXED. One region per ctx; a second call
- * replaces the first. Returns 0 or -errno (the caller may ignore failure:
- * requests then go through the normal path). */
-int io_register_region(io_ctx *io, void *base, size_t len);
-
 /* Appends req to the queue; nothing is sent until io_wait(). */
 void io_queue(io_ctx *io, struct io_req *req);
 
