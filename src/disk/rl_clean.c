@@ -34,7 +34,7 @@ static bool needs_cleaning(const struct rowlog *l)
 		if ((l->live[s] && !l->bad[s]) || (l->head_ok && s == l->hseg))
 			used++;
 	return (double)used * l->seg_bytes >
-	       rl_max_amp * (double)l->ix.count * l->rec_bytes +
+	       l->max_amp * (double)l->ix.count * l->rec_bytes +
 		   2.0 * l->seg_bytes;
 }
 

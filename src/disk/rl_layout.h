@@ -70,10 +70,6 @@
 
 enum { W_FREE = 0, W_BUSY = 1, W_FAILED = 2 };
 
-/* Tuning, process-wide (rowlog.h's setters). */
-extern double rl_max_amp;
-extern bool rl_read_merge;
-
 struct rowlog {
 	char *plog, *pidx, *pnew;
 	size_t plen;
@@ -99,6 +95,10 @@ struct rowlog {
 	 * is in flight on wio (or failed, to be written again) */
 	char *abuf;
 	uint32_t abuf_bytes;
+	/* tuning, as the setters of rowlog.h said when the log was opened */
+	double max_amp;
+	bool read_merge;
+	uint64_t snap_min;
 	char *bufs[2];
 	int cur;
 	uint64_t wb_off;

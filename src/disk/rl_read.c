@@ -38,7 +38,7 @@ int cmp_u64(const void *a, const void *b)
  */
 static int read_order(struct rowlog *l, struct rl_read *r)
 {
-	if (!rl_read_merge || r->n < 2 || r->n * RL_ORDER_FRAC < l->ix.count)
+	if (!l->read_merge || r->n < 2 || r->n * RL_ORDER_FRAC < l->ix.count)
 		return 0;
 	if (r->n > l->ordcap) {
 		size_t cap = r->n + r->n / 2;
@@ -119,7 +119,7 @@ int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
 		lo = align_down(off, l->off_align);
 		hi = align_up(off + l->rec_bytes, l->off_align);
 		end = q ? q->off + q->len : 0;
-		if (rl_read_merge && q && lo >= q->off &&
+		if (l->read_merge && q && lo >= q->off &&
 		    lo <= end + RL_READ_GAP && hi - q->off <= RL_READ_SPAN &&
 		    used + (hi > end ? hi - end : 0) <= l->rbuf_bytes) {
 			if (hi > end) { /* the read grows to take it */

@@ -22,7 +22,9 @@
 #include "mem_host.h"
 #include "rl_layout.h"
 
-double rl_max_amp = 1.3;
+/* The tuning of logs opened from now on (rowlog.h): a test seam. Each
+ * log copies it at open, so none changes under a log. */
+static double rl_max_amp = 1.3;
 static uint64_t rl_snap_min = 64u << 20;
 
 void rowlog_set_snapshot_min(uint64_t bytes)
@@ -39,7 +41,7 @@ void rowlog_set_tuning(double max_amp, uint32_t segment_bytes)
 	rl_seg_bytes = segment_bytes ? segment_bytes : RL_SEG_DEFAULT;
 }
 
-bool rl_read_merge = true;
+static bool rl_read_merge = true;
 
 void rowlog_set_read_merge(bool on)
 {
@@ -190,7 +192,7 @@ int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
 			      .rec_bytes = l->rec_bytes,
 			      .seg_bytes = l->seg_bytes,
 			      .hgen = l->head_ok ? l->gen[l->hseg] : 0};
-	if (l->jt.len > rl_snap_min && l->jt.len > 2 * ibytes) {
+	if (l->jt.len > l->snap_min && l->jt.len > 2 * ibytes) {
 		b.n = l->ix.count;
 		b.flags = JR_SNAPSHOT;
 		ret = jr_write_new(io, l->pnew, &b, fill_index, l, &l->snap_t);
@@ -418,6 +420,9 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 	l->rps = l->seg_bytes / l->rec_bytes;
 	l->mem_align = l->off_align = 4096;
 	l->abuf_bytes = rl_abuf_bytes;
+	l->max_amp = rl_max_amp;
+	l->read_merge = rl_read_merge;
+	l->snap_min = rl_snap_min;
 	l->ver = 2;
 	l->gen_next = 1;
 

@@ -143,24 +143,30 @@ void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st);
 /* Bytes on disk of the log and the journal. */
 uint64_t rowlog_disk_bytes(const struct rowlog *l);
 
+/*
+ * The setters below are test seams, process-wide like the fault seams:
+ * each tunes the logs opened after it (a log keeps what it was opened
+ * with), and 0 restores the default.
+ */
+
 /* Space amplification allowed before the cleaner runs: segment bytes in
  * use over live record bytes (default 1.3; tests lower the segment size
- * with rowlog_set_segment_bytes to force cleaning). Process-wide. */
+ * to force cleaning). */
 void rowlog_set_tuning(double max_amp, uint32_t segment_bytes);
 
 /* Whether records near each other share reads, and large reads go in log
  * order (default on; fault tests turn it off to count one read a record).
- * Process-wide. */
+ */
 void rowlog_set_read_merge(bool on);
 
 /* The journal length past which a commit writes a snapshot instead of a
  * batch (when the journal is also twice the index); 0: 64 MiB. Tests lower
- * it. Process-wide. */
+ * it. */
 void rowlog_set_snapshot_min(uint64_t bytes);
 
 /* The append buffer's window for logs opened from now on (tests make it
  * small so that write-backs fill windows; default 1 MiB, at least 16 KiB).
- * Process-wide. */
+ */
 void rowlog_set_window(uint32_t bytes);
 
 #endif
