@@ -402,9 +402,12 @@ int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	}
 	for (size_t i = 0; i < n && !ret; i++) {
 		/* the index slots of rows a few ahead: random memory */
-		if (i + 8 < n && l->ix.cap)
-			__builtin_prefetch(
-			    &l->ix.keys[rli_home(l->ix.cap, rows[i + 8])]);
+		if (i + 8 < n && l->ix.cap) {
+			uint64_t h = rli_home(l->ix.cap, rows[i + 8]);
+
+			__builtin_prefetch(&l->ix.keys[h]);
+			__builtin_prefetch(&l->ix.vals[h], 1);
+		}
 		ret = append_one(l, io, rows[i],
 				 (const char *)src + i * l->row_bytes);
 	}
