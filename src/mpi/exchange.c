@@ -241,54 +241,31 @@ static int take_ids(const etm *m, struct etm_rt_table *rt, int s,
 	return 0;
 }
 
-/* Routes bags, sends every owner its ids, and fills the owner side of r. */
-static int exchange_ids(etm *m, struct etm_route *r,
-			const struct etm_bags *bags)
+/* Displacements from m's counts, and send and receive buffers that hold
+ * them; *rtotal (if not NULL) receives the bytes to receive. */
+static int size_buffers(etm *m, size_t *rtotal)
 {
-	int nr = m->nranks, ret = 0;
-	struct etm_traffic *tr = &m->traffic;
-	size_t stotal, rtotal;
+	size_t stotal, rt = 0;
+	int ret;
 
-	r->valid = false;
-	for (int t = 0; t < m->ntables && !ret; t++)
-		ret = route_table(m, t, &r->t[t], &bags[t]);
-	for (int t = 0; t < m->ntables && !ret; t++)
-		ret = etm_vec_reserve(&r->t[t].src,
-				      2 * (nr + 1) * sizeof(uint32_t));
-	ret = etm_agree(m, ret);
-	if (ret)
-		return ret;
-	for (int d = 0; d < nr; d++) {
-		size_t s = 0;
-
-		for (int t = 0; t < m->ntables; t++)
-			if (serves(m, t, d))
-				s += ids_bytes(m, &r->t[t], d);
-		if (s > INT32_MAX)
-			ret = et_error_set(-E2BIG,
-					   "the ids for rank %d exceed 2^31 "
-					   "bytes: smaller batches",
-					   d);
-		m->scount[d] = (int)s;
-	}
-	ret = etm_agree(m, ret);
-	if (ret)
-		return ret;
-	if (MPI_Alltoall(m->scount, 1, MPI_INT, m->rcount, 1, MPI_INT,
-			 m->comm) != MPI_SUCCESS)
-		return et_error_set(-EIO, "MPI_Alltoall failed");
-	tr->meta += 4 * (uint64_t)(nr - 1);
-	ret = displs(m->scount, m->sdispl, nr, &stotal);
+	ret = displs(m->scount, m->sdispl, m->nranks, &stotal);
 	if (!ret)
-		ret = displs(m->rcount, m->rdispl, nr, &rtotal);
+		ret = displs(m->rcount, m->rdispl, m->nranks, &rt);
 	if (!ret)
 		ret = etm_vec_reserve(&m->sbuf, stotal + 1);
 	if (!ret)
-		ret = etm_vec_reserve(&m->rbuf, rtotal + 1);
-	ret = etm_agree(m, ret);
-	if (ret)
-		return ret;
-	for (int d = 0; d < nr; d++) {
+		ret = etm_vec_reserve(&m->rbuf, rt + 1);
+	if (rtotal)
+		*rtotal = rt;
+	return ret;
+}
+
+/* Writes every owner's ids message into m->sbuf (see the top). */
+static void pack_ids(etm *m, struct etm_route *r)
+{
+	struct etm_traffic *tr = &m->traffic;
+
+	for (int d = 0; d < m->nranks; d++) {
 		unsigned char *p = (unsigned char *)m->sbuf.p + m->sdispl[d];
 
 		for (int t = 0; t < m->ntables; t++) {
@@ -319,9 +296,13 @@ static int exchange_ids(etm *m, struct etm_route *r,
 			}
 		}
 	}
-	ret = alltoallv(m);
-	if (ret)
-		return ret;
+}
+
+/* Reads the ids messages received into the owner side of r; not agreed. */
+static int unpack_ids(etm *m, struct etm_route *r)
+{
+	int nr = m->nranks, ret = 0;
+
 	for (int t = 0; t < m->ntables; t++) {
 		struct etm_rt_table *rt = &r->t[t];
 
@@ -349,7 +330,52 @@ static int exchange_ids(etm *m, struct etm_route *r,
 				     "malformed",
 				     s, m->rank);
 	}
+	return ret;
+}
+
+/* Routes bags, sends every owner its ids, and fills the owner side of r. */
+static int exchange_ids(etm *m, struct etm_route *r,
+			const struct etm_bags *bags)
+{
+	int nr = m->nranks, ret = 0;
+
+	r->valid = false;
+	for (int t = 0; t < m->ntables && !ret; t++)
+		ret = route_table(m, t, &r->t[t], &bags[t]);
+	for (int t = 0; t < m->ntables && !ret; t++)
+		ret = etm_vec_reserve(&r->t[t].src,
+				      2 * (nr + 1) * sizeof(uint32_t));
 	ret = etm_agree(m, ret);
+	if (ret)
+		return ret;
+	for (int d = 0; d < nr; d++) {
+		size_t s = 0;
+
+		for (int t = 0; t < m->ntables; t++)
+			if (serves(m, t, d))
+				s += ids_bytes(m, &r->t[t], d);
+		if (s > INT32_MAX)
+			ret = et_error_set(-E2BIG,
+					   "the ids for rank %d exceed 2^31 "
+					   "bytes: smaller batches",
+					   d);
+		m->scount[d] = (int)s;
+	}
+	ret = etm_agree(m, ret);
+	if (ret)
+		return ret;
+	if (MPI_Alltoall(m->scount, 1, MPI_INT, m->rcount, 1, MPI_INT,
+			 m->comm) != MPI_SUCCESS)
+		return et_error_set(-EIO, "MPI_Alltoall failed");
+	m->traffic.meta += 4 * (uint64_t)(nr - 1);
+	ret = etm_agree(m, size_buffers(m, NULL));
+	if (ret)
+		return ret;
+	pack_ids(m, r);
+	ret = alltoallv(m);
+	if (ret)
+		return ret;
+	ret = etm_agree(m, unpack_ids(m, r));
 	if (!ret)
 		r->valid = true;
 	return ret;
@@ -475,27 +501,12 @@ static void pool_rows(etm *m, int t, struct etm_rt_table *rt,
 	}
 }
 
-int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
-		float *const *out)
+/* Makes m->cur the route of this forward: bags' own, exchanged now, or
+ * the one etm_send_ids sent ahead. */
+static int take_route(etm *m, const struct etm_bags *bags)
 {
-	int nr = m ? m->nranks : 0, ret = 0, tmp;
-	struct etm_traffic *tr;
-	struct etm_route *r;
-	size_t *at, *cur, stotal, rtotal;
-	float **base;
+	int tmp, ret;
 
-	et_error_set(0, NULL);
-	if (!m || !out)
-		return et_error_set(-EINVAL, "%s NULL", m ? "out" : "m");
-	if (!m->tbl)
-		return et_error_set(-EINVAL,
-				    "no tables: call etm_tables first");
-	if (mode != ET_POOL_SUM && mode != ET_POOL_MEAN)
-		return et_error_set(-EINVAL,
-				    "mode %d is neither ET_POOL_SUM nor "
-				    "ET_POOL_MEAN",
-				    (int)mode);
-	tr = &m->traffic;
 	if (bags) {
 		ret = exchange_ids(m, &m->route[m->spare], bags);
 		if (ret)
@@ -513,20 +524,14 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 		m->next = tmp;
 		m->route[m->next].valid = false;
 	}
-	r = &m->route[m->cur];
-	m->mode = mode;
-	at = calloc(m->ntables, sizeof(*at));
-	cur = calloc(nr, sizeof(*cur));
-	base = calloc((size_t)nr, sizeof(*base));
-	if (!at || !cur || !base)
-		ret = -ENOMEM;
-	if (!ret)
-		ret = owner_gather(m, r, mode, at);
-	ret = etm_agree(m, ret);
-	if (ret)
-		goto out;
+	return 0;
+}
 
-	for (int s = 0; s < nr; s++) {
+/* Forward message sizes: the answers this owner sends each source, and
+ * those each owner sends this rank. */
+static void forward_counts(etm *m, struct etm_route *r)
+{
+	for (int s = 0; s < m->nranks; s++) {
 		size_t f = 0;
 
 		for (int t = 0; t < m->ntables; t++)
@@ -539,17 +544,15 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 				f += answer_floats(m, &r->t[t], t, s);
 		m->rcount[s] = (int)(f * sizeof(float));
 	}
-	ret = displs(m->scount, m->sdispl, nr, &stotal);
-	if (!ret)
-		ret = displs(m->rcount, m->rdispl, nr, &rtotal);
-	if (!ret)
-		ret = etm_vec_reserve(&m->sbuf, stotal + 1);
-	if (!ret)
-		ret = etm_vec_reserve(&m->rbuf, rtotal + 1);
-	ret = etm_agree(m, ret);
-	if (ret)
-		goto out;
-	for (int s = 0; s < nr; s++) {
+}
+
+/* Copies each source's part of m->out (local table t's at at[t]) into
+ * m->sbuf, counting the traffic. */
+static void pack_answers(etm *m, struct etm_route *r, const size_t *at)
+{
+	struct etm_traffic *tr = &m->traffic;
+
+	for (int s = 0; s < m->nranks; s++) {
 		unsigned char *p = (unsigned char *)m->sbuf.p + m->sdispl[s];
 
 		for (int t = 0; t < m->ntables; t++) {
@@ -577,14 +580,35 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 			}
 		}
 	}
-	ret = alltoallv(m);
-	if (ret)
-		goto out;
+}
+
+/* Puts table-wise table t's pooled bags, from its owner's answer at base,
+ * in their places in out; bags with no ids are zeros. */
+static void place_pooled(etm *m, int t, struct etm_rt_table *rt,
+			 const float *base, float *out)
+{
+	int d = m->tbl[t].owner;
+	uint32_t dim = m->tbl[t].dim;
+	const uint32_t *ds = sub_prefix(&rt->dst);
+	const uint32_t *sb = rt->sub_bag.p;
+
+	memset(out, 0, rt->nbags * dim * sizeof(float));
+	for (uint32_t k = ds[d]; k < ds[d + 1]; k++)
+		memcpy(out + (size_t)sb[k] * dim,
+		       base + (size_t)(k - ds[d]) * dim, dim * sizeof(float));
+}
+
+/* Makes each table's bags in out[t] from the answers in m->rbuf; cur and
+ * base are scratch of nranks entries. */
+static void unpack_answers(etm *m, struct etm_route *r, et_pool mode,
+			   float *const *out, size_t *cur, float **base)
+{
+	int nr = m->nranks;
+
 	for (int d = 0; d < nr; d++)
 		cur[d] = (size_t)m->rdispl[d];
 	for (int t = 0; t < m->ntables; t++) {
 		struct etm_rt_table *rt = &r->t[t];
-		uint32_t dim = m->tbl[t].dim;
 
 		for (int d = 0; d < nr; d++) {
 			base[d] = NULL;
@@ -593,20 +617,56 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 			base[d] = (float *)((char *)m->rbuf.p + cur[d]);
 			cur[d] += answer_floats(m, rt, t, d) * sizeof(float);
 		}
-		if (m->tbl[t].plan == ETM_ROW_WISE) {
+		if (m->tbl[t].plan == ETM_ROW_WISE)
 			pool_rows(m, t, rt, base, mode, out[t]);
-		} else {
-			int d = m->tbl[t].owner;
-			const uint32_t *ds = sub_prefix(&rt->dst);
-			const uint32_t *sb = rt->sub_bag.p;
-
-			memset(out[t], 0, rt->nbags * dim * sizeof(float));
-			for (uint32_t k = ds[d]; k < ds[d + 1]; k++)
-				memcpy(out[t] + (size_t)sb[k] * dim,
-				       base[d] + (size_t)(k - ds[d]) * dim,
-				       dim * sizeof(float));
-		}
+		else
+			place_pooled(m, t, rt, base[m->tbl[t].owner], out[t]);
 	}
+}
+
+int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
+		float *const *out)
+{
+	int nr = m ? m->nranks : 0, ret = 0;
+	struct etm_route *r;
+	size_t *at, *cur;
+	float **base;
+
+	et_error_set(0, NULL);
+	if (!m || !out)
+		return et_error_set(-EINVAL, "%s NULL", m ? "out" : "m");
+	if (!m->tbl)
+		return et_error_set(-EINVAL,
+				    "no tables: call etm_tables first");
+	if (mode != ET_POOL_SUM && mode != ET_POOL_MEAN)
+		return et_error_set(-EINVAL,
+				    "mode %d is neither ET_POOL_SUM nor "
+				    "ET_POOL_MEAN",
+				    (int)mode);
+	ret = take_route(m, bags);
+	if (ret)
+		return ret;
+	r = &m->route[m->cur];
+	m->mode = mode;
+	at = calloc(m->ntables, sizeof(*at));
+	cur = calloc(nr, sizeof(*cur));
+	base = calloc((size_t)nr, sizeof(*base));
+	if (!at || !cur || !base)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = owner_gather(m, r, mode, at);
+	ret = etm_agree(m, ret);
+	if (ret)
+		goto out;
+	forward_counts(m, r);
+	ret = etm_agree(m, size_buffers(m, NULL));
+	if (ret)
+		goto out;
+	pack_answers(m, r, at);
+	ret = alltoallv(m);
+	if (ret)
+		goto out;
+	unpack_answers(m, r, mode, out, cur, base);
 out:
 	free(at);
 	free(cur);
@@ -614,26 +674,11 @@ out:
 	return ret;
 }
 
-int etm_backward(etm *m, const float *const *grads,
-		 const struct et_update_params *up)
+/* Backward message sizes: the gradients this rank sends each owner, and
+ * those each source sends this owner. */
+static void backward_counts(etm *m, struct etm_route *r)
 {
-	int nr = m ? m->nranks : 0, ret = 0;
-	struct etm_traffic *tr;
-	struct etm_route *r;
-	size_t *cur = NULL, stotal, rtotal, total = 0;
-
-	et_error_set(0, NULL);
-	if (!m || !grads || !up)
-		return et_error_set(-EINVAL, "%s NULL",
-				    !m	     ? "m"
-				    : !grads ? "grads"
-					     : "up");
-	if (!m->tbl || !m->route[m->cur].valid)
-		return et_error_set(-EINVAL,
-				    "no etm_forward to go back through");
-	tr = &m->traffic;
-	r = &m->route[m->cur];
-	for (int d = 0; d < nr; d++) {
+	for (int d = 0; d < m->nranks; d++) {
 		size_t f = 0;
 
 		for (int t = 0; t < m->ntables; t++) {
@@ -654,22 +699,15 @@ int etm_backward(etm *m, const float *const *grads,
 		}
 		m->rcount[d] = (int)(f * sizeof(float));
 	}
-	ret = displs(m->scount, m->sdispl, nr, &stotal);
-	if (!ret)
-		ret = displs(m->rcount, m->rdispl, nr, &rtotal);
-	if (!ret)
-		ret = etm_vec_reserve(&m->sbuf, stotal + 1);
-	if (!ret)
-		ret = etm_vec_reserve(&m->rbuf, rtotal + 1);
-	if (!ret)
-		ret = etm_vec_reserve(&m->grad, rtotal + 1);
-	cur = calloc(nr, sizeof(*cur));
-	if (!cur)
-		ret = -ENOMEM;
-	ret = etm_agree(m, ret);
-	if (ret)
-		goto out;
-	for (int d = 0; d < nr; d++) {
+}
+
+/* Writes each owner's sub-bag gradients into m->sbuf, counting the
+ * traffic. */
+static void pack_grads(etm *m, struct etm_route *r, const float *const *grads)
+{
+	struct etm_traffic *tr = &m->traffic;
+
+	for (int d = 0; d < m->nranks; d++) {
 		float *p = (float *)((char *)m->sbuf.p + m->sdispl[d]);
 
 		for (int t = 0; t < m->ntables; t++) {
@@ -706,10 +744,17 @@ int etm_backward(etm *m, const float *const *grads,
 			}
 		}
 	}
-	ret = alltoallv(m);
-	if (ret)
-		goto out;
-	/* each local table's gradients, in source order, contiguous */
+}
+
+/* Gathers each local table's gradients from m->rbuf, in source order,
+ * contiguous in m->grad, and applies them; cur is scratch of nranks
+ * entries. Not agreed. */
+static int apply_grads(etm *m, struct etm_route *r,
+		       const struct et_update_params *up, size_t *cur)
+{
+	int nr = m->nranks, ret = 0;
+	size_t total = 0;
+
 	for (int s = 0; s < nr; s++)
 		cur[s] = (size_t)m->rdispl[s];
 	for (int t = 0; t < m->ntables && !ret; t++) {
@@ -734,8 +779,42 @@ int etm_backward(etm *m, const float *const *grads,
 		ret = et_update_pooled(m->store, m->tbl[t].local, rt->oids.p,
 				       rt->ooff.p, ss[nr], mode, g, up);
 	}
+	return ret;
+}
+
+int etm_backward(etm *m, const float *const *grads,
+		 const struct et_update_params *up)
+{
+	int nr = m ? m->nranks : 0, ret = 0;
+	struct etm_route *r;
+	size_t *cur = NULL, rtotal;
+
+	et_error_set(0, NULL);
+	if (!m || !grads || !up)
+		return et_error_set(-EINVAL, "%s NULL",
+				    !m	     ? "m"
+				    : !grads ? "grads"
+					     : "up");
+	if (!m->tbl || !m->route[m->cur].valid)
+		return et_error_set(-EINVAL,
+				    "no etm_forward to go back through");
+	r = &m->route[m->cur];
+	backward_counts(m, r);
+	ret = size_buffers(m, &rtotal);
+	if (!ret)
+		ret = etm_vec_reserve(&m->grad, rtotal + 1);
+	cur = calloc(nr, sizeof(*cur));
+	if (!cur)
+		ret = -ENOMEM;
 	ret = etm_agree(m, ret);
-	tr->steps++;
+	if (ret)
+		goto out;
+	pack_grads(m, r, grads);
+	ret = alltoallv(m);
+	if (ret)
+		goto out;
+	ret = etm_agree(m, apply_grads(m, r, up, cur));
+	m->traffic.steps++;
 out:
 	free(cur);
 	return ret;

@@ -508,26 +508,12 @@ void etm_reshard_free(struct etm_reshard_info *info)
 	info->len = NULL;
 }
 
-int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
-		struct etm_reshard_info *info, etm **out)
+/* opts' checks that need no other rank: the same on every rank. */
+static int check_opts(const struct etm_reshard_opts *opts)
 {
-	struct rs x = {.comm = comm};
-	const struct etm_table_spec *spec;
-	struct etm_detail keep;
-	uint64_t step = 0, meta[3];
-	double t0 = now();
-	int n, ret = 0;
+	const struct etm_table_spec *spec = opts->spec;
+	int n = opts->ntables;
 
-	et_error_set(0, NULL);
-	if (info)
-		memset(info, 0, sizeof(*info));
-	if (out)
-		*out = NULL;
-	if (!opts || !info || !out)
-		return et_error_set(-EINVAL, "%s NULL",
-				    !opts   ? "opts"
-				    : !info ? "info"
-					    : "out");
 	if (!opts->src || !opts->dir || !opts->spec)
 		return et_error_set(-EINVAL, "opts->%s NULL",
 				    !opts->src	 ? "src"
@@ -537,8 +523,6 @@ int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
 		return et_error_set(-ENAMETOOLONG,
 				    "opts->%s longer than 4000 bytes",
 				    strlen(opts->src) > 4000 ? "src" : "dir");
-	n = opts->ntables;
-	spec = opts->spec;
 	if (n < 1 || n > MAX_TABLES)
 		return et_error_set(-EINVAL,
 				    "opts->ntables %d out of range 1..%d", n,
@@ -554,99 +538,120 @@ int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
 			return et_error_set(-EINVAL, "opts->spec[%d].name NULL",
 					    t);
 	}
-	x.src = opts->src;
-	x.dir = opts->dir;
-	x.spec = spec;
-	x.n = n;
-	MPI_Comm_rank(comm, &x.rank);
-	MPI_Comm_size(comm, &x.nranks);
+	return 0;
+}
 
-	/* the old store's global record, and a fresh place for the new */
-	if (x.rank == 0) {
-		uint32_t old = 0;
+/* Rank 0's part of read_global: src's global record (or src as one plain
+ * store) into meta (old rank count, step, plain), and dir checked fresh. */
+static int read_global_root(struct rs *x, uint64_t meta[3])
+{
+	uint32_t old = 0;
+	uint64_t step = 0;
+	int ret;
 
-		ret = etm_global_read(x.src, &old, &step);
-		if (ret == -ENOENT) {
-			/* one plain store (et_store_open on src itself) is a
-			 * sharded store of one rank */
-			struct et_checkpoint_info ci;
+	ret = etm_global_read(x->src, &old, &step);
+	if (ret == -ENOENT) {
+		/* one plain store (et_store_open on src itself) is a
+		 * sharded store of one rank */
+		struct et_checkpoint_info ci;
 
-			if (!et_checkpoint_read_dir(x.src, &ci, NULL, NULL) &&
-			    ci.id) {
-				x.plain = true;
-				old = 1;
-				step = ci.id;
-				ret = 0;
-			}
+		if (!et_checkpoint_read_dir(x->src, &ci, NULL, NULL) && ci.id) {
+			x->plain = true;
+			old = 1;
+			step = ci.id;
+			ret = 0;
 		}
-		if (ret == -ENOENT)
-			et_error_set(ret, "src has no global checkpoint record "
-					  "to reshard from");
-		else if (ret == ET_EHDRSUM)
-			et_error_set(ret, "src: the global checkpoint record "
-					  "is damaged");
-		else if (ret)
-			et_error_set(ret,
-				     "src: the global checkpoint record cannot "
-				     "be read: %s",
-				     etm_strerror(ret));
-		if (!ret && (old < 1 || old > (uint32_t)INT_MAX))
-			ret = et_error_set(ET_EHEADER,
-					   "src: the global record names %u "
-					   "ranks",
-					   old);
-		if (!ret)
-			ret = check_fresh(&x);
-		meta[0] = old;
-		meta[1] = step;
-		meta[2] = x.plain;
 	}
-	MPI_Bcast(meta, 3, MPI_UINT64_T, 0, comm);
-	if ((ret = agree(&x, ret)))
-		goto out;
-	x.old = (int)meta[0];
-	step = meta[1];
-	x.plain = meta[2] != 0;
-	info->plain = x.plain;
-	info->step = step;
-	info->nranks = x.old;
-	info->dense = calloc(x.old, sizeof(*info->dense));
-	info->len = calloc(x.old, sizeof(*info->len));
-	x.owner = malloc(n * sizeof(*x.owner));
-	x.holds = calloc((size_t)n * x.old, 1);
-	x.commit = calloc(x.old, sizeof(*x.commit));
-	if (!info->dense || !info->len || !x.owner || !x.holds || !x.commit)
-		ret = -ENOMEM;
-	if ((ret = agree(&x, ret)))
-		goto out;
+	if (ret == -ENOENT)
+		et_error_set(ret, "src has no global checkpoint record "
+				  "to reshard from");
+	else if (ret == ET_EHDRSUM)
+		et_error_set(ret, "src: the global checkpoint record "
+				  "is damaged");
+	else if (ret)
+		et_error_set(ret,
+			     "src: the global checkpoint record cannot "
+			     "be read: %s",
+			     etm_strerror(ret));
+	if (!ret && (old < 1 || old > (uint32_t)INT_MAX))
+		ret = et_error_set(ET_EHEADER,
+				   "src: the global record names %u "
+				   "ranks",
+				   old);
+	if (!ret)
+		ret = check_fresh(x);
+	meta[0] = old;
+	meta[1] = step;
+	meta[2] = x->plain;
+	return ret;
+}
 
-	/* every old shard at exactly that step; their dense states */
-	for (int r = x.rank; r < x.old && !ret; r += x.nranks)
-		ret = check_shard(&x, r, step, &info->dense[r], &info->len[r]);
-	if ((ret = agree(&x, ret)))
-		goto out;
-	if ((ret = share_dense(&x, info)))
-		goto out;
+/* The old store's global record, read by rank 0 and sent to all, and a
+ * fresh place for the new: x's old and plain, and *step. Agreed. */
+static int read_global(struct rs *x, uint64_t *step)
+{
+	uint64_t meta[3];
+	int ret = 0;
+
+	if (x->rank == 0)
+		ret = read_global_root(x, meta);
+	MPI_Bcast(meta, 3, MPI_UINT64_T, 0, x->comm);
+	if ((ret = agree(x, ret)))
+		return ret;
+	x->old = (int)meta[0];
+	*step = meta[1];
+	x->plain = meta[2] != 0;
+	return 0;
+}
+
+/* Fills info's header and allocates its and x's arrays for x->old old
+ * ranks. Not agreed. */
+static int alloc_arrays(struct rs *x, uint64_t step,
+			struct etm_reshard_info *info)
+{
+	info->plain = x->plain;
+	info->step = step;
+	info->nranks = x->old;
+	info->dense = calloc(x->old, sizeof(*info->dense));
+	info->len = calloc(x->old, sizeof(*info->len));
+	x->owner = malloc(x->n * sizeof(*x->owner));
+	x->holds = calloc((size_t)x->n * x->old, 1);
+	x->commit = calloc(x->old, sizeof(*x->commit));
+	if (!info->dense || !info->len || !x->owner || !x->holds || !x->commit)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Every old shard at exactly the step; their dense states to every rank,
+ * then the caller's check of them. Agreed. */
+static int read_dense(struct rs *x, const struct etm_reshard_opts *opts,
+		      uint64_t step, struct etm_reshard_info *info)
+{
+	int ret = 0;
+
+	for (int r = x->rank; r < x->old && !ret; r += x->nranks)
+		ret = check_shard(x, r, step, &info->dense[r], &info->len[r]);
+	if ((ret = agree(x, ret)))
+		return ret;
+	if ((ret = share_dense(x, info)))
+		return ret;
 	if (opts->check) {
 		et_error_set(0, NULL);
 		ret = opts->check(opts->check_arg, info);
 	}
-	if ((ret = agree(&x, ret)))
-		goto out;
+	return agree(x, ret);
+}
 
-	/* the tables: where they are, and their shapes */
-	ret = etm_place(spec, n, x.nranks, x.owner);
-	if (!ret)
-		ret = find_tables(&x);
-	if (!ret)
-		ret = check_tables(&x);
-	if ((ret = agree(&x, ret)))
-		goto out;
+/* Makes the new sharded store in dir with its tables (etm_open and
+ * etm_tables agree); *out stays NULL on failure. */
+static int make_new(struct rs *x, const struct etm_reshard_opts *opts,
+		    etm **out)
+{
+	struct etm_detail keep;
+	int ret = etm_open(x->comm, x->dir, opts->cfg, 0, out);
 
-	/* only now is anything made; etm_open and etm_tables agree */
-	ret = etm_open(comm, x.dir, opts->cfg, 0, out);
 	if (!ret) {
-		ret = etm_tables(*out, spec, n, true);
+		ret = etm_tables(*out, x->spec, x->n, true);
 		if (ret) {
 			etm_detail_save(&keep);
 			etm_close(*out);
@@ -654,16 +659,24 @@ int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
 			etm_detail_restore(&keep, ret);
 		}
 	}
-	if (ret) {
+	if (ret)
 		ret = failed(ret, "making the new shards in dir");
-		goto out;
-	}
-	ret = fill_tables(&x, *out, info);
+	return ret;
+}
+
+/* Copies the rows into the new store *out, then checks no old shard
+ * committed meanwhile; closes *out (to NULL) on failure. Agreed. */
+static int copy_rows(struct rs *x, etm **out, struct etm_reshard_info *info,
+		     double t0)
+{
+	struct etm_detail keep;
+	int ret = fill_tables(x, *out, info);
+
 	info->seconds = now() - t0;
-	if (!(ret = agree(&x, ret))) {
-		for (int r = x.rank; r < x.old && !ret; r += x.nranks)
-			ret = check_still(&x, r);
-		ret = agree(&x, ret);
+	if (!(ret = agree(x, ret))) {
+		for (int r = x->rank; r < x->old && !ret; r += x->nranks)
+			ret = check_still(x, r);
+		ret = agree(x, ret);
 	}
 	if (ret) {
 		etm_detail_save(&keep);
@@ -671,6 +684,56 @@ int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
 		*out = NULL;
 		etm_detail_restore(&keep, ret);
 	}
+	return ret;
+}
+
+int etm_reshard(MPI_Comm comm, const struct etm_reshard_opts *opts,
+		struct etm_reshard_info *info, etm **out)
+{
+	struct rs x = {.comm = comm};
+	uint64_t step = 0;
+	double t0 = now();
+	int ret = 0;
+
+	et_error_set(0, NULL);
+	if (info)
+		memset(info, 0, sizeof(*info));
+	if (out)
+		*out = NULL;
+	if (!opts || !info || !out)
+		return et_error_set(-EINVAL, "%s NULL",
+				    !opts   ? "opts"
+				    : !info ? "info"
+					    : "out");
+	if ((ret = check_opts(opts)))
+		return ret;
+	x.src = opts->src;
+	x.dir = opts->dir;
+	x.spec = opts->spec;
+	x.n = opts->ntables;
+	MPI_Comm_rank(comm, &x.rank);
+	MPI_Comm_size(comm, &x.nranks);
+
+	if ((ret = read_global(&x, &step)))
+		goto out;
+	if ((ret = agree(&x, alloc_arrays(&x, step, info))))
+		goto out;
+	if ((ret = read_dense(&x, opts, step, info)))
+		goto out;
+
+	/* the tables: where they are, and their shapes */
+	ret = etm_place(x.spec, x.n, x.nranks, x.owner);
+	if (!ret)
+		ret = find_tables(&x);
+	if (!ret)
+		ret = check_tables(&x);
+	if ((ret = agree(&x, ret)))
+		goto out;
+
+	/* only now is anything made */
+	if ((ret = make_new(&x, opts, out)))
+		goto out;
+	ret = copy_rows(&x, out, info, t0);
 out:
 	if (ret)
 		etm_reshard_free(info);
