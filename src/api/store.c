@@ -527,37 +527,6 @@ int et_checkpoint_read_dir(const char *dir, struct et_checkpoint_info *ci,
 
 /* ---------------------------------------------------------------- stats */
 
-#define FLUSH_ROWS 4096
-
-/* Queues every dirty row of cache c, chunk by chunk, writing each chunk;
- * clears the dirty bits of what was written. */
-static int flush_cache(et_store *s, struct cache *c)
-{
-	uint64_t n = cache_slots(c), b = 0;
-	int ret;
-
-	/* Batches of up to FLUSH_ROWS dirty rows: big enough for the table
-	 * file to keep its queue full, small enough to bound the scratch. */
-	while (b < n) {
-		uint64_t e = b;
-
-		for (; e < n && s->wb.n < FLUSH_ROWS; e++) {
-			if (!cache_dirty(c, e))
-				continue;
-			ret = wb_queue(s, c->keys[e], cache_row(c, e));
-			if (ret)
-				return ret;
-		}
-		ret = wb_run(s);
-		if (ret)
-			return ret;
-		for (uint64_t i = b; i < e; i++)
-			cache_clean(c, i);
-		b = e;
-	}
-	return 0;
-}
-
 int et_flush(et_store *s)
 {
 	api_enter(s);
@@ -584,9 +553,9 @@ static int store_flush(et_store *s)
 	for (uint32_t i = 0; s->reg.caches_ready && i < s->reg.ncls && !ret;
 	     i++) {
 		if (s->reg.has_hbm)
-			ret = flush_cache(s, &s->reg.cls[i].hbm);
+			ret = wb_write_dirty(s, &s->reg.cls[i].hbm);
 		if (!ret)
-			ret = flush_cache(s, &s->reg.cls[i].ddr);
+			ret = wb_write_dirty(s, &s->reg.cls[i].ddr);
 	}
 	if (ret)
 		return ret;

@@ -379,7 +379,7 @@ void bufs_free(struct rowlog *l)
 }
 
 int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
-		const void *src)
+		const void *src, const void *const *ptrs)
 {
 	int ret = log_file(l);
 
@@ -409,7 +409,8 @@ int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 			__builtin_prefetch(&l->ix.vals[h], 1);
 		}
 		ret = append_one(l, io, rows[i],
-				 (const char *)src + i * l->row_bytes);
+				 ptrs ? ptrs[i]
+				      : (const char *)src + i * l->row_bytes);
 	}
 	/* What is buffered goes out with the next full window or sync:
 	 * reads find it in the buffer meanwhile, and a failed write keeps it

@@ -182,9 +182,10 @@ int other_settle(struct rowlog *l, io_ctx *io);
 int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto);
 int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src);
 /* rowlog_append less the cleaner (which appends too: it calls down here,
- * and rowlog.c calls both) */
+ * and rowlog.c calls both): row i's bytes at ptrs[i], or, with ptrs NULL,
+ * at src + i * row_bytes */
 int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
-		const void *src);
+		const void *src, const void *const *ptrs);
 void bufs_free(struct rowlog *l);
 
 /* rl_read.c */

@@ -72,7 +72,18 @@ int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 
 	if (l->rdonly)
 		return -EBADF;
-	ret = append_rows(l, io, rows, n, src);
+	ret = append_rows(l, io, rows, n, src, NULL);
+	return ret ? ret : maybe_clean(l, io);
+}
+
+int rowlog_append_ptrs(struct rowlog *l, io_ctx *io, const uint64_t *rows,
+		       const void *const *ptrs, size_t n)
+{
+	int ret;
+
+	if (l->rdonly)
+		return -EBADF;
+	ret = append_rows(l, io, rows, n, NULL, ptrs);
 	return ret ? ret : maybe_clean(l, io);
 }
 

@@ -107,6 +107,10 @@ int rowlog_verify(struct rowlog *l, io_ctx *io, uint64_t *bad,
  * them again is harmless. */
 int rowlog_append(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 		  const void *src);
+/* The same with row i's bytes at ptrs[i]: copied once, into the append
+ * buffer. */
+int rowlog_append_ptrs(struct rowlog *l, io_ctx *io, const uint64_t *rows,
+		       const void *const *ptrs, size_t n);
 
 /* Whether the index changed since the last commit. */
 bool rowlog_changed(const struct rowlog *l);

@@ -76,6 +76,11 @@ struct tf_read {
 int tf_read_multi(struct tf_read *rd, size_t nrd);
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 		      const void *src);
+/* tf_write_rows_raw of a file whose writes go to its row log
+ * (tf_log_writes), row i's bytes at ptrs[i]: one copy, into the log's
+ * append buffer. -EINVAL for a file writing blocks. */
+int tf_write_rows_ptrs(et_tfile *tf, const uint64_t *rows,
+		       const void *const *ptrs, size_t n);
 
 /* The raw record of a row never written: its initial values, zero state. */
 void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst);

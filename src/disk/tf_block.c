@@ -716,6 +716,24 @@ static void count_rmw(et_tfile *tf, const struct ent *e, size_t n)
 	}
 }
 
+int tf_write_rows_ptrs(et_tfile *tf, const uint64_t *rows,
+		       const void *const *ptrs, size_t n)
+{
+	io_ctx *io;
+	int ret;
+
+	if (tf->rdonly)
+		return -EBADF;
+	if (!tf->log_writes)
+		return -EINVAL;
+	ret = tf_check_rows(tf, rows, n);
+	if (!ret && n)
+		ret = tf_io(tf, &io);
+	if (!ret && n)
+		ret = rowlog_append_ptrs(tf->log, io, rows, ptrs, n);
+	return ret;
+}
+
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 		      const void *src)
 {

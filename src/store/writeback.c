@@ -294,3 +294,94 @@ void wb_free(struct wbq *q)
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);
 }
+
+/* Dirty rows a chunk of wb_write_dirty takes at most: enough for the logs
+ * to fill their windows, few enough to bound the scratch. */
+#define DIRTY_CHUNK 4096
+
+/* Dirty slots [b, *e) of c, at most DIRTY_CHUNK of them, into slots;
+ * returns how many. */
+static size_t dirty_chunk(const struct cache *c, uint64_t b, uint64_t *e,
+			  uint64_t *slots)
+{
+	uint64_t n = cache_slots(c), i = b;
+	size_t k = 0;
+
+	for (; i < n && k < DIRTY_CHUNK; i++)
+		if (cache_dirty(c, i))
+			slots[k++] = i;
+	*e = i;
+	return k;
+}
+
+/* The k dirty slots, grouped by table (stable: in slot order within a
+ * table) into rows and ptrs; at[t] .. at[t + 1] are table t's. */
+static void dirty_group(et_store *s, const struct cache *c,
+			const uint64_t *slots, size_t k, size_t *at,
+			uint64_t *rows, const void **ptrs)
+{
+	uint32_t nt = s->reg.ntables;
+
+	memset(at, 0, ((size_t)nt + 1) * sizeof(*at));
+	for (size_t i = 0; i < k; i++)
+		at[cache_key_table(c->keys[slots[i]]) + 1]++;
+	for (uint32_t t = 0; t < nt; t++)
+		at[t + 1] += at[t];
+	for (size_t i = 0; i < k; i++) {
+		uint64_t key = c->keys[slots[i]];
+		size_t p = at[cache_key_table(key)]++;
+
+		rows[p] = cache_key_row(key);
+		ptrs[p] = cache_row(c, slots[i]);
+	}
+	/* at[t] is now where table t's rows end: shift back to starts */
+	for (uint32_t t = nt; t > 0; t--)
+		at[t] = at[t - 1];
+	at[0] = 0;
+}
+
+int wb_write_dirty(et_store *s, struct cache *c)
+{
+	struct wbq *q = &s->wb;
+	uint32_t nt = s->reg.ntables;
+	uint64_t b = 0, e, *slots, *rows;
+	const void **ptrs;
+	size_t *at, k;
+	int ret;
+
+	ret = sbuf_reserve(&q->sort, DIRTY_CHUNK * sizeof(*slots));
+	if (!ret)
+		ret = sbuf_reserve(&q->count, ((size_t)nt + 1) * sizeof(*at));
+	if (!ret)
+		ret = sbuf_reserve(&q->rows, DIRTY_CHUNK * sizeof(*rows));
+	if (!ret)
+		ret = sbuf_reserve(&q->raw, DIRTY_CHUNK * sizeof(*ptrs));
+	if (ret)
+		return ret;
+	slots = q->sort.p;
+	at = q->count.p;
+	rows = q->rows.p;
+	ptrs = q->raw.p;
+	for (; (k = dirty_chunk(c, b, &e, slots)) > 0; b = e) {
+		dirty_group(s, c, slots, k, at, rows, ptrs);
+		for (uint32_t t = 0; t < nt; t++) {
+			struct table *tb = &s->reg.tables[t];
+			size_t m = at[t + 1] - at[t];
+
+			if (!m)
+				continue;
+			ret = tf_write_rows_ptrs(
+			    tb->tf, rows + at[t],
+			    (const void *const *)ptrs + at[t], m);
+			if (ret) {
+				if (!s->failed)
+					s->failed = ret;
+				return ret; /* every row still dirty */
+			}
+			tb->st.writebacks += m;
+		}
+		for (size_t i = 0; i < k; i++)
+			cache_clean(c, slots[i]);
+	}
+	return 0;
+}

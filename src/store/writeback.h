@@ -50,6 +50,12 @@ void wb_room_clear(et_store *s);
 int wb_queue(et_store *s, uint64_t key, const void *raw);
 /* Writes every queued row home now, grouped by table. */
 int wb_run(et_store *s);
+/* Writes every dirty row of cache c home, each table's straight from its
+ * slots into its row log (one copy), a chunk at a time, and clears their
+ * dirty bits. On failure the store is failed and the rows not written
+ * stay dirty (et_flush writes them again). */
+struct cache;
+int wb_write_dirty(et_store *s, struct cache *c);
 /* Whether the queue may wait for the next prefetch. */
 bool wb_deferrable(const et_store *s);
 /* Empties the queue into one I/O-thread write job per table (*jobs, a
