@@ -384,7 +384,7 @@ static void check_read_dir(void)
 	struct et_checkpoint_info ci;
 	void *dense = NULL;
 	size_t len = 0;
-	int ret = et_checkpoint_read_dir(dir, &ci, &dense, &len);
+	int ret = et_checkpoint_read_dir(fz_dir, &ci, &dense, &len);
 
 	if (!failed("et_checkpoint_read_dir", ret))
 		check_said("et_checkpoint_read_dir", ci.id, ci.commit,
@@ -420,7 +420,7 @@ static bool check_store(void)
 	size_t len = 0;
 	bool refused = false;
 	et_store *s;
-	int ret = et_store_open(dir, &cfg, &s);
+	int ret = et_store_open(fz_dir, &cfg, &s);
 
 	if (failed("et_store_open", ret))
 		return true;
@@ -463,7 +463,7 @@ static void check_good_again(bool refused)
 
 	if (write_file(ckpt, rec[NC - 1], rec_len[NC - 1]))
 		abort();
-	ret = et_store_open(dir, &cfg, &s);
+	ret = et_store_open(fz_dir, &cfg, &s);
 	if (failed("et_store_open", ret)) {
 		if (refused)
 			fail("the input's record was refused, yet the store "
@@ -546,7 +546,7 @@ static int sessions(void)
 	et_store *s;
 	int tid[NT], ret;
 
-	ret = et_store_open(dir, &cfg, &s);
+	ret = et_store_open(fz_dir, &cfg, &s);
 	if (ret)
 		return ret;
 	for (int t = 0; !ret && t < NT; t++)
@@ -575,7 +575,7 @@ static int sessions(void)
 	if (ret)
 		return ret;
 	/* a plain reopen must give commit 3 exactly: else no point */
-	ret = et_store_open(dir, &cfg, &s);
+	ret = et_store_open(fz_dir, &cfg, &s);
 	if (ret)
 		return ret;
 	for (int t = 0; !ret && t < NT; t++) {
@@ -597,9 +597,9 @@ static int setup(void)
 {
 	int ret;
 
-	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", dir);
+	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", fz_dir);
 	for (int t = 0; t < NT; t++)
-		snprintf(tpath[t], sizeof(tpath[t]), "%s/%s.et", dir,
+		snprintf(tpath[t], sizeof(tpath[t]), "%s/%s.et", fz_dir,
 			 tnames[t]);
 	for (int i = 0; i < MAXROW; i++)
 		all_ids[i] = (uint64_t)i;
@@ -798,13 +798,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (write_file(ckpt, b, n))
 		abort();
 	parse(b, n, &in);
-	what = "et_checkpoint_read_dir";
+	fz_what = "et_checkpoint_read_dir";
 	check_read_dir();
-	what = "read-only table opens";
+	fz_what = "read-only table opens";
 	check_tfiles();
-	what = "store open";
+	fz_what = "store open";
 	refused = check_store();
-	what = "store open under the good record, after the input's";
+	fz_what = "store open under the good record, after the input's";
 	check_good_again(refused);
 	restore();
 	return 0;

@@ -181,7 +181,8 @@ static void read_failed(const char *call, size_t lo, size_t n, int ret)
 				"\nfuzz_rowlog note (%s): %s of rows [%zu, "
 				"%zu) refused with %d (%s), not "
 				"ET_EBLOCKSUM (first such input)\n",
-				what, call, lo, lo + n, ret, et_strerror(ret));
+				fz_what, call, lo, lo + n, ret,
+				et_strerror(ret));
 		noted[k] = true;
 		return;
 	}
@@ -231,7 +232,7 @@ static bool check_store(void)
 {
 	et_store *s;
 	bool refused;
-	int t, ret = et_store_open(dir, &cfg, &s);
+	int t, ret = et_store_open(fz_dir, &cfg, &s);
 
 	if (failed("et_store_open", ret))
 		return true;
@@ -254,7 +255,7 @@ static void check_good_again(bool may_refuse)
 		abort();
 	forged = false;
 	must_take = !may_refuse;
-	ret = et_store_open(dir, &cfg, &s);
+	ret = et_store_open(fz_dir, &cfg, &s);
 	if (failed("et_store_open", ret))
 		return;
 	ret = et_table_open(s, "t", NULL, &t);
@@ -301,12 +302,12 @@ static int setup(void)
 	et_store *s;
 	int t, ret;
 
-	snprintf(table, sizeof(table), "%s/t.et", dir);
-	snprintf(idx, sizeof(idx), "%s/t.et.idx", dir);
-	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", dir);
+	snprintf(table, sizeof(table), "%s/t.et", fz_dir);
+	snprintf(idx, sizeof(idx), "%s/t.et.idx", fz_dir);
+	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", fz_dir);
 	for (int i = 0; i < ROWS; i++)
 		all_ids[i] = (uint64_t)i;
-	ret = et_store_open(dir, &cfg, &s);
+	ret = et_store_open(fz_dir, &cfg, &s);
 	if (ret)
 		return ret;
 	ret = et_table_create(s, "t", &tparams, &t);
@@ -327,7 +328,7 @@ static int setup(void)
 	if (ret)
 		return ret;
 	/* what the last commit holds, read back */
-	ret = et_store_open(dir, &cfg, &s);
+	ret = et_store_open(fz_dir, &cfg, &s);
 	if (ret)
 		return ret;
 	ret = et_table_open(s, "t", NULL, &t);
@@ -494,13 +495,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	forged_inputs += forged;
 	if (ret)
 		abort();
-	what = "read-only open of the input";
+	fz_what = "read-only open of the input";
 	check_tfile();
-	what = "store open of the input";
+	fz_what = "store open of the input";
 	refused = check_store();
-	what = "read-only open after the store's open";
+	fz_what = "read-only open after the store's open";
 	check_tfile();
-	what = "store open under the good journal, after the input's";
+	fz_what = "store open under the good journal, after the input's";
 	check_good_again(forged && !refused);
 	restore();
 	return 0;

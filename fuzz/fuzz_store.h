@@ -42,7 +42,7 @@ struct fuzz_hooks {
 
 static const char *fz_name; /* fuzz_NAME */
 static struct fuzz_hooks fz_hooks;
-static char top[4096], dir[4096]; /* the scratch directory, the store */
+static char top[4096], fz_dir[4096]; /* the scratch directory, the store */
 
 static uint64_t le64(const uint8_t *p)
 {
@@ -150,14 +150,14 @@ static void extents(int fd, off_t size, off_t ext[64][2], int *next)
 
 static void path_of(char *p, size_t cap, const char *name)
 {
-	snprintf(p, cap, "%s/%s", dir, name);
+	snprintf(p, cap, "%s/%s", fz_dir, name);
 }
 
 /* Keeps every regular file of dir in memory. */
 static int snapshot(void)
 {
 	struct dirent *de;
-	DIR *d = opendir(dir);
+	DIR *d = opendir(fz_dir);
 
 	if (!d)
 		return -1;
@@ -224,7 +224,7 @@ static bool same_file(int fd, const struct pfile *f)
 static void restore(void)
 {
 	struct dirent *de;
-	DIR *d = opendir(dir);
+	DIR *d = opendir(fz_dir);
 
 	if (!d)
 		abort();
@@ -305,7 +305,7 @@ static bool code_ok(int c)
 	return (c >= -4095 && c <= -1) || (c >= ET_ERR_LAST && c < ET_ERR_BASE);
 }
 
-static const char *what; /* the step, for the messages */
+static const char *fz_what; /* the step, for the messages */
 
 /* What the calls returned, printed at exit when ET_FUZZ_STATS=1: how
  * many inputs each call took, and refused with which code. */
@@ -320,13 +320,13 @@ static void tally(const char *call, int ret)
 	int i;
 
 	for (i = 0; i < 256 && tallies[i].call; i++)
-		if (tallies[i].call == call && tallies[i].step == what &&
+		if (tallies[i].call == call && tallies[i].step == fz_what &&
 		    tallies[i].code == ret)
 			break;
 	if (i == 256)
 		return;
 	tallies[i].call = call;
-	tallies[i].step = what;
+	tallies[i].step = fz_what;
 	tallies[i].code = ret;
 	tallies[i].n++;
 }
@@ -350,7 +350,7 @@ static void fail(const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, "\n*** fuzz_%s oracle (%s): ", fz_name, what);
+	fprintf(stderr, "\n*** fuzz_%s oracle (%s): ", fz_name, fz_what);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
@@ -361,7 +361,7 @@ static void fail(const char *fmt, ...)
 	if (!getenv("ET_FUZZ_KEEP") || !atoi(getenv("ET_FUZZ_KEEP")))
 		rm_top();
 	else
-		fprintf(stderr, "    the store: %s\n", dir);
+		fprintf(stderr, "    the store: %s\n", fz_dir);
 	abort();
 }
 
@@ -396,7 +396,7 @@ static int tfile_read(void *h, int t, const uint64_t *ids, size_t n, float *out)
 
 /* ----------------------------------------------------------- the setup */
 
-/* Makes the scratch directory of target fuzz_NAME afresh (the store, dir,
+/* Makes the scratch directory of target fuzz_NAME afresh (the store, fz_dir,
  * is to be made in it) and has it removed at exit; hooks may be NULL. */
 static int fuzz_store_init(const char *name, const struct fuzz_hooks *hooks)
 {
@@ -407,7 +407,7 @@ static int fuzz_store_init(const char *name, const struct fuzz_hooks *hooks)
 		fz_hooks = *hooks;
 	snprintf(top, sizeof(top), "%s/embtier-fuzz-%s-%d", d ? d : "/var/tmp",
 		 name, (int)getpid());
-	snprintf(dir, sizeof(dir), "%s/store", top);
+	snprintf(fz_dir, sizeof(fz_dir), "%s/store", top);
 	rm_top();
 	if (mkdir(top, 0755))
 		return -1;
@@ -421,13 +421,13 @@ static int fuzz_store_init(const char *name, const struct fuzz_hooks *hooks)
  * (fuzz_store_init), then setup() - an abort if either fails - and
  * seeds(). Returns whether this call did it. */
 static bool fuzz_store_once(const char *name, const struct fuzz_hooks *hooks,
-			    int (*setup)(void), void (*seeds)(void))
+			    int (*fz_setup)(void), void (*seeds)(void))
 {
 	static bool ready;
 
 	if (ready)
 		return false;
-	if (fuzz_store_init(name, hooks) || setup()) {
+	if (fuzz_store_init(name, hooks) || fz_setup()) {
 		fprintf(stderr, "fuzz_%s: setup failed: %s\n", name,
 			et_errdetail());
 		abort(); /* the machine cannot run the target */

@@ -387,3 +387,52 @@ float *model_grad_array(struct model *m, int i, size_t *len)
 	*len = l->out;
 	return l->gb;
 }
+
+/* ------------------------------------------------------------- scoring */
+
+struct scored {
+	float s;
+	float y;
+};
+
+static int cmp_scored(const void *a, const void *b)
+{
+	float x = ((const struct scored *)a)->s;
+	float y = ((const struct scored *)b)->s;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Exact AUC: the rank-sum statistic, tied scores sharing their average
+ * rank. NAN if one class is missing. */
+double auc_exact(const float *score, const float *label, size_t n)
+{
+	struct scored *v = malloc(n * sizeof(*v));
+	double pos = 0, neg = 0, rank_sum = 0;
+
+	if (!v)
+		return NAN;
+	for (size_t i = 0; i < n; i++) {
+		v[i].s = score[i];
+		v[i].y = label[i];
+	}
+	qsort(v, n, sizeof(*v), cmp_scored);
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		double p = 0, avg;
+
+		while (j < n && v[j].s == v[i].s) {
+			p += v[j].y > 0.5f;
+			j++;
+		}
+		avg = ((double)i + 1 + (double)j) / 2; /* ranks i+1 .. j */
+		rank_sum += p * avg;
+		pos += p;
+		neg += (double)(j - i) - p;
+		i = j;
+	}
+	free(v);
+	if (!pos || !neg)
+		return NAN;
+	return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}

@@ -127,4 +127,8 @@ float *model_state_array(struct model *m, int i, size_t *len);
  * model_backward() filled and model_step() applies. */
 float *model_grad_array(struct model *m, int i, size_t *len);
 
+/* Exact AUC of n scores against their 0/1 labels: the rank-sum statistic,
+ * tied scores sharing their average rank. NAN if one class is missing. */
+double auc_exact(const float *score, const float *label, size_t n);
+
 #endif
