@@ -156,9 +156,35 @@ static int dist_checksum_rows(struct trainer *tr, int t, uint64_t **ids,
 }
 #endif
 
+/* Rows the checksum gathers a call: a large share of a table at once, so
+ * that the store reads its row log in log order with merged reads (rows
+ * sorted by id are scattered over the log), its buffer 64 MiB at most. */
+static size_t checksum_chunk(const struct trainer *tr)
+{
+	size_t cap = ((size_t)64 << 20) / ((size_t)tr->o.dim * sizeof(float));
+
+	return cap > 4096 ? cap : 4096;
+}
+
+/* Hashes k rows (their ids, then their values) 4096 at a time: the
+ * checksum's bytes in the order they always had, whatever the chunk the
+ * rows were gathered in. */
+static uint64_t checksum_rows(uint64_t h, const uint64_t *ids,
+			      const float *vals, size_t k, int dim)
+{
+	for (size_t i = 0; i < k; i += 4096) {
+		size_t m = k - i < 4096 ? k - i : 4096;
+
+		h = fnv(h, ids + i, m * sizeof(*ids));
+		h = fnv(h, vals + i * (size_t)dim,
+			m * (size_t)dim * sizeof(float));
+	}
+	return h;
+}
+
 int weights_checksum(struct trainer *tr, uint64_t *out)
 {
-	const size_t chunk = 4096;
+	const size_t chunk = checksum_chunk(tr);
 	int nst = model_state_count(&tr->m, 1);
 	float *buf = malloc(chunk * (size_t)tr->o.dim * sizeof(float));
 	uint64_t h = FNV_BASIS;
@@ -200,8 +226,7 @@ int weights_checksum(struct trainer *tr, uint64_t *out)
 				fail("checksum gather", ret);
 				break;
 			}
-			h = fnv(h, ids + i, k * sizeof(*ids));
-			h = fnv(h, buf, k * (size_t)tr->o.dim * sizeof(float));
+			h = checksum_rows(h, ids + i, buf, k, tr->o.dim);
 		}
 		free(ids);
 	}
@@ -299,11 +324,12 @@ static void summarize(const struct trainer *tr, const struct results *r,
 	samples = s->steps * (uint64_t)o->batch;
 	s->sps = tr->step_s > 0 ? (double)samples / tr->step_s : 0;
 	s->stall = tr->step_s > 0 ? tr->stall_s / tr->step_s : 0;
+	st = &tr->st_end; /* the training's, not the checksum's */
 	s->hbm = o->hbm_mb > 0 ? ratio(st->hbm.hits, st->hbm.misses) : NAN;
 	s->ddr = ratio(st->ddr.hits, st->ddr.misses);
 	s->malformed = tr->train.c.malformed + tr->eval_malformed;
-	stall_split(tr->step_s, tr->stall_s, &tr->st0, st, &tr->eval_tm,
-		    &s->hit, &s->miss, &s->wb);
+	stall_split(tr->step_s, tr->stall_s, &tr->st0, &tr->st_end,
+		    &tr->eval_tm_end, &s->hit, &s->miss, &s->wb);
 }
 
 /* --json: the summary as one object on stdout. */

@@ -157,6 +157,10 @@ static int run_end(struct trainer *tr, double t0)
 	int ret;
 
 	progress_end(&tr->prog);
+	ret = et_get_stats(tr->store, -1, &tr->st_end);
+	if (ret)
+		return fail("stats", ret);
+	tr->eval_tm_end = tr->eval_tm;
 	/* a run that checkpoints ends on one, so that it can be resumed */
 	if (o->ckpt_every && (!tr->ckpt_any || tr->ckpt_step != tr->step)) {
 		ret = checkpoint_write(tr);

@@ -74,10 +74,14 @@ struct trainer {
 	bool ckpt_any;
 	double open_s; /* store and tables opened in */
 	double run_s, step_s, stall_s, flush_s, ckpt_s;
-	struct et_stats st0;	   /* store counters when training began */
-	struct store_time eval_tm; /* the store's time in evaluations */
-	double loss_sum;	   /* over this run's steps */
-	double loss_avg;	   /* moving average, for the progress bar */
+	struct et_stats st0;	/* store counters when training began */
+	struct et_stats st_end; /* and when its last step ended: the summary's
+				 * stall and hit ratios, not the closing
+				 * checkpoint's or the checksum's */
+	struct store_time eval_tm;     /* the store's time in evaluations */
+	struct store_time eval_tm_end; /* of those before st_end */
+	double loss_sum;	       /* over this run's steps */
+	double loss_avg; /* moving average, for the progress bar */
 	struct interval iv;
 	/* samples and step time by phase, from the log lines: [1] the
 	 * intervals in which the DDR tier evicted, as in the one before (it
