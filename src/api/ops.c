@@ -323,6 +323,26 @@ static int multi_check(et_store *s, const struct et_table_batch *b, size_t nt,
 	return 0;
 }
 
+/* Swaps o with the scratch the last two prefetches kept at place k of
+ * their batch if it holds these n ids; whether it did. */
+static bool pf_scratch_take(et_store *s, size_t k, const uint64_t *ids,
+			    size_t n, struct opscr *o)
+{
+	struct opscr *sets[2] = {s->pf.scr, s->pf.prev};
+	uint32_t counts[2] = {s->pf.nscr, s->pf.nprev};
+
+	for (int i = 0; i < 2; i++) {
+		if (k < counts[i] && scratch_holds(&sets[i][k], ids, n)) {
+			struct opscr x = *o;
+
+			*o = sets[i][k];
+			sets[i][k] = x;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Phase one: every table's batch deduplicated and looked up, the misses
  * of all of them read at once, then placed table by table, and (for an
  * update) room for the summed gradients. On failure the call has ended. */
@@ -339,16 +359,10 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 
 		bool held = n && scratch_holds(o, b[k].ids, n);
 
-		/* the batch prefetched at this place: its dedup (and memo)
-		 * stands */
-		if (n && !held && k < s->pf.nscr &&
-		    scratch_holds(&s->pf.scr[k], b[k].ids, n)) {
-			struct opscr x = *o;
-
-			*o = s->pf.scr[k];
-			s->pf.scr[k] = x;
-			held = true;
-		}
+		/* the batch prefetched at this place, by the last prefetch
+		 * or the one before: its dedup (and memo) stands */
+		if (n && !held)
+			held = pf_scratch_take(s, k, b[k].ids, n, o);
 		o->m = held ? o->dm : 0;
 		o->nm = 0;
 		o->nbypass = 0;

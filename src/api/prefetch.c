@@ -304,6 +304,23 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	return 0;
 }
 
+/*
+ * The scratches of the last two prefetched batches are kept, as their pins
+ * are: a caller that prefetches batch k + 1 before it runs batch k (the
+ * loop the README shows) still finds batch k's dedup and memo. Each
+ * prefetch takes the older set for its batch.
+ */
+static void pf_scratch_turn(et_store *s)
+{
+	struct opscr *o = s->pf.prev;
+	uint32_t n = s->pf.nprev;
+
+	s->pf.prev = s->pf.scr;
+	s->pf.nprev = s->pf.nscr;
+	s->pf.scr = o;
+	s->pf.nscr = n;
+}
+
 /* The work of et_prefetch on a checked batch: on the caller's thread, or
  * on the prefetch thread. */
 static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
@@ -312,6 +329,7 @@ static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	uint64_t t0, t1, w0;
 	int ret;
 
+	pf_scratch_turn(s);
 	ret = scratch_grow(&s->pf.scr, &s->pf.nscr, ntables);
 	if (ret)
 		return ret;

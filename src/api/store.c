@@ -380,6 +380,9 @@ static void store_free(et_store *s)
 	for (uint32_t i = 0; i < s->pf.nscr; i++)
 		opscr_free(&s->pf.scr[i]);
 	mem_free(s->pf.scr, s->pf.nscr * sizeof(*s->pf.scr), 0);
+	for (uint32_t i = 0; i < s->pf.nprev; i++)
+		opscr_free(&s->pf.prev[i]);
+	mem_free(s->pf.prev, s->pf.nprev * sizeof(*s->pf.prev), 0);
 	commit_close(s);
 	mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);

@@ -21,9 +21,13 @@ struct pf_state {
 	bool pending;		/* jobs handed to it and not drained */
 	struct pf_async *async; /* cfg.prefetch_thread: et_prefetch's thread,
 				 * once started (prefetch.c) */
-	struct opscr *scr;	/* per table of a prefetch, kept: the
-				* operations on that batch take its dedup */
+	struct opscr *scr;	/* per table of the last prefetch, kept:
+				  * the operations on that batch take its
+				  * dedup and memo */
 	uint32_t nscr;		/* entries of scr */
+	struct opscr *prev;	/* the same of the prefetch before it, whose
+				  * batch runs while the last one is read */
+	uint32_t nprev;		/* entries of prev */
 	uint64_t calls, rows, reads, hits, late, skipped, wait_ns;
 };
 
