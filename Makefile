@@ -128,7 +128,7 @@ TEST_HELPER_SRCS := $(filter-out $(TEST_SRCS),$(wildcard tests/*.c))
 TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: FORCE all lib tools bench demo mpi test-mpi cuda fuzz fuzz-run fuzz-bins tests test asan ubsan tsan install uninstall format \
-	format-check check-docs check-symbols clean help python
+	format-check check-docs check-symbols check-pip clean help python
 
 all: lib tools $(BENCH) $(MPI_ALL) ## Build the library, the tools and the benchmark (default)
 
@@ -273,6 +273,10 @@ $(STATIC): $(BUILD)/embtier.o
 # The only symbols the library may define for others: the API (et_).
 check-link: lib ## Install to a scratch prefix; link a program through pkg-config, shared and -static, and run both
 	$(Q)BUILD=$(BUILD) scripts/check_link.sh
+
+# The Python package as pip installs it (python/pyproject.toml, setup.py).
+check-pip: ## Install to a scratch prefix; pip-install python/ offline into a venv, and use it from outside the repository
+	$(Q)BUILD=$(BUILD) PYTHON=$(PYTHON) scripts/check_pip.sh
 
 # libembtier_mpi (when built) may define its header's ETM_API functions,
 # all etm_, and every one of them.
@@ -439,7 +443,12 @@ $(BUILD)/tests/%.o: tests/%.c
 	$(Q)mkdir -p $(dir $@)
 	$(Q)$(CC) $(ET_CFLAGS) $(CMOCKA_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-install: all ## Install library, header, tools, embtier.pc; libembtier_mpi, its header and embtier_mpi.pc if built (PREFIX, DESTDIR)
+# LIBDIR/embtier/ holds the library built with libc malloc (as by `make
+# python`), which the pip-installed Python package loads (python/setup.py
+# finds it through embtier.pc's libdir): out of the linker's path, so
+# programs still link the jemalloc build.
+install: all ## Install library, header, tools, embtier.pc, LIBDIR/embtier/ (for Python); libembtier_mpi, its header and embtier_mpi.pc if built (PREFIX, DESTDIR)
+	$(Q)$(MAKE) --no-print-directory BUILD=$(PYBUILD) NO_JEMALLOC=1 SAN= lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(PKGDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
@@ -448,6 +457,10 @@ install: all ## Install library, header, tools, embtier.pc; libembtier_mpi, its 
 	install -m 644 include/embtier.h $(DESTDIR)$(INCDIR)/
 	install -m 644 $(BUILD)/embtier.pc $(DESTDIR)$(PKGDIR)/
 	install -m 755 $(TOOLS) $(BENCH) $(DESTDIR)$(BINDIR)/
+	install -d $(DESTDIR)$(LIBDIR)/embtier
+	install -m 755 $(PYBUILD)/libembtier.so.$(VERSION) $(DESTDIR)$(LIBDIR)/embtier/
+	ln -sf libembtier.so.$(VERSION) $(DESTDIR)$(LIBDIR)/embtier/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/embtier/libembtier.so
 ifeq ($(HAVE_MPI),1)
 	install -m 644 $(MPI_LIB) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(MPI_SHARED) $(DESTDIR)$(LIBDIR)/
@@ -463,6 +476,8 @@ uninstall: ## Remove what install put in place
 	rm -f $(DESTDIR)$(LIBDIR)/libembtier_mpi.a $(DESTDIR)$(LIBDIR)/libembtier_mpi.so*
 	rm -f $(DESTDIR)$(INCDIR)/embtier_mpi.h $(DESTDIR)$(PKGDIR)/embtier_mpi.pc
 	rm -f $(TOOLS:$(BUILD)/%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/embtier-bench
+	rm -f $(DESTDIR)$(LIBDIR)/embtier/libembtier.so*
+	[ ! -d $(DESTDIR)$(LIBDIR)/embtier ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$(LIBDIR)/embtier
 
 C_SOURCES = include/*.h src/*/*.[ch] tools/*.[ch] tools/train/*.[ch] \
 	tools/train/mpi/*.c bench/*.[ch] tests/*.[ch] tests/mpi/*.c fuzz/*.c \

@@ -5,11 +5,13 @@
 # Open MPI for the MPI tests).
 # The Python package (python/) uses Debian's numpy, torch and pytest, for
 # Debian's interpreter, /usr/bin/python3; python3-dev for its small C
-# extension (python/embtier/_fast.c).
+# extension (python/embtier/_fast.c); python3-pip, -setuptools, -wheel and
+# -venv to pip-install it offline (make check-pip).
 set -eu
 pkgs="build-essential pkg-config liburing-dev libjemalloc-dev libxxhash-dev
 libcmocka-dev libopenblas-dev python3 python3-dev python3-numpy
-python3-torch python3-pytest ${ET_DEPS_EXTRA:-}"
+python3-torch python3-pytest python3-pip python3-setuptools python3-wheel
+python3-venv ${ET_DEPS_EXTRA:-}"
 missing=""
 for p in $pkgs; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

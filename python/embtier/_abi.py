@@ -19,6 +19,13 @@ python` builds it there with libc malloc: Debian's jemalloc cannot be
 loaded by dlopen), and then where the dynamic linker looks.  The header's version
 must match the library's et_version().
 
+A package installed with pip (python/setup.py) has an _install module
+instead, written at build time: it loads the library from _install.LIBDIR
+(PREFIX/lib/embtier/, where `make install` puts the libc-malloc build),
+reads _install.INCDIR/embtier.h, and finds _tables.c and _fast.c built as
+its own extension modules (_embtier_tables, _embtier_fast); $EMBTIER_LIB
+and $EMBTIER_HEADER still come first.
+
 Struct buffers handed to the library are padded with zeros (PAD bytes):
 a library built from a newer header with more configuration fields reads
 zeros there, which by the header's convention mean "the default", and one
@@ -34,6 +41,11 @@ import re
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
+
+try:  # only in an installed package: written by python/setup.py
+    from . import _install
+except ImportError:
+    _install = None
 
 # Bytes of zeros after every struct passed to or filled by the library.
 PAD = 512
@@ -206,6 +218,7 @@ class Header:
 
 def _find_header(libpath):
     cands = [os.environ.get("EMBTIER_HEADER"),
+             os.path.join(_install.INCDIR, "embtier.h") if _install else
              os.path.join(_REPO, "include", "embtier.h")]
     if libpath:
         libdir = os.path.dirname(os.path.realpath(libpath))
@@ -224,6 +237,14 @@ def _find_library():
         if not os.path.exists(env):
             raise ImportError(f"embtier: EMBTIER_LIB={env} does not exist")
         return env
+    if _install:  # where `make install` put the libc-malloc build
+        path = os.path.join(_install.LIBDIR, "libembtier.so")
+        if not os.path.exists(path):
+            raise ImportError(f"embtier: {path} not found (this package was "
+                              "built for it: run `make install` again, or "
+                              "set EMBTIER_LIB to a libembtier.so built "
+                              "without jemalloc)")
+        return path
     # `make python` builds it there, without jemalloc: the jemalloc of
     # Debian 12 uses initial-exec TLS and cannot be dlopen()ed.
     local = os.path.join(_REPO, "build-python", "libembtier.so")
@@ -287,18 +308,35 @@ for _name, (_res, _args) in FUNCTIONS.items():
     _f.argtypes = _args
 
 
+def _extension(name):
+    """The path of this package's extension module `name` (an installed
+    package's), or None."""
+    import importlib.machinery
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(_HERE, name + suffix)
+        if os.path.exists(path):
+            return path
+    return None
+
+
 def _load_tables():
-    """build-python/python/libembtier_tables.so (_tables.c), or None: the
-    package then makes the per-table calls itself."""
+    """build-python/python/libembtier_tables.so (_tables.c; an installed
+    package's _embtier_tables extension), or None: the package then makes
+    the per-table calls itself."""
     if os.environ.get("EMBTIER_NO_TABLES"):
         return None
-    for d in (os.path.dirname(os.path.realpath(LIB_PATH)),
-              os.path.join(_REPO, "build-python")):
-        path = os.path.join(d, "python", "libembtier_tables.so")
-        if os.path.exists(path):
-            break
+    if _install:
+        path = _extension("_embtier_tables")
+        if path is None:
+            return None
     else:
-        return None
+        for d in (os.path.dirname(os.path.realpath(LIB_PATH)),
+                  os.path.join(_REPO, "build-python")):
+            path = os.path.join(d, "python", "libembtier_tables.so")
+            if os.path.exists(path):
+                break
+        else:
+            return None
     t = ctypes.CDLL(path)
     common = [_P, _Z, _P, _P, _P, _P, _Z, _P, _P, _Z, _I]
     t.etpy_gather_pooled.argtypes = common + [_P, _P]
@@ -322,12 +360,17 @@ tables_lib = _load_tables()
 
 
 def _load_fast():
-    """build-python/python/_embtier_fast.so (_fast.c), or None."""
+    """build-python/python/_embtier_fast.so (_fast.c; an installed
+    package's _embtier_fast extension), or None."""
     if tables_lib is None or os.environ.get("EMBTIER_NO_FAST"):
         return None
     import importlib.util
-    path = os.path.join(os.path.dirname(tables_lib._name), "_embtier_fast.so")
-    if not os.path.exists(path):
+    if _install:
+        path = _extension("_embtier_fast")
+    else:
+        path = os.path.join(os.path.dirname(tables_lib._name),
+                            "_embtier_fast.so")
+    if path is None or not os.path.exists(path):
         return None
     spec = importlib.util.spec_from_file_location("_embtier_fast", path)
     mod = importlib.util.module_from_spec(spec)
