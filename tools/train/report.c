@@ -182,6 +182,30 @@ static uint64_t checksum_rows(uint64_t h, const uint64_t *ids,
 	return h;
 }
 
+#ifndef ET_WITH_MPI
+/* k rows of table t into buf. When the run has just committed every row
+ * (it ends on a checkpoint), from the table's file, opened read-only as
+ * of that commit: the rows go from the row log in log order without
+ * passing through the store's caches, which would place (and evict) each
+ * of them. Otherwise through the store. The values are the same. */
+static int checksum_read(struct trainer *tr, int t, const uint64_t *ids,
+			 size_t k, float *buf, et_tfile **tf)
+{
+	char path[PATH_MAX + 16];
+	int ret;
+
+	if (!tr->ckpt_any || tr->ckpt_step != tr->step)
+		return et_gather(tr->store, tr->tid[t], ids, k, buf);
+	if (!*tf) { /* the first chunk of the table */
+		snprintf(path, sizeof(path), "%s/t%02d.et", tr->dir, t);
+		ret = et_tfile_open(path, ET_TFILE_RDONLY, tf);
+		if (ret)
+			return ret;
+	}
+	return et_tfile_read_rows(*tf, ids, k, buf, NULL);
+}
+#endif
+
 int weights_checksum(struct trainer *tr, uint64_t *out)
 {
 	const size_t chunk = checksum_chunk(tr);
@@ -200,6 +224,7 @@ int weights_checksum(struct trainer *tr, uint64_t *out)
 	}
 	for (int t = 0; t < tr->o.ntables && !ret; t++) {
 		uint64_t *ids, n = tr->touched[t].n;
+		et_tfile *tf = NULL;
 
 		ret = idset_sorted(&tr->touched[t], &ids);
 		if (ret) {
@@ -220,14 +245,15 @@ int weights_checksum(struct trainer *tr, uint64_t *out)
 			memcpy(buf, tr->rowvals + i * tr->o.dim,
 			       k * tr->o.dim * sizeof(float));
 #else
-			ret = et_gather(tr->store, tr->tid[t], ids + i, k, buf);
+			ret = checksum_read(tr, t, ids + i, k, buf, &tf);
 #endif
 			if (ret) {
-				fail("checksum gather", ret);
+				fail("checksum read", ret);
 				break;
 			}
 			h = checksum_rows(h, ids + i, buf, k, tr->o.dim);
 		}
+		et_tfile_close(tf);
 		free(ids);
 	}
 	free(buf);
