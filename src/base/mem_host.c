@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #ifndef ET_NO_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -113,4 +114,42 @@ size_t mem_in_use(void)
 size_t mem_peak(void)
 {
 	return atomic_load(&peak);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *mem_alloc_huge(size_t n)
+{
+	size_t len;
+	char *p, *a;
+
+	if (fault_now())
+		return NULL;
+	if (n == 0)
+		n = 1;
+	len = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	/* mapped with a huge page to spare, trimmed to a 2 MiB boundary */
+	p = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) &
+		     ~(uintptr_t)(HUGE_PAGE - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	if (a + len < p + len + HUGE_PAGE)
+		munmap(a + len, (size_t)(p + len + HUGE_PAGE - (a + len)));
+	(void)madvise(a, len, MADV_HUGEPAGE); /* a hint */
+	count(n);
+	return a;
+}
+
+void mem_free_huge(void *p, size_t n)
+{
+	if (!p)
+		return;
+	if (n == 0)
+		n = 1;
+	atomic_fetch_sub(&in_use, n);
+	munmap(p, (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
 }

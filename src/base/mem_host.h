@@ -20,6 +20,14 @@ void *mem_alloc(size_t n, size_t align);
 /* Frees p, which was allocated with (n, align). NULL is harmless. */
 void mem_free(void *p, size_t n, size_t align);
 
+/* Zeroed memory of n bytes for a large array read at random (a cache
+ * tier): mapped afresh, 2 MiB aligned, and asked to be backed by huge
+ * pages before anything touches it, so that where transparent huge pages
+ * are on (madvise or always) a random row costs no page walk. Counted,
+ * and failed by the fault seam, as mem_alloc. */
+void *mem_alloc_huge(size_t n);
+void mem_free_huge(void *p, size_t n);
+
 /* Fault seam for tests: the nth mem_alloc from now (any thread) returns
  * NULL, once; mem_fault_fired() says whether it has. */
 void mem_fault_set(uint64_t nth);

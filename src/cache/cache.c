@@ -18,14 +18,32 @@
  * of the distinct rows, 1 column a slot missed 3% more than 4). */
 #define SKETCH_COLS_PER_SLOT 2
 
+/* Arrays of 2 MiB or more come from mem_alloc_huge: a tier's rows are
+ * spread over all of it, and with 4 KiB pages nearly every random row
+ * would cost a TLB miss and a page walk. */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+static void *big_alloc(size_t n)
+{
+	return n < HUGE_BYTES ? mem_alloc(n, 64) : mem_alloc_huge(n);
+}
+
+static void big_free(void *p, size_t n)
+{
+	if (n < HUGE_BYTES)
+		mem_free(p, n, 64);
+	else
+		mem_free_huge(p, n);
+}
+
 static void *host_alloc(size_t n)
 {
-	return mem_alloc(n, 64);
+	return big_alloc(n);
 }
 
 static void host_free(void *p, size_t n)
 {
-	mem_free(p, n, 64);
+	big_free(p, n);
 }
 
 const struct mem_tier mem_tier_host = {
@@ -55,9 +73,9 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	c->clock_div = 1;
 	if (pol->scaled_clock && n / POLICY_SCALE > 1) /* else unscaled */
 		c->clock_div = (uint32_t)(n / POLICY_SCALE);
-	c->keys = mem_alloc(n * sizeof(*c->keys), 64);
-	c->pstate = mem_alloc(n * sizeof(*c->pstate), 64);
-	c->pin = mem_alloc(n * sizeof(*c->pin), 64);
+	c->keys = big_alloc(n * sizeof(*c->keys));
+	c->pstate = big_alloc(n * sizeof(*c->pstate));
+	c->pin = big_alloc(n * sizeof(*c->pin));
 	c->data = mem->alloc(n * slot_bytes);
 	if (pol->halve_ticks &&
 	    sketch_init(&c->sk, n * SKETCH_COLS_PER_SLOT, 0)) {
@@ -75,9 +93,9 @@ void cache_free(struct cache *c)
 {
 	uint64_t n = cache_slots(c);
 
-	mem_free(c->keys, n * sizeof(*c->keys), 64);
-	mem_free(c->pstate, n * sizeof(*c->pstate), 64);
-	mem_free(c->pin, n * sizeof(*c->pin), 64);
+	big_free(c->keys, n * sizeof(*c->keys));
+	big_free(c->pstate, n * sizeof(*c->pstate));
+	big_free(c->pin, n * sizeof(*c->pin));
 	if (c->data)
 		c->mem->free(c->data, n * c->slot_bytes);
 	sketch_free(&c->sk);
