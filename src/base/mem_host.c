@@ -1,5 +1,7 @@
 /*
- * mem_host.c - host memory, the only user of jemalloc.
+ * mem_host.c - host memory, the only user of jemalloc; and, for the
+ * caches' large arrays, fresh mappings asked for huge pages
+ * (mem_alloc_huge).
  *
  * Allocations are zeroed, optionally aligned, and counted: mem_in_use() is
  * what the library holds right now, mem_peak() the most it ever held. The
