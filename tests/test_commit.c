@@ -57,18 +57,9 @@ struct model {
 	float v[ROWS * DIM];
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 static void rm_dir(const char *dir)
 {
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tu_rmtree(dir);
 }
 
 static et_store *store_open(const char *dir, int *t, bool create)

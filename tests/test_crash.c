@@ -310,15 +310,9 @@ static struct et_store_config big_config(void)
 	return c;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static void rm_dir(const char *dir)
 {
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tu_rmtree(dir);
 }
 
 static void open_tables(et_store *s, int *tid)

@@ -122,13 +122,6 @@ static int write_set(et_store *s, int tid, int t, int k)
 
 /* ------------------------------------------------------------- files */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	(void)sb, (void)flag, (void)ftw;
-	return remove(path);
-}
-
 /* Scratch directories, removed by the group's teardown. */
 static const char *dirs[32];
 static int ndirs;
@@ -175,7 +168,7 @@ static void copy_dir(const char *src, const char *dst)
 	struct dirent *de;
 	DIR *d;
 
-	nftw(dst, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tu_rmtree(dst);
 	assert_int_equal(mkdir(dst, 0755), 0);
 	assert_non_null(d = opendir(src));
 	while ((de = readdir(d))) {
@@ -1038,7 +1031,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	for (int i = 0; i < ndirs; i++)
-		nftw(dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		tu_rmtree(dirs[i]);
 	return 0;
 }
 

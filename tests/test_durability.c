@@ -226,15 +226,9 @@ static size_t snap_floats(const struct rowset *rs)
 
 /* ------------------------------------------------------------- helpers */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static void rm_dir(const char *dir)
 {
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tu_rmtree(dir);
 }
 
 static et_store *store_open(const char *dir, int sh, int *tid, bool create)

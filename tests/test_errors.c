@@ -68,15 +68,9 @@ static bool exists(const char *path)
 	return stat(path, &st) == 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static void rm_tree(const char *dir)
 {
-	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	tu_rmtree(dir);
 }
 
 /* A store in a fresh directory, one table "t" of dim 4 and 100 rows. */

@@ -164,12 +164,6 @@ struct fx {
 	int n;
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static int setup(void **state)
 {
 	*state = tu_calloc(1, sizeof(struct fx));
@@ -195,7 +189,7 @@ static int teardown(void **state)
 			et_store_close(p->s[w]);
 			if (w == TS)
 				et_store_close(p->crashed);
-			nftw(p->dir[w], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+			tu_rmtree(p->dir[w]);
 			free(p->dir[w]);
 		}
 	}

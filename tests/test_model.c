@@ -594,19 +594,13 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 	}
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static void harness_free(struct harness *h)
 {
 	for (int i = 0; i < h->nst; i++) {
 		et_store_close(h->st[i].s);
 		h->st[i].s = NULL;
 		if (h->st[i].dir)
-			nftw(h->st[i].dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+			tu_rmtree(h->st[i].dir);
 		free(h->st[i].dir);
 		h->st[i].dir = NULL;
 	}

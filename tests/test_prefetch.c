@@ -83,12 +83,6 @@ struct fx {
 	int n;
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 /* Buffers of the test in progress, freed by the teardown: a test that
  * fails half-way (cmocka jumps out of it) leaks nothing. */
 static void **scratch_list;
@@ -132,7 +126,7 @@ static int teardown(void **state)
 	io_fault_clear();
 	for (int i = 0; i < f->n; i++) {
 		et_store_close(f->s[i]);
-		nftw(f->dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		tu_rmtree(f->dirs[i]);
 		free(f->dirs[i]);
 	}
 	free(f);

@@ -46,12 +46,6 @@ struct fx {
 	int ndirs;
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static int setup(void **state)
 {
 	*state = tu_calloc(1, sizeof(struct fx));
@@ -64,7 +58,7 @@ static int teardown(void **state)
 
 	for (int i = 0; i < f->ndirs; i++) {
 		et_store_close(f->s[i]);
-		nftw(f->dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		tu_rmtree(f->dirs[i]);
 		free(f->dirs[i]);
 	}
 	free(f);

@@ -52,12 +52,6 @@ struct fx {
 	et_store *s;
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-		    struct FTW *ftw)
-{
-	return remove(path);
-}
-
 static int setup(void **state)
 {
 	*state = tu_calloc(1, sizeof(struct fx));
@@ -72,7 +66,7 @@ static int teardown(void **state)
 	mem_fault_clear();
 	et_store_close(f->s);
 	if (f->dir) {
-		nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+		tu_rmtree(f->dir);
 		free(f->dir);
 	}
 	free(f);

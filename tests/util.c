@@ -6,6 +6,7 @@
  * a scratch directory made here (no $ET_TEST_DIR) is removed as well.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -279,4 +280,18 @@ void *tu_calloc(size_t n, size_t size)
 
 	assert_non_null(p);
 	return p;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+void tu_rmtree(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

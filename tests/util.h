@@ -25,6 +25,8 @@ const char *tu_path(const char *tag);
 
 /* Removes path if it exists (ENOENT is not an error). */
 void tu_unlink(const char *path);
+/* Removes dir and everything under it (as much as it can). */
+void tu_rmtree(const char *dir);
 
 /* Byte-level access through the page cache (each write is followed by an
  * fsync, so later O_DIRECT readers see it). Return 0 or -errno. */
