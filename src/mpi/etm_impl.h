@@ -117,4 +117,21 @@ uint64_t etm_range_start(uint64_t rows, int r, int nranks);
 
 void etm_route_free(struct etm_route *r, int ntables);
 
+/* exchange.c, for backward.c: whether table t has rows on rank d; the
+ * sub-bag prefix counts of a routing vector; m's send and receive
+ * displacements and buffers from its counts (*rtotal: bytes to
+ * receive); the all-to-all of m's buffers. */
+static inline bool etm_serves(const etm *m, int t, int d)
+{
+	return m->tbl[t].plan == ETM_ROW_WISE || m->tbl[t].owner == d;
+}
+
+static inline uint32_t *etm_sub_prefix(struct etm_vec *v)
+{
+	return v->p;
+}
+
+int etm_size_buffers(etm *m, size_t *rtotal);
+int etm_alltoallv(etm *m);
+
 #endif

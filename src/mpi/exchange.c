@@ -31,17 +31,6 @@
 
 #define ALL_ONES 0x80000000u
 
-static bool serves(const etm *m, int t, int d)
-{
-	return m->tbl[t].plan == ETM_ROW_WISE || m->tbl[t].owner == d;
-}
-
-/* Prefix counts per owner (dst) or source (src): sub-bags then ids. */
-static uint32_t *sub_prefix(struct etm_vec *v)
-{
-	return v->p;
-}
-
 static uint32_t *id_prefix(const etm *m, struct etm_vec *v)
 {
 	return (uint32_t *)v->p + m->nranks + 1;
@@ -103,7 +92,7 @@ static int route_table(etm *m, int t, struct etm_rt_table *rt,
 		return ret;
 	rt->nbags = b->nbags;
 	memcpy(rt->offsets.p, b->offsets, (b->nbags + 1) * sizeof(uint64_t));
-	ds = sub_prefix(&rt->dst);
+	ds = etm_sub_prefix(&rt->dst);
 	di = id_prefix(m, &rt->dst);
 	cs = di + nr + 1;
 	ci = cs + nr;
@@ -178,7 +167,7 @@ static int displs(const int *count, int *displ, int n, size_t *total)
 	return 0;
 }
 
-static int alltoallv(etm *m)
+int etm_alltoallv(etm *m)
 {
 	return MPI_Alltoallv(m->sbuf.p, m->scount, m->sdispl, MPI_BYTE,
 			     m->rbuf.p, m->rcount, m->rdispl, MPI_BYTE,
@@ -190,7 +179,7 @@ static int alltoallv(etm *m)
 /* Size of table t's ids section for owner d. */
 static size_t ids_bytes(const etm *m, struct etm_rt_table *rt, int d)
 {
-	uint32_t *ds = sub_prefix(&rt->dst), *di = id_prefix(m, &rt->dst);
+	uint32_t *ds = etm_sub_prefix(&rt->dst), *di = id_prefix(m, &rt->dst);
 	uint32_t ns = ds[d + 1] - ds[d], ni = di[d + 1] - di[d];
 	bool ones = all_ones((uint32_t *)rt->sub_len.p + ds[d], ns);
 
@@ -201,7 +190,7 @@ static size_t ids_bytes(const etm *m, struct etm_rt_table *rt, int d)
 static int take_ids(const etm *m, struct etm_rt_table *rt, int s,
 		    const unsigned char **p, const unsigned char *end)
 {
-	uint32_t hdr[2], ns, ni, *ss = sub_prefix(&rt->src);
+	uint32_t hdr[2], ns, ni, *ss = etm_sub_prefix(&rt->src);
 	uint32_t *si = id_prefix(m, &rt->src);
 	uint64_t *off;
 	bool ones;
@@ -243,7 +232,7 @@ static int take_ids(const etm *m, struct etm_rt_table *rt, int s,
 
 /* Displacements from m's counts, and send and receive buffers that hold
  * them; *rtotal (if not NULL) receives the bytes to receive. */
-static int size_buffers(etm *m, size_t *rtotal)
+int etm_size_buffers(etm *m, size_t *rtotal)
 {
 	size_t stotal, rt = 0;
 	int ret;
@@ -270,14 +259,14 @@ static void pack_ids(etm *m, struct etm_route *r)
 
 		for (int t = 0; t < m->ntables; t++) {
 			struct etm_rt_table *rt = &r->t[t];
-			uint32_t *ds = sub_prefix(&rt->dst);
+			uint32_t *ds = etm_sub_prefix(&rt->dst);
 			uint32_t *di = id_prefix(m, &rt->dst);
 			uint32_t hdr[2] = {ds[d + 1] - ds[d],
 					   di[d + 1] - di[d]};
 			const uint32_t *len = (uint32_t *)rt->sub_len.p + ds[d];
 			bool ones = all_ones(len, hdr[0]);
 
-			if (!serves(m, t, d))
+			if (!etm_serves(m, t, d))
 				continue;
 			if (ones)
 				hdr[0] |= ALL_ONES;
@@ -352,7 +341,7 @@ static int exchange_ids(etm *m, struct etm_route *r,
 		size_t s = 0;
 
 		for (int t = 0; t < m->ntables; t++)
-			if (serves(m, t, d))
+			if (etm_serves(m, t, d))
 				s += ids_bytes(m, &r->t[t], d);
 		if (s > INT32_MAX)
 			ret = et_error_set(-E2BIG,
@@ -368,11 +357,11 @@ static int exchange_ids(etm *m, struct etm_route *r,
 			 m->comm) != MPI_SUCCESS)
 		return et_error_set(-EIO, "MPI_Alltoall failed");
 	m->traffic.meta += 4 * (uint64_t)(nr - 1);
-	ret = etm_agree(m, size_buffers(m, NULL));
+	ret = etm_agree(m, etm_size_buffers(m, NULL));
 	if (ret)
 		return ret;
 	pack_ids(m, r);
-	ret = alltoallv(m);
+	ret = etm_alltoallv(m);
 	if (ret)
 		return ret;
 	ret = etm_agree(m, unpack_ids(m, r));
@@ -422,7 +411,7 @@ static size_t answer_floats(const etm *m, struct etm_rt_table *rt, int t, int d)
 {
 	const uint32_t *p = m->tbl[t].plan == ETM_ROW_WISE
 				? id_prefix(m, &rt->dst)
-				: sub_prefix(&rt->dst);
+				: etm_sub_prefix(&rt->dst);
 
 	return (size_t)(p[d + 1] - p[d]) * m->tbl[t].dim;
 }
@@ -432,7 +421,7 @@ static size_t served_floats(const etm *m, struct etm_rt_table *rt, int t, int s)
 {
 	const uint32_t *p = m->tbl[t].plan == ETM_ROW_WISE
 				? id_prefix(m, &rt->src)
-				: sub_prefix(&rt->src);
+				: etm_sub_prefix(&rt->src);
 
 	return (size_t)(p[s + 1] - p[s]) * m->tbl[t].dim;
 }
@@ -452,14 +441,14 @@ static int owner_gather(etm *m, struct etm_route *r, et_pool mode, size_t *at)
 		if (m->tbl[t].local < 0)
 			continue;
 		p = m->tbl[t].plan == ETM_ROW_WISE ? id_prefix(m, &rt->src)
-						   : sub_prefix(&rt->src);
+						   : etm_sub_prefix(&rt->src);
 		total += (size_t)p[m->nranks] * m->tbl[t].dim;
 	}
 	ret = etm_vec_reserve(&m->out, total * sizeof(float) + 1);
 	for (int t = 0; t < m->ntables && !ret; t++) {
 		struct etm_rt_table *rt = &r->t[t];
 		float *o = (float *)m->out.p + at[t];
-		const uint32_t *ss = sub_prefix(&rt->src);
+		const uint32_t *ss = etm_sub_prefix(&rt->src);
 
 		if (m->tbl[t].local < 0)
 			continue;
@@ -540,7 +529,7 @@ static void forward_counts(etm *m, struct etm_route *r)
 		m->scount[s] = (int)(f * sizeof(float));
 		f = 0;
 		for (int t = 0; t < m->ntables; t++)
-			if (serves(m, t, s))
+			if (etm_serves(m, t, s))
 				f += answer_floats(m, &r->t[t], t, s);
 		m->rcount[s] = (int)(f * sizeof(float));
 	}
@@ -564,14 +553,14 @@ static void pack_answers(etm *m, struct etm_route *r, const size_t *at)
 				continue;
 			pre = m->tbl[t].plan == ETM_ROW_WISE
 				  ? id_prefix(m, &rt->src)
-				  : sub_prefix(&rt->src);
+				  : etm_sub_prefix(&rt->src);
 			f = served_floats(m, rt, t, s);
 			put(&p,
 			    (float *)m->out.p + at[t] +
 				(size_t)pre[s] * m->tbl[t].dim,
 			    f * sizeof(float));
 			if (s != m->rank) {
-				const uint32_t *ss = sub_prefix(&rt->src);
+				const uint32_t *ss = etm_sub_prefix(&rt->src);
 
 				tr->vectors += f * sizeof(float);
 				tr->min_vectors +=
@@ -589,7 +578,7 @@ static void place_pooled(etm *m, int t, struct etm_rt_table *rt,
 {
 	int d = m->tbl[t].owner;
 	uint32_t dim = m->tbl[t].dim;
-	const uint32_t *ds = sub_prefix(&rt->dst);
+	const uint32_t *ds = etm_sub_prefix(&rt->dst);
 	const uint32_t *sb = rt->sub_bag.p;
 
 	memset(out, 0, rt->nbags * dim * sizeof(float));
@@ -612,7 +601,7 @@ static void unpack_answers(etm *m, struct etm_route *r, et_pool mode,
 
 		for (int d = 0; d < nr; d++) {
 			base[d] = NULL;
-			if (!serves(m, t, d))
+			if (!etm_serves(m, t, d))
 				continue;
 			base[d] = (float *)((char *)m->rbuf.p + cur[d]);
 			cur[d] += answer_floats(m, rt, t, d) * sizeof(float);
@@ -659,11 +648,11 @@ int etm_forward(etm *m, const struct etm_bags *bags, et_pool mode,
 	if (ret)
 		goto out;
 	forward_counts(m, r);
-	ret = etm_agree(m, size_buffers(m, NULL));
+	ret = etm_agree(m, etm_size_buffers(m, NULL));
 	if (ret)
 		goto out;
 	pack_answers(m, r, at);
-	ret = alltoallv(m);
+	ret = etm_alltoallv(m);
 	if (ret)
 		goto out;
 	unpack_answers(m, r, mode, out, cur, base);
@@ -671,152 +660,6 @@ out:
 	free(at);
 	free(cur);
 	free(base);
-	return ret;
-}
-
-/* Backward message sizes: the gradients this rank sends each owner, and
- * those each source sends this owner. */
-static void backward_counts(etm *m, struct etm_route *r)
-{
-	for (int d = 0; d < m->nranks; d++) {
-		size_t f = 0;
-
-		for (int t = 0; t < m->ntables; t++) {
-			const uint32_t *ds = sub_prefix(&r->t[t].dst);
-
-			if (serves(m, t, d))
-				f +=
-				    (size_t)(ds[d + 1] - ds[d]) * m->tbl[t].dim;
-		}
-		m->scount[d] = (int)(f * sizeof(float));
-		f = 0;
-		for (int t = 0; t < m->ntables; t++) {
-			const uint32_t *ss = sub_prefix(&r->t[t].src);
-
-			if (m->tbl[t].local >= 0)
-				f +=
-				    (size_t)(ss[d + 1] - ss[d]) * m->tbl[t].dim;
-		}
-		m->rcount[d] = (int)(f * sizeof(float));
-	}
-}
-
-/* Writes each owner's sub-bag gradients into m->sbuf, counting the
- * traffic. */
-static void pack_grads(etm *m, struct etm_route *r, const float *const *grads)
-{
-	struct etm_traffic *tr = &m->traffic;
-
-	for (int d = 0; d < m->nranks; d++) {
-		float *p = (float *)((char *)m->sbuf.p + m->sdispl[d]);
-
-		for (int t = 0; t < m->ntables; t++) {
-			struct etm_rt_table *rt = &r->t[t];
-			const uint32_t *ds = sub_prefix(&rt->dst);
-			const uint32_t *sb = rt->sub_bag.p;
-			const uint64_t *off = rt->offsets.p;
-			uint32_t dim = m->tbl[t].dim;
-			bool mean = m->mode == ET_POOL_MEAN &&
-				    m->tbl[t].plan == ETM_ROW_WISE;
-
-			if (!serves(m, t, d))
-				continue;
-			for (uint32_t k = ds[d]; k < ds[d + 1]; k++) {
-				const float *g = grads[t] + (size_t)sb[k] * dim;
-				/* as et_update_pooled divides a mean's
-				 * gradient by the whole bag's size */
-				float div =
-				    (float)(off[sb[k] + 1] - off[sb[k]]);
-
-				if (mean)
-					for (uint32_t c = 0; c < dim; c++)
-						p[c] = g[c] / div;
-				else
-					memcpy(p, g, dim * sizeof(float));
-				p += dim;
-			}
-			if (d != m->rank) {
-				uint64_t b = (uint64_t)(ds[d + 1] - ds[d]) *
-					     dim * sizeof(float);
-
-				tr->grads += b;
-				tr->min_grads += b;
-			}
-		}
-	}
-}
-
-/* Gathers each local table's gradients from m->rbuf, in source order,
- * contiguous in m->grad, and applies them; cur is scratch of nranks
- * entries. Not agreed. */
-static int apply_grads(etm *m, struct etm_route *r,
-		       const struct et_update_params *up, size_t *cur)
-{
-	int nr = m->nranks, ret = 0;
-	size_t total = 0;
-
-	for (int s = 0; s < nr; s++)
-		cur[s] = (size_t)m->rdispl[s];
-	for (int t = 0; t < m->ntables && !ret; t++) {
-		struct etm_rt_table *rt = &r->t[t];
-		const uint32_t *ss = sub_prefix(&rt->src);
-		uint32_t dim = m->tbl[t].dim;
-		float *g = (float *)((char *)m->grad.p + total);
-		et_pool mode =
-		    m->tbl[t].plan == ETM_ROW_WISE ? ET_POOL_SUM : m->mode;
-
-		if (m->tbl[t].local < 0)
-			continue;
-		for (int s = 0; s < nr; s++) {
-			size_t b =
-			    (size_t)(ss[s + 1] - ss[s]) * dim * sizeof(float);
-
-			memcpy((char *)g + (size_t)ss[s] * dim * sizeof(float),
-			       (char *)m->rbuf.p + cur[s], b);
-			cur[s] += b;
-		}
-		total += (size_t)ss[nr] * dim * sizeof(float);
-		ret = et_update_pooled(m->store, m->tbl[t].local, rt->oids.p,
-				       rt->ooff.p, ss[nr], mode, g, up);
-	}
-	return ret;
-}
-
-int etm_backward(etm *m, const float *const *grads,
-		 const struct et_update_params *up)
-{
-	int nr = m ? m->nranks : 0, ret = 0;
-	struct etm_route *r;
-	size_t *cur = NULL, rtotal;
-
-	et_error_set(0, NULL);
-	if (!m || !grads || !up)
-		return et_error_set(-EINVAL, "%s NULL",
-				    !m	     ? "m"
-				    : !grads ? "grads"
-					     : "up");
-	if (!m->tbl || !m->route[m->cur].valid)
-		return et_error_set(-EINVAL,
-				    "no etm_forward to go back through");
-	r = &m->route[m->cur];
-	backward_counts(m, r);
-	ret = size_buffers(m, &rtotal);
-	if (!ret)
-		ret = etm_vec_reserve(&m->grad, rtotal + 1);
-	cur = calloc(nr, sizeof(*cur));
-	if (!cur)
-		ret = -ENOMEM;
-	ret = etm_agree(m, ret);
-	if (ret)
-		goto out;
-	pack_grads(m, r, grads);
-	ret = alltoallv(m);
-	if (ret)
-		goto out;
-	ret = etm_agree(m, apply_grads(m, r, up, cur));
-	m->traffic.steps++;
-out:
-	free(cur);
 	return ret;
 }
 
