@@ -27,6 +27,14 @@
  */
 #define PREFETCH_AHEAD 16
 
+/* The kernels are built twice on x86-64, for AVX2 and for any CPU, and
+ * the loader picks one (an ifunc). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define KERN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KERN_CLONES
+#endif
+
 /* The rows a kernel's range starts with, asked for at once: the loop
  * asks PREFETCH_AHEAD inputs ahead, so the first ones of each range
  * (an item of a multi-table call is 32 bags or 64 rows) would otherwise
@@ -38,15 +46,23 @@ static inline void prefetch_first(void *const *ptrs, const uint32_t *idx,
 		prefetch_bytes(ptrs[idx ? idx[i] : i], bytes);
 }
 
+/* Eight lanes at once: two SSE operations each in a generic build, one
+ * AVX2 operation in the kernels' AVX2 clones (KERN_CLONES). Lane by lane
+ * all the same, so the bits do not depend on which runs. */
+typedef float vf8 __attribute__((vector_size(32)));
+
 /* o[c] += r[c] */
 static inline void row_add(float *o, const float *r, uint32_t dim)
 {
 	uint32_t c = 0;
 
-	for (; c + 2 * VLANES <= dim; c += 2 * VLANES) {
-		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
-		vf4_store(o + c + VLANES,
-			  vf4_load(o + c + VLANES) + vf4_load(r + c + VLANES));
+	for (; c + 8 <= dim; c += 8) {
+		vf8 a, b;
+
+		memcpy(&a, o + c, sizeof(a));
+		memcpy(&b, r + c, sizeof(b));
+		a += b;
+		memcpy(o + c, &a, sizeof(a));
 	}
 	for (; c + VLANES <= dim; c += VLANES)
 		vf4_store(o + c, vf4_load(o + c) + vf4_load(r + c));
@@ -61,6 +77,13 @@ static inline void row_first(float *o, const float *r, uint32_t dim)
 	vf4 z = vf4_splat(0.0f);
 	uint32_t c = 0;
 
+	for (; c + 8 <= dim; c += 8) {
+		vf8 a, zero = {0};
+
+		memcpy(&a, r + c, sizeof(a));
+		a = zero + a;
+		memcpy(o + c, &a, sizeof(a));
+	}
 	for (; c + VLANES <= dim; c += VLANES)
 		vf4_store(o + c, z + vf4_load(r + c));
 	for (; c < dim; c++)
@@ -109,6 +132,14 @@ static inline void row_axpy(float *w, float mul, const float *g, uint32_t dim)
 	vf4 mv = vf4_splat(mul);
 	uint32_t c = 0;
 
+	for (; c + 8 <= dim; c += 8) {
+		vf8 a, b, m8 = {mul, mul, mul, mul, mul, mul, mul, mul};
+
+		memcpy(&a, w + c, sizeof(a));
+		memcpy(&b, g + c, sizeof(b));
+		a -= m8 * b;
+		memcpy(w + c, &a, sizeof(a));
+	}
 	for (; c + VLANES <= dim; c += VLANES)
 		vf4_store(w + c, vf4_load(w + c) - mv * vf4_load(g + c));
 	for (; c < dim; c++)
@@ -134,9 +165,10 @@ void kern_gather(const struct tf_geom *g, void *const *ptrs,
  * added in id order in f32 from zero, then divided by the bag's size for a
  * mean. tmp holds one decoded row (f16, bf16).
  */
-void kern_pool(const struct tf_geom *g, void *const *ptrs, const uint32_t *inv,
-	       const uint64_t *offsets, size_t b0, size_t b1, et_pool mode,
-	       float *out, float *tmp)
+static KERN_CLONES void pool_bags(const struct tf_geom *g, void *const *ptrs,
+				  const uint32_t *inv, const uint64_t *offsets,
+				  size_t b0, size_t b1, et_pool mode,
+				  float *out, float *tmp)
 {
 	uint32_t dim = g->dim;
 	size_t end = offsets[b1];
@@ -166,6 +198,13 @@ void kern_pool(const struct tf_geom *g, void *const *ptrs, const uint32_t *inv,
 		if (mode == ET_POOL_MEAN && len)
 			row_div(o, (float)len, dim);
 	}
+}
+
+void kern_pool(const struct tf_geom *g, void *const *ptrs, const uint32_t *inv,
+	       const uint64_t *offsets, size_t b0, size_t b1, et_pool mode,
+	       float *out, float *tmp)
+{
+	pool_bags(g, ptrs, inv, offsets, b0, b1, mode, out, tmp);
 }
 
 /*
@@ -270,10 +309,12 @@ static void sq_sums(const float *gsum, size_t k, uint32_t dim, float *sum)
  * taking several together changes no value. gsum holds UPD_GROUP rows of
  * dim.
  */
-void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
-		 size_t u1, const uint32_t *list, const uint32_t *start,
-		 const float *grads, const uint64_t *offsets, et_pool mode,
-		 const struct et_update_params *up, float *gsum)
+static KERN_CLONES void update_rows(const struct tf_geom *g, void *const *ptrs,
+				    size_t u0, size_t u1, const uint32_t *list,
+				    const uint32_t *start, const float *grads,
+				    const uint64_t *offsets, et_pool mode,
+				    const struct et_update_params *up,
+				    float *gsum)
 {
 	bool mean = offsets && mode == ET_POOL_MEAN;
 	float eps = up->eps ? up->eps : 1e-8f;
@@ -323,4 +364,13 @@ void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 			}
 		}
 	}
+}
+
+void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
+		 size_t u1, const uint32_t *list, const uint32_t *start,
+		 const float *grads, const uint64_t *offsets, et_pool mode,
+		 const struct et_update_params *up, float *gsum)
+{
+	update_rows(g, ptrs, u0, u1, list, start, grads, offsets, mode, up,
+		    gsum);
 }
