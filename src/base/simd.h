@@ -1,8 +1,8 @@
 /*
  * simd.h - four-lane vectors for the row kernels (kernels.c, dtype.c),
  * written with the GCC/Clang vector extension: portable C that compiles to
- * SSE2 on any x86-64 and to NEON on arm64, with no intrinsics and no
- * run-time dispatch.
+ * SSE2 on any x86-64 and to NEON on arm64, with no intrinsics. (kernels.c
+ * also has eight-lane loops, which its AVX2 clones run as one operation.)
  *
  * Every operation is lane by lane: lane c of a + b is a[c] + b[c], rounded
  * once, as the scalar loop computes it (the build has -ffp-contract=off, so
