@@ -28,8 +28,10 @@
 #define PREFETCH_AHEAD 16
 
 /* The kernels are built twice on x86-64, for AVX2 and for any CPU, and
- * the loader picks one (an ifunc). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * the loader picks one (an ifunc). Not under ThreadSanitizer, whose
+ * runtime is not up yet when the loader runs an ifunc's resolver. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&         \
+    !defined(__SANITIZE_THREAD__)
 #define KERN_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define KERN_CLONES
