@@ -156,9 +156,23 @@ typedef enum et_init {
 	ET_INIT_NORMAL = 2,  /* normal, mean 0, standard deviation scale */
 } et_init;
 
-/* Parameters of a new table file. Zero fields take the defaults shown. */
+/*
+ * Parameters of a new table file. Zero fields take the defaults shown.
+ *
+ * A table is row-indexed (ids are rows 0 .. rows-1) or, with
+ * ET_TABLE_KEYED in flags and rows 0, keyed: its ids are any u64 (0 and
+ * UINT64_MAX included: raw feature ids, hashes), each with a row of its
+ * own, so two ids never share one. An id never written reads as its
+ * initializer's value, a pure function of (seed, id), and costs nothing;
+ * its first write or update stores it (in the table's row log, whose index
+ * costs 13-20 bytes a stored id), and et_erase removes it again. Every
+ * call of this header takes keyed tables, where "row" means the id.
+ * Offline writes (et_tfile_write_rows, et_tfile_write_range) do not:
+ * a keyed table is written through a store, which commits its log.
+ */
 struct et_table_params {
-	uint64_t rows;	     /* logical rows, 1 .. ET_MAX_ROWS (required) */
+	uint64_t rows;	     /* logical rows, 1 .. ET_MAX_ROWS (required);
+			      * 0 for a keyed table */
 	uint32_t dim;	     /* values per row, 1 .. ET_MAX_DIM (required) */
 	et_dtype dtype;	     /* 0: ET_F32 */
 	et_optim optim;	     /* SGD (no state) when 0 */
@@ -167,10 +181,12 @@ struct et_table_params {
 	uint64_t seed;	     /* initializer seed; 0 is a valid seed */
 	uint32_t block_size; /* bytes; 0: 4096, raised to the device's
 			      * direct-I/O alignment and to fit one row */
+	uint32_t flags;	     /* ET_TABLE_KEYED or 0 */
 };
 
-#define ET_MAX_ROWS (1ULL << 40)
-#define ET_MAX_DIM  65536
+#define ET_TABLE_KEYED 0x1u /* ids are any u64 key (see above) */
+#define ET_MAX_ROWS    (1ULL << 40)
+#define ET_MAX_DIM     65536
 
 /* What a table file is; filled by et_tfile_info(). */
 struct et_table_info {
@@ -192,7 +208,9 @@ struct et_table_info {
 	uint64_t disk_bytes;	 /* bytes the file occupies on disk, with
 				  * its row log */
 	uint64_t rows_logged;	 /* rows whose newest value is in the row
-				  * log (written by a store) */
+				  * log (written by a store); of a keyed
+				  * table, its stored ids */
+	uint32_t flags;		 /* ET_TABLE_KEYED or 0 (then rows is 0) */
 };
 
 typedef struct et_tfile et_tfile;
@@ -264,8 +282,10 @@ ET_API int et_tfile_verify(et_tfile *tf, uint64_t *bad_blocks,
  * initializer's) from row `from` on, ascending: up to max of them into
  * rows, their number in *n (fewer than max: there are no more). A store's
  * file is listed as of its store's last commit. The first call, and the
- * first after the row log gained rows, sorts a copy of the log's row ids
- * (8 bytes a logged row, kept until close). */
+ * first after the row log's rows changed, sorts a copy of the log's row ids
+ * (8 bytes a logged row, kept until close). A keyed table lists its stored
+ * ids: a caller going on from the last id + 1 stops when n < max or that
+ * id is UINT64_MAX. */
 ET_API int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows,
 			 size_t max, size_t *n);
 
@@ -347,7 +367,7 @@ struct et_store_config {
 				   * thread. Results are the same bits. */
 };
 
-#define ET_SLOT_META_BYTES 16
+#define ET_SLOT_META_BYTES 20 /* row key 8, table tag 4, policy 4, pin 4 */
 
 /* Opens (creating if needed) the store directory dir. The caches are
  * allocated by the first operation after tables are registered, within
@@ -621,6 +641,52 @@ struct et_tier_stats {
 	uint64_t bytes_in, bytes_out; /* row bytes copied into / out of it */
 };
 
+/* ------------------------------------------------------------ keyed tables */
+
+/*
+ * A keyed table (ET_TABLE_KEYED, see struct et_table_params) stores an id
+ * when it is first written or updated, and forgets it when erased: then it
+ * reads as its initializer's value again, and its index entry is freed at
+ * once, its bytes on disk when the log is cleaned. The erase, like a
+ * write, is durable from the next commit. *erased (if non-NULL) counts the
+ * distinct ids that were stored (0 if the call fails). -EINVAL for a
+ * row-indexed table.
+ */
+ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
+		    uint64_t *erased);
+
+/*
+ * Which ids a keyed table keeps (Monolith's admission filter and expiry).
+ * Zero fields: the policy is off. Set after et_table_create or
+ * et_table_open; kept in memory, not in the table: a reopened store needs
+ * it set again, and its filter and ages start over (an id stored before is
+ * kept; its age counts from the open).
+ *
+ * Admission: an update stores an id only once the id has been seen in
+ * admit_after update calls (this one counted; each call counts an id once,
+ * however many times it names it). Until then the update's gradients for
+ * it are dropped (et_stats.keys_dropped) and it reads as its initializer's.
+ * Ids are counted in a count-min filter of 4 x 2^filter_log2 four-bit
+ * counters (2^(filter_log2 + 1) bytes), so an id can be admitted early
+ * when others share its counters: docs/KEYED.md gives the rate measured
+ * against the number of distinct ids. An id the table already stores, or
+ * that et_write_rows wrote, is always admitted. Deterministic: the same
+ * calls give the same results whatever the tiers.
+ *
+ * Expiry: each et_checkpoint erases the ids not updated or written in
+ * the table's last expire_after commits, itself counted (expire_after 1:
+ * those not updated since the last checkpoint), counted in
+ * et_stats.keys_expired. The commit of a clean close expires nothing.
+ */
+struct et_key_policy {
+	uint32_t admit_after;  /* 0 or 1: off; 2 .. 15 */
+	uint32_t filter_log2;  /* 0: 20 (2 MiB); 10 .. 30 */
+	uint32_t expire_after; /* commits; 0: off */
+};
+
+ET_API int et_key_policy_set(et_store *s, int table,
+			     const struct et_key_policy *kp);
+
 /* Counters of the store, or of one table. */
 struct et_stats {
 	struct et_tier_stats hbm, ddr;
@@ -678,6 +744,10 @@ struct et_stats {
 	/* memory */
 	uint64_t mem_bytes; /* host bytes the library holds now */
 	uint64_t mem_peak_bytes;
+	/* keyed tables (stored ids: log_index_rows after a commit) */
+	uint64_t keys_dropped; /* ids whose update admission dropped */
+	uint64_t keys_erased;  /* stored ids et_erase removed */
+	uint64_t keys_expired; /* stored ids expiry removed */
 };
 
 /* Fills st for table (or all tables with table = -1). Tier capacity and

@@ -4,8 +4,13 @@
  *
  *   - cache_init refuses ways outside 1..64, no slot size or no policy
  *     (ET_ECONFIG) and bytes short of one set (ET_ECAPACITY); the slots
- *     with their 16 bytes of metadata never take more than the bytes given;
- *   - keys pack a table and a row, flags aside;
+ *     with their ET_SLOT_META_BYTES of metadata never take more than the
+ *     bytes given;
+ *   - a key is the pair (table, row), the row any u64: rows 0, 1, 2^40,
+ *     UINT64_MAX - 1 and UINT64_MAX, and one row id in two tables, are
+ *     distinct keys in distinct slots, found again with their bytes and
+ *     their own dirty and prefetch flags; an empty slot is no key, not
+ *     row 0 of table 0;
  *   - pick, fill, lookup: a key is found in its own set, with its row's
  *     bytes; used, row_bytes and the insert counters follow;
  *   - a stream of many more keys than slots, each victim removed before
@@ -39,10 +44,46 @@
 
 static const struct pinset none = {{0, 0, 0}};
 
-static void row_of(uint64_t key, unsigned char *row)
+static struct rkey K(uint32_t t, uint64_t row) {
+	return (struct rkey){.row = row, .table = t};
+}
+
+static void
+row_of(struct rkey k, unsigned char *row)
 {
 	for (int i = 0; i < SB; i++)
-		row[i] = (unsigned char)(key * 31 + i);
+		row[i] = (unsigned char)(k.row * 31 + k.table * 7 + i);
+}
+
+static uint64_t lookup(const struct cache *c, struct rkey k)
+{
+	return cache_lookup(c, k.table, k.row);
+}
+
+static uint64_t set_of(const struct cache *c, struct rkey k)
+{
+	return cache_set_base(c, k.table, k.row);
+}
+
+static uint64_t pick(struct cache *c, struct rkey k, uint64_t now,
+		     const struct pinset *ps)
+{
+	return cache_pick(c, k.table, k.row, now, ps, false);
+}
+
+static uint64_t guess(const struct cache *c, struct rkey k, uint64_t now,
+		      const struct pinset *ps)
+{
+	return cache_guess(c, k.table, k.row, now, ps);
+}
+
+static void fill(struct cache *c, uint64_t slot, struct rkey k, bool dirty,
+		 uint64_t now)
+{
+	unsigned char row[SB];
+
+	row_of(k, row);
+	cache_fill(c, slot, k.table, k.row, dirty, row, SB, now);
 }
 
 static void new_cache(struct cache *c, uint64_t sets)
@@ -54,25 +95,23 @@ static void new_cache(struct cache *c, uint64_t sets)
 }
 
 /* n keys (table 3, rows from 0 up) that fall in the set at base. */
-static void keys_in_set(const struct cache *c, uint64_t base, uint64_t *k,
+static void keys_in_set(const struct cache *c, uint64_t base, struct rkey *k,
 			int n)
 {
 	for (uint64_t row = 0; n; row++)
-		if (cache_set_base(c, cache_key(3, row)) == base) {
-			*k++ = cache_key(3, row);
+		if (set_of(c, K(3, row)) == base) {
+			*k++ = K(3, row);
 			n--;
 		}
 }
 
-static uint64_t put(struct cache *c, uint64_t key, bool dirty, uint64_t now)
+static uint64_t put(struct cache *c, struct rkey key, bool dirty, uint64_t now)
 {
-	unsigned char row[SB];
-	uint64_t slot = cache_pick(c, key, now, &none, false);
+	uint64_t slot = pick(c, key, now, &none);
 
 	assert_true(slot < cache_slots(c));
 	assert_false(cache_valid(c, slot));
-	row_of(key, row);
-	cache_fill(c, slot, key, dirty, row, SB, now);
+	fill(c, slot, key, dirty, now);
 	return slot;
 }
 
@@ -117,16 +156,196 @@ static void test_init_bounds(void **state)
 
 static void test_keys(void **state)
 {
-	uint64_t k = cache_key(7, (1ULL << 40) - 1);
+	(void)state;
+	assert_int_equal(cache_tag_table(cache_tag(7)), 7);
+	assert_int_equal(
+	    cache_tag_table(cache_tag(7) | CACHE_TAG_DIRTY | CACHE_TAG_PF), 7);
+	assert_int_equal(cache_tag_table(cache_tag(0)), 0);
+	assert_true(cache_tag(0) != 0); /* 0 is an empty slot */
+	assert_int_equal(cache_tag_table(cache_tag(CACHE_MAX_TABLES - 1)),
+			 CACHE_MAX_TABLES - 1);
+	assert_int_equal(cache_tag(CACHE_MAX_TABLES - 1) & ~CACHE_TAG_TABLE, 0);
+	/* the hash key: a bijection of the row within a table */
+	assert_true(cache_hkey(1, 5) != cache_hkey(0, 5));
+	assert_true(cache_hkey(0, 5) != cache_hkey(0, 6));
+	assert_true(cache_hkey(0, 0) != cache_hkey(0, UINT64_MAX));
+}
+
+/* The keys the wide-key tests put in one cache: extreme rows of table 0,
+ * and rows named in two tables. */
+static const struct rkey wide[] = {
+    {0, 0},
+    {1, 0},
+    {UINT64_MAX, 0},
+    {UINT64_MAX - 1, 0},
+    {1ULL << 40, 0},
+    {(1ULL << 40) - 1, 0},
+    {0, 1},
+    {UINT64_MAX, 1},
+    {1ULL << 40, 1},
+    {1, 2},
+    {UINT64_MAX, CACHE_MAX_TABLES - 1},
+};
+#define NWIDE (sizeof(wide) / sizeof(wide[0]))
+
+/* A cache of one set of 16 ways: every key in it meets every other. */
+static void one_set16(struct cache *c)
+{
+	assert_int_equal(
+	    cache_init(c, 16 * PER, 16, SB, &policy_lru, &mem_tier_host), 0);
+	assert_int_equal(c->nsets, 1);
+}
+
+/* Rows that are any u64, and one row id in two tables, all in one set:
+ * each its own slot, found again with its own bytes; nothing else is
+ * found. */
+static void test_wide_keys(void **state)
+{
+	unsigned char want[SB];
+	uint64_t slot[NWIDE];
+	struct cache c;
 
 	(void)state;
-	assert_int_equal(cache_key_table(k), 7);
-	assert_int_equal(cache_key_row(k), (1ULL << 40) - 1);
-	assert_int_equal(cache_key_table(k | CACHE_DIRTY | CACHE_PF), 7);
-	assert_int_equal(cache_key_row(cache_key(0, 0)), 0);
-	assert_int_equal(cache_key_table(cache_key(0, 0)), 0);
-	assert_true(cache_key(0, 0) != 0); /* 0 is an empty slot */
-	assert_true(cache_key(1, 5) != cache_key(0, 5));
+	one_set16(&c);
+	for (size_t i = 0; i < NWIDE; i++) {
+		assert_int_equal(lookup(&c, wide[i]), CACHE_NONE);
+		slot[i] = put(&c, wide[i], false, i + 1);
+		assert_int_equal(slot[i], i); /* free ways first */
+		assert_int_equal(cache_slot_row(&c, slot[i]), wide[i].row);
+		assert_int_equal(cache_slot_table(&c, slot[i]), wide[i].table);
+	}
+	for (size_t i = 0; i < NWIDE; i++) {
+		for (size_t j = 0; j < NWIDE; j++)
+			if (j != i)
+				assert_false(cache_holds(
+				    &c, slot[i], wide[j].table, wide[j].row));
+		assert_int_equal(lookup(&c, wide[i]), slot[i]);
+		assert_true(
+		    cache_holds(&c, slot[i], wide[i].table, wide[i].row));
+		row_of(wide[i], want);
+		assert_memory_equal(cache_row(&c, slot[i]), want, SB);
+	}
+	assert_int_equal(c.used, NWIDE);
+	/* neighbours and other tables of the same rows are not there */
+	assert_int_equal(lookup(&c, K(0, 2)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(0, UINT64_MAX - 2)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(1, 1)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(2, 0)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(2, UINT64_MAX)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(3, 1ULL << 40)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(CACHE_MAX_TABLES - 2, UINT64_MAX)),
+			 CACHE_NONE);
+	/* removing row 0 of table 0 leaves row 0 of table 1 and the rest */
+	cache_remove(&c, slot[0], SB);
+	assert_int_equal(lookup(&c, wide[0]), CACHE_NONE);
+	for (size_t i = 1; i < NWIDE; i++)
+		assert_int_equal(lookup(&c, wide[i]), slot[i]);
+	cache_free(&c);
+}
+
+/* Every row in one set (a cache of one set): the row alone never finds
+ * a slot, the table must agree too. */
+static void test_same_row_two_tables(void **state)
+{
+	struct cache c;
+	uint64_t a, b, d, e;
+
+	(void)state;
+	new_cache(&c, 1);
+	a = put(&c, K(0, 42), false, 1);
+	assert_int_equal(lookup(&c, K(1, 42)), CACHE_NONE);
+	b = put(&c, K(1, 42), true, 2);
+	assert_true(a != b);
+	assert_int_equal(lookup(&c, K(0, 42)), a);
+	assert_int_equal(lookup(&c, K(1, 42)), b);
+	assert_false(cache_dirty(&c, a));
+	assert_true(cache_dirty(&c, b));
+	d = put(&c, K(0, UINT64_MAX), true, 3);
+	e = put(&c, K(1, UINT64_MAX), false, 4);
+	assert_int_equal(lookup(&c, K(0, UINT64_MAX)), d);
+	assert_int_equal(lookup(&c, K(1, UINT64_MAX)), e);
+	assert_true(cache_dirty(&c, d));
+	assert_false(cache_dirty(&c, e));
+	assert_int_equal(lookup(&c, K(2, 42)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(2, UINT64_MAX)), CACHE_NONE);
+	/* the flags are per slot: cleaning one leaves its twin */
+	cache_clean(&c, b);
+	cache_set_dirty(&c, a);
+	assert_true(cache_dirty(&c, a));
+	assert_false(cache_dirty(&c, b));
+	cache_mark_pf(&c, e);
+	assert_true(cache_is_pf(&c, e));
+	assert_false(cache_is_pf(&c, d));
+	assert_int_equal(lookup(&c, K(1, UINT64_MAX)), e); /* flag aside */
+	assert_int_equal(c.dirty, 2);
+	cache_remove(&c, a, SB);
+	assert_int_equal(lookup(&c, K(0, 42)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(1, 42)), b);
+	assert_int_equal(c.dirty, 1);
+	cache_free(&c);
+}
+
+/* Dirty flags of the wide keys: each slot keeps its own. */
+static void test_wide_dirty(void **state)
+{
+	uint64_t slot[NWIDE];
+	struct cache c;
+
+	(void)state;
+	one_set16(&c);
+	for (size_t i = 0; i < NWIDE; i++)
+		slot[i] = put(&c, wide[i], i % 2 == 0, i + 1);
+	assert_int_equal(c.dirty, (NWIDE + 1) / 2);
+	for (size_t i = 0; i < NWIDE; i++) {
+		assert_int_equal(cache_dirty(&c, slot[i]), i % 2 == 0);
+		assert_false(cache_is_pf(&c, slot[i]));
+	}
+	/* flip them all: the odd ones dirty, the even ones clean */
+	for (size_t i = 0; i < NWIDE; i++) {
+		if (i % 2)
+			cache_set_dirty(&c, slot[i]);
+		else
+			cache_clean(&c, slot[i]);
+	}
+	assert_int_equal(c.dirty, NWIDE / 2);
+	for (size_t i = 0; i < NWIDE; i++) {
+		assert_int_equal(cache_dirty(&c, slot[i]), i % 2 == 1);
+		assert_int_equal(lookup(&c, wide[i]), slot[i]);
+		assert_int_equal(cache_slot_table(&c, slot[i]), wide[i].table);
+	}
+	cache_free(&c);
+}
+
+/* A fresh cache, and a slot emptied, hold no key: not row 0 of table 0
+ * (whose row word is 0 too), and a set with row 0 of table 0 in one way
+ * still has its other ways free. */
+static void test_empty_not_row0(void **state)
+{
+	struct cache c;
+	uint64_t a, b, base;
+
+	(void)state;
+	new_cache(&c, 1);
+	for (uint64_t s = 0; s < cache_slots(&c); s++) {
+		assert_false(cache_valid(&c, s));
+		assert_false(cache_holds(&c, s, 0, 0));
+	}
+	assert_int_equal(lookup(&c, K(0, 0)), CACHE_NONE);
+	assert_int_equal(c.used, 0);
+	base = set_of(&c, K(0, 0));
+	a = put(&c, K(0, 0), false, 1);
+	assert_int_equal(a, base); /* the first free way */
+	assert_int_equal(lookup(&c, K(0, 0)), a);
+	b = put(&c, K(0, 1), false, 2);
+	assert_int_equal(b, base + 1);
+	assert_int_equal(c.used, 2);
+	cache_remove(&c, a, SB);
+	assert_false(cache_valid(&c, a));
+	assert_int_equal(lookup(&c, K(0, 0)), CACHE_NONE);
+	assert_int_equal(pick(&c, K(0, 0), 3, &none), a); /* free again */
+	cache_remove(&c, a, SB); /* empty already: nothing */
+	assert_int_equal(c.used, 1);
+	cache_free(&c);
 }
 
 static void test_fill_lookup(void **state)
@@ -138,28 +357,27 @@ static void test_fill_lookup(void **state)
 	(void)state;
 	new_cache(&c, 16);
 	for (int i = 0; i < 8; i++) {
-		uint64_t key = cache_key(i % 2, 100 + i);
+		struct rkey key = K(i % 2, 100 + i);
 
-		assert_int_equal(cache_lookup(&c, key), CACHE_NONE);
+		assert_int_equal(lookup(&c, key), CACHE_NONE);
 		slot[i] = put(&c, key, false, i + 1);
-		assert_int_equal(slot[i] / WAYS * WAYS,
-				 cache_set_base(&c, key));
+		assert_int_equal(slot[i] / WAYS * WAYS, set_of(&c, key));
 	}
 	for (int i = 0; i < 8; i++) {
-		uint64_t key = cache_key(i % 2, 100 + i);
+		struct rkey key = K(i % 2, 100 + i);
 
-		assert_int_equal(cache_lookup(&c, key), slot[i]);
+		assert_int_equal(lookup(&c, key), slot[i]);
 		row_of(key, want);
 		assert_memory_equal(cache_row(&c, slot[i]), want, SB);
 	}
-	assert_int_equal(cache_lookup(&c, cache_key(2, 100)), CACHE_NONE);
-	assert_int_equal(cache_lookup(&c, cache_key(0, 101)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(2, 100)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(0, 101)), CACHE_NONE);
 	assert_int_equal(c.used, 8);
 	assert_int_equal(c.row_bytes, 8 * SB);
 	assert_int_equal(c.st.inserts, 8);
 	assert_int_equal(c.st.bytes_in, 8 * SB);
 	cache_remove(&c, slot[3], SB);
-	assert_int_equal(cache_lookup(&c, cache_key(1, 103)), CACHE_NONE);
+	assert_int_equal(lookup(&c, K(1, 103)), CACHE_NONE);
 	assert_false(cache_valid(&c, slot[3]));
 	assert_int_equal(c.used, 7);
 	assert_int_equal(c.row_bytes, 7 * SB);
@@ -180,26 +398,26 @@ static void test_stream_bounded(void **state)
 	new_cache(&c, 8);
 	tu_rng_seed(&g, 99);
 	for (uint64_t now = 1; now <= EVENTS; now++) {
-		uint64_t k = tu_rng_below(&g, NKEYS), key = cache_key(1, k);
-		uint64_t slot = cache_lookup(&c, key);
-		unsigned char row[SB];
+		uint64_t k = tu_rng_below(&g, NKEYS);
+		struct rkey key = K(1, k);
+		uint64_t slot = lookup(&c, key);
 
 		assert_int_equal(slot != CACHE_NONE, in[k]);
 		if (slot != CACHE_NONE) {
 			cache_touch(&c, slot, now);
 			continue;
 		}
-		slot = cache_pick(&c, key, now, &none, false);
+		slot = pick(&c, key, now, &none);
 		assert_true(slot < cache_slots(&c));
-		assert_int_equal(slot / WAYS * WAYS, cache_set_base(&c, key));
+		assert_int_equal(slot / WAYS * WAYS, set_of(&c, key));
 		if (cache_valid(&c, slot)) {
-			in[cache_key_row(c.keys[slot])] = false;
+			assert_int_equal(cache_slot_table(&c, slot), 1);
+			in[cache_slot_row(&c, slot)] = false;
 			cache_remove(&c, slot, SB);
 			evicted++;
 			count--;
 		}
-		row_of(key, row);
-		cache_fill(&c, slot, key, false, row, SB, now);
+		fill(&c, slot, key, false, now);
 		in[k] = true;
 		count++;
 		assert_int_equal(c.used, count);
@@ -208,12 +426,12 @@ static void test_stream_bounded(void **state)
 	assert_int_equal(count, cache_slots(&c)); /* every set full */
 	assert_true(evicted > EVENTS / 2);
 	for (uint64_t k = 0; k < NKEYS; k++) {
-		uint64_t slot = cache_lookup(&c, cache_key(1, k));
+		uint64_t slot = lookup(&c, K(1, k));
 		unsigned char row[SB];
 
 		assert_int_equal(slot != CACHE_NONE, in[k]);
 		if (slot != CACHE_NONE) {
-			row_of(cache_key(1, k), row);
+			row_of(K(1, k), row);
 			assert_memory_equal(cache_row(&c, slot), row, SB);
 		}
 	}
@@ -224,26 +442,27 @@ static void test_stream_bounded(void **state)
 static void test_lru_in_set(void **state)
 {
 	struct cache c;
-	uint64_t k[6], slot[4], base, victim;
+	struct rkey k[6];
+	uint64_t slot[4], base, victim;
 
 	(void)state;
 	new_cache(&c, 8);
-	base = cache_set_base(&c, cache_key(3, 0));
+	base = set_of(&c, K(3, 0));
 	keys_in_set(&c, base, k, 6);
 	for (int i = 0; i < 4; i++)
 		slot[i] = put(&c, k[i], false, 10 + i);
 	cache_touch(&c, slot[0], 20); /* k[1] is now the oldest */
-	victim = cache_pick(&c, k[4], 21, &none, false);
+	victim = pick(&c, k[4], 21, &none);
 	assert_int_equal(victim, slot[1]);
-	assert_int_equal(cache_guess(&c, k[4], 21, &none), victim);
+	assert_int_equal(guess(&c, k[4], 21, &none), victim);
 	assert_true(cache_valid(&c, victim)); /* pick moves nothing */
 	assert_int_equal(c.used, 4);
 	cache_remove(&c, victim, SB);
-	cache_fill(&c, victim, k[4], false, "x", 1, 21);
-	assert_int_equal(cache_lookup(&c, k[1]), CACHE_NONE);
-	assert_int_equal(cache_lookup(&c, k[4]), victim);
+	cache_fill(&c, victim, k[4].table, k[4].row, false, "x", 1, 21);
+	assert_int_equal(lookup(&c, k[1]), CACHE_NONE);
+	assert_int_equal(lookup(&c, k[4]), victim);
 	/* next: k[2], touched at 12 */
-	assert_int_equal(cache_pick(&c, k[5], 22, &none, false), slot[2]);
+	assert_int_equal(pick(&c, k[5], 22, &none), slot[2]);
 	cache_free(&c);
 }
 
@@ -254,8 +473,8 @@ static void test_dirty(void **state)
 
 	(void)state;
 	new_cache(&c, 4);
-	a = put(&c, cache_key(0, 1), true, 1);
-	b = put(&c, cache_key(0, 2), false, 2);
+	a = put(&c, K(0, 1), true, 1);
+	b = put(&c, K(0, 2), false, 2);
 	assert_true(cache_dirty(&c, a));
 	assert_false(cache_dirty(&c, b));
 	assert_int_equal(c.dirty, 1);
@@ -263,28 +482,35 @@ static void test_dirty(void **state)
 	cache_set_dirty(&c, b); /* once */
 	assert_true(cache_dirty(&c, b));
 	assert_int_equal(c.dirty, 2);
-	assert_int_equal(cache_lookup(&c, cache_key(0, 1)), a);
-	assert_int_equal(cache_lookup(&c, cache_key(0, 2)), b);
+	assert_int_equal(lookup(&c, K(0, 1)), a);
+	assert_int_equal(lookup(&c, K(0, 2)), b);
 	cache_remove(&c, a, SB);
 	assert_int_equal(c.dirty, 1);
 	/* the prefetch flag is no part of the key either */
-	a = cache_pick(&c, cache_key(0, 3), 3, &none, false);
-	cache_fill(&c, a, cache_key(0, 3) | CACHE_PF, false, "y", 1, 3);
-	assert_int_equal(cache_lookup(&c, cache_key(0, 3)), a);
+	a = pick(&c, K(0, 3), 3, &none);
+	cache_fill(&c, a, 0, 3, false, "y", 1, 3);
+	assert_false(cache_is_pf(&c, a));
+	cache_mark_pf(&c, a);
+	assert_true(cache_is_pf(&c, a));
+	assert_int_equal(lookup(&c, K(0, 3)), a);
 	assert_false(cache_dirty(&c, a));
 	assert_int_equal(c.dirty, 1);
+	assert_true(cache_take_pf(&c, a));
+	assert_false(cache_is_pf(&c, a));
+	assert_int_equal(lookup(&c, K(0, 3)), a);
 	cache_free(&c);
 }
 
 static void test_pins(void **state)
 {
 	struct cache c;
-	uint64_t k[5], slot[4], base;
+	struct rkey k[5];
+	uint64_t slot[4], base;
 	struct pinset ps = {{7, 0, 0}};
 
 	(void)state;
 	new_cache(&c, 8);
-	base = cache_set_base(&c, cache_key(3, 0));
+	base = set_of(&c, K(3, 0));
 	keys_in_set(&c, base, k, 5);
 	for (int i = 0; i < 4; i++)
 		slot[i] = put(&c, k[i], false, 1 + i);
@@ -296,21 +522,21 @@ static void test_pins(void **state)
 	assert_true(cache_pinned(&c, slot[0], &ps));
 	assert_true(cache_pinned(&c, slot[1], &ps));
 	assert_false(cache_pinned(&c, slot[2], &ps));
-	assert_int_equal(cache_pick(&c, k[4], 10, &ps, false), slot[2]);
+	assert_int_equal(pick(&c, k[4], 10, &ps), slot[2]);
 	cache_pin(&c, slot[2], 7);
 	cache_pin(&c, slot[3], 9);
-	assert_int_equal(cache_pick(&c, k[4], 11, &ps, false), CACHE_NONE);
-	assert_int_equal(cache_guess(&c, k[4], 11, &ps), CACHE_NONE);
+	assert_int_equal(pick(&c, k[4], 11, &ps), CACHE_NONE);
+	assert_int_equal(guess(&c, k[4], 11, &ps), CACHE_NONE);
 	/* new epochs: nothing pinned, the LRU way goes */
 	ps = (struct pinset){{10, 11, 12}};
 	assert_false(cache_pinned(&c, slot[0], &ps));
-	assert_int_equal(cache_pick(&c, k[4], 12, &ps, false), slot[0]);
+	assert_int_equal(pick(&c, k[4], 12, &ps), slot[0]);
 	/* the old epochs again, but every pin cleared */
 	ps = (struct pinset){{7, 9, 0}};
 	cache_unpin_all(&c);
 	for (int i = 0; i < 4; i++)
 		assert_false(cache_pinned(&c, slot[i], &ps));
-	assert_int_equal(cache_pick(&c, k[4], 13, &ps, false), slot[0]);
+	assert_int_equal(pick(&c, k[4], 13, &ps), slot[0]);
 	cache_free(&c);
 }
 
@@ -319,6 +545,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_init_bounds),
 	    cmocka_unit_test(test_keys),
+	    cmocka_unit_test(test_wide_keys),
+	    cmocka_unit_test(test_same_row_two_tables),
+	    cmocka_unit_test(test_wide_dirty),
+	    cmocka_unit_test(test_empty_not_row0),
 	    cmocka_unit_test(test_fill_lookup),
 	    cmocka_unit_test(test_stream_bounded),
 	    cmocka_unit_test(test_lru_in_set),

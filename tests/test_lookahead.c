@@ -7,6 +7,9 @@
  *   - la_next gives the first batch that uses a key, whatever the order
  *     keys were added in, and LA_NONE for keys no batch uses (the same row
  *     of another table included) and for an empty or cleared window;
+ *     rows are any u64 (0 of table 0, 2^40, UINT64_MAX); keys whose probes
+ *     start at one entry (one row in two tables, rows 2^40 apart) are
+ *     told apart;
  *   - la_consume(t) drops batch 0 for table t's keys alone (tables past
  *     64 included, tables beyond la_tables ignored), and does nothing
  *     before there is a window;
@@ -31,6 +34,7 @@
 #include <cmocka.h>
 
 #include "embtier.h"
+#include "hash.h"
 #include "key.h"
 #include "lookahead.h"
 #include "util.h"
@@ -119,25 +123,25 @@ static void check_window(const struct lookahead *la, const struct et_batch *b,
 				    &sets[w][j].tables[k];
 
 				for (size_t i = 0; i < t->n; i++) {
-					uint64_t key = cache_key(
-					    (uint32_t)t->table, t->ids[i]);
+					uint32_t tb = (uint32_t)t->table;
+					uint64_t row = t->ids[i];
 					uint32_t want =
 					    ref_next(b, n, t->table, t->ids[i],
 						     consumed);
 
-					if (la_next(la, key) != want)
+					if (la_next(la, tb, row) != want)
 						fail_msg("table %d row %llu: "
 							 "next %u, expected %u",
 							 t->table,
 							 (unsigned long long)
 							     t->ids[i],
-							 la_next(la, key),
+							 la_next(la, tb, row),
 							 want);
 				}
 			}
 	/* rows no batch names */
 	for (uint64_t r = rows; r < rows + 50; r++)
-		assert_int_equal(la_next(la, cache_key(0, r)), LA_NONE);
+		assert_int_equal(la_next(la, 0, r), LA_NONE);
 }
 
 /* ------------------------------------------------------------- la_next */
@@ -149,31 +153,45 @@ static void test_next_first_batch(void **state)
 	(void)state;
 	/* no window yet */
 	assert_false(la_active(&la));
-	assert_int_equal(la_next(&la, cache_key(0, 1)), LA_NONE);
+	assert_int_equal(la_next(&la, 0, 1), LA_NONE);
 	assert_int_equal(la_tables(&la, 3), 0);
 	/* added out of batch order: the first batch wins */
-	assert_int_equal(la_add(&la, cache_key(1, 10), 5), 0);
-	assert_int_equal(la_add(&la, cache_key(1, 10), 2), 0);
-	assert_int_equal(la_add(&la, cache_key(1, 10), 9), 0);
-	assert_int_equal(la_add(&la, cache_key(1, 11), LA_MAX_BATCH - 1), 0);
-	assert_int_equal(la_add(&la, cache_key(2, 0), 0), 0);
+	assert_int_equal(la_add(&la, 1, 10, 5), 0);
+	assert_int_equal(la_add(&la, 1, 10, 2), 0);
+	assert_int_equal(la_add(&la, 1, 10, 9), 0);
+	assert_int_equal(la_add(&la, 1, 11, LA_MAX_BATCH - 1), 0);
+	assert_int_equal(la_add(&la, 2, 0, 0), 0);
 	/* the same key twice in one batch: one key */
-	assert_int_equal(la_add(&la, cache_key(2, 0), 0), 0);
+	assert_int_equal(la_add(&la, 2, 0, 0), 0);
 	assert_true(la_active(&la));
 	assert_int_equal(la.n, 3);
 	assert_int_equal(la.depth, LA_MAX_BATCH);
-	assert_int_equal(la_next(&la, cache_key(1, 10)), 2);
-	assert_int_equal(la_next(&la, cache_key(1, 11)), LA_MAX_BATCH - 1);
-	assert_int_equal(la_next(&la, cache_key(2, 0)), 0);
+	assert_int_equal(la_next(&la, 1, 10), 2);
+	assert_int_equal(la_next(&la, 1, 11), LA_MAX_BATCH - 1);
+	assert_int_equal(la_next(&la, 2, 0), 0);
 	/* the same rows of other tables, and other rows, are not used */
-	assert_int_equal(la_next(&la, cache_key(0, 10)), LA_NONE);
-	assert_int_equal(la_next(&la, cache_key(2, 10)), LA_NONE);
-	assert_int_equal(la_next(&la, cache_key(1, 0)), LA_NONE);
-	assert_int_equal(la_next(&la, cache_key(1, 12)), LA_NONE);
-	/* the largest row and table a key can name */
-	assert_int_equal(la_add(&la, cache_key(2, (1ULL << 40) - 1), 7), 0);
-	assert_int_equal(la_next(&la, cache_key(2, (1ULL << 40) - 1)), 7);
-	assert_int_equal(la_next(&la, cache_key(1, (1ULL << 40) - 1)), LA_NONE);
+	assert_int_equal(la_next(&la, 0, 10), LA_NONE);
+	assert_int_equal(la_next(&la, 2, 10), LA_NONE);
+	assert_int_equal(la_next(&la, 1, 0), LA_NONE);
+	assert_int_equal(la_next(&la, 1, 12), LA_NONE);
+	/* rows are any u64: 0 of table 0 is a key like any other (an empty
+	 * entry is not it), and so are 2^40 and UINT64_MAX */
+	assert_int_equal(la_next(&la, 0, 0), LA_NONE);
+	assert_int_equal(la_add(&la, 2, (1ULL << 40) - 1, 7), 0);
+	assert_int_equal(la_next(&la, 2, (1ULL << 40) - 1), 7);
+	assert_int_equal(la_next(&la, 1, (1ULL << 40) - 1), LA_NONE);
+	assert_int_equal(la_add(&la, 2, 1ULL << 40, 6), 0);
+	assert_int_equal(la_add(&la, 2, UINT64_MAX, 4), 0);
+	assert_int_equal(la_add(&la, 1, UINT64_MAX, 8), 0);
+	assert_int_equal(la_add(&la, 0, 0, 9), 0);
+	assert_int_equal(la.n, 8);
+	assert_int_equal(la_next(&la, 2, 1ULL << 40), 6);
+	assert_int_equal(la_next(&la, 2, UINT64_MAX), 4);
+	assert_int_equal(la_next(&la, 1, UINT64_MAX), 8);
+	assert_int_equal(la_next(&la, 0, 0), 9);
+	assert_int_equal(la_next(&la, 0, UINT64_MAX), LA_NONE);
+	assert_int_equal(la_next(&la, 2, UINT64_MAX - 1), LA_NONE);
+	assert_int_equal(la_next(&la, 1, 0), LA_NONE);
 	la_free(&la);
 	assert_null(la.e);
 	assert_int_equal(la.cap, 0);
@@ -239,6 +257,41 @@ static void test_consume(void **state)
 	seq_free(&s);
 }
 
+/* Where the map's probes for (t, row) start, in a map of up to 4096
+ * entries: keys agreeing here meet in every probe. */
+static uint32_t home(uint32_t t, uint64_t row)
+{
+	return (uint32_t)(hash_mix(cache_hkey(t, row)) & 4095);
+}
+
+/* Keys that share their probes' start: row r of tables 0 and 1, and rows
+ * r and r + k 2^40 of table 0 (one key if rows were cut to 40 bits). */
+static void test_next_colliding(void **state)
+{
+	struct lookahead la = {0};
+	uint64_t r = 0, r2 = 0;
+
+	(void)state;
+	while (home(0, r) != home(1, r))
+		r++;
+	for (uint64_t k = 1; !r2; k++)
+		if (home(0, 777 + (k << 40)) == home(0, 777))
+			r2 = 777 + (k << 40);
+	assert_int_equal(la_tables(&la, 2), 0);
+	assert_int_equal(la_add(&la, 0, r, 3), 0);
+	assert_int_equal(la_add(&la, 0, 777, 2), 0);
+	assert_int_equal(la_next(&la, 1, r), LA_NONE);
+	assert_int_equal(la_next(&la, 0, r2), LA_NONE);
+	assert_int_equal(la_add(&la, 1, r, 4), 0);
+	assert_int_equal(la_add(&la, 0, r2, 5), 0);
+	assert_int_equal(la.n, 4);
+	assert_int_equal(la_next(&la, 0, r), 3);
+	assert_int_equal(la_next(&la, 1, r), 4);
+	assert_int_equal(la_next(&la, 0, 777), 2);
+	assert_int_equal(la_next(&la, 0, r2), 5);
+	la_free(&la);
+}
+
 /* A key used only in batch 0, and one in batches 0 and 3: once the table
  * is consumed, LA_NONE and 3. */
 static void test_consume_batch0(void **state)
@@ -247,14 +300,14 @@ static void test_consume_batch0(void **state)
 
 	(void)state;
 	assert_int_equal(la_tables(&la, 2), 0);
-	assert_int_equal(la_add(&la, cache_key(1, 5), 0), 0);
-	assert_int_equal(la_add(&la, cache_key(1, 6), 0), 0);
-	assert_int_equal(la_add(&la, cache_key(1, 6), 3), 0);
-	assert_int_equal(la_add(&la, cache_key(0, 5), 0), 0);
+	assert_int_equal(la_add(&la, 1, 5, 0), 0);
+	assert_int_equal(la_add(&la, 1, 6, 0), 0);
+	assert_int_equal(la_add(&la, 1, 6, 3), 0);
+	assert_int_equal(la_add(&la, 0, 5, 0), 0);
 	la_consume(&la, 1);
-	assert_int_equal(la_next(&la, cache_key(1, 5)), LA_NONE);
-	assert_int_equal(la_next(&la, cache_key(1, 6)), 3);
-	assert_int_equal(la_next(&la, cache_key(0, 5)), 0);
+	assert_int_equal(la_next(&la, 1, 5), LA_NONE);
+	assert_int_equal(la_next(&la, 1, 6), 3);
+	assert_int_equal(la_next(&la, 0, 5), 0);
 	/* the window is still active: its keys are still there */
 	assert_true(la_active(&la));
 	la_free(&la);
@@ -270,15 +323,13 @@ static void test_growth(void **state)
 	(void)state;
 	assert_int_equal(la_tables(&la, 2), 0);
 	for (size_t i = 0; i < nkeys; i++) {
-		assert_int_equal(la_add(&la,
-					cache_key((uint32_t)(i & 1), i * 7919),
+		assert_int_equal(la_add(&la, (uint32_t)(i & 1), i * 7919,
 					(uint32_t)(i % 13) + 1),
 				 0);
 		if (i % 3 == 0) /* and an earlier batch for some */
-			assert_int_equal(
-			    la_add(&la, cache_key((uint32_t)(i & 1), i * 7919),
-				   (uint32_t)(i % 5)),
-			    0);
+			assert_int_equal(la_add(&la, (uint32_t)(i & 1),
+						i * 7919, (uint32_t)(i % 5)),
+					 0);
 		if (i == 511) /* the initial map, half full */
 			assert_int_equal(la.cap, 1024);
 	}
@@ -290,12 +341,11 @@ static void test_growth(void **state)
 
 		if (i % 3 == 0 && i % 5 < want)
 			want = (uint32_t)(i % 5);
-		assert_int_equal(
-		    la_next(&la, cache_key((uint32_t)(i & 1), i * 7919)), want);
+		assert_int_equal(la_next(&la, (uint32_t)(i & 1), i * 7919),
+				 want);
 		/* the other table's key of that row is not there */
-		assert_int_equal(
-		    la_next(&la, cache_key((uint32_t)(~i & 1), i * 7919)),
-		    LA_NONE);
+		assert_int_equal(la_next(&la, (uint32_t)(~i & 1), i * 7919),
+				 LA_NONE);
 	}
 	la_free(&la);
 }
@@ -378,11 +428,11 @@ static void test_set_twice_alike(void **state)
 	assert_int_equal(la_set(&la, b, 3, 2), 0);
 	check_window(&la, b, 3, NULL, 0, NULL, 100);
 	la_consume(&la, 0);
-	assert_int_equal(la_next(&la, cache_key(0, 9)), 1);
+	assert_int_equal(la_next(&la, 0, 9), 1);
 	assert_int_equal(la_set(&la, b, 3, 2), 0);
 	check_window(&la, b, 3, NULL, 0, NULL, 100);
-	assert_int_equal(la_next(&la, cache_key(0, 9)), 0);
-	assert_int_equal(la_next(&la, cache_key(1, 4)), 0);
+	assert_int_equal(la_next(&la, 0, 9), 0);
+	assert_int_equal(la_next(&la, 1, 4), 0);
 	/* shorter: the same batches, two of them */
 	assert_int_equal(la_set(&la, b, 2, 2), 0);
 	assert_int_equal(la.depth, 2);
@@ -450,9 +500,8 @@ static void test_clear(void **state)
 		for (size_t k = 0; k < 2; k++)
 			for (size_t i = 0; i < s.t[j * MAXT + k].n; i++)
 				assert_int_equal(
-				    la_next(&la,
-					    cache_key((uint32_t)tables[k],
-						      s.ids[j * MAXT + k][i])),
+				    la_next(&la, (uint32_t)tables[k],
+					    s.ids[j * MAXT + k][i]),
 				    LA_NONE);
 	/* a new window over other batches than the cleared one's */
 	assert_int_equal(la_set(&la, s.b + 3, 1, 2), 0);
@@ -492,6 +541,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_next_first_batch),
+	    cmocka_unit_test(test_next_colliding),
 	    cmocka_unit_test(test_set_random),
 	    cmocka_unit_test(test_consume),
 	    cmocka_unit_test(test_consume_batch0),

@@ -589,11 +589,10 @@ static void one_set(struct cache *c, const struct policy_ops *pol,
 			 0);
 	assert_int_equal(c->nsets, 1);
 	for (uint64_t k = 1; k <= 4; k++) {
-		uint64_t slot =
-		    cache_pick(c, cache_key(0, k), ++*now, &none, true);
+		uint64_t slot = cache_pick(c, 0, k, ++*now, &none, true);
 
 		assert_int_equal(slot, k - 1); /* free ways first */
-		cache_fill(c, slot, cache_key(0, k), false, row, 16, *now);
+		cache_fill(c, slot, 0, k, false, row, 16, *now);
 	}
 }
 
@@ -602,7 +601,7 @@ static void test_tlfu_admission(void **state)
 	const struct pinset none = {{0, 0, 0}};
 	struct cache c;
 	uint64_t now = 0, slot;
-	uint64_t newk = cache_key(0, 99);
+	uint64_t newk = 99; /* a row of table 0 */
 	char row[16] = {0};
 
 	one_set(&c, tlfu, &now);
@@ -610,27 +609,26 @@ static void test_tlfu_admission(void **state)
 	for (uint64_t s = 0; s < 3; s++)
 		cache_touch(&c, s, ++now);
 	/* a new key seen once ties with way 3's 1: refused */
-	assert_int_equal(cache_pick(&c, newk, ++now, &none, true),
+	assert_int_equal(cache_pick(&c, 0, newk, ++now, &none, true),
 			 CACHE_REJECT);
 	/* not when the caller asks for no admission: way 3 is the victim */
-	assert_int_equal(cache_pick(&c, newk, ++now, &none, false), 3);
+	assert_int_equal(cache_pick(&c, 0, newk, ++now, &none, false), 3);
 	/* seen a third time (the sketch counted each pick), it beats 1 */
-	slot = cache_pick(&c, newk, ++now, &none, true);
+	slot = cache_pick(&c, 0, newk, ++now, &none, true);
 	assert_int_equal(slot, 3);
 	cache_remove(&c, slot, 16);
-	cache_fill(&c, slot, newk, false, row, 16, now);
+	cache_fill(&c, slot, 0, newk, false, row, 16, now);
 	assert_int_equal(c.pol->freq(c.pstate[3], cache_clock(&c, now)), 3);
 	/* the evicted key 4 left its count (1) in the sketch */
-	assert_int_equal(sketch_get(&c.sk, cache_key(0, 4)), 1);
+	assert_int_equal(sketch_get(&c.sk, cache_hkey(0, 4)), 1);
 	/* every way pinned: CACHE_NONE, not a refusal */
 	{
 		const struct pinset all = {{7, 0, 0}};
 
 		for (uint64_t s = 0; s < 4; s++)
 			cache_pin(&c, s, 7);
-		assert_int_equal(
-		    cache_pick(&c, cache_key(0, 5), ++now, &all, true),
-		    CACHE_NONE);
+		assert_int_equal(cache_pick(&c, 0, 5, ++now, &all, true),
+				 CACHE_NONE);
 	}
 	cache_free(&c);
 }
@@ -652,7 +650,7 @@ static void test_counted_accesses(void **state)
 	const struct pinset none = {{0, 0, 0}};
 	struct cache c;
 	uint64_t now = 0, slot;
-	uint64_t newk = cache_key(0, 99);
+	uint64_t newk = 99; /* a row of table 0 */
 	char row[16] = {0};
 	struct sketch sk;
 
@@ -670,10 +668,10 @@ static void test_counted_accesses(void **state)
 	/* way 3 holds 1; a new key named twice in its operation has been
 	 * seen twice and beats it (named once, it would tie and be refused,
 	 * test_tlfu_admission) */
-	slot = cache_pick_n(&c, newk, ++now, &none, true, 2);
+	slot = cache_pick_n(&c, 0, newk, ++now, &none, true, 2);
 	assert_int_equal(slot, 3);
 	cache_remove(&c, slot, 16);
-	cache_fill(&c, slot, newk, false, row, 16, now);
+	cache_fill(&c, slot, 0, newk, false, row, 16, now);
 	assert_int_equal(c.pol->freq(c.pstate[3], cache_clock(&c, now)), 2);
 	/* a hit naming it 5 times: 7; 20 more: 15 */
 	cache_touch_n(&c, 3, ++now, 5);
@@ -808,15 +806,14 @@ static void test_wtlfu_admission(void **state)
 		cache_touch(&c, s, ++now);
 	/* TinyLFU would refuse a key seen once against count 1; here ways
 	 * 3, 0, 1 (oldest) move to main, window way 2 (2) beats way 3 (1) */
-	slot = cache_pick(&c, cache_key(0, 99), ++now, &none, true);
+	slot = cache_pick(&c, 0, 99, ++now, &none, true);
 	assert_int_equal(slot, 3);
 	assert_true(wt_in_main(c.pstate[2]));
 	cache_remove(&c, slot, 16);
-	cache_fill(&c, slot, cache_key(0, 99), false, row, 16, now);
+	cache_fill(&c, slot, 0, 99, false, row, 16, now);
 	assert_false(wt_in_main(c.pstate[3]));
 	/* the next miss: key 99 (window, 1) does not beat main's 2: it goes */
-	assert_int_equal(cache_pick(&c, cache_key(0, 98), ++now, &none, true),
-			 3);
+	assert_int_equal(cache_pick(&c, 0, 98, ++now, &none, true), 3);
 	cache_free(&c);
 }
 
@@ -872,17 +869,17 @@ static void test_drift_admission(void **state)
 	const struct pinset none = {{0, 0, 0}};
 	struct cache c;
 	uint64_t now = 0;
-	uint64_t newk = cache_key(0, 99);
+	uint64_t newk = 99; /* a row of table 0 */
 
 	one_set(&c, tlfu, &now);
 	for (uint64_t s = 0; s < 4; s++) /* counts 2 */
 		cache_touch(&c, s, ++now);
 	c.st.hits += 900, c.st.misses += 124;
-	assert_int_equal(cache_pick(&c, newk, ++now, &none, true),
+	assert_int_equal(cache_pick(&c, 0, newk, ++now, &none, true),
 			 CACHE_REJECT);
 	assert_int_equal(c.drift.warp, 0);
 	c.st.misses += 1024; /* a period without a hit */
-	assert_int_equal(cache_pick(&c, newk, ++now, &none, true), 0);
+	assert_int_equal(cache_pick(&c, 0, newk, ++now, &none, true), 0);
 	assert_int_equal(c.drift.changes, 1);
 	assert_int_equal(c.pol->freq(c.pstate[0], cache_clock(&c, now)), 0);
 	cache_free(&c);
@@ -900,44 +897,39 @@ static void test_window(void **state)
 	assert_int_equal(la_tables(&la, 3), 0);
 	/* keys 1 and 2 used in batch 0, key 3 in batch 2: key 4 is not
 	 * used, so it goes although it is the newest */
-	assert_int_equal(la_add(&la, cache_key(0, 1), 0), 0);
-	assert_int_equal(la_add(&la, cache_key(0, 2), 0), 0);
-	assert_int_equal(la_add(&la, cache_key(0, 3), 2), 0);
-	assert_int_equal(la_add(&la, cache_key(0, 2), 3), 0);
-	assert_int_equal(la_next(&la, cache_key(0, 2)), 0);
-	assert_int_equal(la_next(&la, cache_key(0, 4)), LA_NONE);
-	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
-			 3);
+	assert_int_equal(la_add(&la, 0, 1, 0), 0);
+	assert_int_equal(la_add(&la, 0, 2, 0), 0);
+	assert_int_equal(la_add(&la, 0, 3, 2), 0);
+	assert_int_equal(la_add(&la, 0, 2, 3), 0);
+	assert_int_equal(la_next(&la, 0, 2), 0);
+	assert_int_equal(la_next(&la, 0, 4), LA_NONE);
+	assert_int_equal(cache_pick(&c, 0, 50, ++now, &none, true), 3);
 	/* key 4 in batch 1: now all are used; key 3 (batch 2) is last,
 	 * though key 1 is older */
-	assert_int_equal(la_add(&la, cache_key(0, 4), 1), 0);
-	assert_int_equal(la_add(&la, cache_key(0, 50), 1), 0);
-	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
-			 2);
+	assert_int_equal(la_add(&la, 0, 4, 1), 0);
+	assert_int_equal(la_add(&la, 0, 50, 1), 0);
+	assert_int_equal(cache_pick(&c, 0, 50, ++now, &none, true), 2);
 	/* a key needed after every candidate, or never, is refused... */
-	assert_int_equal(la_add(&la, cache_key(0, 60), 5), 0);
-	assert_int_equal(cache_pick(&c, cache_key(0, 60), ++now, &none, true),
+	assert_int_equal(la_add(&la, 0, 60, 5), 0);
+	assert_int_equal(cache_pick(&c, 0, 60, ++now, &none, true),
 			 CACHE_REJECT);
-	assert_int_equal(cache_pick(&c, cache_key(0, 61), ++now, &none, true),
+	assert_int_equal(cache_pick(&c, 0, 61, ++now, &none, true),
 			 CACHE_REJECT);
 	/* ...unless the caller asks for no admission */
-	assert_int_equal(cache_pick(&c, cache_key(0, 61), ++now, &none, false),
-			 2);
+	assert_int_equal(cache_pick(&c, 0, 61, ++now, &none, false), 2);
 	/* table 0's operation begins: batch 0 no longer counts for its
 	 * rows; key 1 is then unused, key 2 next used in batch 3 */
 	la_consume(&la, 0);
-	assert_int_equal(la_next(&la, cache_key(0, 1)), LA_NONE);
-	assert_int_equal(la_next(&la, cache_key(0, 2)), 3);
-	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
-			 0);
+	assert_int_equal(la_next(&la, 0, 1), LA_NONE);
+	assert_int_equal(la_next(&la, 0, 2), 3);
+	assert_int_equal(cache_pick(&c, 0, 50, ++now, &none, true), 0);
 	/* another table's batch 0 still counts */
-	assert_int_equal(la_add(&la, cache_key(1, 1), 0), 0);
-	assert_int_equal(la_next(&la, cache_key(1, 1)), 0);
+	assert_int_equal(la_add(&la, 1, 1, 0), 0);
+	assert_int_equal(la_next(&la, 1, 1), 0);
 	/* cleared: no window, plain LRU (key 1, the oldest) */
 	la_clear(&la);
 	assert_false(la_active(&la));
-	assert_int_equal(cache_pick(&c, cache_key(0, 50), ++now, &none, true),
-			 0);
+	assert_int_equal(cache_pick(&c, 0, 50, ++now, &none, true), 0);
 	cache_free(&c);
 	la_free(&la);
 }
@@ -956,7 +948,7 @@ static void test_window_enomem(void **state)
 		b[j] = (struct et_batch){.tables = &t[j], .ntables = 1};
 	}
 	assert_int_equal(la_set(&la, b, 2, 1), 0);
-	assert_int_equal(la_next(&la, cache_key(0, 4)), 1);
+	assert_int_equal(la_next(&la, 0, 4), 1);
 	/* the window slides by one and needs room for 64 more tables: that
 	 * allocation fails after the masks have moved */
 	mem_fault_set(1);
@@ -964,12 +956,12 @@ static void test_window_enomem(void **state)
 	assert_true(mem_fault_fired());
 	mem_fault_clear();
 	assert_false(la_active(&la));
-	assert_int_equal(la_next(&la, cache_key(0, 4)), LA_NONE);
-	assert_int_equal(la_next(&la, cache_key(0, 7)), LA_NONE);
+	assert_int_equal(la_next(&la, 0, 4), LA_NONE);
+	assert_int_equal(la_next(&la, 0, 7), LA_NONE);
 	/* and the next call builds the window anew */
 	assert_int_equal(la_set(&la, b + 1, 2, 1), 0);
-	assert_int_equal(la_next(&la, cache_key(0, 4)), 0);
-	assert_int_equal(la_next(&la, cache_key(0, 7)), 1);
+	assert_int_equal(la_next(&la, 0, 4), 0);
+	assert_int_equal(la_next(&la, 0, 7), 1);
 	la_free(&la);
 	(void)state;
 }

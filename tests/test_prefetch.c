@@ -676,10 +676,16 @@ static void run_eq_case(struct fx *f, const struct eq_case *c)
 	st = stats_of(sb, -1);
 	assert_int_equal(st.prefetch_calls, pf_calls);
 	assert_true(st.prefetch_rows > 0);
-	assert_true(st.prefetch_reads > 0); /* the I/O thread read blocks */
+	/* The I/O thread read blocks. Not asked of the small batches (a few
+	 * ids a step, of 160 hot rows): their prefetches find a row written
+	 * home and evicted since only by chance, 0 to 5 times a run, as the
+	 * placement of rows in sets falls. */
+	if (c->max_bags * c->max_len >= 16) {
+		assert_true(st.prefetch_reads > 0);
+		assert_true(st.nvme_rows_read > 0);
+	}
 	assert_true(st.prefetch_hits > 0);
 	assert_true(st.writebacks > 0);
-	assert_true(st.nvme_rows_read > 0);
 	st = stats_of(sa, -1);
 	assert_int_equal(st.prefetch_calls, 0);
 

@@ -337,8 +337,8 @@ static void test_slot_bytes(void **state)
 static void test_capacity(void **state)
 {
 	struct fx *f = *state;
-	/* LRU, 4 ways: one set of slot 32 is 4 x 48 bytes, of slot 400 is
-	 * 4 x 416, of slot 36 4 x 52: two classes fit in 2000 bytes of DDR,
+	/* LRU, 4 ways: one set of slot 32 is 4 x 52 bytes, of slot 400 is
+	 * 4 x 420, of slot 36 4 x 56: two classes fit in 2000 bytes of DDR,
 	 * not three */
 	const struct et_store_config c = {.ddr_bytes = 2000, .ways = 4};
 	et_store *s = fx_open(f, &c);
@@ -364,7 +364,7 @@ static void test_capacity(void **state)
 	assert_int_equal(s->reg.ncls, 2);
 	assert_int_equal(s->reg.cls[0].nsets[1], nsets[0]);
 	assert_int_equal(s->reg.cls[1].nsets[1], nsets[1]);
-	assert_true(s->reg.cls[0].weight == 100.0 * (32 + 16));
+	assert_true(s->reg.cls[0].weight == 100.0 * (32 + ET_SLOT_META_BYTES));
 	snprintf(path, sizeof(path), "%s/other.et", f->dir);
 	assert_int_not_equal(stat(path, &st), 0);
 	check_plan(s);
@@ -405,17 +405,17 @@ static void test_capacity_hbm(void **state)
 static void test_tier_fits(void **state)
 {
 	(void)state;
-	/* LRU: 48 bytes a slot of 32; TinyLFU 56 */
-	assert_int_equal(tier_fits("ddr_bytes", 16 * 48, 16, 32, ET_POLICY_LRU),
+	/* LRU: 52 bytes a slot of 32; TinyLFU 60 */
+	assert_int_equal(tier_fits("ddr_bytes", 16 * 52, 16, 32, ET_POLICY_LRU),
 			 0);
 	assert_int_equal(
-	    tier_fits("ddr_bytes", 16 * 48 - 1, 16, 32, ET_POLICY_LRU),
+	    tier_fits("ddr_bytes", 16 * 52 - 1, 16, 32, ET_POLICY_LRU),
 	    ET_ECAPACITY);
 	assert_non_null(strstr(et_errdetail(), "ddr_bytes"));
 	assert_int_equal(
-	    tier_fits("hbm_bytes", 16 * 56, 16, 32, ET_POLICY_TINYLFU), 0);
+	    tier_fits("hbm_bytes", 16 * 60, 16, 32, ET_POLICY_TINYLFU), 0);
 	assert_int_equal(
-	    tier_fits("hbm_bytes", 16 * 56 - 1, 16, 32, ET_POLICY_TINYLFU),
+	    tier_fits("hbm_bytes", 16 * 60 - 1, 16, 32, ET_POLICY_TINYLFU),
 	    ET_ECAPACITY);
 	assert_non_null(strstr(et_errdetail(), "hbm_bytes"));
 }

@@ -243,11 +243,216 @@ static void test_journal_batch_over_2gib(void **state)
 	tu_unlink(path);
 }
 
+/* ----------------------------------------------------- a keyed table's log */
+
+/* Keys from the whole u64 range, the edges among them. */
+static uint64_t key_of(uint64_t i)
+{
+	static const uint64_t edge[] = {
+	    0, 1, UINT64_MAX, UINT64_MAX - 1, 1ULL << 63, (1ULL << 40) - 1};
+
+	if (i < sizeof(edge) / sizeof(edge[0]))
+		return edge[i];
+	return i * 0x9E3779B97F4A7C15ULL + 0x1234567;
+}
+
+#define KN 20000
+
+/* The log holds exactly the keys i < KN with live[i], each with round
+ * live[i], and reads them back so. */
+static void check_keyed(struct rowlog *l, io_ctx *io, const uint8_t *live)
+{
+	static uint64_t ids[KN];
+	static unsigned char got[KN * RB];
+	static uint32_t idx[KN];
+	uint64_t *sorted;
+	size_t k = 0, ns;
+
+	for (uint64_t i = 0; i < KN; i++) {
+		if (rowlog_has(l, key_of(i)) != (live[i] != 0))
+			fail_msg("key %llu (#%llu): has %d, live %d",
+				 (unsigned long long)key_of(i),
+				 (unsigned long long)i,
+				 rowlog_has(l, key_of(i)), live[i]);
+		if (live[i]) {
+			ids[k] = key_of(i);
+			idx[k] = (uint32_t)k;
+			k++;
+		}
+	}
+	assert_int_equal(rowlog_count(l), k);
+	for (size_t i = 0; i < k; i += 256)
+		assert_int_equal(rowlog_read(l, io, ids, idx + i,
+					     k - i < 256 ? k - i : 256, got),
+				 0);
+	for (uint64_t i = 0, j = 0; i < KN; i++) {
+		unsigned char want[RB];
+
+		if (!live[i])
+			continue;
+		fill(key_of(i), live[i], want);
+		if (memcmp(want, got + j * RB, RB))
+			fail_msg("key #%llu reads back wrong",
+				 (unsigned long long)i);
+		j++;
+	}
+	assert_int_equal(rowlog_rows_sorted(l, &sorted, &ns), 0);
+	assert_int_equal(ns, k);
+	for (size_t i = 1; i < ns; i++)
+		assert_true(sorted[i - 1] < sorted[i]);
+	free(sorted);
+}
+
+static void append_keys(struct rowlog *l, io_ctx *io, uint8_t *live,
+			uint64_t i0, uint64_t i1, uint64_t step, uint8_t round)
+{
+	for (uint64_t i = i0; i < i1; i += step) {
+		uint64_t id = key_of(i);
+		unsigned char buf[RB];
+
+		fill(id, round, buf);
+		assert_int_equal(rowlog_append(l, io, &id, 1, buf), 0);
+		live[i] = round;
+	}
+}
+
+static void erase_keys(struct rowlog *l, uint8_t *live, uint64_t i0,
+		       uint64_t i1, uint64_t step)
+{
+	for (uint64_t i = i0; i < i1; i += step) {
+		uint64_t id = key_of(i), n;
+
+		assert_int_equal(rowlog_erase(l, &id, 1, &n), 0);
+		assert_int_equal(n, live[i] != 0);
+		live[i] = 0;
+	}
+}
+
+static void commit(struct rowlog *l, io_ctx *io, uint64_t c,
+		   struct jr_expect *x)
+{
+	struct jr_tail t;
+
+	assert_int_equal(rowlog_commit_prepare(l, io, c), 0);
+	rowlog_tail(l, &t);
+	rowlog_commit_done(l, c, true);
+	*x = (struct jr_expect){
+	    .mode = JR_NAMED, .commit = c, .jlen = t.len, .jsum = t.sum};
+}
+
+/* Keys anywhere in u64 (0 and UINT64_MAX too) are distinct entries;
+ * erased keys leave the index and, through the journal's tombstones, stay
+ * gone after a reopen, while a key erased and appended again in one
+ * commit comes back with its new value. The index's deletions keep every
+ * other key findable (checked against a reference after each step). */
+static void test_keyed_erase_reopen(void **state)
+{
+	const char *path = tu_path("keyed");
+	static uint8_t live[KN], live1[KN];
+	struct jr_expect x = {.mode = JR_UNNAMED}, x1;
+	struct rowlog *l;
+	uint64_t n;
+	io_ctx *io;
+	int why;
+
+	(void)state;
+	if (io_open(64, &io, &why))
+		skip();
+	if (rowlog_open(path, RB, 0, &x, false, &l)) {
+		io_close(io);
+		skip();
+	}
+	append_keys(l, io, live, 0, KN, 1, 1);
+	check_keyed(l, io, live);
+	commit(l, io, 1, &x);
+	/* commit 2: erase every third key and the edges; rewrite every
+	 * fifth; erase then re-append every seventh */
+	erase_keys(l, live, 0, KN, 3);
+	erase_keys(l, live, 0, 6, 1);
+	append_keys(l, io, live, 0, KN, 5, 2);
+	erase_keys(l, live, 0, KN, 7);
+	append_keys(l, io, live, 0, KN, 7, 3);
+	check_keyed(l, io, live);
+	memcpy(live1, live, sizeof(live));
+	commit(l, io, 2, &x1);
+	/* erasing a key the log does not hold erases nothing */
+	{
+		uint64_t id = key_of(3);
+
+		assert_int_equal(rowlog_erase(l, &id, 1, &n), 0);
+		assert_int_equal(n, 0);
+	}
+	rowlog_close(l);
+	assert_int_equal(rowlog_open(path, RB, 0, &x1, true, &l), 0);
+	check_keyed(l, io, live1);
+	rowlog_close(l);
+	/* a reader of commit 1 still sees every key */
+	memset(live, 1, sizeof(live));
+	assert_int_equal(rowlog_open(path, RB, 0, &x, true, &l), 0);
+	check_keyed(l, io, live);
+	/* a read-only log erases nothing */
+	{
+		uint64_t id = key_of(0);
+
+		assert_int_equal(rowlog_erase(l, &id, 1, &n), -EBADF);
+	}
+	rowlog_close(l);
+	/* a row-indexed log does not take tombstones or erase */
+	assert_int_equal(rowlog_open(path, RB, ROWS, &x1, true, &l),
+			 ET_EJOURNAL);
+	io_close(io);
+}
+
+/* Stamps: a row's stamp is the tick of its newest append; rows not
+ * appended for `after` ticks are listed as expired, others not. */
+static void test_keyed_stamps(void **state)
+{
+	const char *path = tu_path("stamps");
+	static uint8_t live[KN];
+	struct jr_expect x = {.mode = JR_UNNAMED};
+	struct rowlog *l;
+	uint64_t *rows;
+	size_t n;
+	io_ctx *io;
+	int why;
+
+	(void)state;
+	if (io_open(64, &io, &why))
+		skip();
+	if (rowlog_open(path, RB, 0, &x, false, &l)) {
+		io_close(io);
+		skip();
+	}
+	assert_int_equal(rowlog_stamps(l, 10), 0);
+	append_keys(l, io, live, 0, 1000, 1, 1);
+	assert_int_equal(rowlog_stamps(l, 11), 0);
+	append_keys(l, io, live, 0, 1000, 2, 2); /* the even ones again */
+	assert_int_equal(rowlog_expired(l, 12, 2, &rows, &n), 0);
+	assert_int_equal(n, 500);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t j;
+
+		for (j = 0; j < 1000 && key_of(j) != rows[i]; j++)
+			;
+		assert_true(j < 1000 && j % 2 == 1);
+	}
+	free(rows);
+	assert_int_equal(rowlog_expired(l, 12, 3, &rows, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(rowlog_expired(l, 13, 2, &rows, &n), 0);
+	assert_int_equal(n, 1000);
+	free(rows);
+	rowlog_close(l);
+	io_close(io);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_index_and_reopen),
 	    cmocka_unit_test(test_journal_batch_over_2gib),
+	    cmocka_unit_test(test_keyed_erase_reopen),
+	    cmocka_unit_test(test_keyed_stamps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

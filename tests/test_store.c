@@ -181,7 +181,8 @@ static void test_open_good_config(void **state)
 	int id;
 
 	/* Default ways: 16. One set of 16 slots of 16 bytes. */
-	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 16 * 32});
+	s = fx_open(f,
+		    &(struct et_store_config){.ddr_bytes = 16 * (16 + META)});
 	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
 	st = stats_of(*s, -1);
 	assert_int_equal(st.ddr.capacity_rows, 16);
@@ -190,9 +191,10 @@ static void test_open_good_config(void **state)
 	*s = NULL;
 
 	/* 64 ways, HBM and DDR one set each. */
-	s = fx_open(f, &(struct et_store_config){.ways = 64,
-						 .hbm_bytes = 64 * 32,
-						 .ddr_bytes = 64 * 32 + 31});
+	s = fx_open(
+	    f, &(struct et_store_config){.ways = 64,
+					 .hbm_bytes = 64 * (16 + META),
+					 .ddr_bytes = 65 * (16 + META) - 1});
 	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
 	st = stats_of(*s, -1);
 	assert_int_equal(st.hbm.capacity_rows, 64);
@@ -201,8 +203,8 @@ static void test_open_good_config(void **state)
 	*s = NULL;
 
 	/* One way: capacity is bytes / (slot + meta), any count of sets. */
-	s = fx_open(f, &(struct et_store_config){.ways = 1,
-						 .ddr_bytes = 1000 * 32 + 5});
+	s = fx_open(f, &(struct et_store_config){
+			   .ways = 1, .ddr_bytes = 1000 * (16 + META) + 5});
 	assert_int_equal(et_table_create(*s, "t", &p, &id), 0);
 	st = stats_of(*s, -1);
 	assert_int_equal(st.ddr.capacity_rows, 1000);
@@ -1282,8 +1284,9 @@ static void test_stats_demotion(void **state)
 {
 	struct fx *f = *state;
 	struct et_table_params p = small_params(4, ET_OPT_SGD); /* 16 B */
-	struct et_store_config c = {
-	    .hbm_bytes = 2 * 32, .ddr_bytes = 64 * 32, .ways = 2};
+	struct et_store_config c = {.hbm_bytes = 2 * (16 + META),
+				    .ddr_bytes = 64 * (16 + META),
+				    .ways = 2};
 	float out[4];
 	struct et_stats st;
 	et_store **s;
@@ -1337,8 +1340,8 @@ static void test_stats_writeback(void **state)
 
 	p.rows = 100000;
 	p.init = ET_INIT_ZEROS;
-	s = fx_open(f,
-		    &(struct et_store_config){.ddr_bytes = 16 * 32, .ways = 4});
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 16 * (16 + META),
+						 .ways = 4});
 	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
 	for (uint64_t r = 0; r < 100; r++) {
 		uint64_t id = r * 997;
@@ -1386,8 +1389,9 @@ static void test_stats_conflicts(void **state)
 	et_store **s;
 	int t;
 
-	s = fx_open(f, &(struct et_store_config){
-			   .hbm_bytes = 32, .ddr_bytes = 1 << 16, .ways = 1});
+	s = fx_open(f, &(struct et_store_config){.hbm_bytes = 16 + META,
+						 .ddr_bytes = 1 << 16,
+						 .ways = 1});
 	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
 	assert_int_equal(et_gather(*s, t, (uint64_t[]){5, 6, 6, 5}, 4, out), 0);
 	assert_memory_equal(out, out + 12, 16);
@@ -1418,8 +1422,9 @@ static void test_ddr_hit_displaced_by_demotion(void **state)
 	et_store **s;
 	int t;
 
-	s = fx_open(f, &(struct et_store_config){
-			   .hbm_bytes = 32, .ddr_bytes = 32, .ways = 1});
+	s = fx_open(f, &(struct et_store_config){.hbm_bytes = 16 + META,
+						 .ddr_bytes = 16 + META,
+						 .ways = 1});
 	assert_int_equal(et_table_create(*s, "t", &p, &t), 0);
 	assert_int_equal(et_write_rows(*s, t, (uint64_t[]){100}, 1, a), 0);
 	assert_int_equal(et_write_rows(*s, t, (uint64_t[]){200}, 1, b), 0);

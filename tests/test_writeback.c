@@ -3,9 +3,11 @@
  * inside a real store (et_store_open on a scratch directory, tables made
  * with et_table_create) reached through src/store/state.h:
  *
- *   - wb_queue queues a key once: queueing it again (with or without the
- *     flag bits a slot's key carries) replaces its bytes in place; wb_find
- *     finds every queued key and no other, wb_row holds its bytes;
+ *   - wb_queue queues a key (table, row) once: queueing it again replaces
+ *     its bytes in place; wb_find finds every queued key and no other (not
+ *     the same row of another table), wb_row holds its bytes; rows are
+ *     any u64 (0, 2^40, UINT64_MAX), each table's in its own entries, and
+ *     the jobs carry them whole;
  *   - thousands of keys of two tables (the index grown and rebuilt past
  *     its initial 1024 entries, a power of two at least twice the keys)
  *     are all found with their bytes;
@@ -38,6 +40,7 @@
 
 #include "dtype.h"
 #include "embtier.h"
+#include "hash.h"
 #include "io.h"
 #include "key.h"
 #include "mem_host.h"
@@ -144,14 +147,14 @@ static void queue(et_store *s, int table, uint64_t row, uint32_t v)
 	char raw[256];
 
 	raw_row(s, table, row, v, raw);
-	assert_int_equal(wb_queue(s, cache_key((uint32_t)table, row), raw), 0);
+	assert_int_equal(wb_queue(s, (uint32_t)table, row, raw), 0);
 }
 
 /* (table, row) is queued with version v's bytes. */
 static void assert_queued(et_store *s, int table, uint64_t row, uint32_t v)
 {
 	char raw[256];
-	int64_t at = wb_find(s, cache_key((uint32_t)table, row));
+	int64_t at = wb_find(s, (uint32_t)table, row);
 
 	if (at < 0)
 		fail_msg("table %d row %llu not queued", table,
@@ -216,33 +219,32 @@ static void test_queue_replace(void **state)
 	struct fx *f = *state;
 	et_store *s = fx_open(f);
 	int a = mk_table(s, T_F32);
-	uint64_t key = cache_key((uint32_t)a, 5);
+	const uint32_t ta = (uint32_t)a;
 	const uint64_t rows[2] = {5, 6};
 	const uint32_t vers[2] = {2, 1};
 	int64_t at;
 
 	assert_int_equal(s->wb.stride, 32);
 	assert_int_equal(s->wb.n, 0);
-	assert_int_equal(wb_find(s, key), -1);
+	assert_int_equal(wb_find(s, ta, 5), -1);
 	queue(s, a, 5, 1);
 	assert_int_equal(s->wb.n, 1);
-	at = wb_find(s, key);
+	at = wb_find(s, ta, 5);
 	assert_int_equal(at, 0);
 	assert_queued(s, a, 5, 1);
-	/* again, with the flag bits of a dirty slot's key: replaced */
+	/* again: replaced */
 	{
 		char raw[32];
 
 		raw_row(s, a, 5, 2, raw);
-		assert_int_equal(wb_queue(s, key | CACHE_DIRTY, raw), 0);
+		assert_int_equal(wb_queue(s, ta, 5, raw), 0);
 	}
 	assert_int_equal(s->wb.n, 1);
-	assert_int_equal(wb_find(s, key), at);
-	assert_int_equal(wb_find(s, key | CACHE_DIRTY | CACHE_PF), at);
+	assert_int_equal(wb_find(s, ta, 5), at);
 	assert_queued(s, a, 5, 2);
 	/* a neighbour, and the same row of another table: not queued */
-	assert_int_equal(wb_find(s, cache_key((uint32_t)a, 4)), -1);
-	assert_int_equal(wb_find(s, cache_key((uint32_t)a + 1, 5)), -1);
+	assert_int_equal(wb_find(s, ta, 4), -1);
+	assert_int_equal(wb_find(s, ta + 1, 5), -1);
 	queue(s, a, 6, 1);
 	assert_int_equal(s->wb.n, 2);
 	assert_queued(s, a, 5, 2);
@@ -250,8 +252,8 @@ static void test_queue_replace(void **state)
 	/* written home: the queue empties, the file has the last bytes */
 	assert_int_equal(wb_run(s), 0);
 	assert_int_equal(s->wb.n, 0);
-	assert_int_equal(wb_find(s, key), -1);
-	assert_int_equal(wb_find(s, cache_key((uint32_t)a, 6)), -1);
+	assert_int_equal(wb_find(s, ta, 5), -1);
+	assert_int_equal(wb_find(s, ta, 6), -1);
 	assert_home(s, a, rows, vers, 2);
 	assert_int_equal(writebacks(s, a), 2);
 	assert_gather(s, a, rows, vers, 2);
@@ -324,9 +326,9 @@ static void test_index_growth(void **state)
 	/* rows not queued: not found (a's rows are multiples of 3 below
 	 * 9000, b's odd) */
 	for (uint64_t r = 1; r < 9000; r += 3)
-		assert_int_equal(wb_find(s, cache_key((uint32_t)a, r)), -1);
+		assert_int_equal(wb_find(s, (uint32_t)a, r), -1);
 	for (uint64_t r = 0; r < 5000; r += 2)
-		assert_int_equal(wb_find(s, cache_key((uint32_t)b, r)), -1);
+		assert_int_equal(wb_find(s, (uint32_t)b, r), -1);
 	/* every third key again: replaced, no new entries */
 	for (size_t i = 0; i < NA; i += 3) {
 		va[i] = 2;
@@ -375,8 +377,7 @@ static void test_reserve(void **state)
 		int t = r % 2 ? a : b;
 
 		raw_row(s, t, 2 + r / 2, 4, raw);
-		assert_int_equal(
-		    wb_queue(s, cache_key((uint32_t)t, 2 + r / 2), raw), 0);
+		assert_int_equal(wb_queue(s, (uint32_t)t, 2 + r / 2, raw), 0);
 	}
 	assert_false(mem_fault_fired());
 	mem_fault_clear();
@@ -464,8 +465,7 @@ static void test_take_jobs(void **state)
 	assert_int_equal(wb_take_jobs(s, &jobs), 0);
 	assert_int_equal(s->wb.n, 0);
 	for (int k = 0; k < 3; k++)
-		assert_int_equal(
-		    wb_find(s, cache_key((uint32_t)t[k], rows[k][0])), -1);
+		assert_int_equal(wb_find(s, (uint32_t)t[k], rows[k][0]), -1);
 	/* one job per table, in table order, rows in queue order */
 	j = jobs;
 	for (int k = 0; k < 3; k++, j = j->next) {
@@ -511,6 +511,99 @@ static void test_take_jobs(void **state)
 	assert_int_equal(jobs->table, t[1]);
 	assert_int_equal(jobs->n, 1);
 	pl_job_free(jobs);
+}
+
+/* ---------------------------------------------------------- wide rows */
+
+/* Where the index's probes for (table t, row) start, in an index of up to
+ * 4096 entries: keys agreeing here meet in every probe. */
+static uint32_t home(int t, uint64_t row)
+{
+	return (uint32_t)(hash_mix(cache_hkey((uint32_t)t, row)) & 4095);
+}
+
+/* Rows anywhere in the u64 range, and one row id in two tables: each its
+ * own entry, found with its own bytes; the jobs carry them whole, grouped
+ * by table. The rows are past the tables' ends, so the jobs are freed
+ * unwritten (the queue knows nothing of a table's size). */
+static void test_wide_rows(void **state)
+{
+	static const uint64_t wide[] = {
+	    0, 1, UINT64_MAX, UINT64_MAX - 1, 1ULL << 40, 42, (1ULL << 40) - 1};
+	enum { NW = sizeof(wide) / sizeof(wide[0]) };
+	struct fx *f = *state;
+	et_store *s = fx_open(f);
+	int a = mk_table(s, T_F32), b = mk_table(s, T_BF16);
+	struct pl_job *jobs, *j;
+	uint64_t r = 0, r2 = 0;
+
+	/* b's rows first: the jobs come in table order all the same */
+	for (size_t i = 0; i < NW; i++)
+		queue(s, b, wide[i], 7);
+	for (size_t i = 0; i < NW; i++) {
+		assert_int_equal(wb_find(s, (uint32_t)a, wide[i]), -1);
+		queue(s, a, wide[i], 3);
+	}
+	assert_int_equal(s->wb.n, 2 * NW);
+	for (size_t i = 0; i < NW; i++) {
+		assert_queued(s, a, wide[i], 3);
+		assert_queued(s, b, wide[i], 7);
+		assert_true(wb_find(s, (uint32_t)a, wide[i]) !=
+			    wb_find(s, (uint32_t)b, wide[i]));
+	}
+	assert_int_equal(wb_find(s, (uint32_t)a, 2), -1);
+	assert_int_equal(wb_find(s, (uint32_t)b, UINT64_MAX - 2), -1);
+	assert_int_equal(wb_find(s, (uint32_t)b + 1, UINT64_MAX), -1);
+	/* again: replaced, one entry each */
+	queue(s, a, UINT64_MAX, 4);
+	queue(s, b, 0, 8);
+	assert_int_equal(s->wb.n, 2 * NW);
+	assert_queued(s, a, UINT64_MAX, 4);
+	assert_queued(s, b, 0, 8);
+	assert_queued(s, a, 0, 3);
+	assert_queued(s, b, UINT64_MAX, 7);
+	assert_int_equal(wb_take_jobs(s, &jobs), 0);
+	assert_int_equal(s->wb.n, 0);
+	j = jobs;
+	for (int k = 0; k < 2; k++, j = j->next) {
+		int t = k ? b : a;
+
+		assert_non_null(j);
+		assert_int_equal(j->table, t);
+		assert_int_equal(j->n, NW);
+		for (size_t i = 0; i < NW; i++)
+			assert_int_equal(j->rows[i], wide[i]);
+	}
+	assert_null(j);
+	while ((j = jobs)) {
+		jobs = j->next;
+		pl_job_free(j);
+	}
+	/* Keys whose probes start at one index entry (the index holds 1024
+	 * entries here): row r of a and of b, and rows 777 and 777 + k 2^40
+	 * of a (one key if rows were cut to 40 bits). */
+	while (home(a, r) != home(b, r))
+		r++;
+	for (uint64_t k = 1; !r2; k++)
+		if (home(a, 777 + (k << 40)) == home(a, 777))
+			r2 = 777 + (k << 40);
+	assert_int_equal(s->wb.idx_cap, 1024);
+	queue(s, a, r, 5);
+	queue(s, a, 777, 5);
+	assert_int_equal(wb_find(s, (uint32_t)b, r), -1);
+	assert_int_equal(wb_find(s, (uint32_t)a, r2), -1);
+	queue(s, b, r, 6);
+	queue(s, a, r2, 6);
+	assert_int_equal(s->wb.n, 4);
+	assert_queued(s, a, r, 5);
+	assert_queued(s, b, r, 6);
+	assert_queued(s, a, 777, 5);
+	assert_queued(s, a, r2, 6);
+	assert_int_equal(wb_take_jobs(s, &jobs), 0);
+	while ((j = jobs)) {
+		jobs = j->next;
+		pl_job_free(j);
+	}
 }
 
 /* --------------------------------------------------------------- widen */
@@ -572,6 +665,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_reserve, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_run_failure, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_take_jobs, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_wide_rows, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_widen, setup, teardown),
 	};
 

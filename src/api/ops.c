@@ -110,14 +110,80 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 	return n ? op_end(s, (uint32_t)table, false) : 0;
 }
 
-/* Marks the resolved rows of t dirty in whichever tier holds them. */
+/*
+ * Admission (admit.h) of an update's unique rows, resolved into o for
+ * table t: each one counts a sighting; those it drops give the kernel a
+ * zeroed row of o->djunk to work on instead of their own (admit_undo puts
+ * their own back), and are neither marked dirty nor queued, so the update
+ * leaves no trace of them.
+ */
+static int admit_rows(struct table *t, struct opscr *o)
+{
+	const uint64_t *uniq = o->uniq.p;
+	uint32_t rb = t->g->row_bytes, *by;
+	void **ptrs = o->ptrs.p, **save;
+	size_t nd = 0, k = 0;
+	uint8_t *drop;
+	int ret;
+
+	o->ndrop = 0;
+	if (t->kp.admit_after <= 1 || !o->m)
+		return 0;
+	ret = sbuf_reserve(&o->drop, o->m);
+	if (ret)
+		return ret;
+	drop = o->drop.p;
+	for (size_t i = 0; i < o->m; i++) {
+		drop[i] = !keypol_admit(&t->kp, uniq[i],
+					tf_row_logged(t->tf, uniq[i]));
+		nd += drop[i];
+	}
+	if (!nd)
+		return 0;
+	ret = sbuf_reserve(&o->dsave, nd * sizeof(void *));
+	if (!ret)
+		ret = sbuf_reserve(&o->djunk, nd * (size_t)rb);
+	if (ret)
+		return ret;
+	memset(o->djunk.p, 0, nd * (size_t)rb);
+	save = o->dsave.p;
+	for (size_t i = 0, j = 0; i < o->m; i++)
+		if (drop[i]) {
+			save[j] = ptrs[i];
+			ptrs[i] = (char *)o->djunk.p + j++ * (size_t)rb;
+		}
+	by = o->bypass.p;
+	for (size_t i = 0; i < o->nbypass; i++)
+		if (!drop[by[i]])
+			by[k++] = by[i];
+	o->nbypass = k;
+	o->ndrop = nd;
+	t->st.keys_dropped += nd;
+	return 0;
+}
+
+static void admit_undo(struct opscr *o)
+{
+	const uint8_t *drop = o->drop.p;
+	void **ptrs = o->ptrs.p, **save = o->dsave.p;
+
+	for (size_t i = 0, j = 0; o->ndrop && i < o->m; i++)
+		if (drop[i])
+			ptrs[i] = save[j++];
+}
+
+/* Marks the resolved rows of t dirty in whichever tier holds them (but
+ * those admission dropped). */
 static void mark_dirty(et_store *s, const struct table *t, size_t m)
 {
 	const uint8_t *kind = s->sc.o->kind.p;
 	const uint64_t *slots = s->sc.o->slots.p;
+	const uint8_t *drop = s->sc.o->ndrop ? s->sc.o->drop.p : NULL;
 	struct sclass *cl = &s->reg.cls[t->cls];
 
 	for (size_t i = 0; i < m; i++) {
+		if (drop && drop[i])
+			continue;
 		switch (kind[i] & ~K_CONFLICT) {
 		case K_HBM:
 			cache_set_dirty(&cl->hbm, slots[i]);
@@ -171,11 +237,19 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = op_prepare(s, t, ids, n, &m, true, false);
 	if (ret)
 		return ret;
+	ret = admit_rows(t, s->sc.o);
+	if (ret) {
+		op_end(s, (uint32_t)table, false);
+		return ret;
+	}
 	kern_update(t->g, s->sc.o->ptrs.p, 0, m, s->sc.o->acc.p,
 		    (uint32_t *)s->sc.o->acc.p + n, grads, offsets, mode, up,
 		    s->sc.trow.p);
+	admit_undo(s->sc.o);
 	mark_dirty(s, t, m);
-	return op_end(s, (uint32_t)table, true);
+	ret = op_end(s, (uint32_t)table, true);
+	s->sc.o->ndrop = 0;
+	return ret;
 }
 
 int et_update(et_store *s, int table, const uint64_t *ids, size_t n,
@@ -226,6 +300,9 @@ int et_write_rows_state(et_store *s, int table, const uint64_t *ids, size_t n,
 				       state + (size_t)last[i] * sf,
 				       sf * sizeof(float));
 		}
+		for (size_t i = 0; i < m && t->kp.admit_after > 1; i++)
+			keypol_written(&t->kp,
+				       ((const uint64_t *)s->sc.o->uniq.p)[i]);
 	}
 	mark_dirty(s, t, m);
 	return op_end(s, (uint32_t)table, true);
@@ -401,6 +478,15 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			}
 			kern_group(o->inv.p, n, o->m, b[k].offsets, o->acc.p,
 				   (uint32_t *)o->acc.p + n);
+			ret = admit_rows(t, o);
+			if (ret) { /* the rows of the tables before are theirs */
+				for (size_t j = 0; j < k; j++) {
+					admit_undo(&s->sc.multi[j]);
+					s->sc.multi[j].ndrop = 0;
+				}
+				op_finish(s, 0);
+				goto out;
+			}
 		}
 	}
 	*trow_dim *= KERN_UPD_ROWS; /* an update's rows taken together */
@@ -497,12 +583,15 @@ static int multi_run(et_store *s, const struct et_table_batch *b, size_t nt,
 	workers_run(s->wk, first[nt], update ? update_item : gather_item, &mu);
 	for (size_t k = 0; k < nt && update; k++) {
 		scratch_use(s, &s->sc.multi[k]);
+		admit_undo(s->sc.o);
 		mark_dirty(s, &s->reg.tables[b[k].table], s->sc.o->m);
 		if (!ret)
 			ret = op_bypass_done(s, (uint32_t)b[k].table, true);
 	}
-	for (size_t k = 0; k < nt; k++) /* pins end with the call */
+	for (size_t k = 0; k < nt; k++) { /* pins end with the call */
 		s->sc.multi[k].nbypass = 0;
+		s->sc.multi[k].ndrop = 0;
+	}
 	scratch_use(s, &s->sc.one);
 	return op_finish(s, ret);
 }

@@ -23,19 +23,19 @@
 #define PF_AHEAD 8
 
 /*
- * Asks for the cache lines the promotion of row key from DDR slot dslot
- * into the top tier will touch, in two stages (see PF_AHEAD): stage 1
+ * Asks for the cache lines the promotion of row of table t from DDR slot
+ * dslot into the top tier will touch, in two stages (see PF_AHEAD): stage 1
  * the top set's policy and pin words and the row's bytes; stage 2, once
  * those are in, the victim the policy will likely choose, its bytes, and
  * the DDR set it will be demoted to. Hints only: a wrong guess costs a
  * cache miss later, nothing else.
  */
 static void promote_ahead(const et_store *s, struct cache *top,
-			  struct cache *ddr, uint64_t key, uint64_t dslot,
-			  uint32_t rb, int stage)
+			  struct cache *ddr, uint32_t t, uint64_t row,
+			  uint64_t dslot, uint32_t rb, int stage)
 {
 	struct pinset ps = {{s->pins.epoch, s->pins.bcur, s->pins.bprev}};
-	uint64_t base = cache_set_base(top, key), v, vb;
+	uint64_t base = cache_set_base(top, t, row), v, vb;
 
 	if (stage == 1) {
 		__builtin_prefetch(&top->pstate[base], 1);
@@ -43,11 +43,12 @@ static void promote_ahead(const et_store *s, struct cache *top,
 		prefetch_bytes(cache_row(ddr, dslot), rb);
 		return;
 	}
-	v = cache_guess(top, key, s->pins.now, &ps);
-	if (v == CACHE_NONE || !top->keys[v])
+	v = cache_guess(top, t, row, s->pins.now, &ps);
+	if (v == CACHE_NONE || !cache_valid(top, v))
 		return;
 	prefetch_bytes(cache_row(top, v), rb);
-	vb = cache_set_base(ddr, top->keys[v] & CACHE_KEY_MASK);
+	vb = cache_set_base(ddr, cache_slot_table(top, v),
+			    cache_slot_row(top, v));
 	cache_prefetch_set(ddr, vb);
 	__builtin_prefetch(&ddr->pstate[vb], 1);
 	__builtin_prefetch(&ddr->pin[vb]);
@@ -145,8 +146,7 @@ static void pf_ddr_hits(struct pf_part *p)
 	size_t np = p->np;
 
 	for (size_t j = 0; j < np; j++)
-		tops[pend[j]] =
-		    cache_set_base(ddr, cache_key(p->t, p->uniq[pend[j]]));
+		tops[pend[j]] = cache_set_base(ddr, p->t, p->uniq[pend[j]]);
 	for (size_t j = 0; j < np && j < PF_AHEAD; j++)
 		cache_prefetch_set(ddr, tops[pend[j]]);
 	for (size_t j = 0; j < np; j++) {
@@ -155,8 +155,7 @@ static void pf_ddr_hits(struct pf_part *p)
 
 		if (j + PF_AHEAD < np)
 			cache_prefetch_set(ddr, tops[pend[j + PF_AHEAD]]);
-		slot =
-		    cache_lookup_at(ddr, tops[i], cache_key(p->t, p->uniq[i]));
+		slot = cache_lookup_at(ddr, tops[i], p->t, p->uniq[i]);
 		tops[i] = slot;
 		if (slot == CACHE_NONE) {
 			ddr->st.misses++;
@@ -174,7 +173,7 @@ static void pf_ddr_hits(struct pf_part *p)
 static int pf_miss(struct pf_part *p, uint32_t i)
 {
 	et_store *s = p->s;
-	uint64_t key = cache_key(p->t, p->uniq[i]);
+	uint64_t row = p->uniq[i];
 	void *buf = s->sc.o->mbuf.p;
 	uint8_t where;
 	int64_t at;
@@ -183,8 +182,8 @@ static int pf_miss(struct pf_part *p, uint32_t i)
 	if (p->kind[i] == K_DDR) {
 		uint64_t slot = p->tops[i];
 
-		ret = place_row(s, key, cache_row(p->ddr, slot), p->rb, slot,
-				cache_dirty(p->ddr, slot), s->pins.bcur,
+		ret = place_row(s, p->t, row, cache_row(p->ddr, slot), p->rb,
+				slot, cache_dirty(p->ddr, slot), s->pins.bcur,
 				op_draws(s->sc.o, i), &where, &p->tops[i]);
 		if (ret)
 			return ret;
@@ -199,7 +198,7 @@ static int pf_miss(struct pf_part *p, uint32_t i)
 	}
 	/* Evicted dirty, perhaps by this very prefetch: the queue has the
 	 * truth. Copied out, as placing may grow the queue. */
-	at = wb_find(s, key);
+	at = wb_find(s, p->t, row);
 	if (at >= 0) {
 		memcpy(buf, wb_row(&s->wb, at), p->rb);
 		ret = pf_install(s, p->t, p->uniq[i], buf, true, s->pins.bcur,
@@ -216,7 +215,7 @@ static int pf_miss(struct pf_part *p, uint32_t i)
 	if (ret)
 		return ret;
 	p->kind[i] = p->tops[i] == CACHE_NONE ? 0 : p->top_kind;
-	if (p->kind[i]) { /* placed with CACHE_PF */
+	if (p->kind[i]) { /* placed, marked as a prefetch's */
 		p->ptrs[i] = cache_row(p->top, p->tops[i]);
 		p->pfl[p->npfl++] = i;
 	}
@@ -232,10 +231,9 @@ static int pf_misses(struct pf_part *p)
 			size_t a = j + PF_AHEAD / (size_t)st;
 
 			if (a < p->np && p->kind[p->pend[a]] == K_DDR)
-				promote_ahead(
-				    p->s, p->top, p->ddr,
-				    cache_key(p->t, p->uniq[p->pend[a]]),
-				    p->tops[p->pend[a]], p->rb, st);
+				promote_ahead(p->s, p->top, p->ddr, p->t,
+					      p->uniq[p->pend[a]],
+					      p->tops[p->pend[a]], p->rb, st);
 		}
 		int ret = pf_miss(p, p->pend[j]);
 

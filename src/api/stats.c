@@ -37,6 +37,9 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->unique_misses += t->st.unique_misses;
 	st->conflict_unique_misses += t->st.conflict_unique_misses;
 	st->conflict_misses += t->st.conflict_misses;
+	st->keys_dropped += t->st.keys_dropped;
+	st->keys_erased += t->st.keys_erased;
+	st->keys_expired += t->st.keys_expired;
 	st->nvme_rows_read += t->st.nvme_rows_read;
 	st->rows_lazy += t->st.rows_lazy;
 	st->rows_overwritten += t->st.rows_overwritten;

@@ -25,6 +25,7 @@
 #include "io.h"
 #include "mem_host.h"
 #include "policy.h"
+#include "keyed.h"
 #include "prefetch.h"
 #include "pipeline.h"
 #include "state.h"
@@ -183,6 +184,13 @@ static int expect_check(const struct tf_geom *g,
 	CHECK(seed)
 	CHECK(block_size)
 #undef CHECK
+	if ((e->flags & ET_TABLE_KEYED) && !g->keyed)
+		return err_set(ET_EMISMATCH, "expect->flags: keyed, the file "
+					     "is a row-indexed table");
+	if (e->rows && g->keyed)
+		return err_set(ET_EMISMATCH,
+			       "expect->rows %llu, the file is a keyed table",
+			       (unsigned long long)e->rows);
 	return 0;
 }
 
@@ -456,12 +464,16 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 			       !s ? "s is NULL"
 				  : "dense is NULL, len is not 0");
 	ret = store_flush(s); /* drains, writes back, syncs every file */
+	if (!ret)	      /* keyed tables' ids not written lately leave */
+		ret = keyed_expire(s, s->cm.ckpt + 1);
 	if (ret)
 		return ret;
 	memset(&r, 0, sizeof(r));
 	r.commit = s->cm.ckpt + 1;
 	r.id = s->cm.ckpt_id + 1;
-	return commit_run(s, &r, dense, len);
+	ret = commit_run(s, &r, dense, len);
+	keyed_next(s);
+	return ret;
 }
 
 int et_checkpoint_read(et_store *s, uint64_t *id, void **dense, size_t *len)

@@ -74,6 +74,7 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	if (pol->scaled_clock && n / POLICY_SCALE > 1) /* else unscaled */
 		c->clock_div = (uint32_t)(n / POLICY_SCALE);
 	c->keys = big_alloc(n * sizeof(*c->keys));
+	c->tags = big_alloc(n * sizeof(*c->tags)); /* zeroed: all empty */
 	c->pstate = big_alloc(n * sizeof(*c->pstate));
 	c->pin = big_alloc(n * sizeof(*c->pin));
 	c->data = mem->alloc(n * slot_bytes);
@@ -82,7 +83,7 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 		cache_free(c);
 		return -ENOMEM;
 	}
-	if (!c->keys || !c->pstate || !c->pin || !c->data) {
+	if (!c->keys || !c->tags || !c->pstate || !c->pin || !c->data) {
 		cache_free(c);
 		return -ENOMEM;
 	}
@@ -94,6 +95,7 @@ void cache_free(struct cache *c)
 	uint64_t n = cache_slots(c);
 
 	big_free(c->keys, n * sizeof(*c->keys));
+	big_free(c->tags, n * sizeof(*c->tags));
 	big_free(c->pstate, n * sizeof(*c->pstate));
 	big_free(c->pin, n * sizeof(*c->pin));
 	if (c->data)
@@ -102,9 +104,9 @@ void cache_free(struct cache *c)
 	memset(c, 0, sizeof(*c));
 }
 
-uint64_t cache_lookup(const struct cache *c, uint64_t key)
+uint64_t cache_lookup(const struct cache *c, uint32_t t, uint64_t row)
 {
-	return cache_lookup_at(c, cache_set_base(c, key), key);
+	return cache_lookup_at(c, cache_set_base(c, t, row), t, row);
 }
 
 /* The policy's victim among eligible ways of the set at base; a policy
@@ -132,7 +134,8 @@ static unsigned window_victim(struct cache *c, uint64_t base, uint64_t eligible,
 
 		if (!(eligible >> w & 1))
 			continue;
-		d = la_next(c->la, c->keys[base + w] & CACHE_KEY_MASK);
+		d = la_next(c->la, cache_slot_table(c, base + w),
+			    c->keys[base + w]);
 		if (d == LA_NONE) {
 			unused |= 1ULL << w;
 		} else if (d > far) {
@@ -153,7 +156,7 @@ static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
 {
 	*eligible = 0;
 	for (uint32_t w = 0; w < c->ways; w++) {
-		if (!c->keys[base + w])
+		if (!cache_valid(c, base + w))
 			return base + w;
 		if (!cache_pinned(c, base + w, ps))
 			*eligible |= 1ULL << w;
@@ -161,10 +164,10 @@ static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
 	return CACHE_NONE;
 }
 
-uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
+uint64_t cache_pick_n(struct cache *c, uint32_t t, uint64_t row, uint64_t now,
 		      const struct pinset *ps, bool admit, uint32_t n)
 {
-	uint64_t base = cache_set_base(c, key), eligible, slot;
+	uint64_t base = cache_set_base(c, t, row), eligible, slot;
 	uint32_t clock = cache_clock(c, now), fkey = 0;
 	unsigned v;
 
@@ -177,7 +180,7 @@ uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
 	}
 	if (c->pol->halve_ticks) {
 		sketch_age(&c->sk, clock / c->pol->halve_ticks);
-		fkey = sketch_add_n(&c->sk, key, n);
+		fkey = sketch_add_n(&c->sk, cache_hkey(t, row), n);
 	}
 	slot = free_or_eligible(c, base, ps, &eligible);
 	if (slot != CACHE_NONE || !eligible)
@@ -189,12 +192,12 @@ uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
 		if (vnext != LA_NONE) {
 			/* Every candidate is used within the window: key
 			 * goes in only if it is needed before the victim. */
-			knext = la_next(c->la, key);
+			knext = la_next(c->la, t, row);
 			return admit && (knext == LA_NONE || knext > vnext)
 				   ? CACHE_REJECT
 				   : base + v;
 		}
-		if (la_next(c->la, key) != LA_NONE)
+		if (la_next(c->la, t, row) != LA_NONE)
 			return base + v; /* needed soon, the victim is not */
 	} else {
 		v = policy_victim(c, base, eligible, clock);
@@ -205,10 +208,10 @@ uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
 	return base + v;
 }
 
-uint64_t cache_guess(const struct cache *c, uint64_t key, uint64_t now,
-		     const struct pinset *ps)
+uint64_t cache_guess(const struct cache *c, uint32_t t, uint64_t row,
+		     uint64_t now, const struct pinset *ps)
 {
-	uint64_t base = cache_set_base(c, key), eligible = 0;
+	uint64_t base = cache_set_base(c, t, row), eligible = 0;
 
 	uint64_t slot;
 
@@ -223,22 +226,24 @@ uint64_t cache_guess(const struct cache *c, uint64_t key, uint64_t now,
 
 void cache_set_dirty(struct cache *c, uint64_t slot)
 {
-	if (!(c->keys[slot] & CACHE_DIRTY)) {
-		c->keys[slot] |= CACHE_DIRTY;
+	if (!(c->tags[slot] & CACHE_TAG_DIRTY)) {
+		c->tags[slot] |= CACHE_TAG_DIRTY;
 		c->dirty++;
 	}
 }
 
-void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
-		const void *src, uint32_t row_bytes, uint64_t now)
+void cache_fill(struct cache *c, uint64_t slot, uint32_t t, uint64_t row,
+		bool dirty, const void *src, uint32_t row_bytes, uint64_t now)
 {
-	c->keys[slot] = key | (dirty ? CACHE_DIRTY : 0);
+	c->keys[slot] = row;
+	c->tags[slot] = cache_tag(t) | (dirty ? CACHE_TAG_DIRTY : 0);
 	c->used++;
 	c->row_bytes += row_bytes;
 	if (dirty)
 		c->dirty++;
-	c->pol->on_insert(&c->pstate[slot], cache_clock(c, now),
-			  c->pol->halve_ticks ? sketch_get(&c->sk, key) : 0);
+	c->pol->on_insert(
+	    &c->pstate[slot], cache_clock(c, now),
+	    c->pol->halve_ticks ? sketch_get(&c->sk, cache_hkey(t, row)) : 0);
 	memcpy(cache_row(c, slot), src, row_bytes);
 	c->st.inserts++;
 	c->st.bytes_in += row_bytes;
@@ -246,15 +251,17 @@ void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
 
 void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes)
 {
-	if (!c->keys[slot])
+	if (!cache_valid(c, slot))
 		return;
-	if (c->keys[slot] & CACHE_DIRTY)
+	if (c->tags[slot] & CACHE_TAG_DIRTY)
 		c->dirty--;
 	if (c->pol->halve_ticks) /* its count, for when it comes back */
 		sketch_raise(
-		    &c->sk, c->keys[slot] & CACHE_KEY_MASK,
+		    &c->sk,
+		    cache_hkey(cache_slot_table(c, slot), c->keys[slot]),
 		    c->pol->freq(c->pstate[slot], cache_clock(c, c->last_now)));
 	c->keys[slot] = 0;
+	c->tags[slot] = 0;
 	c->used--;
 	c->row_bytes -= row_bytes;
 }

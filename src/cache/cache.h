@@ -2,13 +2,16 @@
  * cache.h - a set-associative slot cache of rows; the HBM and the DDR tier
  * are both instances.
  *
- * Layout: the set of a key is chosen by hashing it; each set has `ways`
- * slots. Metadata lives in three compact arrays apart from the row data,
- * so a lookup reads the set's keys (ways * 8 bytes: two cache lines at the
- * default 16 ways) and touches row data only on a hit. Per slot:
+ * Layout: the set of a key (table, row) is chosen by hashing the pair
+ * (key.h); each set has `ways` slots. Metadata lives in four compact
+ * arrays apart from the row data, so a lookup reads the set's rows
+ * (ways * 8 bytes: two cache lines at the default 16 ways), the tag of a
+ * way only if its row matches (the set's tags: one more line), and
+ * touches row data only on a hit. Per slot:
  *
- *   keys   [nsets * ways] u64   row | (table + 1) << 40 | PF << 62
- *                               | DIRTY << 63; 0 = empty
+ *   keys   [nsets * ways] u64   the row, any u64 (valid if its tag is)
+ *   tags   [nsets * ways] u32   table + 1 (bits 0-29; 0 = empty)
+ *                               | PF << 30 | DIRTY << 31
  *   pstate [nsets * ways] u32   the policy's word
  *   pin    [nsets * ways] u32   epoch of the batch that pinned it
  *   data   [nsets * ways] slot_bytes each, from the tier's memory
@@ -16,7 +19,7 @@
  * All slots of one instance have one size: the store keeps one instance
  * per size class of rows in each tier (see struct sclass in registry.h).
  *
- * 16 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
+ * 20 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
  * frequency admission adds one sketch per instance (2 bytes a column, as
  * many columns as slots rounded up to a power of two). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
@@ -62,7 +65,8 @@ struct cache {
 	uint32_t ways;
 	uint32_t slot_bytes;
 	uint64_t nsets;
-	uint64_t *keys;
+	uint64_t *keys; /* rows */
+	uint32_t *tags; /* table + 1 and flags (key.h) */
 	uint32_t *pstate;
 	uint32_t *pin;
 	char *data;
@@ -103,37 +107,48 @@ static inline uint64_t cache_slots(const struct cache *c)
 	return c->nsets * c->ways;
 }
 
-/* Slot holding key, or CACHE_NONE. Does not touch the policy. */
-uint64_t cache_lookup(const struct cache *c, uint64_t key);
+/* Slot holding row of table t, or CACHE_NONE. Does not touch the
+ * policy. */
+uint64_t cache_lookup(const struct cache *c, uint32_t t, uint64_t row);
 
-/* The first slot of key's set: multiply-shift maps the hash onto
- * [0, nsets) without a division. */
-static inline uint64_t cache_set_base(const struct cache *c, uint64_t key)
+/* The first slot of the set of (t, row): multiply-shift maps the hash
+ * onto [0, nsets) without a division. */
+static inline uint64_t cache_set_base(const struct cache *c, uint32_t t,
+				      uint64_t row)
 {
-	return (uint64_t)(((unsigned __int128)hash_mix(key) * c->nsets) >> 64) *
-	       c->ways;
+	uint64_t h = hash_mix(cache_hkey(t, row));
+
+	return (uint64_t)(((unsigned __int128)h * c->nsets) >> 64) * c->ways;
 }
 
-/* cache_lookup in the set starting at base (cache_set_base(c, key)): a
- * batch hashes its keys and asks for their sets first, then probes. */
+/* cache_lookup in the set starting at base (cache_set_base(c, t, row)): a
+ * batch hashes its keys and asks for their sets first, then probes. The
+ * rows are compared first; a way whose row matches is the key's if its
+ * tag names t (an empty way's tag names no table). */
 static inline uint64_t cache_lookup_at(const struct cache *c, uint64_t base,
-				       uint64_t key)
+				       uint32_t t, uint64_t row)
 {
 	const uint64_t *k = c->keys + base;
+	const uint32_t *g = c->tags + base;
+	uint32_t tag = cache_tag(t);
 
 	for (uint32_t w = 0; w < c->ways; w++)
-		if ((k[w] & CACHE_KEY_MASK) == key)
+		if (k[w] == row && (g[w] & CACHE_TAG_TABLE) == tag)
 			return base + w;
 	return CACHE_NONE;
 }
 
-/* Asks for the cache lines of the set starting at base. */
+/* Asks for the cache lines of the set starting at base: its rows and its
+ * tags. */
 static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
 {
 	const char *p = (const char *)(c->keys + base);
+	const char *g = (const char *)(c->tags + base);
 
 	for (uint32_t off = 0; off < c->ways * 8u; off += 64)
 		__builtin_prefetch(p + off);
+	for (uint32_t off = 0; off < c->ways * 4u; off += 64)
+		__builtin_prefetch(g + off);
 }
 
 static inline void *cache_row(const struct cache *c, uint64_t slot)
@@ -143,12 +158,31 @@ static inline void *cache_row(const struct cache *c, uint64_t slot)
 
 static inline bool cache_valid(const struct cache *c, uint64_t slot)
 {
-	return c->keys[slot] != 0;
+	return (c->tags[slot] & CACHE_TAG_TABLE) != 0;
+}
+
+/* The table and the row of a valid slot. */
+static inline uint32_t cache_slot_table(const struct cache *c, uint64_t slot)
+{
+	return cache_tag_table(c->tags[slot]);
+}
+
+static inline uint64_t cache_slot_row(const struct cache *c, uint64_t slot)
+{
+	return c->keys[slot];
+}
+
+/* Whether slot holds row of table t. */
+static inline bool cache_holds(const struct cache *c, uint64_t slot, uint32_t t,
+			       uint64_t row)
+{
+	return c->keys[slot] == row &&
+	       (c->tags[slot] & CACHE_TAG_TABLE) == cache_tag(t);
 }
 
 static inline bool cache_dirty(const struct cache *c, uint64_t slot)
 {
-	return c->keys[slot] & CACHE_DIRTY;
+	return (c->tags[slot] & CACHE_TAG_DIRTY) != 0;
 }
 
 /* The epochs whose pins hold: the operation's and two batches'. */
@@ -196,8 +230,8 @@ void cache_set_dirty(struct cache *c, uint64_t slot);
 /* The row of slot is home: its dirty bit is cleared. */
 static inline void cache_clean(struct cache *c, uint64_t slot)
 {
-	if (c->keys[slot] & CACHE_DIRTY) {
-		c->keys[slot] &= ~CACHE_DIRTY;
+	if (c->tags[slot] & CACHE_TAG_DIRTY) {
+		c->tags[slot] &= ~CACHE_TAG_DIRTY;
 		c->dirty--;
 	}
 }
@@ -205,29 +239,31 @@ static inline void cache_clean(struct cache *c, uint64_t slot)
 /* Marks slot as placed by a prefetch and not used yet. */
 static inline void cache_mark_pf(struct cache *c, uint64_t slot)
 {
-	c->keys[slot] |= CACHE_PF;
+	c->tags[slot] |= CACHE_TAG_PF;
 }
 
 /* Whether slot was placed by a prefetch and not used since. */
 static inline bool cache_is_pf(const struct cache *c, uint64_t slot)
 {
-	return (c->keys[slot] & CACHE_PF) != 0;
+	return (c->tags[slot] & CACHE_TAG_PF) != 0;
 }
 
-/* cache_is_pf, and the mark cleared: the row is used now. */
+/* cache_is_pf, and the mark cleared: the row is used now. A hit on a
+ * row with no mark writes nothing (its tag's line stays clean). */
 static inline bool cache_take_pf(struct cache *c, uint64_t slot)
 {
-	bool pf = cache_is_pf(c, slot);
-
-	c->keys[slot] &= ~CACHE_PF;
-	return pf;
+	if (!cache_is_pf(c, slot))
+		return false;
+	c->tags[slot] &= ~CACHE_TAG_PF;
+	return true;
 }
 
 /*
- * A slot for key in its set: a free one if any, else a victim among slots
- * not pinned by ps. CACHE_NONE if every way is pinned. The caller moves
- * the victim out (if valid) and then calls cache_fill(); it changes
- * nothing else but the policy's sketch (it counts key as seen).
+ * A slot for row of table t (the key) in its set: a free one if any, else
+ * a victim among slots not pinned by ps. CACHE_NONE if every way is
+ * pinned. The caller moves the victim out (if valid) and then calls
+ * cache_fill(); it changes nothing else but the policy's sketch (it counts
+ * the key as seen).
  *
  * The victim: with a lookahead window (c->la active), the ways whose rows
  * the window does not use are the policy's to choose from; if the window
@@ -239,30 +275,32 @@ static inline bool cache_take_pf(struct cache *c, uint64_t slot)
  * a policy with evict(): W-TinyLFU takes every row into its window and
  * admits by frequency inside the set, relabelling ways as it picks).
  */
-uint64_t cache_pick_n(struct cache *c, uint64_t key, uint64_t now,
+uint64_t cache_pick_n(struct cache *c, uint32_t t, uint64_t row, uint64_t now,
 		      const struct pinset *ps, bool admit, uint32_t n);
 
-/* cache_pick_n for a key asked for n times at once (the sketch counts
- * n sightings). */
-static inline uint64_t cache_pick(struct cache *c, uint64_t key, uint64_t now,
-				  const struct pinset *ps, bool admit)
+/* cache_pick_n for a key asked for once (cache_pick_n: n times at once,
+ * the sketch counting n sightings). */
+static inline uint64_t cache_pick(struct cache *c, uint32_t t, uint64_t row,
+				  uint64_t now, const struct pinset *ps,
+				  bool admit)
 {
-	return cache_pick_n(c, key, now, ps, admit, 1);
+	return cache_pick_n(c, t, row, now, ps, admit, 1);
 }
 
 /*
- * The slot cache_pick would most likely choose for key now, reading the
+ * The slot cache_pick would most likely choose for (t, row) now, reading the
  * set only: a hint for asking for the cache lines a placement will touch,
  * never acted on. CACHE_NONE if it cannot tell cheaply (a lookahead
  * window, a policy that relabels ways) or every way is pinned.
  */
-uint64_t cache_guess(const struct cache *c, uint64_t key, uint64_t now,
-		     const struct pinset *ps);
+uint64_t cache_guess(const struct cache *c, uint32_t t, uint64_t row,
+		     uint64_t now, const struct pinset *ps);
 
-/* Places key in slot, which must be empty (the caller moves a victim out
- * and removes it first), and copies row_bytes of src into it. */
-void cache_fill(struct cache *c, uint64_t slot, uint64_t key, bool dirty,
-		const void *src, uint32_t row_bytes, uint64_t now);
+/* Places row of table t in slot, which must be empty (the caller moves a
+ * victim out and removes it first), and copies row_bytes of src into it.
+ * The prefetch flag starts clear (cache_mark_pf). */
+void cache_fill(struct cache *c, uint64_t slot, uint32_t t, uint64_t row,
+		bool dirty, const void *src, uint32_t row_bytes, uint64_t now);
 
 /* Empties slot, whose row has row_bytes (as given to cache_fill). */
 void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes);

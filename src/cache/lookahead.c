@@ -52,11 +52,14 @@ int la_tables(struct lookahead *la, uint32_t tables)
 	return 0;
 }
 
-static struct la_entry *slot_of(struct la_entry *e, size_t cap, uint64_t key)
+/* The entry of row of table t, or the empty one where it would go. */
+static struct la_entry *slot_of(struct la_entry *e, size_t cap, uint32_t t,
+				uint64_t row)
 {
-	size_t i = hash_mix(key) & (cap - 1);
+	uint32_t tag = cache_tag(t);
+	size_t i = hash_mix(cache_hkey(t, row)) & (cap - 1);
 
-	while (e[i].key && e[i].key != key)
+	while (e[i].tag && (e[i].row != row || e[i].tag != tag))
 		i = (i + 1) & (cap - 1);
 	return &e[i];
 }
@@ -79,7 +82,8 @@ static int grow(struct lookahead *la)
 	memset(e, 0, cap * sizeof(*e));
 	for (size_t i = 0; i < la->cap; i++)
 		if (la->e[i].mask)
-			*slot_of(e, cap, la->e[i].key) = la->e[i];
+			*slot_of(e, cap, cache_tag_table(la->e[i].tag),
+				 la->e[i].row) = la->e[i];
 	if (la->e)
 		mem_free(la->e, la->cap * sizeof(*la->e), 64);
 	la->e = e;
@@ -88,7 +92,7 @@ static int grow(struct lookahead *la)
 	return 0;
 }
 
-int la_add(struct lookahead *la, uint64_t key, uint32_t b)
+int la_add(struct lookahead *la, uint32_t t, uint64_t row, uint32_t b)
 {
 	struct la_entry *e;
 
@@ -98,9 +102,10 @@ int la_add(struct lookahead *la, uint64_t key, uint32_t b)
 		if (ret)
 			return ret;
 	}
-	e = slot_of(la->e, la->cap, key);
-	if (!e->key) {
-		e->key = key;
+	e = slot_of(la->e, la->cap, t, row);
+	if (!e->tag) {
+		e->row = row;
+		e->tag = cache_tag(t);
 		la->n++;
 	}
 	e->mask |= 1u << b;
@@ -109,16 +114,15 @@ int la_add(struct lookahead *la, uint64_t key, uint32_t b)
 	return 0;
 }
 
-uint32_t la_next(const struct lookahead *la, uint64_t key)
+uint32_t la_next(const struct lookahead *la, uint32_t t, uint64_t row)
 {
 	const struct la_entry *e;
-	uint32_t mask, t;
+	uint32_t mask;
 
 	if (!la->n)
 		return LA_NONE;
-	e = slot_of(la->e, la->cap, key);
-	mask = e->mask; /* 0 if key is not there */
-	t = cache_key_table(key);
+	e = slot_of(la->e, la->cap, t, row);
+	mask = e->mask; /* 0 if the key is not there */
 	if (t / 64 < la->done_words && la->done[t / 64] >> (t % 64) & 1)
 		mask &= ~1u;
 	return mask ? (uint32_t)__builtin_ctz(mask) : LA_NONE;
@@ -236,10 +240,8 @@ int la_set(struct lookahead *la, const struct et_batch *b, size_t n,
 			const struct et_batch_ids *t = &b[j].tables[k];
 
 			for (size_t i = 0; i < t->n && !ret; i++)
-				ret = la_add(
-				    la,
-				    cache_key((uint32_t)t->table, t->ids[i]),
-				    (uint32_t)j);
+				ret = la_add(la, (uint32_t)t->table, t->ids[i],
+					     (uint32_t)j);
 		}
 	if (ret) {
 		/* a slid window is half made: none at all, as promised */

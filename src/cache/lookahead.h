@@ -1,11 +1,11 @@
 /*
  * lookahead.h - the window of upcoming batches a caller handed the store
- * (et_lookahead), as a map from a row's cache key to the batches of the
- * window that use it.
+ * (et_lookahead), as a map from a row's key (table, row) to the batches of
+ * the window that use it.
  *
  * An open-addressing hash table (linear probing, at most half full) of
- * (key, mask): bit b of mask is set if batch b of the window uses the row,
- * batch 0 being the one the caller runs next. Each et_lookahead call
+ * (row, table, mask): bit b of mask is set if batch b of the window uses
+ * the row, batch 0 being the one the caller runs next. Each et_lookahead call
  * replaces the whole window. The first operation on a table after the
  * call is that table's part of batch 0: from then on batch 0 no longer
  * counts as an upcoming use of the table's rows (la_consume). The caches
@@ -41,9 +41,9 @@
 #define LA_MAX_BATCH 32u	/* batches a window holds at most */
 
 struct la_entry {
-	uint64_t key; /* cache key; 0: empty */
+	uint64_t row;
+	uint32_t tag; /* table + 1 (cache_tag); 0: empty */
 	uint32_t mask;
-	uint32_t pad;
 };
 
 struct lookahead {
@@ -75,9 +75,9 @@ void la_free(struct lookahead *la);
 /* Makes room for tables tables. 0 or -ENOMEM. */
 int la_tables(struct lookahead *la, uint32_t tables);
 
-/* Records that batch b (< LA_MAX_BATCH) of the window uses key (a cache
- * key: never 0). 0, or -ENOMEM (the window is then empty). */
-int la_add(struct lookahead *la, uint64_t key, uint32_t b);
+/* Records that batch b (< LA_MAX_BATCH) of the window uses row of table
+ * t (t < CACHE_MAX_TABLES). 0, or -ENOMEM (the window is then empty). */
+int la_add(struct lookahead *la, uint32_t t, uint64_t row, uint32_t b);
 
 /* An operation on table t begins: its part of batch 0 is now. */
 static inline void la_consume(struct lookahead *la, uint32_t t)
@@ -86,8 +86,9 @@ static inline void la_consume(struct lookahead *la, uint32_t t)
 		la->done[t / 64] |= 1ULL << (t % 64);
 }
 
-/* The first batch of the window that will use key, or LA_NONE. */
-uint32_t la_next(const struct lookahead *la, uint64_t key);
+/* The first batch of the window that will use row of table t, or
+ * LA_NONE. */
+uint32_t la_next(const struct lookahead *la, uint32_t t, uint64_t row);
 
 static inline int la_active(const struct lookahead *la)
 {

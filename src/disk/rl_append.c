@@ -307,6 +307,28 @@ static int abuf_load(struct rowlog *l, io_ctx *io)
 	return rl_io(io, IO_READ, l->fd, l->abuf, l->off_align, l->wb_off);
 }
 
+int chg_reserve(struct rowlog *l, size_t k)
+{
+	if (l->nchg + k > l->chgcap) {
+		size_t cap = l->chgcap ? l->chgcap * 2 : 1024;
+		uint64_t *n;
+
+		while (cap < l->nchg + k)
+			cap *= 2;
+		n = mem_alloc(cap * sizeof(*n), 0);
+
+		if (!n)
+			return -ENOMEM;
+		if (l->chg) {
+			memcpy(n, l->chg, l->nchg * sizeof(*n));
+			mem_free(l->chg, l->chgcap * sizeof(*n), 0);
+		}
+		l->chg = n;
+		l->chgcap = cap;
+	}
+	return 0;
+}
+
 int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src)
 {
 	unsigned char h[RL_REC_HDR];
@@ -333,21 +355,11 @@ int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src)
 		if (ret)
 			return ret;
 	}
-	if (l->nchg == l->chgcap) {
-		/* room for the row in the list of changes, before the index
-		 * holds it: a failure leaves nothing half done */
-		size_t cap = l->chgcap ? l->chgcap * 2 : 1024;
-		uint64_t *n = mem_alloc(cap * sizeof(*n), 0);
-
-		if (!n)
-			return -ENOMEM;
-		if (l->chg) {
-			memcpy(n, l->chg, l->nchg * sizeof(*n));
-			mem_free(l->chg, l->chgcap * sizeof(*n), 0);
-		}
-		l->chg = n;
-		l->chgcap = cap;
-	}
+	/* room for the row in the list of changes, before the index holds
+	 * it: a failure leaves nothing half done */
+	ret = chg_reserve(l, 1);
+	if (ret)
+		return ret;
 	ret = rli_slot(&l->ix, row, &slot, &isnew);
 	if (ret)
 		return ret;
@@ -359,9 +371,13 @@ int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src)
 	old = l->ix.vals[slot];
 	if (!isnew)
 		l->live[(old & RL_MAXREC) / l->rps]--;
+	else
+		l->epoch++;
 	if (!(old & RL_DIRTY))
 		l->chg[l->nchg++] = row;
 	l->ix.vals[slot] = recno | RL_DIRTY;
+	if (l->ix.aux && (isnew || !l->in_clean))
+		l->ix.aux[slot] = l->tick;
 	l->live[l->hseg]++;
 	l->hslot++;
 	l->st.rows_appended++;

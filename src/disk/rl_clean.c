@@ -67,8 +67,9 @@ static int64_t pick_victim(const struct rowlog *l)
  */
 static void quarantine(struct rowlog *l, uint32_t s)
 {
-	for (uint64_t i = 0; i < l->ix.cap; i++)
-		if (l->ix.keys[i] && (l->ix.vals[i] & RL_MAXREC) / l->rps == s)
+	for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+		if (rli_used(&l->ix, i) &&
+		    (l->ix.vals[i] & RL_MAXREC) / l->rps == s)
 			l->st.bad_records++;
 	l->bad[s] = 1;
 }
@@ -104,7 +105,7 @@ static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
 			uint32_t recno = s * l->rps + i;
 			int64_t k;
 
-			if (row >= l->rows)
+			if (l->rows && row >= l->rows)
 				continue;
 			k = rli_find(&l->ix, row);
 			if (k < 0 || (l->ix.vals[k] & RL_MAXREC) != recno)
@@ -113,7 +114,9 @@ static int clean_segment(struct rowlog *l, io_ctx *io, uint32_t s)
 			    get64(r + 8))
 				continue; /* damaged: quarantined below */
 			memcpy(tmp, r + RL_REC_HDR, l->row_bytes);
+			l->in_clean = true;
 			ret = append_one(l, io, row, tmp);
+			l->in_clean = false;
 			if (!ret)
 				l->st.rows_cleaned++;
 		}

@@ -10,6 +10,11 @@
  * the hash scaled to the count), so an index is 0.6 to 0.9 full: 12 bytes
  * a slot, 13 to 20 bytes a row.
  *
+ * Rows are any u64 (a keyed table's keys): a slot holds row + 1, 0 being
+ * empty, so the one row whose + 1 wraps, UINT64_MAX, has a slot of its
+ * own past the others, slot cap (used when has_max). Walk the slots with
+ * rli_end/rli_used/rli_row.
+ *
  * One thread at a time, like its log.
  */
 #ifndef ET_RL_INDEX_H
@@ -21,10 +26,31 @@
 #include "hash.h"
 
 struct rl_index {
-	uint64_t *keys; /* row + 1; 0: empty */
-	uint32_t *vals;
+	uint64_t *keys; /* [cap + 1] row + 1; 0: empty (slot cap: unused) */
+	uint32_t *vals; /* [cap + 1] */
+	uint32_t *aux;	/* [cap + 1] if kept (rli_keep_aux): a word per
+			 * entry that moves with it (the row log's stamps) */
 	uint64_t cap, count;
+	bool has_max; /* row UINT64_MAX is in slot cap */
+	bool keep_aux;
 };
+
+/* One past the last slot of a walk over the index. */
+static inline uint64_t rli_end(const struct rl_index *x)
+{
+	return x->cap ? x->cap + 1 : 0;
+}
+
+static inline bool rli_used(const struct rl_index *x, uint64_t i)
+{
+	return i < x->cap ? x->keys[i] != 0 : x->has_max;
+}
+
+/* The row in used slot i. */
+static inline uint64_t rli_row(const struct rl_index *x, uint64_t i)
+{
+	return i < x->cap ? x->keys[i] - 1 : UINT64_MAX;
+}
 
 /* The slot where row's probe starts: the hash scaled to the count. */
 static inline uint64_t rli_home(uint64_t cap, uint64_t row)
@@ -38,6 +64,14 @@ int64_t rli_find(const struct rl_index *x, uint64_t row);
 /* The slot of row, inserted (value 0) if new (*isnew). An insert may move
  * other entries: slots found before it are stale after it. */
 int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew);
+
+/* From now on keeps an aux word per entry (0 for the entries there now,
+ * and for each new one). */
+int rli_keep_aux(struct rl_index *x);
+
+/* Removes the entry in slot (from rli_find or rli_slot); entries after it
+ * may move back one slot: slots found before are stale after it. */
+void rli_del(struct rl_index *x, uint64_t slot);
 
 /* Room for want rows at a load of 3/4, made at once (see rl_index.c). */
 int rli_reserve(struct rl_index *x, uint64_t want);

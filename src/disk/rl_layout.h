@@ -25,6 +25,10 @@
  * sequential writes whatever the batch size. Reads take the aligned span
  * around a record (or copy it from the buffer, if it is still there).
  *
+ * A keyed table's log (rows 0: any u64 row) can also erase rows: the
+ * index forgets them, and the commit's batch names each with recno
+ * RL_TOMB (a tombstone), which a replay applies by forgetting it too.
+ *
  * The index maps a row to its newest recno; the top bit of a recno marks
  * "changed since the last commit", and the first change of a row also
  * lists it in chg, so a commit's journal batch costs what changed. live[s]
@@ -56,6 +60,7 @@
 #define RL_REC_HDR     16
 #define RL_DIRTY       0x80000000u
 #define RL_MAXREC      0x7fffffffu
+#define RL_TOMB	       0xffffffffu /* a journal entry's recno: erased */
 #define RL_READ_BATCH  256
 /* Reads of log records: at most RL_READ_RECS records a batch; records
  * within RL_READ_GAP of the read before share it, up to RL_READ_SPAN a
@@ -66,7 +71,8 @@
 #define RL_READ_SPAN   (128u << 10)
 #define RL_ORDER_FRAC  16
 #define RL_CLEAN_CHUNK (1u << 20)
-#define RL_CLEAN_MAX   4 /* segments cleaned per append call, at most */
+#define RL_CLEAN_MAX   4     /* segments cleaned per append call, at most */
+#define RL_CHG_KEEP    65536 /* rows of the list of changes kept past a commit */
 
 enum { W_FREE = 0, W_BUSY = 1, W_FAILED = 2 };
 
@@ -76,7 +82,7 @@ struct rowlog {
 	int fd;	 /* PATH.log, O_DIRECT; -1 until it exists */
 	int jfd; /* PATH.idx; -1 until it exists */
 	bool rdonly;
-	uint64_t rows;
+	uint64_t rows; /* 0: keyed, any u64 row */
 	uint32_t row_bytes, rec_bytes, seg_bytes, rps;
 	uint32_t mem_align, off_align;
 	struct rl_index ix; /* row -> recno | RL_DIRTY */
@@ -125,6 +131,9 @@ struct rowlog {
 	uint32_t *rrec; /* and its recno */
 	uint64_t *ord;	/* a read's records in log order */
 	size_t ordcap;
+	uint64_t epoch; /* rowlog_epoch */
+	uint32_t tick;	/* rowlog_stamps: the stamp of rows appended now */
+	bool in_clean;	/* the cleaner's appends keep their rows' stamps */
 	struct rowlog_stats st;
 };
 
@@ -181,6 +190,8 @@ int staging(struct rowlog *l);
 int other_settle(struct rowlog *l, io_ctx *io);
 int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto);
 int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src);
+/* Room for k more rows in l->chg. */
+int chg_reserve(struct rowlog *l, size_t k);
 /* rowlog_append less the cleaner (which appends too: it calls down here,
  * and rowlog.c calls both): row i's bytes at ptrs[i], or, with ptrs NULL,
  * at src + i * row_bytes */

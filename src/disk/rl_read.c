@@ -216,12 +216,12 @@ int rowlog_verify(struct rowlog *l, io_ctx *io, uint64_t *bad,
 	buf = mem_alloc((size_t)B * l->row_bytes, 0);
 	if (!buf)
 		return -ENOMEM;
-	for (uint64_t i = 0; i < l->ix.cap && !ret;) {
+	for (uint64_t i = 0; i < rli_end(&l->ix) && !ret;) {
 		uint32_t k = 0;
 
-		for (; i < l->ix.cap && k < B; i++)
-			if (l->ix.keys[i]) {
-				rows[k] = l->ix.keys[i] - 1;
+		for (; i < rli_end(&l->ix) && k < B; i++)
+			if (rli_used(&l->ix, i)) {
+				rows[k] = rli_row(&l->ix, i);
 				idx[k] = k;
 				k++;
 			}

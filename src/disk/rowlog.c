@@ -87,6 +87,86 @@ int rowlog_append_ptrs(struct rowlog *l, io_ctx *io, const uint64_t *rows,
 	return ret ? ret : maybe_clean(l, io);
 }
 
+int rowlog_erase(struct rowlog *l, const uint64_t *rows, size_t n,
+		 uint64_t *erased)
+{
+	int ret;
+
+	*erased = 0;
+	if (l->rdonly || l->rows)
+		return -EBADF;
+	/* room in the list of changes for every row first: past it, nothing
+	 * fails */
+	ret = chg_reserve(l, n);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		int64_t e = rli_find(&l->ix, rows[i]);
+		uint32_t v;
+
+		if (e < 0)
+			continue;
+		v = l->ix.vals[e];
+		if (!(v & RL_DIRTY))
+			l->chg[l->nchg++] = rows[i];
+		l->live[(v & RL_MAXREC) / l->rps]--;
+		rli_del(&l->ix, (uint64_t)e);
+		l->epoch++;
+		(*erased)++;
+	}
+	return 0;
+}
+
+int rowlog_stamps(struct rowlog *l, uint32_t tick)
+{
+	int ret;
+
+	l->tick = tick;
+	if (l->ix.keep_aux)
+		return 0;
+	ret = rli_keep_aux(&l->ix);
+	for (uint64_t i = 0; !ret && i < rli_end(&l->ix); i++)
+		l->ix.aux[i] = tick;
+	return ret;
+}
+
+int rowlog_expired(const struct rowlog *l, uint32_t tick, uint32_t after,
+		   uint64_t **out, size_t *n)
+{
+	size_t k = 0, cap = 0;
+	uint64_t *rows = NULL;
+
+	*out = NULL;
+	*n = 0;
+	if (!l->ix.aux)
+		return 0;
+	for (uint64_t i = 0; i < rli_end(&l->ix); i++) {
+		if (!rli_used(&l->ix, i) ||
+		    (uint32_t)(tick - l->ix.aux[i]) < after)
+			continue;
+		if (k == cap) {
+			uint64_t *r;
+
+			cap = cap ? 2 * cap : 1024;
+			r = realloc(rows, cap * sizeof(*rows));
+			if (!r) {
+				free(rows);
+				return -ENOMEM;
+			}
+			rows = r;
+		}
+		rows[k++] = rli_row(&l->ix, i);
+	}
+	*out = rows;
+	*n = k;
+	return 0;
+}
+
+uint64_t rowlog_epoch(const struct rowlog *l)
+{
+	return l ? l->epoch : 0;
+}
+
 uint64_t rowlog_count(const struct rowlog *l)
 {
 	return l ? l->ix.count : 0;
@@ -102,11 +182,12 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 
 	for (size_t i = 0; i < n; i++, p += JR_ENT) {
 		uint64_t row = l->chg[first + i];
-		uint32_t rn = l->ix.vals[rli_find(&l->ix, row)] & RL_MAXREC;
+		int64_t e = rli_find(&l->ix, row);
+		uint32_t rn = e >= 0 ? l->ix.vals[e] & RL_MAXREC : RL_TOMB;
 
 		put64(p, row);
 		put32(p + 8, rn);
-		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
+		put32(p + 12, e >= 0 && l->ver >= 2 ? l->gen[rn / l->rps] : 0);
 	}
 }
 
@@ -120,10 +201,10 @@ static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 	for (size_t i = 0; i < n; i++, p += JR_ENT) {
 		uint32_t rn;
 
-		while (!l->ix.keys[l->fill_at])
+		while (!rli_used(&l->ix, l->fill_at))
 			l->fill_at++;
 		rn = l->ix.vals[l->fill_at] & RL_MAXREC;
-		put64(p, l->ix.keys[l->fill_at] - 1);
+		put64(p, rli_row(&l->ix, l->fill_at));
 		put32(p + 8, rn);
 		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
 		l->fill_at++;
@@ -242,6 +323,13 @@ void rowlog_commit_done(struct rowlog *l, uint64_t commit, bool durable)
 			l->ix.vals[e] &= RL_MAXREC;
 	}
 	l->nchg = 0;
+	/* a large list of changes (a bulk write, a first fill) is not kept
+	 * beside the index it would add half to */
+	if (l->chgcap > RL_CHG_KEEP) {
+		mem_free(l->chg, l->chgcap * sizeof(*l->chg), 0);
+		l->chg = NULL;
+		l->chgcap = 0;
+	}
 	if (l->snap == SNAP_PREPARED && l->snap_commit == commit)
 		l->snap = SNAP_COMMITTED;
 	/* The rename waits for a durable record (the old record, should
@@ -318,8 +406,15 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 			__builtin_prefetch(&l->ix.vals[h]);
 		}
 
+		if (rn == RL_TOMB && !l->rows) {
+			int64_t k = rli_find(&l->ix, row);
+
+			if (k >= 0)
+				rli_del(&l->ix, (uint64_t)k);
+			continue;
+		}
 		seg = rn / l->rps;
-		if (row >= l->rows || rn > RL_MAXREC)
+		if ((l->rows && row >= l->rows) || rn > RL_MAXREC)
 			return err_set(ET_EJOURNAL,
 				       "%s: entry for row %llu, record %u, "
 				       "out of range",
@@ -459,8 +554,9 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		uint32_t ns = l->head_ok ? l->hseg + 1 : 0;
 		uint64_t need;
 
-		for (uint64_t i = 0; i < l->ix.cap; i++)
-			if (l->ix.keys[i] && l->ix.vals[i] / l->rps + 1 > ns)
+		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+			if (rli_used(&l->ix, i) &&
+			    l->ix.vals[i] / l->rps + 1 > ns)
 				ns = l->ix.vals[i] / l->rps + 1;
 		if (stat(l->plog, &st)) {
 			ret = err_set(ET_EMISSING,
@@ -471,8 +567,8 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		}
 		/* every committed record, and the head, must be in it */
 		need = l->head_ok ? head_off(l) : 0;
-		for (uint64_t i = 0; i < l->ix.cap; i++)
-			if (l->ix.keys[i] &&
+		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+			if (rli_used(&l->ix, i) &&
 			    rec_off(l, l->ix.vals[i]) + l->rec_bytes > need)
 				need = rec_off(l, l->ix.vals[i]) + l->rec_bytes;
 		if ((uint64_t)st.st_size < need) {
@@ -488,8 +584,8 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 			goto err;
 		l->nsegs = ns;
 		memset(l->live, 0, ns * sizeof(*l->live));
-		for (uint64_t i = 0; i < l->ix.cap; i++)
-			if (l->ix.keys[i])
+		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+			if (rli_used(&l->ix, i))
 				l->live[l->ix.vals[i] / l->rps]++;
 		memcpy(l->live_c, l->live, ns * sizeof(*l->live));
 		ret = log_file(l);
@@ -547,9 +643,9 @@ int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n)
 	rows = malloc(l->ix.count * sizeof(*rows));
 	if (!rows)
 		return -ENOMEM;
-	for (uint64_t i = 0; i < l->ix.cap; i++)
-		if (l->ix.keys[i])
-			rows[k++] = l->ix.keys[i] - 1;
+	for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+		if (rli_used(&l->ix, i))
+			rows[k++] = rli_row(&l->ix, i);
 	qsort(rows, k, sizeof(*rows), cmp_u64);
 	*out = rows;
 	*n = k;
@@ -568,9 +664,10 @@ void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st)
 		if (!seg_free(l, s))
 			used++;
 	st->index_rows = l->ix.count;
-	st->index_bytes =
-	    l->ix.cap * (sizeof(*l->ix.keys) + sizeof(*l->ix.vals)) +
-	    (uint64_t)l->segcap * 9 + l->chgcap * sizeof(*l->chg);
+	st->index_bytes = (l->ix.cap + !!l->ix.cap) *
+			      (sizeof(*l->ix.keys) + sizeof(*l->ix.vals) +
+			       (l->ix.aux ? sizeof(*l->ix.aux) : 0)) +
+			  (uint64_t)l->segcap * 9 + l->chgcap * sizeof(*l->chg);
 	st->live_bytes = l->ix.count * l->rec_bytes;
 	st->log_bytes = used * l->seg_bytes;
 }

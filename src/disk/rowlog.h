@@ -50,9 +50,31 @@ struct rowlog_stats {
  * file, when the files do not hold it). Files that nothing committed
  * needs may be missing; they are created on the first append. rdonly:
  * never writes. */
+/* rows: the table's; 0 for a keyed table (any u64 row, rowlog_erase). */
 int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		const struct jr_expect *x, bool rdonly, struct rowlog **out);
 void rowlog_close(struct rowlog *l);
+
+/* Forgets the rows of a keyed table's log (opened with rows 0) that it
+ * holds, *erased of them: they read as their initializer's again, and the
+ * next commit's batch names them with tombstones. -EBADF for a read-only
+ * or row-indexed log. */
+int rowlog_erase(struct rowlog *l, const uint64_t *rows, size_t n,
+		 uint64_t *erased);
+
+/* Stamps: from now on the index keeps a u32 per row, the tick at which
+ * its newest record was appended (the cleaner's moves keep it); rows in
+ * it now, and those appended until the next call, take tick. Kept in
+ * memory only (4 bytes a row): a reopened log stamps its rows anew. */
+int rowlog_stamps(struct rowlog *l, uint32_t tick);
+
+/* The rows whose stamp is `after` or more ticks before tick, in a
+ * malloc()ed array (NULL if none). */
+int rowlog_expired(const struct rowlog *l, uint32_t tick, uint32_t after,
+		   uint64_t **out, size_t *n);
+
+/* A number that changes whenever the index's set of rows may have. */
+uint64_t rowlog_epoch(const struct rowlog *l);
 
 /* Whether row has a record in the log. */
 bool rowlog_has(const struct rowlog *l, uint64_t row);

@@ -209,6 +209,7 @@ int tf_create(const char *path, const struct et_table_params *p, bool owned,
 	if (!tf)
 		return -ENOMEM;
 	tf->g.rows = p->rows;
+	tf->g.keyed = (p->flags & ET_TABLE_KEYED) != 0;
 	tf->g.dim = p->dim;
 	tf->g.dtype = p->dtype ? p->dtype : ET_F32;
 	tf->g.optim = p->optim;
@@ -522,6 +523,7 @@ int et_tfile_info(et_tfile *tf, struct et_table_info *info)
 		return -errno;
 	memset(info, 0, sizeof(*info));
 	info->rows = tf->g.rows;
+	info->flags = tf->g.keyed ? ET_TABLE_KEYED : 0;
 	info->dim = tf->g.dim;
 	info->dtype = tf->g.dtype;
 	info->optim = tf->g.optim;
@@ -557,9 +559,9 @@ int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows, size_t max,
 				    : "rows");
 	*n = 0;
 	g = &tf->g;
-	/* rows are only ever added to the log's index: a new count is a
-	 * new set */
-	if (tf->nlrows != rowlog_count(tf->log)) {
+	/* the sorted copy is made again when the log's set of rows may
+	 * have changed */
+	if (!tf->lrows || tf->lrows_epoch != rowlog_epoch(tf->log)) {
 		free(tf->lrows);
 		tf->lrows = NULL;
 		tf->nlrows = 0;
@@ -567,6 +569,7 @@ int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows, size_t max,
 
 		if (ret)
 			return ret;
+		tf->lrows_epoch = rowlog_epoch(tf->log);
 	}
 	lo = 0;
 	hi = tf->nlrows;
@@ -577,6 +580,12 @@ int et_tfile_rows(et_tfile *tf, uint64_t from, uint64_t *rows, size_t max,
 			lo = mid + 1;
 		else
 			hi = mid;
+	}
+	if (g->keyed) { /* its ids are the logged rows alone */
+		while (k < max && lo < tf->nlrows)
+			rows[k++] = tf->lrows[lo++];
+		*n = k;
+		return 0;
 	}
 	/* b: the first written block at or after r's (UINT64_MAX: none; a
 	 * huge lazy table's map is searched once, not once a row) */
@@ -631,6 +640,33 @@ void tf_get_stats(const et_tfile *tf, struct tf_stats *st)
 void tf_log_writes(et_tfile *tf, bool on)
 {
 	tf->log_writes = on;
+}
+
+int tf_erase_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+		  uint64_t *erased)
+{
+	*erased = 0;
+	if (!tf->g.keyed)
+		return -EINVAL;
+	return tf->log ? rowlog_erase(tf->log, rows, n, erased) : 0;
+}
+
+int tf_stamps(et_tfile *tf, uint32_t tick)
+{
+	return tf->log ? rowlog_stamps(tf->log, tick) : 0;
+}
+
+int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
+	       uint64_t **rows, size_t *n)
+{
+	*rows = NULL;
+	*n = 0;
+	return tf->log ? rowlog_expired(tf->log, tick, after, rows, n) : 0;
+}
+
+bool tf_row_logged(const et_tfile *tf, uint64_t row)
+{
+	return rowlog_has(tf->log, row);
 }
 
 int tf_commit_prepare(et_tfile *tf, uint64_t commit)

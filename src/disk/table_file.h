@@ -22,7 +22,8 @@
 
 /* Decoded, validated geometry; constant for the file's life. */
 struct tf_geom {
-	uint64_t rows;
+	uint64_t rows; /* 0 for a keyed table: any u64 row, no blocks */
+	bool keyed;
 	uint32_t dim;
 	et_dtype dtype;
 	et_optim optim;
@@ -102,6 +103,16 @@ void tf_get_stats(const et_tfile *tf, struct tf_stats *st);
  * (tf_write_rows_raw appends); others write blocks in place, and refuse
  * (-EBUSY) once the log holds rows. */
 void tf_log_writes(et_tfile *tf, bool on);
+/* A keyed table's rows in the log: tf_erase_rows forgets them (rowlog_erase;
+ * -EINVAL for a row-indexed table); tf_stamps and tf_expired are
+ * rowlog_stamps and rowlog_expired; tf_row_logged, whether row is there. */
+int tf_erase_rows(et_tfile *tf, const uint64_t *rows, size_t n,
+		  uint64_t *erased);
+int tf_stamps(et_tfile *tf, uint32_t tick);
+int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
+	       uint64_t **rows, size_t *n);
+bool tf_row_logged(const et_tfile *tf, uint64_t row);
+
 /* et_tfile_create and et_tfile_open for a store (owned): its lock on the
  * directory covers the file, which takes no lock of its own. */
 int tf_create(const char *path, const struct et_table_params *p, bool owned,

@@ -57,7 +57,8 @@ struct et_tfile {
 	struct rowlog *log; /* rows written by a store (PATH.log) */
 	uint64_t *lrows;    /* et_tfile_rows: the log's rows, sorted */
 	size_t nlrows;
-	unsigned char *rraw; /* et_tfile_read_rows: raw rows, kept for the
+	uint64_t lrows_epoch; /* rowlog_epoch when lrows was made */
+	unsigned char *rraw;  /* et_tfile_read_rows: raw rows, kept for the
 			      * next call (the largest call's size) */
 	size_t rraw_bytes;
 	bool log_writes; /* row writes go to the log (a store's file) */

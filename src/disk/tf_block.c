@@ -221,7 +221,7 @@ static int ent_cmp(const void *a, const void *b)
 
 int tf_check_rows(const et_tfile *tf, const uint64_t *rows, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !tf->g.keyed; i++)
 		if (rows[i] >= tf->g.rows)
 			return err_set(
 			    ET_EROWRANGE,
@@ -753,7 +753,7 @@ int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 			ret = rowlog_append(tf->log, io, rows, n, src);
 		return ret;
 	}
-	if (rowlog_count(tf->log))
+	if (rowlog_count(tf->log) || tf->g.keyed)
 		return -EBUSY; /* the log would shadow the write */
 	ret = make_ents(tf, rows, n, &e);
 	if (ret)

@@ -91,6 +91,9 @@ static int range_check(et_tfile *tf, uint64_t first, uint64_t n,
 		return err_set(-EINVAL, "%s is NULL", !tf ? "tf" : "in");
 	if (tf->rdonly)
 		return err_set(-EBADF, "the table file is open read-only");
+	if (tf->g.keyed)
+		return err_set(-EINVAL, "a keyed table has no row ranges: "
+					"write its ids through a store");
 	if (rowlog_count(tf->log))
 		return err_set(-EBUSY,
 			       "the table's row log holds rows a "

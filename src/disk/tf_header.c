@@ -2,7 +2,7 @@
  * tf_header.c - the header block of a table file, and the geometry it
  * implies.
  *
- * The header names the primary parameters (rows, dim, dtype, optimizer,
+ * The header names the primary parameters (rows, or the keyed flag; dim, dtype, optimizer,
  * initializer, seed, block size) and the fields derived from them, under
  * an XXH3 checksum; tf_geom_derive computes the derived ones, and a header
  * whose stored fields disagree with them is ET_EHEADER. tf_params_check
@@ -41,7 +41,7 @@ void tf_header_encode(const struct tf_geom *g, unsigned char *h)
 	put32(h + 56, g->block_size);
 	put32(h + 60, g->rows_per_block);
 	put32(h + 64, g->row_bytes);
-	put32(h + 68, 0); /* flags */
+	put32(h + 68, g->keyed ? ET_TABLE_KEYED : 0); /* flags */
 	put64(h + 72, g->data_off);
 	put64(h + 80, g->blocks);
 	put64(h + TF_HDR_SUM_OFF, hash_bytes(h, TF_HDR_SUM_OFF));
@@ -58,10 +58,10 @@ bool tf_geom_derive(struct tf_geom *g)
 {
 	size_t es = dtype_size(g->dtype);
 
-	if (!es || g->dim == 0 || g->dim > ET_MAX_DIM || g->rows == 0 ||
-	    g->rows > ET_MAX_ROWS || g->optim > ET_OPT_ROWWISE_ADAGRAD ||
-	    g->init > ET_INIT_NORMAL || !isfinite(g->init_scale) ||
-	    g->init_scale < 0)
+	if (!es || g->dim == 0 || g->dim > ET_MAX_DIM ||
+	    (g->keyed ? g->rows != 0 : g->rows == 0 || g->rows > ET_MAX_ROWS) ||
+	    g->optim > ET_OPT_ROWWISE_ADAGRAD || g->init > ET_INIT_NORMAL ||
+	    !isfinite(g->init_scale) || g->init_scale < 0)
 		return false;
 	g->state_floats = tf_state_floats_of(g->optim);
 	g->value_bytes = g->dim * (uint32_t)es;
@@ -83,7 +83,16 @@ int tf_params_check(const struct et_table_params *p)
 	unsigned dtype = p->dtype ? (unsigned)p->dtype : ET_F32;
 	uint64_t rb;
 
-	if (p->rows == 0 || p->rows > ET_MAX_ROWS)
+	if (p->flags & ~ET_TABLE_KEYED)
+		return err_set(ET_ECONFIG, "et_table_params.flags 0x%x unknown",
+			       p->flags & ~ET_TABLE_KEYED);
+	if ((p->flags & ET_TABLE_KEYED) && p->rows)
+		return err_set(ET_ECONFIG,
+			       "et_table_params.rows %llu for a keyed table: "
+			       "must be 0 (its ids are any u64)",
+			       (unsigned long long)p->rows);
+	if (!(p->flags & ET_TABLE_KEYED) &&
+	    (p->rows == 0 || p->rows > ET_MAX_ROWS))
 		return err_set(ET_ECONFIG,
 			       "et_table_params.rows %llu out of range "
 			       "1..2^40",
@@ -138,6 +147,7 @@ int tf_header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
 		return ET_EHDRSUM;
 	memset(g, 0, sizeof(*g));
 	g->rows = get64(h + 16);
+	g->keyed = get32(h + 68) == ET_TABLE_KEYED;
 	g->dim = get32(h + 24);
 	g->dtype = (et_dtype)get32(h + 28);
 	g->optim = (et_optim)get32(h + 32);
@@ -149,8 +159,9 @@ int tf_header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
 	if (get32(h + 12) != TF_HDR_BYTES || !tf_geom_derive(g) ||
 	    get32(h + 36) != g->state_floats ||
 	    get32(h + 60) != g->rows_per_block ||
-	    get32(h + 64) != g->row_bytes || get32(h + 68) != 0 ||
-	    get64(h + 72) != g->data_off || get64(h + 80) != g->blocks)
+	    get32(h + 64) != g->row_bytes ||
+	    (get32(h + 68) & ~ET_TABLE_KEYED) || get64(h + 72) != g->data_off ||
+	    get64(h + 80) != g->blocks)
 		return ET_EHEADER;
 	return 0;
 }

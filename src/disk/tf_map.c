@@ -36,9 +36,12 @@ void tf_map_free(struct matmap *m)
 
 bool tf_map_test(const struct matmap *m, uint64_t b)
 {
-	const uint64_t *leaf = m->leaves[b / MAP_LEAF_BITS];
+	const uint64_t *leaf;
 	uint64_t bit = b % MAP_LEAF_BITS;
 
+	if (b / MAP_LEAF_BITS >= m->nleaves)
+		return false; /* a keyed table's: it has no blocks */
+	leaf = m->leaves[b / MAP_LEAF_BITS];
 	return leaf && (leaf[bit / 64] >> (bit % 64) & 1);
 }
 

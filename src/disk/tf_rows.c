@@ -63,6 +63,9 @@ int et_tfile_write_rows(et_tfile *tf, const uint64_t *rows, size_t n,
 				       : "in");
 	if (tf->rdonly)
 		return err_set(-EBADF, "the table file is open read-only");
+	if (tf->g.keyed)
+		return err_set(-EINVAL, "a keyed table is written through a "
+					"store, which commits its row log");
 	g = &tf->g;
 	ret = tf_check_rows(tf, rows, n);
 	if (ret)

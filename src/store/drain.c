@@ -16,7 +16,7 @@
 int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 	       bool dirty, uint32_t epoch, uint64_t *top)
 {
-	uint64_t key = cache_key(t, row), slot;
+	uint64_t slot;
 	struct sclass *cl = &s->reg.cls[s->reg.tables[t].cls];
 	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
 	uint8_t where;
@@ -24,12 +24,12 @@ int pf_install(et_store *s, uint32_t t, uint64_t row, const void *raw,
 
 	if (top)
 		*top = CACHE_NONE;
-	if ((s->reg.has_hbm && cache_lookup(&cl->hbm, key) != CACHE_NONE) ||
-	    cache_lookup(&cl->ddr, key) != CACHE_NONE ||
-	    (!dirty && wb_find(s, key) >= 0))
+	if ((s->reg.has_hbm && cache_lookup(&cl->hbm, t, row) != CACHE_NONE) ||
+	    cache_lookup(&cl->ddr, t, row) != CACHE_NONE ||
+	    (!dirty && wb_find(s, t, row) >= 0))
 		return 0;
-	ret = place_row(s, key, raw, s->reg.tables[t].g->row_bytes, CACHE_NONE,
-			dirty, epoch, 1, &where, &slot);
+	ret = place_row(s, t, row, raw, s->reg.tables[t].g->row_bytes,
+			CACHE_NONE, dirty, epoch, 1, &where, &slot);
 	if (ret)
 		return ret;
 	if ((where & ~K_CONFLICT) == top_kind)
@@ -80,9 +80,9 @@ int drain(et_store *s)
 				 * refuse to go on, as a failed write-back
 				 * in the foreground would. */
 				for (size_t i = 0; i < j->n && !ret; i++)
-					ret = wb_queue(
-					    s, cache_key(j->table, j->rows[i]),
-					    (char *)j->raw + i * j->row_bytes);
+					ret = wb_queue(s, j->table, j->rows[i],
+						       (char *)j->raw +
+							   i * j->row_bytes);
 				if (ret && !s->lost)
 					s->lost = ret;
 				if (!s->failed)

@@ -41,13 +41,12 @@ void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n)
  * for n times) in DDR. A dirty DDR victim is queued for write-back; if
  * every way is pinned the row itself goes home (dirty) or is dropped
  * (clean). Returns the DDR slot or CACHE_NONE in *slot_out. */
-static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
-		     uint32_t n, uint64_t *slot_out)
+static int ddr_place(et_store *s, uint32_t t, uint64_t row, const void *raw,
+		     bool dirty, uint32_t n, uint64_t *slot_out)
 {
-	struct cache *d = &class_of(&s->reg, key)->ddr;
+	struct cache *d = &class_of(&s->reg, t)->ddr;
 	struct pinset ps = pins_now(s);
-	uint64_t slot =
-	    cache_pick_n(d, key & CACHE_KEY_MASK, s->pins.now, &ps, true, n);
+	uint64_t slot = cache_pick_n(d, t, row, s->pins.now, &ps, true, n);
 	int ret;
 
 	if (slot == CACHE_REJECT)
@@ -55,12 +54,14 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		    CACHE_NONE; /* not admitted: as if every way were pinned */
 	*slot_out = slot;
 	if (slot == CACHE_NONE)
-		return dirty ? wb_queue(s, key, raw) : 0;
+		return dirty ? wb_queue(s, t, row, raw) : 0;
 	if (cache_valid(d, slot)) {
-		uint32_t vrb = key_rb(&s->reg, d->keys[slot]);
+		uint32_t vt = cache_slot_table(d, slot);
+		uint32_t vrb = table_rb(&s->reg, vt);
 
 		if (cache_dirty(d, slot)) {
-			ret = wb_queue(s, d->keys[slot], cache_row(d, slot));
+			ret = wb_queue(s, vt, cache_slot_row(d, slot),
+				       cache_row(d, slot));
 			if (ret)
 				return ret;
 		}
@@ -68,26 +69,26 @@ static int ddr_place(et_store *s, uint64_t key, const void *raw, bool dirty,
 		d->st.bytes_out += vrb;
 		cache_remove(d, slot, vrb);
 	}
-	cache_fill(d, slot, key & CACHE_KEY_MASK, dirty, raw,
-		   key_rb(&s->reg, key), s->pins.now);
+	cache_fill(d, slot, t, row, dirty, raw, table_rb(&s->reg, t),
+		   s->pins.now);
 	return 0;
 }
 
 /*
- * Places row key in the top tier, pinned with epoch pin, dirty or not, as
- * asked for n times (what a counting policy counts). Its bytes are at src
- * (rb of them); if dslot is not CACHE_NONE, src is that DDR slot, which is
- * freed (a promotion). The top
- * tier's victim, if any, is demoted to DDR (with an HBM tier) or goes home
- * (without). If every top way is pinned (a set conflict), the row stays in
- * or goes to DDR, and failing that is left where it is: *where says which
- * (K_HBM, K_DDR or K_BYPASS, with K_CONFLICT), *slot_out the slot.
+ * Places row of table t in the top tier, pinned with epoch pin, dirty or
+ * not, as asked for n times (what a counting policy counts). Its bytes are
+ * at src (rb of them); if dslot is not CACHE_NONE, src is that DDR slot,
+ * which is freed (a promotion). The top tier's victim, if any, is demoted
+ * to DDR (with an HBM tier) or goes home (without). If every top way is
+ * pinned (a set conflict), the row stays in or goes to DDR, and failing
+ * that is left where it is: *where says which (K_HBM, K_DDR or K_BYPASS,
+ * with K_CONFLICT), *slot_out the slot.
  */
-int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
-	      uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
+int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
+	      uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
 	      uint8_t *where, uint64_t *slot_out)
 {
-	struct sclass *cl = class_of(&s->reg, key);
+	struct sclass *cl = class_of(&s->reg, t);
 	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
 	struct pinset ps = pins_now(s);
 	uint64_t slot;
@@ -100,7 +101,7 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 	s->pins.now++;
 	/* Demand misses may be refused by the policy (frequency admission,
 	 * the lookahead window); prefetched rows are wanted next batch. */
-	slot = cache_pick_n(top, key, s->pins.now, &ps,
+	slot = cache_pick_n(top, t, row, s->pins.now, &ps,
 			    pin == s->pins.epoch && !s->pins.placing, n);
 	if (slot == CACHE_NONE || slot == CACHE_REJECT) {
 		*where = slot == CACHE_NONE ? K_CONFLICT : 0;
@@ -115,7 +116,7 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			return 0;
 		}
 		if (s->reg.has_hbm) {
-			ret = ddr_place(s, key, src, dirty, n, slot_out);
+			ret = ddr_place(s, t, row, src, dirty, n, slot_out);
 			if (ret)
 				return ret;
 			if (*slot_out != CACHE_NONE) {
@@ -126,11 +127,13 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 		}
 		*where |= K_BYPASS;
 		/* A dirty row no cache can take goes home now. */
-		return dirty ? wb_queue(s, key, src) : 0;
+		return dirty ? wb_queue(s, t, row, src) : 0;
 	}
 	if (cache_valid(top, slot)) {
-		uint64_t vkey = top->keys[slot];
-		uint32_t vrb = key_rb(&s->reg, vkey);
+		uint32_t vt = cache_slot_table(top, slot);
+		uint64_t vrow = cache_slot_row(top, slot);
+		bool vdirty = cache_dirty(top, slot);
+		uint32_t vrb = table_rb(&s->reg, vt);
 
 		top->st.evictions++;
 		top->st.bytes_out += vrb;
@@ -139,13 +142,14 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			 * reuse the slot src is in. */
 			memcpy(s->pins.tmp.p, cache_row(top, slot), vrb);
 			cache_remove(top, slot, vrb);
-			cache_fill(top, slot, key, dirty, src, rb, s->pins.now);
+			cache_fill(top, slot, t, row, dirty, src, rb,
+				   s->pins.now);
 			if (dslot != CACHE_NONE) {
 				cache_remove(ddr, dslot, rb);
 				ddr->st.bytes_out += rb;
 			}
-			ret = ddr_place(s, vkey, s->pins.tmp.p,
-					vkey & CACHE_DIRTY, 1, &dslot);
+			ret = ddr_place(s, vt, vrow, s->pins.tmp.p, vdirty, 1,
+					&dslot);
 			if (ret) {
 				/* the victim is out of its slot and not
 				 * queued (the operation's room was short) */
@@ -154,14 +158,14 @@ int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
 			}
 			goto placed;
 		}
-		if (vkey & CACHE_DIRTY) {
-			ret = wb_queue(s, vkey, cache_row(top, slot));
+		if (vdirty) {
+			ret = wb_queue(s, vt, vrow, cache_row(top, slot));
 			if (ret)
 				return ret;
 		}
 		cache_remove(top, slot, vrb);
 	}
-	cache_fill(top, slot, key, dirty, src, rb, s->pins.now);
+	cache_fill(top, slot, t, row, dirty, src, rb, s->pins.now);
 	if (dslot != CACHE_NONE) {
 		cache_remove(ddr, dslot, rb);
 		ddr->st.bytes_out += rb;
@@ -199,7 +203,7 @@ void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 	const uint64_t *uniq = s->sc.o->uniq.p;
 
 	for (size_t i = 0; i < m; i++)
-		slots[i] = cache_set_base(top, cache_key(t, uniq[i]));
+		slots[i] = cache_set_base(top, t, uniq[i]);
 	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
 		cache_prefetch_set(top, slots[i]);
 	for (size_t i = 0; i < m; i++) {
@@ -207,7 +211,7 @@ void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 
 		if (i + PROBE_AHEAD < m)
 			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
-		slot = cache_lookup_at(top, slots[i], cache_key(t, uniq[i]));
+		slot = cache_lookup_at(top, slots[i], t, uniq[i]);
 		if (slot != CACHE_NONE) {
 			__builtin_prefetch(&top->pstate[slot], 1);
 			__builtin_prefetch(&top->pin[slot], 1);

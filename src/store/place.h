@@ -39,10 +39,11 @@ void pin_op(et_store *s, struct cache *c, uint64_t slot);
 /* A top-tier hit used by an operation, its ids naming the row n times:
  * counted as a prefetch's hit if one placed it, touched, pinned. */
 void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n);
-/* Places row key in the top tier (see place.c); *where and *slot_out say
- * where it went (K_HBM, K_DDR or K_BYPASS, with K_CONFLICT). */
-int place_row(et_store *s, uint64_t key, const void *src, uint32_t rb,
-	      uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
+/* Places row of table t in the top tier (see place.c); *where and
+ * *slot_out say where it went (K_HBM, K_DDR or K_BYPASS, with
+ * K_CONFLICT). */
+int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
+	      uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
 	      uint8_t *where, uint64_t *slot_out);
 void *where_row(struct sclass *cl, uint8_t where, uint64_t slot);
 /* Moves to a fresh operation epoch. */

@@ -13,6 +13,9 @@
 
 #define MAX_TABLES 65534
 
+/* A cache slot's tag holds table + 1 in 30 bits (key.h). */
+_Static_assert(MAX_TABLES < CACHE_MAX_TABLES, "table ids must fit a tag");
+
 struct table *table_get(et_store *s, int id)
 {
 	if (!s || id < 0 || (uint32_t)id >= s->reg.ntables)
@@ -209,7 +212,7 @@ int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
 	if (n > UINT32_MAX)
 		return err_set(-E2BIG, "%zu ids: at most %u a call", n,
 			       UINT32_MAX);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !t->g->keyed; i++)
 		if (ids[i] >= t->g->rows)
 			return err_set(ET_EROWRANGE,
 				       "%s[%zu] %llu >= rows %llu of table %d",
@@ -219,10 +222,11 @@ int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
 }
 
 /* The weight of a table of g in its class: the bytes its rows would take
- * if every one were cached. */
+ * if every one were cached (a keyed table's: as many as a row-indexed
+ * table's at most). */
 static double class_weight(const et_store *s, const struct tf_geom *g)
 {
-	return (double)g->rows *
+	return (double)(g->keyed ? ET_MAX_ROWS : g->rows) *
 	       (slot_for(s, g->row_bytes) + ET_SLOT_META_BYTES);
 }
 
@@ -304,8 +308,10 @@ void reg_free(et_store *s)
 {
 	struct registry *r = &s->reg;
 
-	for (uint32_t i = 0; i < r->ntables; i++)
+	for (uint32_t i = 0; i < r->ntables; i++) {
 		et_tfile_close(r->tables[i].tf);
+		keypol_free(&r->tables[i].kp);
+	}
 	mem_free(r->tables, r->tcap * sizeof(*r->tables), 0);
 	caches_drop(s);
 	mem_free(r->cls, r->clscap * sizeof(*r->cls), 0);

@@ -7,6 +7,7 @@
 #ifndef ET_REGISTRY_H
 #define ET_REGISTRY_H
 
+#include "admit.h"
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -22,6 +23,7 @@ struct table {
 	uint32_t cls; /* its size class: the registry's cls[cls] */
 	char name[NAME_MAX_LEN + 1];
 	struct et_stats st; /* FBGEMM counters and NVMe counters */
+	struct keypol kp;   /* a keyed table's policy (admit.h) */
 };
 
 /*
@@ -52,14 +54,16 @@ struct registry {
 			    * wrap: earlier memos no longer stand */
 };
 
-static inline uint32_t key_rb(const struct registry *r, uint64_t key)
+/* The bytes of a row of table t, as stored. */
+static inline uint32_t table_rb(const struct registry *r, uint32_t t)
 {
-	return r->tables[cache_key_table(key)].g->row_bytes;
+	return r->tables[t].g->row_bytes;
 }
 
-static inline struct sclass *class_of(const struct registry *r, uint64_t key)
+/* The size class of table t. */
+static inline struct sclass *class_of(const struct registry *r, uint32_t t)
 {
-	return &r->cls[r->tables[cache_key_table(key)].cls];
+	return &r->cls[r->tables[t].cls];
 }
 
 /* The tier where rows are used: HBM if there is one, else DDR. */

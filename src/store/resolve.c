@@ -51,7 +51,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 		if (slot != CACHE_NONE) {
 			kind[i] = top_kind;
 		} else if (s->reg.has_hbm &&
-			   (slot = cache_lookup(ddr, cache_key(t, uniq[i]))) !=
+			   (slot = cache_lookup(ddr, t, uniq[i])) !=
 			       CACHE_NONE) {
 			kind[i] = K_DDR;
 			slots[i] = slot;
@@ -60,7 +60,6 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 		}
 	}
 	for (size_t i = 0; i < m; i++) { /* 3. in batch order */
-		uint64_t key = cache_key(t, uniq[i]);
 		uint64_t slot = slots[i];
 
 		s->pins.now++;
@@ -80,7 +79,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 			}
 			ddr->st.misses++;
 		}
-		kind[i] = wb_find(s, key) >= 0 ? K_WB : K_MISS;
+		kind[i] = wb_find(s, t, uniq[i]) >= 0 ? K_WB : K_MISS;
 		midx[nm] = (uint32_t)i;
 		mrows[nm++] = uniq[i];
 	}
@@ -163,10 +162,9 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 		 * row's place is k or later), and copy the queued ones. */
 		for (size_t q = o->nm; q-- > 0;) {
 			if (kind[midx[q]] == K_WB) {
-				uint64_t key = cache_key(o->t, mrows[q]);
+				int64_t at = wb_find(s, o->t, mrows[q]);
 
-				memcpy(mbuf + q * rb,
-				       wb_row(&s->wb, wb_find(s, key)), rb);
+				memcpy(mbuf + q * rb, wb_row(&s->wb, at), rb);
 			} else if (--nr != q) {
 				memcpy(mbuf + q * rb, mbuf + nr * rb, rb);
 			}
@@ -210,7 +208,7 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			src = cache_row(ddr, dslot);
 			dirty = cache_dirty(ddr, dslot);
 		}
-		ret = place_row(s, cache_key(t, uniq[j]), src, rb, dslot, dirty,
+		ret = place_row(s, t, uniq[j], src, rb, dslot, dirty,
 				s->pins.epoch, op_draws(s->sc.o, j), &kind[j],
 				&slots[j]);
 		if (ret)
@@ -304,18 +302,20 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 		top->st.hits += m;
 		return true;
 	}
-	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++) {
 		__builtin_prefetch(&top->keys[slots[i]]);
+		__builtin_prefetch(&top->tags[slots[i]]);
+	}
 	for (size_t i = 0; i < m; i++) {
 		if (i + PROBE_AHEAD < m) {
 			uint64_t a = slots[i + PROBE_AHEAD];
 
 			__builtin_prefetch(&top->keys[a]);
+			__builtin_prefetch(&top->tags[a]);
 			__builtin_prefetch(&top->pstate[a], 1);
 			__builtin_prefetch(&top->pin[a], 1);
 		}
-		if ((top->keys[slots[i]] & CACHE_KEY_MASK) !=
-		    cache_key(t, uniq[i])) {
+		if (!cache_holds(top, slots[i], t, uniq[i])) {
 			o->memo = false;
 			return false;
 		}
@@ -385,8 +385,7 @@ int op_bypass_done(et_store *s, uint32_t t, bool changed)
 
 	if (changed)
 		for (size_t i = 0; i < s->sc.o->nbypass && !ret; i++)
-			ret =
-			    wb_queue(s, cache_key(t, uniq[by[i]]), ptrs[by[i]]);
+			ret = wb_queue(s, t, uniq[by[i]], ptrs[by[i]]);
 	if (ret && !s->lost)
 		s->lost = ret; /* changed rows in no cache and not queued */
 	s->sc.o->nbypass = 0;

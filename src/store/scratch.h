@@ -80,6 +80,11 @@ struct opscr {
 	uint64_t memo_gen;
 	struct sbuf pfl; /* u32 unique indexes */
 	size_t npfl;
+	/* an update's unique rows admission dropped (ops.c): drop, u8 per
+	 * unique; their own ptrs while the kernel runs on zeroed rows of
+	 * djunk instead */
+	struct sbuf drop, dsave, djunk;
+	size_t ndrop;
 };
 
 /* The store's scratches. */

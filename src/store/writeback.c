@@ -47,26 +47,29 @@ static void widx_clear(et_store *s)
 		memset(s->wb.idx.p, 0, s->wb.idx_cap * sizeof(uint32_t));
 }
 
-int64_t wb_find(const et_store *s, uint64_t key)
+int64_t wb_find(const et_store *s, uint32_t t, uint64_t row)
 {
-	const uint64_t *keys = s->wb.keys.p;
+	const struct rkey *keys = s->wb.keys.p;
 	const uint32_t *ix = s->wb.idx.p;
 	size_t h;
 
 	if (!s->wb.n)
 		return -1;
-	key &= CACHE_KEY_MASK;
-	for (h = hash_mix(key) & (s->wb.idx_cap - 1); ix[h];
-	     h = (h + 1) & (s->wb.idx_cap - 1))
-		if (keys[ix[h] - 1] == key)
+	for (h = hash_mix(cache_hkey(t, row)) & (s->wb.idx_cap - 1); ix[h];
+	     h = (h + 1) & (s->wb.idx_cap - 1)) {
+		const struct rkey *k = &keys[ix[h] - 1];
+
+		if (k->row == row && k->table == t)
 			return ix[h] - 1;
+	}
 	return -1;
 }
 
-static void widx_insert(et_store *s, uint64_t key, size_t pos)
+static void widx_insert(et_store *s, const struct rkey *key, size_t pos)
 {
 	uint32_t *ix = s->wb.idx.p;
-	size_t h = hash_mix(key) & (s->wb.idx_cap - 1);
+	size_t h =
+	    hash_mix(cache_hkey(key->table, key->row)) & (s->wb.idx_cap - 1);
 
 	while (ix[h])
 		h = (h + 1) & (s->wb.idx_cap - 1);
@@ -84,7 +87,7 @@ int wb_reserve(et_store *s, size_t extra)
 	size_t n = s->wb.n + extra;
 	int ret;
 
-	ret = sbuf_reserve(&s->wb.keys, n * sizeof(uint64_t));
+	ret = sbuf_reserve(&s->wb.keys, n * sizeof(struct rkey));
 	if (!ret)
 		ret = sbuf_reserve(&s->wb.buf, n * s->wb.stride);
 	if (!ret && 2 * n > s->wb.idx_cap) { /* grow and rebuild */
@@ -98,20 +101,19 @@ int wb_reserve(et_store *s, size_t extra)
 		s->wb.idx_cap = cap;
 		widx_clear(s);
 		for (size_t i = 0; i < s->wb.n; i++)
-			widx_insert(s, ((uint64_t *)s->wb.keys.p)[i], i);
+			widx_insert(s, (struct rkey *)s->wb.keys.p + i, i);
 	}
 	return ret;
 }
 
-int wb_queue(et_store *s, uint64_t key, const void *raw)
+int wb_queue(et_store *s, uint32_t t, uint64_t row, const void *raw)
 {
-	uint32_t rb;
+	uint32_t rb = s->reg.tables[t].g->row_bytes;
+	struct rkey *k;
 	int64_t at;
 	int ret;
 
-	key &= CACHE_KEY_MASK;
-	rb = s->reg.tables[cache_key_table(key)].g->row_bytes;
-	at = wb_find(s, key);
+	at = wb_find(s, t, row);
 	if (at >= 0) {
 		memcpy((char *)s->wb.buf.p + (size_t)at * s->wb.stride, raw,
 		       rb);
@@ -120,9 +122,11 @@ int wb_queue(et_store *s, uint64_t key, const void *raw)
 	ret = wb_reserve(s, 1);
 	if (ret)
 		return ret;
-	((uint64_t *)s->wb.keys.p)[s->wb.n] = key;
+	k = (struct rkey *)s->wb.keys.p + s->wb.n;
+	k->row = row;
+	k->table = t;
 	memcpy((char *)s->wb.buf.p + s->wb.n * s->wb.stride, raw, rb);
-	widx_insert(s, key, s->wb.n);
+	widx_insert(s, k, s->wb.n);
 	s->wb.n++;
 	return 0;
 }
@@ -133,9 +137,9 @@ static void wb_reset(et_store *s)
 	widx_clear(s);
 }
 
-/* The write-back queue in key order: (key, position) pairs. */
+/* The write-back queue in table order: (key, position) pairs. */
 struct wb_ord {
-	uint64_t key;
+	struct rkey key;
 	size_t pos;
 };
 
@@ -146,7 +150,7 @@ struct wb_ord {
  */
 static int wb_sort(et_store *s, struct wb_ord **out)
 {
-	const uint64_t *keys = s->wb.keys.p;
+	const struct rkey *keys = s->wb.keys.p;
 	struct wb_ord *o;
 	size_t *at;
 	int ret;
@@ -161,11 +165,11 @@ static int wb_sort(et_store *s, struct wb_ord **out)
 	at = s->wb.count.p;
 	memset(at, 0, ((size_t)s->reg.ntables + 1) * sizeof(*at));
 	for (size_t i = 0; i < s->wb.n; i++)
-		at[cache_key_table(keys[i]) + 1]++;
+		at[keys[i].table + 1]++;
 	for (uint32_t t = 0; t < s->reg.ntables; t++)
 		at[t + 1] += at[t];
 	for (size_t i = 0; i < s->wb.n; i++) {
-		struct wb_ord *e = &o[at[cache_key_table(keys[i])]++];
+		struct wb_ord *e = &o[at[keys[i].table]++];
 
 		e->key = keys[i];
 		e->pos = i;
@@ -192,13 +196,13 @@ int wb_run(et_store *s)
 	if (ret)
 		goto fail;
 	for (i = 0; i < s->wb.n;) {
-		uint32_t t = cache_key_table(o[i].key);
+		uint32_t t = o[i].key.table;
 		struct table *tb = &s->reg.tables[t];
 		uint64_t *rows = s->wb.rows.p;
 		size_t n = 0;
 
-		while (i < s->wb.n && cache_key_table(o[i].key) == t) {
-			rows[n] = cache_key_row(o[i].key);
+		while (i < s->wb.n && o[i].key.table == t) {
+			rows[n] = o[i].key.row;
 			memcpy((char *)s->wb.raw.p + n * tb->g->row_bytes,
 			       (char *)s->wb.buf.p + o[i].pos * s->wb.stride,
 			       tb->g->row_bytes);
@@ -245,12 +249,12 @@ int wb_take_jobs(et_store *s, struct pl_job **jobs)
 	if (ret)
 		return ret;
 	for (size_t i = 0; i < s->wb.n;) {
-		uint32_t t = cache_key_table(o[i].key);
+		uint32_t t = o[i].key.table;
 		struct table *tb = &s->reg.tables[t];
 		size_t k = i;
 		struct pl_job *j;
 
-		while (k < s->wb.n && cache_key_table(o[k].key) == t)
+		while (k < s->wb.n && o[k].key.table == t)
 			k++;
 		j = pl_job_new(PL_WRITE, tb->tf, t, k - i, tb->g->row_bytes);
 		if (!j) {
@@ -261,7 +265,7 @@ int wb_take_jobs(et_store *s, struct pl_job **jobs)
 			return -ENOMEM; /* the queue is intact: wb_run later */
 		}
 		for (size_t q = i; q < k; q++) {
-			j->rows[q - i] = cache_key_row(o[q].key);
+			j->rows[q - i] = o[q].key.row;
 			memcpy((char *)j->raw + (q - i) * tb->g->row_bytes,
 			       wb_row(&s->wb, (int64_t)o[q].pos),
 			       tb->g->row_bytes);
@@ -324,14 +328,13 @@ static void dirty_group(et_store *s, const struct cache *c,
 
 	memset(at, 0, ((size_t)nt + 1) * sizeof(*at));
 	for (size_t i = 0; i < k; i++)
-		at[cache_key_table(c->keys[slots[i]]) + 1]++;
+		at[cache_slot_table(c, slots[i]) + 1]++;
 	for (uint32_t t = 0; t < nt; t++)
 		at[t + 1] += at[t];
 	for (size_t i = 0; i < k; i++) {
-		uint64_t key = c->keys[slots[i]];
-		size_t p = at[cache_key_table(key)]++;
+		size_t p = at[cache_slot_table(c, slots[i])]++;
 
-		rows[p] = cache_key_row(key);
+		rows[p] = cache_slot_row(c, slots[i]);
 		ptrs[p] = cache_row(c, slots[i]);
 	}
 	/* at[t] is now where table t's rows end: shift back to starts */

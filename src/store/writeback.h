@@ -12,12 +12,13 @@
 #include <stdint.h>
 
 #include "embtier.h"
+#include "key.h"
 #include "scratch.h"
 
 struct pl_job;
 
 struct wbq {
-	struct sbuf keys;  /* u64 keys queued */
+	struct sbuf keys;  /* struct rkey: the keys queued */
 	struct sbuf buf;   /* their bytes, stride apart */
 	size_t n;	   /* rows queued */
 	struct sbuf idx;   /* u32 hash index over keys: position + 1 */
@@ -38,16 +39,16 @@ static inline void *wb_row(const struct wbq *q, int64_t at)
 
 /* Makes the queue's stride fit slots of slot_bytes. */
 int wb_widen(et_store *s, uint32_t slot_bytes);
-/* The entry of key, or -1. */
-int64_t wb_find(const et_store *s, uint64_t key);
+/* The entry of row of table t, or -1. */
+int64_t wb_find(const et_store *s, uint32_t t, uint64_t row);
 /* Room for extra more rows, so that queueing cannot fail for memory. */
 int wb_reserve(et_store *s, size_t extra);
 /* The operation in progress will queue up to extra more rows (added to
  * what it reserved before); wb_room_clear when a new one starts. */
 int wb_room_add(et_store *s, size_t extra);
 void wb_room_clear(et_store *s);
-/* Queues key's bytes (replacing them if it is queued). */
-int wb_queue(et_store *s, uint64_t key, const void *raw);
+/* Queues the bytes of row of table t (replacing them if it is queued). */
+int wb_queue(et_store *s, uint32_t t, uint64_t row, const void *raw);
 /* Writes every queued row home now, grouped by table. */
 int wb_run(et_store *s);
 /* Writes every dirty row of cache c home, each table's straight from its
