@@ -15,7 +15,11 @@
  *    held-out AUC passes 0.6, and still does with the MLPs frozen (so the
  *    embeddings themselves learn through et_update_pooled);
  *  - Criteo input: malformed lines are counted, not fatal; a file with no
- *    valid line is one clear error.
+ *    valid line is one clear error;
+ *  - keyed tables (--keyed): they learn as row-indexed ones do, resume to
+ *    the same bits, store each distinct id once (Criteo: each feature's
+ *    value), spread over u64; --admit 2 stores fewer ids and drops the
+ *    first updates', --expire-after erases ids at checkpoints.
  *
  * $ET_BUILD names the build directory holding embtier-train; scratch
  * stores live under $ET_TEST_DIR. BLAS runs on one thread, so checksums
@@ -26,6 +30,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -698,6 +703,341 @@ static void test_criteo(void **state)
 	rm_store(dir);
 }
 
+/* -------------------------------------------------------- keyed tables */
+
+/* The stored ids of table t00 .. t(ntables-1) of the store at dir, as of its
+ * last commit, read from the files: their number, and how many of them lie
+ * at or past 2^40 (past any row-indexed table). */
+static void stored_ids(const char *dir, int ntables, uint64_t *n,
+		       uint64_t *high)
+{
+	uint64_t ids[1024];
+
+	*n = *high = 0;
+	for (int t = 0; t < ntables; t++) {
+		char path[PATH_MAX];
+		uint64_t from = 0;
+		et_tfile *tf;
+		size_t k;
+
+		snprintf(path, sizeof(path), "%s/t%02d.et", dir, t);
+		assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+		do {
+			assert_int_equal(et_tfile_rows(tf, from, ids, 1024, &k),
+					 0);
+			for (size_t i = 0; i < k; i++)
+				*high += ids[i] >= (1ULL << 40);
+			*n += k;
+			if (k)
+				from = ids[k - 1] + 1;
+		} while (k == 1024 && from);
+		et_tfile_close(tf);
+	}
+}
+
+static uint64_t count(const struct run *r, const char *key)
+{
+	return strtoull(field(r, key), NULL, 10);
+}
+
+/* Synthetic ids as keys (each drawn row mixed over the whole u64 space):
+ * the model learns as well as with row-indexed tables, every id updated is
+ * stored, and nothing is dropped or expired without a policy. */
+static void test_keyed_learns(void **state)
+{
+	const char *dir = store_dir("keyed");
+	double auc, rows_auc, teacher;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train_raw(&r, LEARN " --dir %s", dir);
+	expect_ok(&r);
+	rows_auc = number(&r, "eval-auc: ");
+	run_free(&r);
+	rm_store(dir);
+	train_raw(&r, LEARN " --keyed --dir %s", dir);
+	expect_ok(&r);
+	auc = number(&r, "eval-auc: ");
+	assert_int_equal(
+	    sscanf(field(&r, "teacher: "), "logloss %*f auc %lf", &teacher), 1);
+	assert_true(count(&r, "keys-stored: ") > 0);
+	assert_true(count(&r, "keys-stored: ") == count(&r, "rows-touched: "));
+	assert_true(count(&r, "keys-dropped: ") == 0);
+	assert_true(count(&r, "keys-expired: ") == 0);
+	run_free(&r);
+	rm_store(dir);
+	fprintf(stderr,
+		"keyed: eval AUC %.4f (row-indexed %.4f, teacher %.4f)\n", auc,
+		rows_auc, teacher);
+	assert_true(auc > 0.6);
+	assert_true(auc <= teacher + 0.02);
+	assert_true(fabs(auc - rows_auc) < 0.03);
+}
+
+/*
+ * Keyed tables through tiny tiers: the same bits as all in DDR; and a
+ * keyed run checkpointed, stopped and resumed ends with the bits of one
+ * never stopped. The files hold exactly the keys the summary counts,
+ * spread over u64.
+ */
+static void test_keyed_resume(void **state)
+{
+	const char *d0 = store_dir("kfull"), *d1 = store_dir("kckpt");
+	uint64_t full, ddr, half, resumed, stored, n, high;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train(&r, "--keyed --steps 40 --dir %s " TIERS, d0);
+	expect_ok(&r);
+	full = checksum(&r);
+	run_free(&r);
+	rm_store(d0);
+	train(&r, "--keyed --steps 40 --hbm-mb 0 --ddr-mb 64 --dir %s", d0);
+	expect_ok(&r);
+	ddr = checksum(&r);
+	run_free(&r);
+	rm_store(d0);
+	assert_true(full == ddr);
+
+	train(&r, "--keyed --steps 20 --checkpoint-every 7 --dir %s " TIERS,
+	      d1);
+	expect_ok(&r);
+	half = checksum(&r);
+	run_free(&r);
+	assert_true(checkpointed(d1));
+	train(
+	    &r,
+	    "--keyed --steps 40 --checkpoint-every 7 --resume --dir %s " TIERS,
+	    d1);
+	expect_ok(&r);
+	resumed = checksum(&r);
+	stored = count(&r, "keys-stored: ");
+	assert_true(strstr(field(&r, "steps: "), "40 (20 in this run)") !=
+		    NULL);
+	run_free(&r);
+	assert_true(half != full);
+	assert_true(resumed == full);
+	stored_ids(d1, 4, &n, &high);
+	fprintf(stderr,
+		"keyed: %" PRIu64 " keys stored, %" PRIu64
+		" of them at or past 2^40\n",
+		n, high);
+	assert_true(n == stored);
+	assert_true(high > n * 9 / 10);
+
+	/* the keyed store is not a row-indexed one */
+	train(&r, "--steps 40 --checkpoint-every 7 --resume --dir %s " TIERS,
+	      d1);
+	expect_fail(&r, "t00");
+	run_free(&r);
+	rm_store(d1);
+}
+
+/* --admit 2: an id is stored from its second update call on, so the ids
+ * updated once are not stored and their gradients are counted dropped;
+ * the same bits through tiny tiers as all in DDR. */
+static void test_keyed_admit(void **state)
+{
+	const char *dir = store_dir("admit");
+	uint64_t stored1, stored2, dropped2, sum_tiny, sum_ddr, n, high;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train(&r, "--keyed --admit 1 --steps 24 --checkpoint-every 24 --dir %s",
+	      dir);
+	expect_ok(&r);
+	stored1 = count(&r, "keys-stored: ");
+	assert_true(count(&r, "keys-dropped: ") == 0);
+	run_free(&r);
+	stored_ids(dir, 4, &n, &high);
+	assert_true(n == stored1);
+	rm_store(dir);
+
+	train(&r, "--keyed --admit 2 --steps 24 --checkpoint-every 24 --dir %s",
+	      dir);
+	expect_ok(&r);
+	stored2 = count(&r, "keys-stored: ");
+	dropped2 = count(&r, "keys-dropped: ");
+	sum_ddr = checksum(&r);
+	run_free(&r);
+	stored_ids(dir, 4, &n, &high);
+	assert_true(n == stored2);
+	rm_store(dir);
+	fprintf(stderr,
+		"--admit 1: %" PRIu64 " keys stored; --admit 2: %" PRIu64
+		" stored, %" PRIu64 " dropped\n",
+		stored1, stored2, dropped2);
+	assert_true(stored2 > 0);
+	assert_true(stored2 < stored1);
+	assert_true(dropped2 > 0);
+
+	train(&r,
+	      "--keyed --admit 2 --steps 24 --checkpoint-every 24 --dir %s "
+	      "--hbm-mb 0.004 --ddr-mb 0.008",
+	      dir);
+	expect_ok(&r);
+	sum_tiny = checksum(&r);
+	assert_true(count(&r, "keys-stored: ") == stored2);
+	run_free(&r);
+	rm_store(dir);
+	assert_true(sum_tiny == sum_ddr);
+}
+
+/* --expire-after 1: each checkpoint erases the ids not updated since the
+ * one before, so fewer are stored at the end than without it. */
+static void test_keyed_expire(void **state)
+{
+	const char *dir = store_dir("expire");
+	uint64_t kept, stored, expired, n, high;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train(&r, "--keyed --steps 24 --checkpoint-every 4 --dir %s", dir);
+	expect_ok(&r);
+	kept = count(&r, "keys-stored: ");
+	assert_true(count(&r, "keys-expired: ") == 0);
+	run_free(&r);
+	rm_store(dir);
+
+	train(&r,
+	      "--keyed --expire-after 1 --steps 24 --checkpoint-every 4 "
+	      "--dir %s",
+	      dir);
+	expect_ok(&r);
+	stored = count(&r, "keys-stored: ");
+	expired = count(&r, "keys-expired: ");
+	run_free(&r);
+	stored_ids(dir, 4, &n, &high);
+	rm_store(dir);
+	fprintf(stderr,
+		"without expiry %" PRIu64 " keys stored; --expire-after 1: "
+		"%" PRIu64 " stored, %" PRIu64 " expired\n",
+		kept, stored, expired);
+	assert_true(n == stored);
+	assert_true(expired > 0);
+	assert_true(stored < kept);
+}
+
+/* Criteo with keyed tables: a categorical value's key is a hash of its
+ * feature and value with no modulo, so every distinct value of a feature
+ * the training lines hold is stored once, whatever --rows says. */
+static void test_keyed_criteo(void **state)
+{
+	const char *data = tu_path("kcriteo.tsv"), *dir = store_dir("kcriteo");
+	uint64_t want = 0, small_rows;
+	char line[4096];
+	struct run r;
+	FILE *f;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	write_criteo(data, 60, NULL, 0, 1);
+	/* the distinct (feature, value) pairs of lines 10 .. 49: the
+	 * training lines after the 10 held out, 4 steps of 10 */
+	f = fopen(data, "r");
+	assert_non_null(f);
+	{
+		static char seen[50][26][20];
+
+		for (int i = 0; i < 50; i++) {
+			char *p = line, *tab;
+
+			assert_non_null(fgets(line, sizeof(line), f));
+			line[strcspn(line, "\r\n")] = '\0';
+			for (int k = 0; k < 14; k++)
+				p = strchr(p, '\t') + 1;
+			for (int t = 0; t < 26; t++, p = tab + 1) {
+				bool dup = false;
+
+				tab = strchr(p, '\t');
+				if (tab)
+					*tab = '\0';
+				snprintf(seen[i][t], sizeof(seen[i][t]), "%s",
+					 p);
+				for (int j = 10; j < i && *p; j++)
+					dup |= !strcmp(seen[j][t], p);
+				want += i >= 10 && *p && !dup;
+				if (!tab)
+					break;
+			}
+		}
+	}
+	fclose(f);
+
+	train_raw(&r,
+		  "--data %s --keyed --tables 26 --rows 4 --dim 4 --batch 10 "
+		  "--steps 4 --eval-samples 10 --bot-mlp 8 --top-mlp 8 "
+		  "--threads 1 -q --log-every 0 --eval-every 0 --ddr-mb 1 "
+		  "--dir %s",
+		  data, dir);
+	expect_ok(&r);
+	fprintf(stderr,
+		"keyed Criteo: %" PRIu64 " keys stored of %" PRIu64
+		" distinct values\n",
+		count(&r, "keys-stored: "), want);
+	assert_true(count(&r, "keys-stored: ") == want);
+	assert_true(count(&r, "rows-touched: ") == want);
+	run_free(&r);
+	rm_store(dir);
+
+	/* the same lines into 4 rows a table: values share rows */
+	train_raw(&r,
+		  "--data %s --tables 26 --rows 4 --dim 4 --batch 10 "
+		  "--steps 4 --eval-samples 10 --bot-mlp 8 --top-mlp 8 "
+		  "--threads 1 -q --log-every 0 --eval-every 0 --ddr-mb 1 "
+		  "--dir %s",
+		  data, dir);
+	expect_ok(&r);
+	small_rows = count(&r, "rows-touched: ");
+	run_free(&r);
+	rm_store(dir);
+	assert_true(small_rows <= 26 * 4);
+	assert_true(small_rows < want);
+}
+
+static void test_keyed_usage(void **state)
+{
+	struct run r;
+
+	(void)state;
+	train_raw(&r, "--help");
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "--keyed"));
+	assert_non_null(strstr(r.out, "--admit N"));
+	assert_non_null(strstr(r.out, "--expire-after T"));
+	run_free(&r);
+	/* the policies need keyed tables */
+	train_raw(&r, "--admit 2");
+	assert_int_equal(r.status, 2);
+	assert_int_equal(count_lines(r.err), 1);
+	assert_non_null(strstr(r.err, "--admit needs --keyed"));
+	run_free(&r);
+	train_raw(&r, "--expire-after 3 --checkpoint-every 10");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--expire-after needs --keyed"));
+	run_free(&r);
+	/* out of range */
+	train_raw(&r, "--keyed --admit 16");
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--admit"));
+	run_free(&r);
+	train_raw(&r, "--keyed --admit 0");
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	train_raw(&r, "--keyed --expire-after 0");
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+}
+
 /* ----------------------------------------------------- command line */
 
 static void test_usage(void **state)
@@ -767,6 +1107,12 @@ int main(void)
 	    cmocka_unit_test(test_learns),
 	    cmocka_unit_test(test_embeddings_learn),
 	    cmocka_unit_test(test_criteo),
+	    cmocka_unit_test(test_keyed_usage),
+	    cmocka_unit_test(test_keyed_learns),
+	    cmocka_unit_test(test_keyed_resume),
+	    cmocka_unit_test(test_keyed_admit),
+	    cmocka_unit_test(test_keyed_expire),
+	    cmocka_unit_test(test_keyed_criteo),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);

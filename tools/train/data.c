@@ -9,7 +9,9 @@
  *   table t:   `bag` ranks k drawn from Zipf(hot, zipf) (rank 1 is the
  *              most frequent), each sent to row perm_t(k - 1), perm_t a
  *              keyed bijection of [0, rows_t): the hot ids land at random
- *              places of the whole id space, however large it is
+ *              places of the whole id space, however large it is; a
+ *              keyed table's id is then data_key(row, salt_t), a
+ *              bijection of u64, and the teacher still sees the row
  *   label:     1 with probability sigmoid(logit), where the hidden teacher's
  *
  *     logit = -1 + dense_weight * sum_j w_j z_j / sqrt(13)
@@ -33,9 +35,10 @@
  * The Criteo parser reads the Kaggle/Terabyte TSV format: label, 13
  * integer features, 26 categorical features as hex, tab-separated, any
  * field but the label may be empty. Integers become log(1 + max(x, 0)),
- * an empty one 0; a category is hashed into its table's rows and an empty
- * one is an empty bag (its pooled vector is zero). A line with the wrong
- * number of fields, or a field that does not parse, is counted and skipped.
+ * an empty one 0; a category is hashed into its table's rows (or, for
+ * keyed tables, into a 64-bit key, no modulo) and an empty one is an empty
+ * bag (its pooled vector is zero). A line with the wrong number of fields,
+ * or a field that does not parse, is counted and skipped.
  */
 #include "data.h"
 
@@ -51,6 +54,22 @@ uint64_t data_mix64(uint64_t z)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
 	return z ^ (z >> 31);
+}
+
+uint64_t data_key(uint64_t row, uint64_t salt)
+{
+	uint64_t z = row ^ salt;
+
+	/* each step is invertible: an xor-shift, or a product by an odd
+	 * constant modulo 2^64 */
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+uint64_t data_key_salt(uint64_t seed, int t)
+{
+	return data_mix64(seed ^ data_mix64(0x6b657964ULL + (uint64_t)t));
 }
 
 static uint64_t rng_next(uint64_t *s)
@@ -228,6 +247,13 @@ int data_synth_init(struct data_src *d, const struct synth_params *p,
 		z->w_dense[j] = hash_unit(h);
 	}
 	zipf_init(z, p->hot, p->zipf);
+	if (p->keyed) {
+		z->salt = calloc(p->ntables, sizeof(*z->salt));
+		if (!z->salt)
+			return -ENOMEM;
+		for (int t = 0; t < p->ntables; t++)
+			z->salt[t] = data_key_salt(p->seed, t);
+	}
 	return 0;
 }
 
@@ -267,7 +293,7 @@ static void synth_sample(const struct synth *z, uint64_t idx, struct batch *b,
 			uint64_t row = perm_row(rank - 1, p->rows[t], key);
 			uint64_t th = teacher_hash(p->seed, t, row);
 
-			ids[k] = row;
+			ids[k] = z->salt ? data_key(row, z->salt[t]) : row;
 			a += hash_unit(th);
 			for (int c = 0; c < 3; c++)
 				qt[c] += hash_unit(data_mix64(th + c + 1));
@@ -334,6 +360,8 @@ int data_criteo_open(struct data_src *d, const char *path, int ntables,
 
 void data_close(struct data_src *d)
 {
+	if (d->kind == DATA_SYNTH)
+		free(d->s.salt);
 	if (d->kind == DATA_CRITEO) {
 		if (d->c.f)
 			fclose(d->c.f);
@@ -435,7 +463,7 @@ int criteo_parse_line(char *line, struct batch *b, int i, const uint64_t *rows,
 			uint64_t h = data_mix64(cat[t] ^ salt ^
 						data_mix64((uint64_t)t + 1));
 
-			b->ids[t][o++] = h % rows[t];
+			b->ids[t][o++] = rows ? h % rows[t] : h;
 		}
 		b->offsets[t][i + 1] = o;
 	}

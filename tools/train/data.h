@@ -16,6 +16,7 @@
 #ifndef ET_TRAIN_DATA_H
 #define ET_TRAIN_DATA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -49,6 +50,8 @@ struct synth_params {
 	double zipf;	      /* skew exponent of the draws, > 0 */
 	int bag;	      /* ids per bag */
 	double dense_weight;  /* weight of the dense features in the truth */
+	bool keyed;	      /* ids are keys: each row drawn is sent through
+			       * data_key() with the table's salt */
 };
 
 /* The teacher's click probability model, fixed at init: see data.c. */
@@ -59,6 +62,7 @@ struct synth {
 	/* Zipf rejection-inversion constants */
 	double h_x1, h_n, zs;
 	uint64_t nz;
+	uint64_t *salt; /* p.keyed: each table's data_key_salt() */
 };
 
 struct criteo {
@@ -90,9 +94,10 @@ struct data_src {
 int data_synth_init(struct data_src *d, const struct synth_params *p,
 		    uint64_t stream);
 
-/* A Criteo source over path, hashing categories into rows[t]: the first
- * ntables (at most 26) categorical columns are used, though every line must
- * have all 40 fields. rows must outlive the source. */
+/* A Criteo source over path, hashing categories into rows[t], or with rows
+ * NULL into 64-bit keys (see criteo_parse_line): the first ntables (at most
+ * 26) categorical columns are used, though every line must have all 40
+ * fields. rows must outlive the source. */
 int data_criteo_open(struct data_src *d, const char *path, int ntables,
 		     const uint64_t *rows, uint64_t salt);
 
@@ -120,12 +125,23 @@ int data_seek(struct data_src *d, uint64_t pos);
 void data_set_start(struct data_src *d);
 
 /* Parses one Criteo line (its end-of-line removed) into sample i of b.
- * Returns 0, or -EINVAL if the line is malformed (b is then unchanged
- * as far as the batch's sample count goes). Exposed for tests. */
+ * Categorical feature t's value v becomes the id h = data_mix64(v ^ salt ^
+ * data_mix64(t + 1)) modulo rows[t], or with rows NULL the key h itself:
+ * for one feature and salt a bijection of the value, so two values of a
+ * feature never share a key. Returns 0, or -EINVAL if the line is
+ * malformed (b is then unchanged as far as the batch's sample count goes).
+ * Exposed for tests. */
 int criteo_parse_line(char *line, struct batch *b, int i, const uint64_t *rows,
 		      uint64_t salt);
 
 /* splitmix64 finalizer, shared by the trainer's hashes. */
 uint64_t data_mix64(uint64_t x);
+
+/* A synthetic keyed table's key of logical row row: a bijection of u64
+ * (splitmix64's finalizer of row ^ salt), so rows keep distinct keys. */
+uint64_t data_key(uint64_t row, uint64_t salt);
+
+/* Table t's salt for data_key under seed. */
+uint64_t data_key_salt(uint64_t seed, int t);
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * idset.c - the set of row ids training has touched (see idset.h).
  *
- * Linear probing with a splitmix64 finalizer as the hash; ids are stored
- * plus one so that zero marks an empty slot (a row id is below 2^40).
+ * Linear probing with a murmur3 finalizer as the hash; ids are stored
+ * plus one so that zero marks an empty slot, and UINT64_MAX, whose id + 1
+ * is zero, is a flag of its own (a keyed table's id is any u64).
  */
 #include "idset.h"
 
@@ -49,6 +50,11 @@ static int grow(struct idset *s)
 int idset_add(struct idset *s, const uint64_t *ids, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
+		if (ids[i] == UINT64_MAX) {
+			s->n += !s->max_in;
+			s->max_in = true;
+			continue;
+		}
 		if (2 * (s->n + 1) > s->cap) {
 			int ret = grow(s);
 
@@ -82,6 +88,8 @@ int idset_sorted(const struct idset *s, uint64_t **out)
 		if (s->slot[i])
 			v[k++] = s->slot[i] - 1;
 	qsort(v, k, sizeof(*v), cmp_u64);
+	if (s->max_in)
+		v[k++] = UINT64_MAX; /* the largest: last */
 	*out = v;
 	return 0;
 }

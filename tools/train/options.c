@@ -300,7 +300,9 @@ static const struct opt_def opt_defs[] = {
     {HEADING("model and data:")},
     {OPT("tables", "N", "embedding tables (sparse features)"),
      INT(ntables, 1, MAX_TABLES)},
-    {OPT("rows", "N", "logical rows of every table (N or B^E)"),
+    {OPT("rows", "N",
+	 "logical rows of every table (N or B^E); --keyed:\n"
+	 "the rows synthetic ids are drawn from"),
      U64(rows, 1, ET_MAX_ROWS)},
     {OPT("dim", "N", "embedding dimension = bottom MLP output"),
      INT(dim, 1, 4096)},
@@ -343,6 +345,21 @@ static const struct opt_def opt_defs[] = {
 	 "(et_lookahead, 1..32; 0: none)"),
      INT(lookahead, 0, ET_MAX_LOOKAHEAD)},
     {OPT("dtype", "NAME", "f32, f16 or bf16 storage"), FUNC(parse_dtype)},
+    {OPT("keyed", NULL,
+	 "keyed tables: an id is any u64 key with a row of\n"
+	 "its own (Criteo: a hash of the feature and its\n"
+	 "value; synthetic: the row drawn, mixed over u64)"),
+     SET(keyed)},
+    {OPT("admit", "N",
+	 "--keyed: store an id once seen in N update calls,\n"
+	 "dropping its gradients until then (1..15; 1, the\n"
+	 "default: at its first update)"),
+     INT(admit, 1, 15)},
+    {OPT("expire-after", "T",
+	 "--keyed: each checkpoint erases the ids not updated\n"
+	 "in the last T checkpoints (needs --checkpoint-every:\n"
+	 "without checkpoints nothing expires)"),
+     U64(expire_after, 1, UINT32_MAX)},
     {OPT("dir", "DIR",
 	 "store directory (default: a fresh one under\n"
 	 "/var/tmp, removed at the end unless --keep)"),
@@ -555,6 +572,12 @@ static int check_opts(const struct opts *o)
 	}
 	if (o->eval_data && !o->data) {
 		cli_usage_error("--eval-data needs --data");
+		return -EINVAL;
+	}
+	if ((o->admit || o->expire_after) && !o->keyed) {
+		cli_usage_error("%s needs --keyed (a row-indexed table keeps "
+				"every row)",
+				o->admit ? "--admit" : "--expire-after");
 		return -EINVAL;
 	}
 #ifdef ET_WITH_MPI

@@ -283,6 +283,8 @@ int collect(struct trainer *tr, struct results *r)
 		r->rows_bound += ti.blocks_written * ti.rows_per_block;
 		r->disk_bytes += ti.disk_bytes;
 		r->logical_bytes += ti.logical_bytes;
+		if (ti.flags & ET_TABLE_KEYED)
+			r->keys_stored += ti.rows_logged;
 	}
 	ret = et_get_stats(tr->store, -1, &r->st);
 	if (ret)
@@ -292,9 +294,10 @@ int collect(struct trainer *tr, struct results *r)
 #ifdef ET_WITH_MPI
 	{
 		struct dist_figures *f = &r->mine;
-		uint64_t v[6] = {r->logical_params, r->rows_touched,
+		uint64_t v[7] = {r->logical_params, r->rows_touched,
 				 r->rows_bound,	    r->blocks_written,
-				 r->disk_bytes,	    r->logical_bytes};
+				 r->disk_bytes,	    r->logical_bytes,
+				 r->keys_stored};
 
 		f->step_s = tr->step_s;
 		f->stall_s = tr->stall_s;
@@ -309,13 +312,14 @@ int collect(struct trainer *tr, struct results *r)
 		f->disk_bytes = r->disk_bytes;
 		f->mem_peak = r->st.mem_peak_bytes;
 		f->maxrss = r->maxrss;
-		dist_sum_u64(v, 6);
+		dist_sum_u64(v, 7);
 		r->logical_params = v[0];
 		r->rows_touched = v[1];
 		r->rows_bound = v[2];
 		r->blocks_written = v[3];
 		r->disk_bytes = v[4];
 		r->logical_bytes = v[5];
+		r->keys_stored = v[6];
 	}
 #endif
 	return 0;
@@ -337,6 +341,9 @@ struct summary {
 	double hit, miss, wb; /* the stall's split: stall_split() */
 	double hbm, ddr;      /* hit ratios */
 	uint64_t malformed;   /* Criteo lines skipped */
+	/* keyed tables: bytes a stored key of the row log's index (in
+	 * memory) and on disk */
+	double index_per_key, disk_per_key;
 };
 
 static void summarize(const struct trainer *tr, const struct results *r,
@@ -354,6 +361,12 @@ static void summarize(const struct trainer *tr, const struct results *r,
 	s->hbm = o->hbm_mb > 0 ? ratio(st->hbm.hits, st->hbm.misses) : NAN;
 	s->ddr = ratio(st->ddr.hits, st->ddr.misses);
 	s->malformed = tr->train.c.malformed + tr->eval_malformed;
+	s->index_per_key = r->keys_stored ? (double)r->st.log_index_bytes /
+						(double)r->keys_stored
+					  : NAN;
+	s->disk_per_key = r->keys_stored
+			      ? (double)r->disk_bytes / (double)r->keys_stored
+			      : NAN;
 	stall_split(tr->step_s, tr->stall_s, &tr->st0, &tr->st_end,
 		    &tr->eval_tm_end, &s->hit, &s->miss, &s->wb);
 }
@@ -402,6 +415,15 @@ static void report_json(const struct trainer *tr, const struct results *r,
 	json_num("eval_auc", tr->eval_auc, true);
 	json_num("teacher_logloss", tr->teacher_logloss, true);
 	json_num("teacher_auc", tr->teacher_auc, true);
+	if (o->keyed) {
+		printf("\"keyed\":true,\"keys_stored\":%" PRIu64
+		       ",\"keys_dropped\":%" PRIu64 ",\"keys_expired\":%" PRIu64
+		       ",\"keys_erased\":%" PRIu64 ",",
+		       r->keys_stored, st->keys_dropped, st->keys_expired,
+		       st->keys_erased);
+		json_num("index_bytes_per_key", s->index_per_key, true);
+		json_num("disk_bytes_per_key", s->disk_per_key, true);
+	}
 	printf("\"eval_samples\":%" PRIu64
 	       ",\"weights_checksum\":\"0x%016" PRIx64 "\"}\n",
 	       tr->eval_n, r->checksum);
@@ -415,15 +437,30 @@ static void report_run(const struct trainer *tr, const struct results *r,
 	char b1[32], b2[32];
 
 	printf("preset: %s\n", o->preset);
-	printf(
-	    "model: %d tables x %s..%s rows x %d (%s), batch %d, "
-	    "%s samples\n",
-	    o->ntables, cli_human_count((double)tr->rows[0], b1, sizeof(b1)),
-	    cli_human_count((double)tr->rows[o->ntables - 1], b2, sizeof(b2)),
-	    o->dim, cli_dtype_name(o->dtype), o->batch,
-	    o->data ? "Criteo" : "synthetic");
-	printf("logical-parameters: %" PRIu64 " (%.3g)\n", r->logical_params,
-	       (double)r->logical_params);
+	cli_human_count((double)tr->rows[0], b1, sizeof(b1));
+	cli_human_count((double)tr->rows[o->ntables - 1], b2, sizeof(b2));
+	if (!o->keyed)
+		printf("model: %d tables x %s..%s rows x %d (%s), batch %d, "
+		       "%s samples\n",
+		       o->ntables, b1, b2, o->dim, cli_dtype_name(o->dtype),
+		       o->batch, o->data ? "Criteo" : "synthetic");
+	else if (o->data)
+		printf("model: %d keyed tables (a key a hash of feature and "
+		       "value) x %d (%s), batch %d, Criteo samples\n",
+		       o->ntables, o->dim, cli_dtype_name(o->dtype), o->batch);
+	else
+		printf("model: %d keyed tables (rows %s..%s drawn, mixed "
+		       "over u64) x %d (%s), batch %d, synthetic samples\n",
+		       o->ntables, b1, b2, o->dim, cli_dtype_name(o->dtype),
+		       o->batch);
+	if (!o->keyed)
+		printf("logical-parameters: %" PRIu64 " (%.3g)\n",
+		       r->logical_params, (double)r->logical_params);
+	else
+		printf("logical-parameters: any u64 id in each table; %" PRIu64
+		       " (%.3g) stored\n",
+		       r->keys_stored * (uint64_t)o->dim,
+		       (double)r->keys_stored * o->dim);
 	printf("store-open-seconds: %.4f\n", tr->open_s);
 	printf("steps: %" PRIu64 " (%" PRIu64 " in this run)\n", tr->step,
 	       s->steps);
@@ -469,9 +506,15 @@ static void report_store(const struct trainer *tr, const struct results *r,
 	printf("rows-materialized: at most %" PRIu64 " (%" PRIu64
 	       " blocks written)\n",
 	       r->rows_bound, r->blocks_written);
-	printf("disk-bytes: %" PRIu64 " (%s of %s logical)\n", r->disk_bytes,
-	       cli_human_bytes((double)r->disk_bytes, b1, sizeof(b1)),
-	       cli_human_bytes((double)r->logical_bytes, b2, sizeof(b2)));
+	if (!o->keyed)
+		printf(
+		    "disk-bytes: %" PRIu64 " (%s of %s logical)\n",
+		    r->disk_bytes,
+		    cli_human_bytes((double)r->disk_bytes, b1, sizeof(b1)),
+		    cli_human_bytes((double)r->logical_bytes, b2, sizeof(b2)));
+	else
+		printf("disk-bytes: %" PRIu64 " (%s)\n", r->disk_bytes,
+		       cli_human_bytes((double)r->disk_bytes, b1, sizeof(b1)));
 	if (st->log_index_rows) {
 		/* the store's own figures: under MPI, rank 0's store */
 		uint64_t disk = r->disk_bytes;
@@ -491,6 +534,18 @@ static void report_store(const struct trainer *tr, const struct results *r,
 		    cli_human_bytes((double)st->log_index_bytes, b3,
 				    sizeof(b3)),
 		    (double)st->log_index_bytes / (double)st->log_index_rows);
+	}
+	if (o->keyed) {
+		printf("keys-stored: %" PRIu64 " (ids with a row of their own, "
+		       "all tables)\n",
+		       r->keys_stored);
+		printf("keys-dropped: %" PRIu64 " (updates of ids not yet "
+		       "admitted)\n",
+		       st->keys_dropped);
+		printf("keys-expired: %" PRIu64 "\n", st->keys_expired);
+		printf("keys-erased: %" PRIu64 "\n", st->keys_erased);
+		printf("bytes-per-stored-key: index %.1f, disk %.1f\n",
+		       s->index_per_key, s->disk_per_key);
 	}
 	printf("peak-memory: library %s, process max RSS %s\n",
 	       cli_human_bytes((double)st->mem_peak_bytes, b3, sizeof(b3)),

@@ -101,7 +101,10 @@ static void table_params(const struct opts *o, const uint64_t *rows, int t,
 			 struct et_table_params *p)
 {
 	memset(p, 0, sizeof(*p));
-	p->rows = rows[t];
+	/* a keyed table's ids are any u64: rows[t] is then only the space
+	 * the synthetic generator draws rows from */
+	p->rows = o->keyed ? 0 : rows[t];
+	p->flags = o->keyed ? ET_TABLE_KEYED : 0;
 	p->dim = (uint32_t)o->dim;
 	p->dtype = o->dtype;
 	p->optim = ET_OPT_ROWWISE_ADAGRAD;
@@ -112,6 +115,8 @@ static void table_params(const struct opts *o, const uint64_t *rows, int t,
 
 #ifdef ET_WITH_MPI
 /* The MPI build: this rank's shard of every table (dist.h). */
+static int key_policy(struct trainer *tr, int t, const char *name);
+
 static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 		     double t0)
 {
@@ -139,9 +144,39 @@ static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 	}
 	tr->store = dist_store(tr->dist);
 	tr->open_s = cli_now() - t0;
-	return 0;
+	for (int t = 0; t < o->ntables && !ret; t++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "%d", t);
+		if (tr->tid[t] >= 0)
+			ret = key_policy(tr, t, name);
+	}
+	return ret;
 }
 #endif
+
+/* --admit, --expire-after: table t's policy, which the store keeps in
+ * memory only, so it is set again on every open (its filter and ages then
+ * start over). */
+static int key_policy(struct trainer *tr, int t, const char *name)
+{
+	const struct opts *o = &tr->o;
+	struct et_key_policy kp = {
+	    .admit_after = (uint32_t)o->admit,
+	    .expire_after = (uint32_t)o->expire_after,
+	};
+	char what[96];
+	int ret;
+
+	if (!o->keyed || (o->admit <= 1 && !o->expire_after))
+		return 0;
+	ret = et_key_policy_set(tr->store, tr->tid[t], &kp);
+	if (ret) {
+		snprintf(what, sizeof(what), "key policy of table %s", name);
+		return fail(what, ret);
+	}
+	return 0;
+}
 
 static int open_store(struct trainer *tr)
 {
@@ -190,6 +225,9 @@ static int open_store(struct trainer *tr)
 				 o->resume ? "open" : "create", name);
 			return fail(what, ret);
 		}
+		ret = key_policy(tr, t, name);
+		if (ret)
+			return ret;
 	}
 	tr->open_s = cli_now() - t0;
 	return 0;
@@ -261,6 +299,7 @@ static int open_synth(struct trainer *tr)
 	    .zipf = o->zipf,
 	    .bag = o->bag,
 	    .dense_weight = o->dense_weight,
+	    .keyed = o->keyed,
 	};
 	struct data_src ev;
 	int ret;
@@ -287,10 +326,12 @@ static int open_criteo(struct trainer *tr)
 	const struct opts *o = &tr->o;
 	const char *ef = o->eval_data ? o->eval_data : o->data;
 	uint64_t salt = data_mix64(o->seed ^ 0x637269ULL);
+	/* keyed: a category's id is a 64-bit hash of (feature, value) */
+	const uint64_t *rows = o->keyed ? NULL : tr->rows;
 	struct data_src ev;
 	int ret;
 
-	ret = data_criteo_open(&ev, ef, o->ntables, tr->rows, salt);
+	ret = data_criteo_open(&ev, ef, o->ntables, rows, salt);
 	if (ret)
 		return fail(ef, ret);
 	for (int i = 0; i < tr->neval && !ret; i++) {
@@ -309,7 +350,7 @@ static int open_criteo(struct trainer *tr)
 		return ret;
 	}
 	tr->eval_malformed = ev.c.malformed;
-	ret = data_criteo_open(&tr->train, o->data, o->ntables, tr->rows, salt);
+	ret = data_criteo_open(&tr->train, o->data, o->ntables, rows, salt);
 	if (ret) {
 		data_close(&ev);
 		return fail(o->data, ret);

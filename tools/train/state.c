@@ -30,6 +30,8 @@ uint64_t config_fingerprint(const struct trainer *tr, bool row_wise)
 	h = fnv_u64(h, (uint64_t)o->dim);
 	if (o->init_scale) /* (the default leaves older fingerprints alone) */
 		h = fnv(h, &o->init_scale, sizeof(o->init_scale));
+	if (o->keyed)				 /* (as init_scale) */
+		h = fnv_u64(h, 0x6b65796564ULL); /* "keyed" */
 	h = fnv_u64(h, (uint64_t)o->dtype);
 	h = fnv_u64(h, (uint64_t)o->batch);
 	h = fnv_u64(h, o->seed);
@@ -235,7 +237,7 @@ int reshard_check(void *arg, void *const *dense, const size_t *len, int nold,
 				goto trunc;
 			for (uint64_t i = 0; i < n; i++, off += sizeof(v)) {
 				memcpy(&v, p + off, sizeof(v));
-				if (v >= tr->rows[t]) {
+				if (!tr->o.keyed && v >= tr->rows[t]) {
 					snprintf(msg, cap,
 						 "rank %d's state lists row "
 						 "%llu of table %d, past its "
@@ -322,7 +324,7 @@ static int reshard_state(struct trainer *tr, void **out, size_t *outlen)
 
 				memcpy(&v, p + off[r], sizeof(v));
 				off[r] += sizeof(v);
-				if (v >= tr->rows[t])
+				if (!tr->o.keyed && v >= tr->rows[t])
 					ret = ET_EROWRANGE;
 				else if (dist_owns(tr->dist, t, v)) {
 					ret = put(&buf, &blen, &cap, &v,
@@ -456,7 +458,7 @@ static int load_state(struct trainer *tr, const unsigned char *buf, size_t len,
 			uint64_t v;
 
 			take(buf, len, &off, &v, sizeof(v));
-			if (v >= tr->rows[t])
+			if (!tr->o.keyed && v >= tr->rows[t])
 				ret = ET_EROWRANGE;
 			else
 				ret = idset_add(&tr->touched[t], &v, 1);

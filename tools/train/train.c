@@ -31,6 +31,15 @@
  * --checkpoint-every closed the store cleanly after training on from it),
  * --resume refuses: the embeddings are newer than the dense state.
  *
+ * Keyed tables (--keyed). Every id is a u64 key with a row of its own: a
+ * Criteo value's key is a hash of its feature and value (data.h), a
+ * synthetic row drawn is mixed over u64 by a bijection, so the model
+ * learns what it would from row-indexed tables. --admit and
+ * --expire-after set each table's et_key_policy, which the store keeps in
+ * memory only: a resumed run sets it again, and its admission counts and
+ * ages start over at the open, so a run with either resumes to other bits
+ * than one never stopped (without them it resumes to the same bits).
+ *
  * Determinism. Synthetic samples are pure functions of (seed, index),
  * Criteo ones of a byte offset; the model's sums are taken in a fixed order,
  * and the store's results do not depend on its tiers or on prefetch; with the

@@ -110,6 +110,7 @@ struct results {
 	uint64_t checksum;
 	uint64_t logical_params, rows_touched, rows_bound, blocks_written;
 	uint64_t disk_bytes, logical_bytes, maxrss;
+	uint64_t keys_stored; /* keyed tables: ids with a row on disk */
 	struct et_stats st;
 	double eval_s;
 };
