@@ -15,6 +15,8 @@
  *   pipeline.c  a training loop with and without et_prefetch
  *   flush.c     write-back rate beside the disk's sequential writes
  *   reopen.c    reopen time after a journal snapshot vs ordinary batches
+ *   keyed.c     a keyed table through HierarchicalKV's protocol, beside a
+ *               row-indexed one and the raw gather limit
  *   report.c    tables for people, JSON and CSV for scripts
  *   workload.c  generators and traces; convert.c text into traces;
  *               belady.c, learner.c, oracle.c the mrc references
@@ -95,6 +97,9 @@ struct bench_opts {
 	float lr;
 	/* reopen */
 	uint32_t reps; /* timed reopens of each store */
+	/* keyed */
+	uint64_t keyed_keys; /* keys a call */
+	double new_frac;     /* find_or_insert's share of new keys */
 	/* output */
 	int format;
 	bool quiet;
@@ -299,5 +304,6 @@ int cmd_mrc(const struct bench_opts *o);
 int cmd_pipeline(const struct bench_opts *o);
 int cmd_flush(const struct bench_opts *o);
 int cmd_reopen(const struct bench_opts *o);
+int cmd_keyed(const struct bench_opts *o);
 
 #endif

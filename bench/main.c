@@ -1,7 +1,8 @@
 /*
  * main.c - embtier-bench's command line: the subcommands (run, mrc,
- * pipeline, convert, gen, flush, reopen), their options and defaults, and
- * --help, which documents every option and the trace format.
+ * pipeline, convert, gen, flush, reopen, keyed), their options and
+ * defaults, and --help, which documents every option and the trace
+ * format.
  *
  * Every option is one entry of opts[] below: its names, its argument, its
  * help lines, and how its argument is parsed and where it is stored.
@@ -282,9 +283,10 @@ static const struct opt opts[] = {
      U64(wl.rows, 1, ET_MAX_ROWS)},
     {.name = "dim",
      .arg = "D[,D...]",
-     .help = "values per row (default 128); a list gives one\n"
-	     "dim per table, repeated over the tables (run and\n"
-	     "pipeline; the peers and mrc take one dim)",
+     .help = "values per row (default 128; flush 64, keyed 32);\n"
+	     "a list gives one dim per table, repeated over the\n"
+	     "tables (run and pipeline; the peers, mrc and keyed\n"
+	     "take one dim)",
      FUNC(set_dim)},
     {.name = "dtype",
      .arg = "T",
@@ -322,8 +324,8 @@ static const struct opt opts[] = {
      SIZE(hbm_bytes, 0)},
     {.name = "ddr",
      .arg = "SIZE",
-     .help = "DDR tier (default 128M; pipeline 64M); sizes take\n"
-	     "K, M, G, T (binary) or 2^N",
+     .help = "DDR tier (default 128M; pipeline 64M, flush 1G,\n"
+	     "keyed 512M); sizes take K, M, G, T (binary) or 2^N",
      SIZE(ddr_bytes, 1)},
     {.name = "policy",
      .arg = "P",
@@ -345,7 +347,8 @@ static const struct opt opts[] = {
     {.section = "Run length and operation",
      .name = "seconds",
      .arg = "S",
-     .help = "measured time (default 5)",
+     .help = "measured time (default 5; keyed: of each op at\n"
+	     "each load, 0.5)",
      DBL(seconds, 0.001, 1e6)},
     {.name = "batches",
      .arg = "N",
@@ -466,13 +469,26 @@ static const struct opt opts[] = {
      NAMED(compute, compute_names)},
     {.name = "lr",
      .arg = "F",
-     .help = "SGD learning rate of the updates (default 0.01)",
+     .help = "SGD learning rate of the updates (default 0.01;\n"
+	     "keyed 0)",
      F32(lr, -1e6, 1e6)},
     {.section = "reopen",
      .name = "reps",
      .arg = "N",
      .help = "timed reopens of each store (default 3)",
      U32(reps, 1, 1000)},
+    {.section = "keyed",
+     .name = "keys",
+     .arg = "N",
+     .help = "keys a call (default 2^20 = 1048576, as\n"
+	     "HierarchicalKV's benchmark); at most half the\n"
+	     "capacity",
+     U64(keyed_keys, 1, WL_TRACE_MAX_N)},
+    {.name = "new-frac",
+     .arg = "F",
+     .help = "share of never-seen keys in a find_or_insert call\n"
+	     "(default 0.5)",
+     DBL(new_frac, 0, 1)},
     {.section = "Output",
      .name = "json",
      .help = "one JSON object on stdout",
@@ -632,6 +648,10 @@ static const char usage_head[] =
     "a journal\n"
     "                                               snapshot vs "
     "ordinary batches\n"
+    "       embtier-bench keyed [options]           a keyed table "
+    "through\n"
+    "                                               HierarchicalKV's "
+    "protocol\n"
     "\n"
     "flush: a DDR tier (--ddr, default 1G) full of dirty rows of "
     "--tables\n"
@@ -653,6 +673,46 @@ static const char usage_head[] =
     "times (default 3): min, median and their ratio. The stores are "
     "made in a\n"
     "scratch directory under --dir (default $TMPDIR or /var/tmp), "
+    "removed at\n"
+    "the end.\n"
+    "\n"
+    "keyed: HierarchicalKV's benchmark (--keys keys a call, default "
+    "1048576;\n"
+    "load factors 0.5 and 1.0) on a store of one keyed table "
+    "(ET_TABLE_KEYED)\n"
+    "of --dim (default 32) --dtype. Capacity = the DDR tier's slots "
+    "(--ddr,\n"
+    "default 512M), printed in keys; load = slots in use / capacity, "
+    "filled with\n"
+    "et_write_rows of fresh random u64 keys to within 0.001 of each "
+    "load (past\n"
+    "a set's ways a new key evicts one to NVMe). At each load, timed "
+    "calls of:\n"
+    "find (et_gather of stored keys drawn at random from the latest "
+    "stored,\n"
+    "gathered once untimed first: all DDR hits), assign (et_write_rows "
+    "of\n"
+    "such keys) and one find_or_insert (et_update, SGD --lr, default 0, "
+    "of\n"
+    "stored keys and a --new-frac share, default 0.5, of new keys, "
+    "which it\n"
+    "stores). find and assign repeat until --seconds (default 0.5) of "
+    "timed\n"
+    "calls. Beside it, the same steps on a row-indexed table of the "
+    "same dim\n"
+    "(its own store, --ddr too), the raw random gather of limits.c over "
+    "a\n"
+    "--ddr buffer (--no-limits skips it), and after a checkpoint of "
+    "each: index\n"
+    "and disk bytes per stored key. Ratios: keyed find / row-indexed "
+    "gather\n"
+    "(goal >= 0.8), find_or_insert at 1.0 / find at 0.5 (goal >= 0.5). "
+    "Fails\n"
+    "if a find returns other values than written, or the stored keys "
+    "after\n"
+    "the checkpoint are not those filled and inserted. The stores are "
+    "made in\n"
+    "a scratch directory under --dir (default $TMPDIR or /var/tmp), "
     "removed at\n"
     "the end.\n"
     "\n"
@@ -742,7 +802,8 @@ enum {
 	CMD_CONVERT,
 	CMD_GEN,
 	CMD_FLUSH,
-	CMD_REOPEN
+	CMD_REOPEN,
+	CMD_KEYED
 };
 
 static void defaults(struct bench_opts *o, int cmd)
@@ -794,6 +855,14 @@ static void defaults(struct bench_opts *o, int cmd)
 	o->reps = 3;
 	if (cmd == CMD_REOPEN)
 		o->wl.rows = 1000000;
+	o->keyed_keys = 1ULL << 20;
+	o->new_frac = 0.5;
+	if (cmd == CMD_KEYED) {
+		o->dim = o->dims[0] = 32;
+		o->ddr_bytes = 512ULL << 20;
+		o->seconds = 0.5;
+		o->lr = 0;
+	}
 }
 
 static int cmd_convert(const struct bench_opts *o, int argc, char **argv)
@@ -895,8 +964,9 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = {
-	    "run", "mrc", "pipeline", "convert", "gen", "flush", "reopen"};
+	static const char *const names[] = {"run",     "mrc",  "pipeline",
+					    "convert", "gen",  "flush",
+					    "reopen",  "keyed"};
 	struct sigaction sa;
 	struct bench_opts o;
 	int cmd = CMD_RUN, ret;
@@ -904,7 +974,7 @@ int main(int argc, char **argv)
 	cli_init("embtier-bench");
 	if (argc > 1 && argv[1][0] != '-') {
 		cmd = -1;
-		for (int i = 0; i < 7; i++)
+		for (int i = 0; i < (int)(sizeof(names) / sizeof(*names)); i++)
 			if (!strcmp(argv[1], names[i]))
 				cmd = i;
 		if (cmd < 0) {
@@ -924,7 +994,7 @@ int main(int argc, char **argv)
 	if (ret < 0)
 		return CLI_EXIT_USAGE;
 	if ((cmd == CMD_RUN || cmd == CMD_MRC || cmd == CMD_PIPELINE ||
-	     cmd == CMD_FLUSH || cmd == CMD_REOPEN) &&
+	     cmd == CMD_FLUSH || cmd == CMD_REOPEN || cmd == CMD_KEYED) &&
 	    optind != argc) {
 		cli_usage_error("unexpected argument '%s'", argv[optind]);
 		return CLI_EXIT_USAGE;
@@ -949,6 +1019,8 @@ int main(int argc, char **argv)
 		return cmd_flush(&o);
 	case CMD_REOPEN:
 		return cmd_reopen(&o);
+	case CMD_KEYED:
+		return cmd_keyed(&o);
 	default:
 		return cmd_run(&o);
 	}

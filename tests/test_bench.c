@@ -1094,6 +1094,96 @@ static void test_tool_convert_and_gen(void **state)
 	wl_batch_free(&b);
 }
 
+/*
+ * keyed at a tiny size: the text report has its lines, each op's keys/s
+ * of both tables at both loads is a figure, find is all DDR hits, and the
+ * run's own checks passed (a failed one exits 1: a find that returned
+ * other values than written, or stored keys after the checkpoint other
+ * than those filled and inserted); the JSON says the same. --keys past
+ * half the capacity is a usage error.
+ */
+static void test_tool_keyed(void **state)
+{
+	const char *text[] = {"keyed",	   "-q",   "--ddr",  "2M",
+			      "--dim",	   "8",	   "--keys", "2048",
+			      "--seconds", "0.01", NULL};
+	const char *json[] = {
+	    "keyed",	   "-q",     "--ddr", "2M",	    "--dim",
+	    "8",	   "--keys", "2048",  "--seconds",  "0.01",
+	    "--no-limits", "--lr",   "0.5",   "--new-frac", "0.25",
+	    "--json",	   NULL};
+	const char *big[] = {"keyed", "--ddr", "1M", "--keys", "1000000", NULL};
+	const char *ops[] = {"find", "assign", "find_or_insert"};
+	unsigned long long cap, stored;
+	double kd, ri, hits, ratio;
+	const char *p, *load;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	run_tool(&r, text);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	p = strstr(r.out, "capacity:   ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "capacity:   %llu keys", &cap), 1);
+	assert_true(cap >= 2 * 2048);
+	for (int l = 0; l < 2; l++) {
+		load = strstr(r.out, l ? "\nload 1.0:" : "\nload 0.5:");
+		assert_non_null(load);
+		for (int k = 0; k < 3; k++) {
+			char want[32];
+
+			snprintf(want, sizeof(want), "\n  %-15s ", ops[k]);
+			p = strstr(load, want);
+			assert_non_null(p);
+			assert_int_equal(sscanf(p + strlen(want),
+						"%lf M %lf M %lf %*u, %lf%%",
+						&kd, &ri, &ratio, &hits),
+					 4);
+			assert_true(kd > 0 && ri > 0 && ratio > 0);
+			if (k == 0)
+				assert_true(hits == 100.0);
+		}
+	}
+	assert_non_null(strstr(r.out, "\nlimit:      raw random gather"));
+	assert_non_null(strstr(r.out, "keyed find / row-indexed gather: "));
+	assert_non_null(strstr(r.out, "find_or_insert at 1.0 / find at 0.5: "));
+	p = strstr(r.out, "\nkeyed:      ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "\nkeyed:      %llu keys stored", &stored),
+			 1);
+	assert_true(stored > cap); /* past load 1.0: some on NVMe */
+	assert_non_null(strstr(p, " B a key ("));
+	assert_non_null(strstr(r.out, "\nchecks:     every find returned the "
+				      "values written"));
+	run_free(&r);
+
+	/* --lr moves the values find_or_insert touches; the run writes them
+	 * back and its checks still hold */
+	run_tool(&r, json);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "{\"mode\":\"keyed\","));
+	assert_non_null(strstr(r.out, "\"new_frac\":0.2500,"));
+	assert_non_null(strstr(r.out, "\"find_or_insert\":{\"calls\":1,"
+				      "\"keys\":2048,"));
+	assert_non_null(strstr(r.out, "\"ddr_hit_frac\":0.750000"));
+	assert_null(strstr(r.out, "\"stored_count_ok\":false"));
+	assert_non_null(strstr(r.out, "\"limit\":null"));
+	assert_int_equal(lines(r.out), 1);
+	run_free(&r);
+
+	run_tool(&r, big);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "more than half the capacity"));
+	assert_int_equal(r.out[0], '\0');
+	run_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1114,6 +1204,7 @@ int main(void)
 	    cmocka_unit_test(test_tool_dims),
 	    cmocka_unit_test(test_tool_mrc_series),
 	    cmocka_unit_test(test_tool_update_vs_read),
+	    cmocka_unit_test(test_tool_keyed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

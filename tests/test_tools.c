@@ -896,6 +896,161 @@ static void test_written(void **state)
 	}
 }
 
+/*
+ * A keyed table (created through the public API) storing ids 0, 1, 2^63
+ * and UINT64_MAX (and 42, written, then erased): inspect shows it keyed
+ * with 4 stored ids, --list lists exactly those ids ascending (a range
+ * narrows them; UINT64_MAX alone too), a --written dump and export give
+ * them with the values the library reads, --verify checks their records;
+ * walking every id of the table (a dump or export of "A:" without
+ * --written) is refused rather than run for 2^64 rows. An alarm turns a
+ * walk that never ends (stepping past UINT64_MAX) into a failure.
+ */
+static void test_keyed(void **state)
+{
+	const uint64_t want[4] = {0, 1, 1ULL << 63, UINT64_MAX};
+	const uint64_t in[5] = {UINT64_MAX, 42, 1ULL << 63, 0, 1};
+	const uint64_t erase = 42;
+	const struct et_table_params tp = {.dim = 4,
+					   .dtype = ET_F32,
+					   .init = ET_INIT_UNIFORM,
+					   .seed = 9,
+					   .flags = ET_TABLE_KEYED};
+	struct et_store_config c = {.ddr_bytes = 1 << 20};
+	char dir[PATH_MAX], tab[PATH_MAX], out[PATH_MAX], ids[PATH_MAX];
+	float v[5 * 4], lib[4 * 4], vals[4];
+	const char *sp;
+	unsigned char *f;
+	uint64_t row, erased = 0;
+	size_t len;
+	struct run r;
+	et_store *s;
+	et_tfile *tf;
+	int t;
+
+	(void)state;
+	alarm(60);
+	tpath(dir, "kstore");
+	assert_int_equal(mkdir(dir, 0755), 0);
+	for (int i = 0; i < 5 * 4; i++)
+		v[i] = (float)i * 0.5f - 3.0f;
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	assert_int_equal(et_table_create(s, "k", &tp, &t), 0);
+	assert_int_equal(et_write_rows(s, t, in, 5, v), 0);
+	assert_int_equal(et_erase(s, t, &erase, 1, &erased), 0);
+	assert_int_equal(erased, 1);
+	assert_int_equal(et_checkpoint(s, NULL, 0), 0);
+	assert_int_equal(et_store_close(s), 0);
+	tpath(tab, "kstore/k.et");
+	assert_int_equal(et_tfile_open(tab, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_read_rows(tf, want, 4, lib, NULL), 0);
+	et_tfile_close(tf);
+	assert_memory_equal(lib + 3 * 4, v, 4 * sizeof(float)); /* max */
+
+	run(&r, inspect_tool, "--list", ":", tab, NULL);
+	expect_ok(&r);
+	assert_string_equal(r.out, "0\n1\n9223372036854775808\n"
+				   "18446744073709551615\n");
+	assert_int_equal(r.err_len, 0);
+	run_free(&r);
+	run(&r, inspect_tool, "--list", "1:", tab, NULL);
+	expect_ok(&r);
+	assert_string_equal(r.out,
+			    "1\n9223372036854775808\n18446744073709551615\n");
+	run_free(&r);
+	run(&r, inspect_tool, "--list", "2:2^63", tab, NULL);
+	expect_ok(&r);
+	assert_int_equal(r.out_len, 0);
+	run_free(&r);
+	run(&r, inspect_tool, "--list", "18446744073709551615", tab, NULL);
+	expect_ok(&r);
+	assert_string_equal(r.out, "18446744073709551615\n");
+	run_free(&r);
+
+	run(&r, inspect_tool, tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "rows            keyed"));
+	assert_non_null(strstr(r.out, "stored ids      4\n"));
+	run_free(&r);
+	run(&r, inspect_tool, "--json", tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "\"keyed\": true"));
+	assert_non_null(strstr(r.out, "\"stored_ids\": 4"));
+	run_free(&r);
+
+	run(&r, inspect_tool, "--dump", "0:", "--written", "-q", tab, NULL);
+	expect_ok(&r);
+	assert_int_equal(count_lines(r.out), 4);
+	sp = r.out;
+	for (int i = 0; i < 4; i++) {
+		sp = parse_dump_line(sp, &row, vals, 4);
+		assert_true(row == want[i]);
+		assert_memory_equal(vals, lib + i * 4, sizeof(vals));
+	}
+	run_free(&r);
+
+	/* one id, the last one: read, then the walk stops */
+	run(&r, inspect_tool, "--dump", "18446744073709551615", tab, NULL);
+	expect_ok(&r);
+	parse_dump_line(r.out, &row, vals, 4);
+	assert_true(row == UINT64_MAX);
+	assert_memory_equal(vals, lib + 3 * 4, sizeof(vals));
+	assert_int_equal(count_lines(r.out), 1);
+	run_free(&r);
+
+	tpath(out, "k.raw");
+	tpath(ids, "k.ids");
+	run(&r, inspect_tool, "--export-raw", out, "--written", "--ids", ids,
+	    "-q", tab, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	f = read_file(ids, &len);
+	assert_int_equal(len, sizeof(want));
+	assert_memory_equal(f, want, sizeof(want));
+	free(f);
+	f = read_file(out, &len);
+	assert_int_equal(len, sizeof(lib));
+	assert_memory_equal(f, lib, sizeof(lib));
+	free(f);
+	unlink(out);
+	unlink(ids);
+
+	run(&r, inspect_tool, "--verify", tab, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.out, "4 row log records verified"));
+	run_free(&r);
+
+	/* every id of the table: refused, not 2^64 rows */
+	run(&r, inspect_tool, "--dump", "5:", tab, NULL);
+	expect_fail(&r, "embtier-inspect", "keyed");
+	run_free(&r);
+	run(&r, inspect_tool, "--export-raw", out, tab, NULL);
+	expect_fail(&r, "embtier-inspect", "keyed");
+	run_free(&r);
+	assert_false(exists(out));
+
+	/* A bad record is named by its id (its first 8 bytes), not by a
+	 * block a keyed table does not have. */
+	{
+		char log[PATH_MAX + 8], msg[96];
+		uint64_t first = 0;
+
+		snprintf(log, sizeof(log), "%s.log", tab);
+		for (int k = 7; k >= 0; k--)
+			first = first << 8 | peek(log, (uint64_t)k);
+		flip_byte(log, 16 + 2);
+		run(&r, inspect_tool, "--verify", tab, NULL);
+		expect_fail(&r, "embtier-inspect", et_strerror(ET_EBLOCKSUM));
+		snprintf(msg, sizeof(msg),
+			 "1 bad of 4 row log records (of the stored ids), id "
+			 "%" PRIu64 " among them\n",
+			 first);
+		assert_non_null(strstr(r.err, msg));
+		run_free(&r);
+	}
+	alarm(0);
+}
+
 /* Row-wise Adagrad keeps one f32 of state per row: --state shows it (zero
  * after a bulk load) in dumps and exports, as one more column. */
 static void test_state(void **state)
@@ -1331,6 +1486,7 @@ int main(void)
 	    cmocka_unit_test(test_state),
 	    cmocka_unit_test(test_corrupt_header),
 	    cmocka_unit_test(test_written),
+	    cmocka_unit_test(test_keyed),
 	    cmocka_unit_test(test_truncated_file),
 	    cmocka_unit_test(test_corrupt_block),
 	    cmocka_unit_test(test_corrupt_log_record),

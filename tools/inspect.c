@@ -9,6 +9,11 @@
  * block checksums) as in training. Rows are read in chunks with
  * et_tfile_read_rows(); a lazy row costs no I/O. Exports are written to a
  * new file (replaced only with --force), removed again if anything fails.
+ *
+ * A keyed table (ET_TABLE_KEYED) has no rows: its ids are any u64, each
+ * with a row of its own, and it stores those a store wrote. Its ranges are
+ * of ids, UINT64_MAX included ("A:" runs through it), so every walk over
+ * ids here stops at the last id of its span instead of stepping past it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +38,7 @@ struct opts {
 	bool json, verify, state, force, quiet;
 	bool written;	   /* only rows with a stored value */
 	const char *ids;   /* --written exports: the rows' ids */
+	const char *list;  /* "A:B": the ids with a stored value */
 	const char *dump;  /* "A:B" */
 	const char *range; /* "A:B" for the exports */
 	const char *export_npy, *export_raw;
@@ -51,6 +57,9 @@ static void usage(void)
 	    "                     row log record's; exit 1 if any is bad\n"
 	    "  --dump A:B         print rows [A,B) as text, one per line: the\n"
 	    "                     row id, then its values (%%.9g)\n"
+	    "  --list A:B         print the ids of the rows in [A,B) with a\n"
+	    "                     stored value, one per line, ascending (of a\n"
+	    "                     keyed table: its stored ids; ':' lists all)\n"
 	    "  --export OUT.npy   write rows as a '<f4' .npy array (n, dim)\n"
 	    "  --export-raw OUT   write rows as raw little-endian f32\n"
 	    "  --range A:B        the rows to export (default: all)\n"
@@ -70,7 +79,16 @@ static void usage(void)
 	    "\n"
 	    "A:B is a half-open row range; A: runs to the end, :B starts at "
 	    "0,\n"
-	    "a lone A is one row. Numbers may be written B^E (2^33).\n");
+	    "a lone A is one row. Numbers may be written B^E (2^33).\n"
+	    "\n"
+	    "A keyed table (ids any u64, each with a row of its own) shows\n"
+	    "\"keyed\" and its stored ids instead of rows; its ranges are of "
+	    "ids\n"
+	    "(unsigned decimal), and A: runs through 18446744073709551615. "
+	    "Its rows\n"
+	    "not stored read as the initializer's: dump or export its stored "
+	    "ids\n"
+	    "with --written (exports need it, or a bounded --range).\n");
 }
 
 enum {
@@ -83,6 +101,7 @@ enum {
 	OPT_STATE,
 	OPT_WRITTEN,
 	OPT_IDS,
+	OPT_LIST,
 };
 
 static const struct option long_opts[] = {
@@ -95,6 +114,7 @@ static const struct option long_opts[] = {
     {"state", no_argument, NULL, OPT_STATE},
     {"written", no_argument, NULL, OPT_WRITTEN},
     {"ids", required_argument, NULL, OPT_IDS},
+    {"list", required_argument, NULL, OPT_LIST},
     {"force", no_argument, NULL, 'f'},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
@@ -135,6 +155,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_IDS:
 			o->ids = optarg;
+			break;
+		case OPT_LIST:
+			o->list = optarg;
 			break;
 		case 'f':
 			o->force = true;
@@ -189,19 +212,117 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+static bool is_keyed(const struct et_table_info *ti)
+{
+	return ti->flags & ET_TABLE_KEYED;
+}
+
+/* Ids first .. last (inclusive, so that it can hold UINT64_MAX), or none. */
+struct span {
+	uint64_t first, last;
+	bool empty;
+	bool open; /* "A:" or ":" of a keyed table: through UINT64_MAX */
+};
+
+/* The ids of a span, saturated at UINT64_MAX. */
+static uint64_t span_count(const struct span *sp)
+{
+	if (sp->empty)
+		return 0;
+	return sp->last - sp->first == UINT64_MAX ? UINT64_MAX
+						  : sp->last - sp->first + 1;
+}
+
+/* "A:B" over a keyed table's ids: any u64, B exclusive; "A:" through
+ * UINT64_MAX; a lone A is that id. 0 or -EINVAL (-ERANGE). */
+static int parse_keyed_range(const char *s, struct span *sp)
+{
+	const char *colon = strchr(s, ':');
+	uint64_t a = 0, b = 0;
+	char left[64];
+	size_t llen;
+	int err;
+
+	memset(sp, 0, sizeof(*sp));
+	if (!colon) {
+		err = cli_parse_u64(s, &a);
+		sp->first = sp->last = a;
+		return err;
+	}
+	llen = (size_t)(colon - s);
+	if (llen >= sizeof(left))
+		return -EINVAL;
+	memcpy(left, s, llen);
+	left[llen] = '\0';
+	if (llen && (err = cli_parse_u64(left, &a)))
+		return err;
+	sp->first = a;
+	if (!colon[1]) {
+		sp->last = UINT64_MAX;
+		sp->open = true;
+		return 0;
+	}
+	err = cli_parse_u64(colon + 1, &b);
+	if (err)
+		return err;
+	if (a > b)
+		return -EINVAL;
+	sp->empty = a == b;
+	sp->last = b - !sp->empty;
+	return 0;
+}
+
 /* Parses a range option; prints the error. */
 static int get_range(const char *file, const char *opt, const char *s,
-		     const struct et_table_info *ti, uint64_t *a, uint64_t *b)
+		     const struct et_table_info *ti, struct span *sp)
 {
-	int err = cli_parse_range(s, ti->rows, a, b);
+	uint64_t a, b;
+	int err;
 
+	if (is_keyed(ti)) {
+		err = parse_keyed_range(s, sp);
+		if (err)
+			cli_usage_error("%s: '%s' is not a range A:B of ids "
+					"(u64) with A <= B",
+					opt, s);
+		return err;
+	}
+	err = cli_parse_range(s, ti->rows, &a, &b);
 	if (err == ET_EROWRANGE)
 		cli_error("%s: rows %s: %s (the table has %" PRIu64 " rows)",
 			  file, s, et_strerror(err), ti->rows);
 	else if (err)
 		cli_usage_error("%s: '%s' is not a row range A:B with A <= B",
 				opt, s);
+	if (!err)
+		*sp = (struct span){
+		    .first = a, .last = b ? b - 1 : 0, .empty = a == b};
 	return err;
+}
+
+/* Of a keyed table, the ids a store wrote; of another, all its rows. */
+static void whole_span(const struct et_table_info *ti, struct span *sp)
+{
+	if (is_keyed(ti))
+		*sp =
+		    (struct span){.first = 0, .last = UINT64_MAX, .open = true};
+	else
+		*sp = (struct span){.first = 0,
+				    .last = ti->rows ? ti->rows - 1 : 0,
+				    .empty = !ti->rows};
+}
+
+/* Walking every id of an unbounded span of a keyed table would never end:
+ * only its stored ids (--written) may be walked. Prints the error. */
+static int check_walk(const struct opts *o, const struct et_table_info *ti,
+		      const struct span *sp, const char *what)
+{
+	if (!is_keyed(ti) || o->written || !sp->open)
+		return 0;
+	cli_usage_error("%s is keyed (its ids are any u64): %s its stored ids "
+			"with --written, or a bounded range A:B",
+			o->file, what);
+	return -EINVAL;
 }
 
 /* disk_bytes as a percentage of logical_bytes, readable at any scale. */
@@ -225,7 +346,12 @@ static void print_info_text(const char *file, const struct et_table_info *ti)
 	format_percent(ti, pc, sizeof(pc));
 	printf("file            %s\n", file);
 	printf("format version  %u\n", ti->format_version);
-	printf("rows            %" PRIu64 "\n", ti->rows);
+	if (is_keyed(ti)) {
+		printf("rows            keyed (ids are any u64)\n");
+		printf("stored ids      %" PRIu64 "\n", ti->rows_logged);
+	} else {
+		printf("rows            %" PRIu64 "\n", ti->rows);
+	}
 	printf("dim             %u\n", ti->dim);
 	printf("dtype           %s\n", cli_dtype_name(ti->dtype));
 	printf("optimizer       %s (%u state floats per row)\n",
@@ -234,6 +360,17 @@ static void print_info_text(const char *file, const struct et_table_info *ti)
 	printf("init scale      %.9g\n", ti->init_scale);
 	printf("seed            %" PRIu64 "\n", ti->seed);
 	printf("block size      %u\n", ti->block_size);
+	if (is_keyed(ti)) { /* no blocks: every stored id is in the row log */
+		printf("row bytes       %u\n", ti->row_bytes);
+		printf("disk use        %" PRIu64 " (%s", ti->disk_bytes,
+		       cli_human_bytes((double)ti->disk_bytes, b, sizeof(b)));
+		if (ti->rows_logged)
+			printf(", %.1f bytes a stored id",
+			       (double)ti->disk_bytes /
+				   (double)ti->rows_logged);
+		printf(")\n");
+		return;
+	}
 	printf("rows per block  %u\n", ti->rows_per_block);
 	printf("row bytes       %u\n", ti->row_bytes);
 	printf("blocks          %" PRIu64 "\n", ti->blocks);
@@ -288,7 +425,44 @@ static void print_info_json(const char *file, const struct et_table_info *ti)
 	printf(", \"blocks_written\": %" PRIu64, ti->blocks_written);
 	printf(", \"logical_bytes\": %" PRIu64, ti->logical_bytes);
 	printf(", \"disk_bytes\": %" PRIu64, ti->disk_bytes);
-	printf(", \"disk_percent\": %.6g}\n", pc);
+	printf(", \"disk_percent\": %.6g", pc);
+	printf(", \"rows_logged\": %" PRIu64, ti->rows_logged);
+	printf(", \"keyed\": %s", is_keyed(ti) ? "true" : "false");
+	if (is_keyed(ti))
+		printf(", \"stored_ids\": %" PRIu64, ti->rows_logged);
+	printf("}\n");
+}
+
+/*
+ * Of a keyed table, et_tfile_verify names the first bad record by its id
+ * divided by rows_per_block: reads the stored ids of that stretch one by
+ * one for one whose record fails its checksum.
+ */
+static bool bad_id(et_tfile *tf, const struct et_table_info *ti, uint64_t blk,
+		   uint64_t *id)
+{
+	uint32_t rpb = ti->rows_per_block;
+	uint64_t from, to, *ids;
+	float *v;
+	size_t k = 0;
+	bool found = false;
+
+	if (!rpb || blk > UINT64_MAX / rpb)
+		return false;
+	from = blk * rpb;
+	to = from > UINT64_MAX - (rpb - 1) ? UINT64_MAX : from + (rpb - 1);
+	ids = malloc(rpb * sizeof(*ids));
+	v = malloc((size_t)ti->dim * sizeof(*v));
+	if (ids && v && !et_tfile_rows(tf, from, ids, rpb, &k))
+		for (size_t i = 0; i < k && ids[i] <= to && !found; i++)
+			if (et_tfile_read_rows(tf, &ids[i], 1, v, NULL) ==
+			    ET_EBLOCKSUM) {
+				*id = ids[i];
+				found = true;
+			}
+	free(ids);
+	free(v);
+	return found;
 }
 
 static int verify(et_tfile *tf, const struct opts *o,
@@ -302,6 +476,18 @@ static int verify(et_tfile *tf, const struct opts *o,
 		       ti->blocks_written + ti->rows_logged, o->quiet);
 	err = et_tfile_verify(tf, &bad, &first_bad, progress_callback, &pr);
 	progress_end(&pr);
+	if (err == ET_EBLOCKSUM && is_keyed(ti)) {
+		uint64_t id;
+		char one[64] = "";
+
+		if (bad_id(tf, ti, first_bad, &id))
+			snprintf(one, sizeof(one),
+				 ", id %" PRIu64 " among them", id);
+		cli_error("%s: %s: %" PRIu64 " bad of %" PRIu64
+			  " row log records (of the stored ids)%s",
+			  o->file, et_strerror(err), bad, ti->rows_logged, one);
+		return err;
+	}
 	if (err == ET_EBLOCKSUM) {
 		cli_error("%s: %s: %" PRIu64 " bad of %" PRIu64
 			  " written blocks and %" PRIu64
@@ -314,7 +500,13 @@ static int verify(et_tfile *tf, const struct opts *o,
 		cli_error_code(o->file, err);
 		return err;
 	}
-	if (!o->quiet)
+	if (!o->quiet && is_keyed(ti))
+		printf("%s: keyed, %" PRIu64 " stored id%s: %" PRIu64
+		       " row log record%s verified, all good\n",
+		       o->file, ti->rows_logged,
+		       ti->rows_logged == 1 ? "" : "s", ti->rows_logged,
+		       ti->rows_logged == 1 ? "" : "s");
+	else if (!o->quiet)
 		printf("%s: %" PRIu64 " written block%s and %" PRIu64
 		       " row log record%s verified, all good\n",
 		       o->file, ti->blocks_written,
@@ -331,33 +523,54 @@ static int verify(et_tfile *tf, const struct opts *o,
 typedef int (*emit_fn)(void *arg, const uint64_t *ids, uint64_t n,
 		       const float *rows, uint32_t cols);
 
-/* Rows with a stored value in [a, b). */
-static int count_written(et_tfile *tf, uint64_t a, uint64_t b, uint64_t *n)
+/*
+ * Hands the ids of sp with a stored value to fn, ascending, in runs;
+ * stops at fn's first error. Never steps past the span's last id (nor
+ * UINT64_MAX).
+ */
+static int each_written(et_tfile *tf, const struct span *sp,
+			int (*fn)(void *arg, const uint64_t *ids, size_t n),
+			void *arg)
 {
 	enum { B = 65536 };
-	uint64_t *ids = malloc(B * sizeof(*ids));
-	size_t k = B;
+	uint64_t *ids = malloc(B * sizeof(*ids)), from = sp->first;
+	bool more = !sp->empty;
 	int err = ids ? 0 : -ENOMEM;
 
-	*n = 0;
-	while (!err && k == B && a < b) {
-		err = et_tfile_rows(tf, a, ids, B, &k);
-		for (size_t i = 0; !err && i < k; i++) {
-			if (ids[i] >= b) {
-				k = 0;
-				break;
-			}
-			++*n;
-		}
-		if (!err && k)
-			a = ids[k - 1] + 1;
+	while (!err && more) {
+		size_t k = 0, n = 0;
+
+		err = et_tfile_rows(tf, from, ids, B, &k);
+		if (err)
+			break;
+		while (n < k && ids[n] <= sp->last)
+			n++;
+		if (n)
+			err = fn(arg, ids, n);
+		more = n == B && ids[n - 1] < sp->last;
+		if (more)
+			from = ids[n - 1] + 1;
 	}
 	free(ids);
 	return err;
 }
 
+static int count_fn(void *arg, const uint64_t *ids, size_t n)
+{
+	(void)ids;
+	*(uint64_t *)arg += n;
+	return 0;
+}
+
+/* Rows with a stored value in sp. */
+static int count_written(et_tfile *tf, const struct span *sp, uint64_t *n)
+{
+	*n = 0;
+	return each_written(tf, sp, count_fn, n);
+}
+
 static int for_rows(et_tfile *tf, const struct opts *o,
-		    const struct et_table_info *ti, uint64_t a, uint64_t b,
+		    const struct et_table_info *ti, const struct span *sp,
 		    const char *label, emit_fn emit, void *arg)
 {
 	uint32_t sf = o->state ? ti->state_floats : 0;
@@ -368,14 +581,15 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 	struct progress pr;
 	int err = -ENOMEM;
 
-	uint64_t total = b - a, done = 0;
+	uint64_t total = span_count(sp), done = 0, first = sp->first;
+	bool more;
 
 	if (!chunk)
 		chunk = 1;
-	if (chunk > b - a)
-		chunk = b - a ? b - a : 1;
+	if (chunk > total)
+		chunk = total ? total : 1;
 	if (o->written) {
-		err = count_written(tf, a, b, &total);
+		err = count_written(tf, sp, &total);
 		if (err) {
 			cli_error_code(o->file, err);
 			return err;
@@ -392,9 +606,11 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 		goto out;
 	}
 	err = 0;
+	more = !sp->empty && total;
 	progress_start(&pr, label, "rows", total, o->quiet);
-	for (uint64_t first = a; first < b && done < total;) {
-		uint64_t n = b - first < chunk ? b - first : chunk;
+	while (more && done < total) {
+		/* ids left after first, less one: no overflow at UINT64_MAX */
+		uint64_t left = sp->last - first, n;
 		const float *out = vals;
 
 		if (o->written) {
@@ -405,20 +621,29 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 				cli_error_code(o->file, err);
 				break;
 			}
-			for (n = 0; n < k && ids[n] < b;)
+			for (n = 0; n < k && ids[n] <= sp->last;)
 				n++;
 			if (!n)
 				break;
+			more = n == chunk;
 		} else {
+			n = left < chunk - 1 ? left + 1 : chunk;
 			for (uint64_t i = 0; i < n; i++)
 				ids[i] = first + i;
 		}
 		err = et_tfile_read_rows(tf, ids, n, vals, state);
 		if (err) {
 			progress_end(&pr);
-			cli_error("%s: rows %" PRIu64 "..%" PRIu64 ": %s",
-				  o->file, ids[0], ids[n - 1] + 1,
-				  et_strerror(err));
+			if (is_keyed(ti))
+				cli_error("%s: ids %" PRIu64 " to %" PRIu64
+					  ": %s",
+					  o->file, ids[0], ids[n - 1],
+					  et_strerror(err));
+			else
+				cli_error("%s: rows %" PRIu64 "..%" PRIu64
+					  ": %s",
+					  o->file, ids[0], ids[n - 1] + 1,
+					  et_strerror(err));
 			break;
 		}
 		if (sf) {
@@ -434,7 +659,10 @@ static int for_rows(et_tfile *tf, const struct opts *o,
 		if (err)
 			break;
 		done += n;
-		first = ids[n - 1] + 1;
+		if (ids[n - 1] >= sp->last)
+			more = false;
+		else
+			first = ids[n - 1] + 1;
 		progress_update(&pr, done);
 	}
 	progress_end(&pr);
@@ -491,17 +719,47 @@ static int emit_file(void *arg, const uint64_t *ids, uint64_t n,
 static int dump(et_tfile *tf, const struct opts *o,
 		const struct et_table_info *ti)
 {
-	uint64_t a, b;
+	struct span sp;
 	int err;
 
-	err = get_range(o->file, "--dump", o->dump, ti, &a, &b);
+	err = get_range(o->file, "--dump", o->dump, ti, &sp);
+	if (!err)
+		err = check_walk(o, ti, &sp, "dump");
 	if (err)
 		return err;
-	err = for_rows(tf, o, ti, a, b, "reading", emit_text, NULL);
+	err = for_rows(tf, o, ti, &sp, "reading", emit_text, NULL);
 	if (!err && fflush(stdout)) {
 		err = -errno;
 		cli_error_code("stdout", err);
 	}
+	return err;
+}
+
+static int list_fn(void *arg, const uint64_t *ids, size_t n)
+{
+	(void)arg;
+	for (size_t i = 0; i < n; i++)
+		printf("%" PRIu64 "\n", ids[i]);
+	return ferror(stdout) ? -EIO : 0;
+}
+
+/* --list: the ids with a stored value, one a line. */
+static int list(et_tfile *tf, const struct opts *o,
+		const struct et_table_info *ti)
+{
+	struct span sp;
+	int err;
+
+	err = get_range(o->file, "--list", o->list, ti, &sp);
+	if (err)
+		return err;
+	err = each_written(tf, &sp, list_fn, NULL);
+	if (!err && fflush(stdout))
+		err = -errno;
+	if (err == -EIO || (err && ferror(stdout)))
+		cli_error_code("stdout", err);
+	else if (err)
+		cli_error_code(o->file, err);
 	return err;
 }
 
@@ -550,22 +808,27 @@ static int export(et_tfile *tf, const struct opts *o,
 {
 	struct export_file f = {.path = path, .fd = -1, .ids_fd = -1};
 	uint32_t cols = ti->dim + (o->state ? ti->state_floats : 0);
-	uint64_t a = 0, b = ti->rows, n;
 	bool regular = false, ids_regular = false;
+	struct span sp;
+	uint64_t n;
 	int err;
 
+	whole_span(ti, &sp);
 	if (o->range) {
-		err = get_range(o->file, "--range", o->range, ti, &a, &b);
+		err = get_range(o->file, "--range", o->range, ti, &sp);
 		if (err)
 			return err;
 	}
-	if (a == b) {
+	err = check_walk(o, ti, &sp, "export");
+	if (err)
+		return err;
+	if (sp.empty) {
 		cli_error("%s: the range holds no rows", path);
 		return -EINVAL;
 	}
-	n = b - a;
+	n = span_count(&sp);
 	if (o->written) {
-		err = count_written(tf, a, b, &n);
+		err = count_written(tf, &sp, &n);
 		if (err) {
 			cli_error_code(o->file, err);
 			return err;
@@ -594,7 +857,7 @@ static int export(et_tfile *tf, const struct opts *o,
 			goto err_remove;
 		}
 	}
-	err = for_rows(tf, o, ti, a, b, "exporting", emit_file, &f);
+	err = for_rows(tf, o, ti, &sp, "exporting", emit_file, &f);
 	if (err)
 		goto err_remove;
 	err = close_out(path, &f.fd, regular);
@@ -626,7 +889,8 @@ int main(int argc, char **argv)
 	cli_init("embtier-inspect");
 	if (parse_args(argc, argv, &o))
 		return CLI_EXIT_USAGE;
-	info = o.json || !(o.verify || o.dump || o.export_npy || o.export_raw);
+	info = o.json ||
+	       !(o.verify || o.list || o.dump || o.export_npy || o.export_raw);
 
 	err = et_tfile_open(o.file, ET_TFILE_RDONLY, &tf);
 	if (err) {
@@ -651,6 +915,11 @@ int main(int argc, char **argv)
 	}
 	if (o.verify) {
 		err = verify(tf, &o, &ti);
+		if (err)
+			goto out;
+	}
+	if (o.list) {
+		err = list(tf, &o, &ti);
 		if (err)
 			goto out;
 	}
