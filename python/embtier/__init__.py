@@ -7,6 +7,8 @@ embedding store.
                            optim="rowwise_adagrad", init="uniform")
         out = t.gather_pooled(ids, offsets)          # numpy in, numpy out
         t.update_pooled(ids, offsets, grads, lr=0.01)
+        k = s.create_table("item", keyed=True, dim=64)  # any u64 ids
+        k.gather(np.array([-1, 2**62]))   # int64: -1 is 2**64 - 1
 
 embtier.nn.EmbeddingBagCollection is the PyTorch module (import
 embtier.nn; it needs torch, the rest only numpy).  Constants (ET_F16,

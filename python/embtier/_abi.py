@@ -291,6 +291,8 @@ FUNCTIONS = {
     "et_prefetch": (_I, [_P, _P, _Z]),
     "et_lookahead": (_I, [_P, _P, _Z]),
     "et_get_stats": (_I, [_P, _I, _P]),
+    "et_erase": (_I, [_P, _I, _P, _Z, _P]),
+    "et_key_policy_set": (_I, [_P, _I, _P]),
 }
 
 LIB_PATH = _find_library()

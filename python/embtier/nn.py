@@ -22,6 +22,13 @@ EmbeddingBag with include_last_offset=True); or offsets None with one id
 per bag; or ids a 2-D [T, B] tensor, one id per bag and table.  Every
 table has the same number of bags B.  The output is [T, B, D] when all
 tables have dim D, else a tuple of [B, D_t] tensors.
+
+Ids are passed to the library as the u64 bits of their int64 values (no
+copy but the one the backward needs): the tables may be keyed
+(Store.create_table(..., keyed=True)), where any int64 id is a row of its
+own, -1 being 2**64 - 1; a row-indexed table refuses a negative id as
+out of range (ET_EROWRANGE).  Per-table ids may also be uint64 numpy
+arrays.
 """
 
 import ctypes
@@ -119,8 +126,9 @@ class EmbeddingBagCollection(torch.nn.Module):
     """Embedding bags over tables of an embtier store.
 
     store: an embtier.Store; tables: Table objects or names of tables the
-    store has open; lr, eps: the fused optimizer's hyper-parameters
-    (attributes, may change between steps); mode: 'sum' or 'mean'."""
+    store has open, row-indexed or keyed, in any mix; lr, eps: the fused
+    optimizer's hyper-parameters (attributes, may change between steps);
+    mode: 'sum' or 'mean'."""
 
     def __init__(self, store, tables, lr, eps=0.0, mode="sum"):
         super().__init__()
@@ -228,7 +236,8 @@ class EmbeddingBagCollection(torch.nn.Module):
 
     def _ids2d(self, ids, copy):
         """A [T, B] tensor of ids as a C-contiguous int64 CPU tensor (its
-        bits are the uint64 ids: a negative id is out of range)."""
+        bits are the uint64 ids: a negative id is a keyed table's id
+        2**64 + id, and out of range of a row-indexed one)."""
         if ids.shape[0] != len(self.tables):
             raise _einval("EmbeddingBagCollection", f"{len(self.tables)} "
                           f"tables, but ids for {ids.shape[0]}")

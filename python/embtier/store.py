@@ -8,9 +8,13 @@ type and layout are passed to the library as they are, and so are `out`
 arrays: with a preallocated out, a gather copies each row once, from the
 cache straight into the caller's array.
 
-Ids are uint64 (int64 arrays are viewed as uint64 without a copy, so a
-negative id is a huge one and the library answers ET_EROWRANGE); values
-and gradients float32, C-contiguous.
+Ids are uint64: uint64 arrays are passed as they are, int64 arrays (and
+CPU torch tensors) are viewed as uint64 without a copy, and narrower
+integer types are widened to int64 first.  So a negative id means its
+two's-complement bits: -1 is 2**64 - 1, -2**63 is 2**63.  A keyed table
+(create_table(..., keyed=True)) takes every such id, each its own row; a
+row-indexed one refuses it as past its rows (ET_EROWRANGE, the id shown as
+the u64 it is).  Values and gradients float32, C-contiguous.
 
 A Store, like the C handle, is used by one thread at a time.
 """
@@ -151,7 +155,9 @@ def _pool(mode):
 
 
 def as_ids(a, where="ids"):
-    """A 1-D C-contiguous uint64 view or copy of a."""
+    """A 1-D C-contiguous uint64 view or copy of a: uint64 as it is, int64
+    viewed as uint64 (a negative id is its u64 bits: -1 is 2**64 - 1),
+    other integer types widened to int64 first; floats are refused."""
     if type(a) is not np.ndarray:
         a = np.asarray(a)
         if a.size == 0:
@@ -244,9 +250,11 @@ def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
     what training or a load wrote, as of the store's last commit; the other
     rows are the initializer's), or every row of [start, stop) (written=
     False), as (ids uint64 (n,), values float32 (n, dim), state float32
-    (n, state_floats)). Best read while the store is closed: beside a live
-    store, the open sees its last commit, and a later commit can make the
-    reads fail their checksums or return a row's newer value."""
+    (n, state_floats)). Of a keyed table, rows is 2**64: written=True
+    lists its stored ids, written=False needs a stop.  Best read while the
+    store is closed: beside a live store, the open sees its last commit,
+    and a later commit can make the reads fail their checksums or return a
+    row's newer value."""
     tf = ctypes.c_void_p()
     _check(lib.et_tfile_open(os.fsencode(path), CONSTS["ET_TFILE_RDONLY"],
                              ctypes.byref(tf)), "et_tfile_open")
@@ -254,6 +262,11 @@ def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
         info = _abi.new("et_table_info")
         _check(lib.et_tfile_info(tf, ctypes.byref(info)), "et_tfile_info")
         rows, dim, sf = info.rows, info.dim, info.state_floats
+        if getattr(info, "flags", 0) & _KEYED:
+            rows = 1 << 64  # any u64 id
+            if stop is None and not written:
+                raise _einval("read_rows", "a keyed table's every row: "
+                              "give stop, or written=True")
         stop = rows if stop is None else min(int(stop), rows)
         start = int(start)
         if start < 0 or start > stop:
@@ -266,10 +279,12 @@ def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
                 _check(lib.et_tfile_rows(tf, frm, _ptr(buf), chunk,
                                          ctypes.byref(n)), "et_tfile_rows")
                 got = buf[:n.value]
-                got = got[got < stop]
+                if stop < 1 << 64:
+                    got = got[got < stop]
                 if got.size:
                     parts.append(got.copy())
-                if n.value < chunk or got.size < n.value:
+                if n.value < chunk or got.size < n.value or \
+                        int(got[-1]) + 1 >= stop:
                     break
                 frm = int(got[-1]) + 1
             ids = np.concatenate(parts) if parts else \
@@ -290,9 +305,10 @@ def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
 
 class Table:
     """A table of a store: id, name and its header fields (rows, dim,
-    dtype...).  Store methods take a Table or its integer id."""
+    flags; keyed: whether its ids are any u64, rows then 0).  Store methods
+    take a Table or its integer id."""
 
-    __slots__ = ("store", "id", "name", "rows", "dim")
+    __slots__ = ("store", "id", "name", "rows", "dim", "flags")
 
     def __init__(self, store, tid, name):
         self.store = store
@@ -301,12 +317,19 @@ class Table:
         info = store.table_info(tid)
         self.rows = info["rows"]
         self.dim = info["dim"]
+        self.flags = info.get("flags", 0)
+
+    @property
+    def keyed(self):
+        """ET_TABLE_KEYED: ids are any u64 (int64 ids: their bits)."""
+        return bool(self.flags & _KEYED)
 
     def __index__(self):
         return self.id
 
     def __repr__(self):
-        return f"<embtier.Table {self.name!r} id {self.id} rows {self.rows} " \
+        size = "keyed" if self.keyed else f"rows {self.rows}"
+        return f"<embtier.Table {self.name!r} id {self.id} {size} " \
             f"dim {self.dim}>"
 
     def info(self):
@@ -327,6 +350,14 @@ class Table:
 
     def write_rows(self, ids, vals, state=None):
         return self.store.write_rows(self.id, ids, vals, state)
+
+    def erase(self, ids):
+        return self.store.erase(self.id, ids)
+
+    def key_policy(self, admit_after=0, filter_log2=0, expire_after=0,
+                   **more):
+        return self.store.key_policy(self.id, admit_after, filter_log2,
+                                     expire_after, **more)
 
 
 class Store:
@@ -385,19 +416,24 @@ class Store:
 
     # -- tables
 
-    def create_table(self, name, **params):
+    def create_table(self, name, keyed=False, **params):
         """et_table_create: keywords as struct et_table_params (dtype 'f32',
         'f16', 'bf16'; optim 'sgd', 'rowwise_adagrad'; init 'zeros',
-        'uniform', 'normal').  Returns a Table."""
-        p = _struct("et_table_params", params, "et_table_create")
+        'uniform', 'normal'; flags).  keyed=True (or flags=ET_TABLE_KEYED),
+        rows omitted: a keyed table, whose ids are any u64.  Returns a
+        Table."""
+        p = _struct("et_table_params", _keyed(params, keyed),
+                    "et_table_create")
         tid = ctypes.c_int()
         _check(lib.et_table_create(self.handle, _name(name), ctypes.byref(p),
                                    ctypes.byref(tid)), "et_table_create")
         return self._register(tid.value, name)
 
-    def open_table(self, name, **expect):
+    def open_table(self, name, keyed=False, **expect):
         """et_table_open; keywords given must match the file's header
-        (else ET_EMISMATCH)."""
+        (else ET_EMISMATCH); keyed=True: the table must be keyed.  A keyed
+        table's key_policy is not kept in it: set it again."""
+        expect = _keyed(expect, keyed)
         p = _struct("et_table_params", expect, "et_table_open") \
             if expect else None
         tid = ctypes.c_int()
@@ -519,6 +555,34 @@ class Store:
                                        _ptr(state)),
                "et_write_rows_state")
 
+    def erase(self, table, ids):
+        """et_erase of a keyed table: the ids read as the initializer's
+        again (durable from the next checkpoint).  Returns how many of
+        them (distinct) were stored."""
+        self._dim(table, "et_erase")
+        ids = as_ids(ids)
+        erased = ctypes.c_uint64()
+        _check(lib.et_erase(self.handle, int(table), _ptr(ids), ids.shape[0],
+                            ctypes.byref(erased)), "et_erase")
+        return erased.value
+
+    def key_policy(self, table, admit_after=0, filter_log2=0, expire_after=0,
+                   **more):
+        """et_key_policy_set of a keyed table (zeros: off): an update
+        stores an id only from its admit_after-th update call on (until
+        then its gradients are dropped, stats' keys_dropped), counted in a
+        filter of 2**filter_log2 x 4 counters; each checkpoint erases the
+        ids not updated or written in the last expire_after commits
+        (keys_expired).  Kept in memory only: set it again after a
+        reopen."""
+        self._dim(table, "et_key_policy_set")
+        kp = _struct("et_key_policy", dict(admit_after=admit_after,
+                                           filter_log2=filter_log2,
+                                           expire_after=expire_after,
+                                           **more), "et_key_policy_set")
+        _check(lib.et_key_policy_set(self.handle, int(table),
+                                     ctypes.byref(kp)), "et_key_policy_set")
+
     def prefetch(self, batch):
         """et_prefetch of the next batch: {table: ids} or [(table, ids)],
         any number of tables; returns at once."""
@@ -608,6 +672,20 @@ def _batch_array(n):
     if t is None:
         t = _BATCH_TYPES[n] = _abi.struct_class("et_batch_ids") * n
     return t
+
+
+_KEYED = CONSTS.get("ET_TABLE_KEYED", 0)
+
+
+def _keyed(params, keyed):
+    """params with ET_TABLE_KEYED or'ed into flags if keyed."""
+    if not keyed:
+        return params
+    if not _KEYED:
+        raise _einval("keyed", f"{HEADER.path} has no ET_TABLE_KEYED")
+    params = dict(params)
+    params["flags"] = int(params.get("flags") or 0) | _KEYED
+    return params
 
 
 def _fsenc(path):

@@ -39,25 +39,6 @@ def batches(rng, ntables, nbags, steps):
         yield ids, offs
 
 
-@pytest.fixture(params=["batched", "batched-ctypes", "per-table"])
-def calls(request, monkeypatch):
-    """The module's ways to call the library: _tables.c's table-batched
-    calls (a [T, B] tensor's through _fast.c's extension, or through
-    ctypes), or one ctypes call per table."""
-    if request.param == "per-table":
-        monkeypatch.setattr(embtier._abi, "tables_lib", None)
-        return request.param
-    tl = embtier._abi.tables_lib
-    if tl is None or embtier._abi.fast is None:
-        pytest.fail("libembtier_tables.so or _embtier_fast.so not built: "
-                    "run `make python`")
-    if request.param == "batched-ctypes":
-        for n in ("prefetch", "gather", "update"):
-            monkeypatch.setattr(embtier._abi, "plan_" + n,
-                                getattr(tl, "etpy_plan_" + n))
-    return request.param
-
-
 @pytest.mark.parametrize("optim", ["sgd", "rowwise_adagrad"])
 @pytest.mark.parametrize("mode", ["sum", "mean"])
 def test_against_dense_embedding_bag(store_dir, optim, mode, calls):
