@@ -16,6 +16,15 @@
  *    whatever the rank count; rows a rank does not own are never written
  *    and cost nothing (table files are sparse).
  *
+ * A keyed table (ET_TABLE_KEYED, rows 0: ids are any u64 key) is placed
+ * the same way table-wise. Row-wise, each key falls by a fixed hash into
+ * one of ETM_KEY_BUCKETS virtual buckets (etm_key_bucket), and rank r owns
+ * the contiguous buckets b with floor(b * N / ETM_KEY_BUCKETS) = r: the
+ * buckets never change, so another rank count moves whole buckets. Every
+ * rank's shard is a keyed table of the same parameters, keys stay keys,
+ * and a key never stored reads as the initializer's value of (seed, key)
+ * at any rank count.
+ *
  * One training step, for the local share of a global batch (bags in global
  * sample order: rank 0's samples first, then rank 1's...):
  *
@@ -123,9 +132,24 @@ typedef enum etm_plan {
 /* One table of the sharded model, as the whole model sees it. */
 struct etm_table_spec {
 	const char *name;	  /* as for et_table_create */
-	struct et_table_params p; /* global shape; rows are global */
+	struct et_table_params p; /* global shape; rows are global (0, with
+				   * ET_TABLE_KEYED in flags: keyed) */
 	etm_plan plan;
 };
+
+/*
+ * Keyed tables, row-wise: the virtual buckets keys are placed by. A key's
+ * bucket is the top 12 bits of h, where h = key, then twice
+ * h ^= h >> 32, h *= 0xd6e8feb86659fd93, then h ^= h >> 32 once more (a
+ * bijection of the u64); rank floor(bucket * N / ETM_KEY_BUCKETS) of N
+ * owns it. Both are fixed, whatever the rank count, and part of a sharded
+ * store's format: its shards hold each key on its bucket's owner.
+ */
+#define ETM_KEY_BUCKETS 4096u
+
+/* The bucket of a key (as above), 0 .. ETM_KEY_BUCKETS - 1. Not
+ * collective. */
+ETM_API uint32_t etm_key_bucket(uint64_t key);
 
 /* etm_open flag: the shard directories must exist and the global
  * checkpoint record must say this rank count (else ETM_ENRANKS, on every
@@ -149,7 +173,10 @@ ETM_API int etm_close(etm *m);
 /*
  * Declares the model's n tables (1..4096) and creates (create) or opens
  * the local shard of each: a table-wise table only on its owner, a
- * row-wise one on every rank. Called once, after etm_open.
+ * row-wise one on every rank. Called once, after etm_open. Table-wise
+ * placement counts a keyed table, whose size is not known ahead, as
+ * ET_MAX_ROWS rows: keyed tables are placed first, spread over the ranks,
+ * and row-indexed tables fill in around them.
  */
 ETM_API int etm_tables(etm *m, const struct etm_table_spec *spec, int n,
 		       bool create);
@@ -160,9 +187,10 @@ ETM_API int etm_nranks(const etm *m);
 ETM_API et_store *etm_store(etm *m); /* the local store */
 /* The local store's table id of table t, or -1 if this rank holds none. */
 ETM_API int etm_local_table(const etm *m, int t);
-/* Owner of row id of table t. */
+/* Owner of row id of table t (of a keyed table: of key id, any u64). */
 ETM_API int etm_owner(const etm *m, int t, uint64_t id);
-/* Rows of table t this rank owns. */
+/* Rows of table t this rank owns; 0 for a keyed table, whose keys have no
+ * count ahead (its shard's stored keys: et_table_info's rows_logged). */
 ETM_API uint64_t etm_owned_rows(const etm *m, int t);
 
 /* One table's bags of the local batch (as for et_gather_pooled). */
@@ -264,13 +292,16 @@ ETM_API int etm_checkpoint_read(etm *m, uint64_t *step, void **dense,
  * Every row a shard of src holds a value for (as of that checkpoint:
  * values and optimizer state, bit for bit) is written to its new owner's
  * store (et_write_rows_state); other rows stay lazy, and read as the
- * initializer's as before. Tables of src that spec does not name are left
- * out. src is only read (each shard by table file and commit record,
- * never opened as a store), so it stays a valid checkpoint whatever
- * happens, and must be visible to every rank (one machine or a shared
- * file system). dir must not exist, or be empty. Memory: besides its new
- * store, a rank holds the row-log index of one old table file at a time
- * (13 to 20 bytes a logged row, plus 8 for a sorted copy of its ids).
+ * initializer's as before. Of a keyed table, every key a shard of src
+ * stores (et_tfile_rows) goes to the new owner of its bucket: at another
+ * rank count, whole buckets move. Tables of src that spec does not name
+ * are left out. src is only read (each shard by table file and commit
+ * record, never opened as a store), so it stays a valid checkpoint
+ * whatever happens, and must be visible to every rank (one machine or a
+ * shared file system). dir must not exist, or be empty. Memory: besides
+ * its new store, a rank holds the row-log index of one old table file at
+ * a time (13 to 20 bytes a logged row, plus 8 for a sorted copy of its
+ * ids).
  *
  * Once the old ranks' dense states are read (info->dense[r], without
  * etm's shard header, on every rank), opts->check (if non-NULL) is called
@@ -286,13 +317,14 @@ ETM_API int etm_checkpoint_read(etm *m, uint64_t *step, void **dense,
  * damaged one (ET_EHDRSUM), a shard that is not one of it (ET_EHEADER),
  * a shard that committed another step or none, or was closed cleanly past
  * it (ETM_ETORN), a table of spec in no shard of src, or with another
- * shape, storage type, optimizer or initializer (spec's zeros taken as
- * et_table_params' defaults; ET_EMISMATCH), dir not empty (-EEXIST),
- * check's verdict. After the copy: a shard of src that committed
- * meanwhile (a run still using it: ET_EMISMATCH), and I/O errors; dir is
- * then left made, without a global record, and must be removed before
- * another try. Free info with etm_reshard_free after a success; after
- * a failure it holds nothing to free.
+ * shape (keyed or row-indexed included), storage type, optimizer or
+ * initializer (spec's zeros taken as et_table_params' defaults;
+ * ET_EMISMATCH), dir not empty (-EEXIST), check's verdict. After the
+ * copy: a shard of src that committed meanwhile (a run still using it:
+ * ET_EMISMATCH), and I/O errors; dir is then left made, without a global
+ * record, and must be removed before another try. Free info with
+ * etm_reshard_free after a success; after a failure it holds nothing to
+ * free.
  */
 struct etm_reshard_info {
 	uint64_t step;	/* of src's last global checkpoint (plain: the

@@ -22,8 +22,9 @@ int etm_vec_reserve(struct etm_vec *v, size_t bytes);
 void etm_vec_free(struct etm_vec *v);
 
 struct etm_tbl {
-	uint64_t rows;
+	uint64_t rows; /* 0 for a keyed table */
 	uint32_t dim;
+	bool keyed; /* ET_TABLE_KEYED: ids are keys, placed by bucket */
 	etm_plan plan;
 	int owner; /* table-wise: its rank */
 	int local; /* local store table id, or -1 */
@@ -112,8 +113,38 @@ struct shard_hdr {
 int etm_global_read(const char *dir, uint32_t *nranks, uint64_t *step);
 /* Table-wise owners of the tables (-1 for a row-wise one). */
 int etm_place(const struct etm_table_spec *spec, int n, int nranks, int *owner);
-/* Row-wise: the first row of rank r's range, ceil(r * rows / nranks). */
+/* Row-wise: the first row of rank r's range, ceil(r * rows / nranks);
+ * of a keyed table, the first bucket, with rows ETM_KEY_BUCKETS. */
 uint64_t etm_range_start(uint64_t rows, int r, int nranks);
+
+/*
+ * A key's virtual bucket (embtier_mpi.h, etm_key_bucket): the top 12 bits
+ * of a fixed 64-bit mixer (xor-shift 32, multiply, twice), a bijection of
+ * the key. Not the core's hash_mix: its top bits place a row in a table's
+ * row-log index (rli_home), so buckets cut by them would crowd each
+ * rank's keys into a slice of its index. Part of the format: a store's
+ * keys sit on their buckets' owners, so it never changes.
+ */
+static inline uint32_t etm_bucket_of(uint64_t key)
+{
+	uint64_t h = key;
+
+	h ^= h >> 32;
+	h *= 0xd6e8feb86659fd93ULL;
+	h ^= h >> 32;
+	h *= 0xd6e8feb86659fd93ULL;
+	h ^= h >> 32;
+	return (uint32_t)(h >> 52);
+}
+
+_Static_assert(ETM_KEY_BUCKETS == 1u << 12,
+	       "etm_bucket_of takes the top 12 bits");
+
+/* Row-wise: the rank that owns bucket b of a keyed table. */
+static inline int etm_bucket_owner(uint32_t b, int nranks)
+{
+	return (int)((uint64_t)b * (unsigned)nranks / ETM_KEY_BUCKETS);
+}
 
 void etm_route_free(struct etm_route *r, int ntables);
 

@@ -5,7 +5,8 @@
  * Routing. A table's local bags are cut into sub-bags, one for each
  * (bag, owner) pair that has ids: a table-wise table has one owner, so its
  * sub-bags are its non-empty bags; a row-wise bag spread over k ranks
- * gives k sub-bags. Sub-bags for one owner keep bag order, ids keep their
+ * gives k sub-bags (a keyed table's ids are keys, owned by their buckets'
+ * ranks: etm_owner). Sub-bags for one owner keep bag order, ids keep their
  * order within a bag.
  *
  * Messages, for each (source, destination) pair, list the tables the
@@ -68,7 +69,7 @@ static int route_table(etm *m, int t, struct etm_rt_table *rt,
 	if (n && !b->ids)
 		return et_error_set(-EINVAL, "bags[%d].ids NULL with %zu ids",
 				    t, n);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !m->tbl[t].keyed; i++) /* keys: any */
 		if (b->ids[i] >= m->tbl[t].rows)
 			return et_error_set(
 			    ET_EROWRANGE,

@@ -25,6 +25,14 @@
  * (table-wise, or one rank) has all its rows there; a table in several
  * shards was row-wise, and shard r holds the rows of its range at the old
  * rank count (rows outside a shard's range are never written there).
+ *
+ * Keyed tables. Ranges are of virtual buckets (ETM_KEY_BUCKETS, the same
+ * at any rank count) rather than rows: old shard r of a row-wise keyed
+ * table holds the keys of its bucket range, and a new rank reads each old
+ * shard whose range meets its own, lists all its stored keys
+ * (et_tfile_rows: ascending keys, in no bucket order) and keeps those of
+ * its buckets. A bucket is owned whole at either count, so whole buckets
+ * move.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -250,11 +258,22 @@ static int share_dense(struct rs *x, struct etm_reshard_info *info)
 	return 0;
 }
 
-/* The rows of table t old shard r holds: [*lo, *hi). */
+static bool keyed(const struct rs *x, int t)
+{
+	return (x->spec[t].p.flags & ET_TABLE_KEYED) != 0;
+}
+
+/* What table t's ranges cut: its rows, or a keyed table's buckets. */
+static uint64_t units(const struct rs *x, int t)
+{
+	return keyed(x, t) ? ETM_KEY_BUCKETS : x->spec[t].p.rows;
+}
+
+/* The rows (keyed: buckets) of table t old shard r holds: [*lo, *hi). */
 static void old_range(const struct rs *x, int t, int r, uint64_t *lo,
 		      uint64_t *hi)
 {
-	uint64_t rows = x->spec[t].p.rows;
+	uint64_t rows = units(x, t);
 	int k = 0;
 
 	for (int i = 0; i < x->old; i++)
@@ -268,10 +287,11 @@ static void old_range(const struct rs *x, int t, int r, uint64_t *lo,
 	}
 }
 
-/* The rows of table t this rank will own: [*lo, *hi), empty if none. */
+/* The rows (keyed: buckets) of table t this rank will own: [*lo, *hi),
+ * empty if none. */
 static void new_range(const struct rs *x, int t, uint64_t *lo, uint64_t *hi)
 {
-	uint64_t rows = x->spec[t].p.rows;
+	uint64_t rows = units(x, t);
 
 	if (x->spec[t].plan == ETM_TABLE_WISE) {
 		*lo = 0;
@@ -348,6 +368,19 @@ static int open_old(struct rs *x, int t, int r, et_tfile **tf)
 		: p->init != ET_INIT_ZEROS && p->dim
 		    ? 1.0f / sqrtf((float)p->dim)
 		    : 0.0f;
+	if (in.flags != p->flags) {
+		et_tfile_close(*tf);
+		*tf = NULL;
+		return et_error_set(
+		    ET_EMISMATCH,
+		    "src's rank %d, table %s: the table is "
+		    "%s, spec[%d]'s %s",
+		    r, x->spec[t].name,
+		    in.flags & ET_TABLE_KEYED ? "keyed" : "row-indexed", t,
+		    p->flags & ~ET_TABLE_KEYED ? "has unknown flags"
+		    : p->flags		       ? "keyed"
+					       : "row-indexed");
+	}
 	if (in.rows != p->rows || in.dim != p->dim || in.dtype != dt ||
 	    in.optim != p->optim || in.init != p->init ||
 	    in.init_scale != scale || in.seed != p->seed) {
@@ -402,8 +435,23 @@ static int grow(void **p, size_t *cap, size_t n, size_t sz)
 	return 0;
 }
 
+/* Of the k keys in ids (ascending), keeps in place, in order, those whose
+ * bucket is in [lo, hi); returns their number. */
+static size_t keep_buckets(uint64_t *ids, size_t k, uint64_t lo, uint64_t hi)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < k; i++) {
+		uint32_t b = etm_bucket_of(ids[i]);
+
+		if (b >= lo && b < hi)
+			ids[m++] = ids[i];
+	}
+	return m;
+}
+
 /* Copies the rows of table t that old shard r holds and this rank will
- * own into table lt of store s. */
+ * own into table lt of store s (keyed: the keys of its buckets). */
 static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 		     struct etm_reshard_info *info)
 {
@@ -441,14 +489,27 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 	ids = x->ids;
 	vals = x->vals;
 	state = x->state;
+	if (keyed(x, t)) { /* buckets [from, hi) of every stored key */
+		lo = from;
+		from = 0;
+	}
 	for (;;) {
+		uint64_t last;
+		bool more;
+		size_t m = 0;
+
 		ret = et_tfile_rows(tf, from, ids, chunk, &k);
 		if (ret)
 			break;
-		size_t m = 0;
-
-		while (m < k && ids[m] < hi)
-			m++;
+		last = k ? ids[k - 1] : 0;
+		if (keyed(x, t)) {
+			m = keep_buckets(ids, k, lo, hi);
+			more = k == chunk && last != UINT64_MAX;
+		} else {
+			while (m < k && ids[m] < hi)
+				m++;
+			more = m == chunk;
+		}
 		if (m) {
 			ret = et_tfile_read_rows(
 			    tf, ids, m, vals, in.state_floats ? state : NULL);
@@ -462,9 +523,9 @@ static int copy_from(struct rs *x, int t, int r, et_store *s, int lt,
 			info->bytes +=
 			    m * ((uint64_t)in.dim * 4 + in.state_floats * 4);
 		}
-		if (m < chunk)
+		if (!more)
 			break;
-		from = ids[m - 1] + 1;
+		from = last + 1;
 	}
 out:
 	if (ret) {

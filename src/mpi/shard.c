@@ -384,9 +384,14 @@ int etm_close(etm *m)
 
 /* --------------------------------------------------------------- plans */
 
+/* A table's weight in the placement: rows x dim; a keyed table, whose
+ * size is not known ahead, counts as ET_MAX_ROWS rows (the most a
+ * row-indexed table can have), so keyed tables are placed first. */
 static unsigned __int128 table_load(const struct etm_table_spec *s)
 {
-	return (unsigned __int128)s->p.rows * s->p.dim;
+	uint64_t rows = s->p.flags & ET_TABLE_KEYED ? ET_MAX_ROWS : s->p.rows;
+
+	return (unsigned __int128)rows * s->p.dim;
 }
 
 /* Table-wise placement: largest first, each on the least loaded rank. */
@@ -478,6 +483,7 @@ int etm_tables(etm *m, const struct etm_table_spec *spec, int n, bool create)
 
 		tb->rows = spec[t].p.rows;
 		tb->dim = spec[t].p.dim;
+		tb->keyed = (spec[t].p.flags & ET_TABLE_KEYED) != 0;
 		tb->plan = spec[t].plan;
 		tb->local = -1;
 		if (tb->plan == ETM_TABLE_WISE && tb->owner != m->rank)
@@ -512,12 +518,19 @@ int etm_local_table(const etm *m, int t)
 	return t >= 0 && t < m->ntables ? m->tbl[t].local : -1;
 }
 
+uint32_t etm_key_bucket(uint64_t key)
+{
+	return etm_bucket_of(key);
+}
+
 int etm_owner(const etm *m, int t, uint64_t id)
 {
 	const struct etm_tbl *tb = &m->tbl[t];
 
 	if (tb->plan == ETM_TABLE_WISE)
 		return tb->owner;
+	if (tb->keyed)
+		return etm_bucket_owner(etm_bucket_of(id), m->nranks);
 	return (int)((unsigned __int128)id * (unsigned)m->nranks / tb->rows);
 }
 
@@ -538,6 +551,9 @@ uint64_t etm_owned_rows(const etm *m, int t)
 {
 	const struct etm_tbl *tb = &m->tbl[t];
 
+	if (tb->keyed) /* no count ahead: the shard's stored keys are
+			* et_table_info's rows_logged */
+		return 0;
 	if (tb->plan == ETM_TABLE_WISE)
 		return tb->owner == m->rank ? tb->rows : 0;
 	return range_start(tb, m->rank + 1, m->nranks) -

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The MPI tests (make test-mpi): the library test program at 1, 2 and 4
-# ranks, then embtier-train-mpi: the same weights checksum at 1, 2 and 4
-# ranks as the plain trainer with the same --slices, for both plans and
-# on Criteo TSV; a
-# checkpoint, kill -9 of one rank, resume; and the resumes that must be
+# ranks (its keyed tables to one checksum at the three, and resharded
+# N/2 -> N -> 1), then embtier-train-mpi: the same weights checksum at 1, 2
+# and 4 ranks as the plain trainer with the same --slices, for both plans,
+# on Criteo TSV and with keyed tables (--keyed, resharded 2 -> 4 -> 1 too);
+# a checkpoint, kill -9 of one rank, resume; and the resumes that must be
 # refused; resharding to other rank counts and plans. Ends with "N passed,
 # N failed".
 set -u
@@ -34,9 +35,15 @@ checksum() {
 	sed -n 's/^weights-checksum: //p' "$1"
 }
 
-# 1. the library's own test program
+# 1. the library's own test program; its keyed tables, trained on the
+# same global batches at any rank count, end on one checksum at 1, 2 and 4
+# ranks, and so does its keyed run resharded N/2 -> N -> 1 ranks
+keyed=""
 for np in 1 2 4; do
-	out=$(ET_TEST_DIR="$T" run "$np" "$B/tests/mpi/test_mpi" 2>&1)
+	# (a copy that never ends, say a listing that wraps past key
+	# UINT64_MAX, fails with exit 124)
+	out=$(ET_TEST_DIR="$T" timeout 600 "$MPIRUN" --oversubscribe -np "$np" \
+		"$B/tests/mpi/test_mpi" 2>&1)
 	rc=$?
 	if [ $rc -eq 0 ]; then
 		ok "test_mpi at $np ranks"
@@ -44,7 +51,22 @@ for np in 1 2 4; do
 		printf '%s\n' "$out" | tail -20
 		bad "test_mpi at $np ranks (exit $rc)"
 	fi
+	k=$(printf '%s\n' "$out" | sed -n 's/^keyed-checksum: //p')
+	r=$(printf '%s\n' "$out" | sed -n 's/^keyed-reshard-checksum: //p')
+	keyed="$keyed ${k:-none}"
+	if [ -n "$k" ] && [ "$r" = "${r% ranks*} ranks $k" ]; then
+		ok "test_mpi keyed tables resharded ${r% ranks*}: checksum $k"
+	else
+		bad "test_mpi keyed reshard at $np ranks: '$r', want '$k'"
+	fi
 done
+# shellcheck disable=SC2086
+set -- $keyed
+if [ "$1" != none ] && [ "$1" = "$2" ] && [ "$2" = "$3" ]; then
+	ok "test_mpi keyed tables at 1, 2 and 4 ranks: checksum $1"
+else
+	bad "test_mpi keyed tables at 1, 2 and 4 ranks: checksums$keyed"
+fi
 
 # 2. the same bits at any rank count, both plans (bags of 2 ids: row-wise
 # bags spread over owners)
@@ -103,9 +125,64 @@ for np in 2 4; do
 	fi
 done
 
+# 2c. keyed tables (--keyed: each id a u64 key, placed row-wise by its
+# bucket): the plain trainer's checksum at 1, 2 and 4 ranks, both plans,
+# and a run resharded 2 -> 4 -> 1 ranks goes on to the checksum of the
+# plain run never stopped (skipped, saying so, while embtier-train-mpi
+# refuses --keyed as a usage error)
+C="--checkpoint-every 20"
+K="$F --keyed"
+# shellcheck disable=SC2086
+run 1 "$B/embtier-train-mpi" $K --steps 1 >"$T/o" 2>&1
+if [ $? -eq 2 ]; then
+	echo "SKIP: keyed trainer runs: $(grep -m1 -- --keyed "$T/o")"
+else
+	# shellcheck disable=SC2086
+	"$B/embtier-train" $K >"$T/plain.out" 2>&1
+	want=$(checksum "$T/plain.out")
+	[ -n "$want" ] || bad "plain trainer --keyed produced no checksum"
+	for plan in table row; do
+		for np in 1 2 4; do
+			# shellcheck disable=SC2086
+			run "$np" "$B/embtier-train-mpi" $K --plan "$plan" \
+				>"$T/o" 2>&1
+			got=$(checksum "$T/o")
+			if [ -n "$want" ] && [ "$got" = "$want" ]; then
+				ok "keyed $plan-wise at $np ranks: checksum $got"
+			else
+				tail -5 "$T/o"
+				bad "keyed $plan-wise at $np ranks: '$got', want '$want'"
+			fi
+		done
+	done
+	# shellcheck disable=SC2086
+	"$B/embtier-train" $K --steps 80 >"$T/plain.out" 2>&1
+	want=$(checksum "$T/plain.out")
+	# shellcheck disable=SC2086
+	run 2 "$B/embtier-train-mpi" $K $C --steps 40 --plan row \
+		--dir "$T/kk2" >"$T/o" 2>&1 || bad "keyed source run"
+	prev="$T/kk2"
+	for step in "4 row 60" "1 table 80"; do
+		# shellcheck disable=SC2086
+		set -- $step
+		# shellcheck disable=SC2086
+		run "$1" "$B/embtier-train-mpi" $K $C --steps "$3" --plan "$2" \
+			--dir "$T/kk$1" --reshard-from "$prev" >"$T/o" 2>&1
+		rc=$?
+		got=$(checksum "$T/o")
+		if [ $rc -eq 0 ] && grep -q "^resharded .* to $1 ranks" "$T/o" &&
+			{ [ "$3" != 80 ] || [ "$got" = "$want" ]; }; then
+			ok "keyed reshard -> $1 ranks $2-wise, to step $3: checksum $got"
+		else
+			tail -5 "$T/o"
+			bad "keyed reshard -> $1 ranks $2-wise (exit $rc): '$got', want '$want'"
+		fi
+		prev="$T/kk$1"
+	done
+fi
+
 # 3. checkpoint every 20 steps, rank 1 killed (SIGKILL) at step 50,
 # resume: the checksum of the run never stopped
-C="--checkpoint-every 20"
 for plan in table row; do
 	# shellcheck disable=SC2086
 	ET_MPI_TEST_KILL=1:50 run 2 "$B/embtier-train-mpi" $F $C --steps 80 \

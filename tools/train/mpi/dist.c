@@ -411,6 +411,54 @@ bool dist_owns(struct dist *d, int t, uint64_t id)
 	return etm_owner(d->m, t, id) == d->rank;
 }
 
+struct id_at {
+	uint64_t id;
+	size_t at;
+};
+
+static int cmp_id_at(const void *a, const void *b)
+{
+	const struct id_at *x = a, *y = b;
+
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Puts n rows (ids, and dim floats each in vals) in increasing id order:
+ * the ranks' runs, each sorted, follow one another in id order for a
+ * row-indexed table, but a keyed table's keys are spread over the ranks
+ * by bucket, in no key order. */
+static int sort_rows(uint64_t *ids, float **vals, size_t n, int dim)
+{
+	struct id_at *ix;
+	float *v;
+	size_t row = (size_t)dim * sizeof(float);
+
+	for (size_t i = 1; i < n; i++)
+		if (ids[i - 1] > ids[i])
+			goto unsorted;
+	return 0;
+unsorted:
+	ix = malloc(n * sizeof(*ix));
+	v = malloc(n * row + 1);
+	if (!ix || !v) {
+		free(ix);
+		free(v);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		ix[i] = (struct id_at){ids[i], i};
+	qsort(ix, n, sizeof(*ix), cmp_id_at);
+	for (size_t i = 0; i < n; i++) {
+		ids[i] = ix[i].id;
+		memcpy((char *)v + i * row, (char *)*vals + ix[i].at * row,
+		       row);
+	}
+	free(ix);
+	free(*vals);
+	*vals = v;
+	return 0;
+}
+
 int dist_table_rows(struct dist *d, const uint64_t *ids, const float *vals,
 		    size_t n, int dim, uint64_t **all_ids, float **all_vals,
 		    size_t *all_n)
@@ -455,6 +503,11 @@ int dist_table_rows(struct dist *d, const uint64_t *ids, const float *vals,
 	}
 	MPI_Gatherv(vals, (int)(n * dim), MPI_FLOAT, *all_vals, cnt, dsp,
 		    MPI_FLOAT, 0, MPI_COMM_WORLD);
+	if (d->rank == 0)
+		ret = sort_rows(*all_ids, all_vals, total, dim);
+	MPI_Bcast(&ret, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	if (ret)
+		goto out;
 	*all_n = total;
 out:
 	if (ret && d->rank == 0) {
