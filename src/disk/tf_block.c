@@ -427,6 +427,28 @@ static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
 	return 0;
 }
 
+/* rd_start for a keyed table: each row is in its log or is initial. */
+static int rd_start_keyed(struct tf_read *rd)
+{
+	et_tfile *tf = rd->tf;
+	uint32_t rb = tf->g.row_bytes;
+	int ret;
+
+	for (size_t i = 0; i < rd->n; i++) {
+		if (rd->lidx && rowlog_has(tf->log, rd->rows[i])) {
+			rd->lidx[rd->nl++] = (uint32_t)i;
+			continue;
+		}
+		tf_init_row_raw(tf, rd->rows[i], (char *)rd->dst + i * rb);
+		tf->st.rows_lazy++;
+	}
+	ret = tf_io(tf, &rd->io);
+	if (!ret && rd->nl)
+		ret = rowlog_read_start(tf->log, rd->io, &rd->lr, rd->rows,
+					rd->lidx, rd->nl, rd->dst);
+	return ret;
+}
+
 /* The first step of a read: rows of unwritten blocks are filled from the
  * initializer, the others split between the blocks (rd->e[0..m)) and the
  * row log (rd->lidx[0..nl)), and the staging of both made ready. */
@@ -440,14 +462,16 @@ static int rd_start(struct tf_read *rd)
 	ret = tf_check_rows(tf, rows, n);
 	if (ret || n == 0)
 		return ret;
-	ret = make_ents(tf, rows, n, &rd->e);
-	if (ret)
-		return ret;
 	if (rowlog_count(tf->log)) {
 		rd->lidx = mem_alloc(n * sizeof(*rd->lidx), 0);
 		if (!rd->lidx)
 			return -ENOMEM;
 	}
+	if (tf->g.keyed) /* no blocks: the log, or the initializer */
+		return rd_start_keyed(rd);
+	ret = make_ents(tf, rows, n, &rd->e);
+	if (ret)
+		return ret;
 	/* Rows in the log are read from it; rows of unwritten blocks need no
 	 * stage at all. */
 	for (size_t i = 0; i < n; i++) {
