@@ -334,7 +334,8 @@ typedef enum et_hbm_backend {
  * classes: the tables whose rows take slots of one size (the row rounded
  * up to 4 bytes, or slot_bytes if larger). A class gets one set of slots
  * at least, and the rest of the tier in proportion to the bytes its
- * tables would take if every row were cached. The split is made again
+ * tables would take if every row were cached (a keyed table counting as
+ * 2^24 rows). The split is made again
  * when a table is created or opened; if the caches hold rows by then,
  * dirty rows are written back (as by et_flush) and the caches start
  * empty. A table whose class cannot get one set in each tier (beside one

@@ -2,12 +2,20 @@
  * test_crash.c - crash consistency under kill -9 (issue #7, item 2).
  *
  * A deterministic driver runs training steps on a store of two tables of
- * 10^5 rows (f32 SGD, and f16 with row-wise Adagrad) through tiny caches
- * (a few hundred slots, with or without an HBM tier), so dirty rows are
- * written back to the table files all the time. Step i is a pure function
- * of (seed, i): a gather, an update or an et_write_rows of one batch of 8
- * to 128 ids (70% from a hot set of 2000 rows per table, the rest uniform),
- * and for half the steps an et_prefetch of step i + 1's batch. After every
+ * 10^5 rows (f32 SGD, and f16 with row-wise Adagrad) and a keyed table
+ * (ET_TABLE_KEYED: bf16, row-wise Adagrad) through tiny caches (a few
+ * hundred slots, with or without an HBM tier), so dirty rows are written
+ * back to the table files all the time. Step i is a pure function of
+ * (seed, i): a gather, an update or an et_write_rows of one batch of 8 to
+ * 128 ids (70% from a hot set of 2000 rows per table, the rest uniform), or
+ * on the keyed table also an et_erase, and for half the steps an
+ * et_prefetch of step i + 1's batch. The keyed table's ids span the whole
+ * u64 range: a hot set of KHOT ids (0, 1, 2^63, UINT64_MAX - 1, UINT64_MAX,
+ * then random u64 ids in pairs differing in one high bit), the rest
+ * uniform u64 draws; its et_key_policy, set again at every open of either
+ * store, admits an id after 2 or 3 update calls and expires ids not
+ * updated or written in the last 1 to 3 commits (by trial), so admission
+ * drops, erases and expiry at every checkpoint are in the mix. After every
  * K steps (K = 4, 8 or 16) the driver calls et_checkpoint with the dense
  * state "so many steps done": the count, the seed, and bytes derived from
  * the count, of a length that varies with it. Run from step 0, its first
@@ -34,10 +42,22 @@
  *     state, read with et_tfile_read_rows: every row of every block that
  *     holds a row the first c steps named (recomputed from the id stream;
  *     no other block is ever read or written), the count of blocks written
- *     in each file, and every block's checksum (et_tfile_verify);
+ *     in each file, and every block's checksum (et_tfile_verify); of the
+ *     keyed table, every id the first c steps named, the listing of its
+ *     stored ids (et_tfile_rows, rows_logged: the same ids in both, each
+ *     one named), and every named id not stored, erased or expired or
+ *     never admitted, reads as the initializer's value with state 0;
+ *     since admission counts and expiry ages restart when a store opens,
+ *     the reference goes through the same sessions as the killed store: it
+ *     is opened, its policy set, and closed where the child and the
+ *     parent open and close the other (the parent's open and close of 1.,
+ *     which write nothing, aside), and checkpoints on the same K grid (and
+ *     at step 0, and at the end of 3. below), so that its commits are the
+ *     same;
  *  3. goes on: reopens the recovered store, runs K/2 to K more steps from
  *     step c side by side with the reference (every gather compared bit for
- *     bit), checkpoints, and compares the files and the dense state again.
+ *     bit, and every erase's count), checkpoints, and compares the files
+ *     and the dense state again.
  *
  * Then a second round on the same store: a child runs the driver from that
  * last checkpoint, is killed, and 1 to 3 are done again, so a store that
@@ -50,7 +70,10 @@
  * (and how many of those had committed), before the first checkpoint and
  * right after a prefetch, the rows the recovered stores' row logs hold
  * (et_get_stats log_index_rows), the steps recovered and the rows
- * compared.
+ * compared; then the keyed table's: ids compared, ids stored at the
+ * recoveries, ids found erased or never admitted (initial values
+ * checked), and what the continued sessions of 3. dropped, erased and
+ * expired.
  *     ET_CRASH_TRIALS=200 build/tests/test_crash
  */
 #include <errno.h>
@@ -73,11 +96,15 @@
 
 #include <cmocka.h>
 
+#include "dtype.h"
 #include "embtier.h"
+#include "rowinit.h"
 #include "rowlog.h"
 #include "util.h"
 
-#define NT	       2      /* tables */
+#define NT	       3      /* tables: the last one keyed */
+#define KEYED	       2      /* the keyed table */
+#define KHOT	       256    /* hot ids of the keyed table */
 #define ROWS	       100000 /* rows per table */
 #define HOT	       2000   /* hot rows per table */
 #define MAXB	       128    /* ids per batch at most */
@@ -106,18 +133,43 @@ static const struct et_table_params tparams[NT] = {
 	.init_scale = 0.25f,
 	.seed = 12,
     },
+    {
+	.dim = 12,
+	.dtype = ET_BF16,
+	.optim = ET_OPT_ROWWISE_ADAGRAD,
+	.init = ET_INIT_UNIFORM,
+	.init_scale = 0.3f,
+	.seed = 13,
+	.flags = ET_TABLE_KEYED,
+    },
 };
 
-static const char *const tnames[NT] = {"sgd", "adagrad"};
+static const char *const tnames[NT] = {"sgd", "adagrad", "keyed"};
 
 static const struct et_update_params uparams[NT] = {
     {.lr = 0.05f},
     {.lr = 0.1f, .eps = 1e-6f},
+    {.lr = 0.2f, .eps = 1e-5f},
 };
+
+/* The keyed table's policy, by trial (set by one_trial before anything
+ * opens a store; a child inherits it): admission after 2 or 3 update
+ * calls, expiry after 1, 2 or 3 commits, a filter of 4 x 2^16 counters
+ * (whose collisions, if any, are the same in both stores: the filter is a
+ * pure function of the calls since the open). */
+static struct et_key_policy kpolicy;
+
+static void kpolicy_for(unsigned no)
+{
+	memset(&kpolicy, 0, sizeof(kpolicy));
+	kpolicy.admit_after = 2 + no % 2;
+	kpolicy.expire_after = 1 + no / 2 % 3;
+	kpolicy.filter_log2 = 16;
+}
 
 /* --------------------------------------------------------------- driver */
 
-enum { S_GATHER, S_UPDATE, S_WRITE };
+enum { S_GATHER, S_UPDATE, S_WRITE, S_ERASE };
 
 struct step {
 	int kind;
@@ -136,6 +188,20 @@ static uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+/* Hot id h of the keyed table: the edges of the u64 range first, then
+ * random ids in pairs that differ in one bit from 32 up. */
+static uint64_t key_hot(uint64_t h)
+{
+	static const uint64_t edges[] = {0, 1, 1ULL << 63, UINT64_MAX - 1,
+					 UINT64_MAX};
+	uint64_t x;
+
+	if (h < sizeof(edges) / sizeof(edges[0]))
+		return edges[h];
+	x = mix64(h / 2 * 977 + 0xfeed);
+	return h % 2 ? x ^ (1ULL << (32 + mix64(h) % 32)) : x;
+}
+
 /* Step i of the driver with seed: ids first, then values (so a caller that
  * only wants the ids, with_vals false, sees the same ids). */
 static void gen_step(uint64_t seed, uint64_t i, struct step *st, bool with_vals)
@@ -146,21 +212,30 @@ static void gen_step(uint64_t seed, uint64_t i, struct step *st, bool with_vals)
 
 	tu_rng_seed(&r, mix64(seed) ^ mix64(i + 0x1234));
 	k = tu_rng_below(&r, 100);
-	st->kind = k < 40 ? S_UPDATE : k < 85 ? S_GATHER : S_WRITE;
 	st->table = (int)tu_rng_below(&r, NT);
+	if (st->table == KEYED)
+		st->kind = k < 35   ? S_UPDATE
+			   : k < 70 ? S_GATHER
+			   : k < 85 ? S_WRITE
+				    : S_ERASE;
+	else
+		st->kind = k < 40 ? S_UPDATE : k < 85 ? S_GATHER : S_WRITE;
 	st->n = 8 + tu_rng_below(&r, MAXB - 8 + 1);
 	st->prefetch = tu_rng_below(&r, 2);
 	for (size_t j = 0; j < st->n; j++) {
-		if (tu_rng_below(&r, 10) < 7) {
-			uint64_t h = tu_rng_below(&r, HOT);
+		bool hot = tu_rng_below(&r, 10) < 7;
 
-			st->ids[j] =
-			    mix64(h * 131 + (uint64_t)st->table) % ROWS;
-		} else {
+		if (st->table == KEYED)
+			st->ids[j] = hot ? key_hot(tu_rng_below(&r, KHOT))
+					 : tu_rng_next(&r);
+		else if (hot)
+			st->ids[j] = mix64(tu_rng_below(&r, HOT) * 131 +
+					   (uint64_t)st->table) %
+				     ROWS;
+		else
 			st->ids[j] = tu_rng_below(&r, ROWS);
-		}
 	}
-	if (!with_vals)
+	if (!with_vals || st->kind == S_ERASE)
 		return;
 	dim = tparams[st->table].dim;
 	for (size_t j = 0; j < st->n * dim; j++) {
@@ -209,15 +284,20 @@ static int checkpoint_at(et_store *s, uint64_t seed, uint64_t ops, int mfd)
 	return ret;
 }
 
-/* Runs step i on s; a gather's rows land in out (MAXB * MAXDIM floats). */
+/* Runs step i on s; a gather's rows land in out (MAXB * MAXDIM floats),
+ * an erase's count in *erased (if not NULL). */
 static int run_step(et_store *s, const int *tid, uint64_t seed, uint64_t i,
-		    struct step *st, struct step *nx, float *out, int mfd)
+		    struct step *st, struct step *nx, float *out,
+		    uint64_t *erased, int mfd)
 {
 	int t, ret;
 
 	gen_step(seed, i, st, true);
 	t = tid[st->table];
 	switch (st->kind) {
+	case S_ERASE:
+		ret = et_erase(s, t, st->ids, st->n, erased);
+		break;
 	case S_GATHER:
 		ret = et_gather(s, t, st->ids, st->n, out);
 		break;
@@ -270,7 +350,7 @@ static int drive(et_store *s, const int *tid, uint64_t seed, uint32_t k,
 	}
 	for (uint64_t i = from; i < to; i++) {
 		*at = i;
-		ret = run_step(s, tid, seed, i, st, nx, out, mfd);
+		ret = run_step(s, tid, seed, i, st, nx, out, NULL, mfd);
 		if (!ret && ckpt && (i + 1) % k == 0)
 			ret = checkpoint_at(s, seed, i + 1, mfd);
 		if (ret)
@@ -315,11 +395,25 @@ static void rm_dir(const char *dir)
 	tu_rmtree(dir);
 }
 
+/* Opens (or creates) the tables of s and sets the keyed table's policy,
+ * which is not kept in the table: every open of a store sets it again. */
+static int tables_open(et_store *s, int *tid, bool create)
+{
+	int ret = 0;
+
+	for (int t = 0; !ret && t < NT; t++)
+		ret = create ? et_table_create(s, tnames[t], &tparams[t],
+					       &tid[t])
+			     : et_table_open(s, tnames[t], &tparams[t],
+					     &tid[t]);
+	if (!ret)
+		ret = et_key_policy_set(s, tid[KEYED], &kpolicy);
+	return ret;
+}
+
 static void open_tables(et_store *s, int *tid)
 {
-	for (int t = 0; t < NT; t++)
-		assert_int_equal(
-		    et_table_open(s, tnames[t], &tparams[t], &tid[t]), 0);
+	assert_int_equal(tables_open(s, tid, false), 0);
 }
 
 static et_store *store_new(const char *dir, const struct et_store_config *c,
@@ -328,10 +422,18 @@ static et_store *store_new(const char *dir, const struct et_store_config *c,
 	et_store *s = NULL;
 
 	assert_int_equal(et_store_open(dir, c, &s), 0);
-	for (int t = 0; t < NT; t++)
-		assert_int_equal(
-		    et_table_create(s, tnames[t], &tparams[t], &tid[t]), 0);
+	assert_int_equal(tables_open(s, tid, true), 0);
 	return s;
+}
+
+static et_tfile *tfile_ro(const char *dir, int t)
+{
+	char path[PATH_MAX];
+	et_tfile *tf = NULL;
+
+	snprintf(path, sizeof(path), "%s/%s.et", dir, tnames[t]);
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	return tf;
 }
 
 /* Rows of each table that steps [0, c) name. */
@@ -344,10 +446,10 @@ static void touched_compute(uint64_t seed, uint64_t c, struct touched *tc)
 	struct step *st = tu_calloc(1, sizeof(*st));
 
 	for (int t = 0; t < NT; t++)
-		tc->bit[t] = tu_calloc(ROWS, 1);
+		tc->bit[t] = t == KEYED ? NULL : tu_calloc(ROWS, 1);
 	for (uint64_t i = 0; i < c; i++) {
 		gen_step(seed, i, st, false);
-		for (size_t j = 0; j < st->n; j++)
+		for (size_t j = 0; j < st->n && st->table != KEYED; j++)
 			tc->bit[st->table][st->ids[j]] = 1;
 	}
 	free(st);
@@ -359,14 +461,179 @@ static void touched_free(struct touched *tc)
 		free(tc->bit[t]);
 }
 
-static et_tfile *tfile_ro(const char *dir, int t)
+static int cmp_u64(const void *a, const void *b)
 {
-	char path[PATH_MAX];
-	et_tfile *tf = NULL;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
-	snprintf(path, sizeof(path), "%s/%s.et", dir, tnames[t]);
-	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
-	return tf;
+	return x < y ? -1 : x > y;
+}
+
+static bool has_id(const uint64_t *ids, size_t n, uint64_t id)
+{
+	return bsearch(&id, ids, n, sizeof(*ids), cmp_u64) != NULL;
+}
+
+/* The distinct ids of the keyed table that steps [0, c) name, ascending,
+ * in a tu_calloc()ed array of *n. */
+static uint64_t *keyed_named(uint64_t seed, uint64_t c, size_t *n)
+{
+	struct step *st = tu_calloc(1, sizeof(*st));
+	size_t cap = 4096, k = 0, m = 0;
+	uint64_t *ids = tu_calloc(cap, sizeof(*ids));
+
+	for (uint64_t i = 0; i < c; i++) {
+		gen_step(seed, i, st, false);
+		if (st->table != KEYED)
+			continue;
+		if (k + st->n > cap) {
+			cap *= 2;
+			ids = realloc(ids, cap * sizeof(*ids));
+			assert_non_null(ids);
+		}
+		memcpy(ids + k, st->ids, st->n * sizeof(*ids));
+		k += st->n;
+	}
+	qsort(ids, k, sizeof(*ids), cmp_u64);
+	for (size_t i = 0; i < k; i++)
+		if (!m || ids[i] != ids[m - 1])
+			ids[m++] = ids[i];
+	free(st);
+	*n = m;
+	return ids;
+}
+
+/* Every id a keyed table file stores (et_tfile_rows), ascending, in a
+ * tu_calloc()ed array of *n. */
+static uint64_t *keyed_listed(et_tfile *tf, size_t *n)
+{
+	size_t cap = 1024, k = 0;
+	uint64_t *ids = tu_calloc(cap, sizeof(*ids)), from = 0;
+
+	for (;;) {
+		size_t m = 0;
+
+		if (k + 256 > cap) {
+			cap *= 2;
+			ids = realloc(ids, cap * sizeof(*ids));
+			assert_non_null(ids);
+		}
+		assert_int_equal(et_tfile_rows(tf, from, ids + k, 256, &m), 0);
+		k += m;
+		if (m < 256 || ids[k - 1] == UINT64_MAX)
+			break;
+		from = ids[k - 1] + 1;
+	}
+	*n = k;
+	return ids;
+}
+
+/* What the keyed table's comparisons saw, over the whole run. */
+struct ktotals {
+	uint64_t compared;   /* ids compared with the reference */
+	uint64_t stored;     /* of which stored at the recoveries */
+	uint64_t init;	     /* named, not stored: initial values checked */
+	uint64_t dropped;    /* by admission, in the continued sessions */
+	uint64_t erased;     /* by et_erase, in the continued sessions */
+	uint64_t expired;    /* by expiry, in the continued sessions */
+};
+
+static struct ktotals ktot;
+
+/*
+ * The keyed table of the closed stores dir and ref after steps [0, c):
+ * the same stored ids (each one named by the steps), and every named id
+ * the same values and optimizer state, bit for bit; those not stored (never
+ * admitted, erased, expired) the initializer's values and state 0.
+ */
+static void compare_keyed(const char *dir, const char *ref, uint64_t seed,
+			  uint64_t c, const char *what)
+{
+	const struct et_table_params *p = &tparams[KEYED];
+	const size_t chunk = 1024;
+	et_tfile *ta = tfile_ro(dir, KEYED), *tb = tfile_ro(ref, KEYED);
+	struct et_table_info ia, ib;
+	uint64_t bad = 0, first = 0;
+	size_t nn, na, nb;
+	uint64_t *named = keyed_named(seed, c, &nn);
+	uint64_t *la = keyed_listed(ta, &na), *lb = keyed_listed(tb, &nb);
+	float *va = tu_calloc(chunk * MAXDIM, sizeof(float));
+	float *vb = tu_calloc(chunk * MAXDIM, sizeof(float));
+	float sa[1024], sb[1024], init[MAXDIM];
+	uint8_t raw[MAXDIM * 4];
+
+	assert_int_equal(et_tfile_info(ta, &ia), 0);
+	assert_int_equal(et_tfile_info(tb, &ib), 0);
+	assert_int_equal(et_tfile_verify(ta, &bad, &first, NULL, NULL), 0);
+	if (na != nb || memcmp(la, lb, na * sizeof(*la))) {
+		size_t i = 0;
+
+		while (i < na && i < nb && la[i] == lb[i])
+			i++;
+		fail_msg("%s: keyed table stores %zu ids, the reference %zu; "
+			 "first difference at [%zu]: %#llx vs %#llx",
+			 what, na, nb, i,
+			 i < na ? (unsigned long long)la[i] : 0ULL,
+			 i < nb ? (unsigned long long)lb[i] : 0ULL);
+	}
+	if (ia.rows_logged != na || ib.rows_logged != nb)
+		fail_msg("%s: keyed table rows_logged %llu and %llu, listings "
+			 "of %zu and %zu ids",
+			 what, (unsigned long long)ia.rows_logged,
+			 (unsigned long long)ib.rows_logged, na, nb);
+	for (size_t i = 0; i < na; i++)
+		if (!has_id(named, nn, la[i]))
+			fail_msg("%s: keyed table stores %#llx, which steps "
+				 "[0,%llu) never named",
+				 what, (unsigned long long)la[i],
+				 (unsigned long long)c);
+	for (size_t at = 0; at < nn; at += chunk) {
+		size_t n = nn - at < chunk ? nn - at : chunk;
+
+		assert_int_equal(
+		    et_tfile_read_rows(ta, named + at, n, va, sa), 0);
+		assert_int_equal(
+		    et_tfile_read_rows(tb, named + at, n, vb, sb), 0);
+		for (size_t j = 0; j < n; j++) {
+			uint64_t id = named[at + j];
+			const float *a = va + j * p->dim;
+			bool stored = has_id(la, na, id);
+
+			if (memcmp(a, vb + j * p->dim,
+				   p->dim * sizeof(float)) ||
+			    memcmp(&sa[j], &sb[j], sizeof(float)))
+				fail_msg("%s: keyed id %#llx (%s) differs from "
+					 "the reference: %a vs %a, state %a "
+					 "vs %a",
+					 what, (unsigned long long)id,
+					 stored ? "stored" : "not stored",
+					 (double)a[0], (double)vb[j * p->dim],
+					 (double)sa[j], (double)sb[j]);
+			if (stored)
+				continue;
+			rowinit_fill(p->init, p->init_scale, p->seed, id,
+				     p->dim, init);
+			dtype_encode(p->dtype, init, raw, p->dim);
+			dtype_decode(p->dtype, raw, init, p->dim);
+			if (memcmp(a, init, p->dim * sizeof(float)) ||
+			    sa[j] != 0.0f)
+				fail_msg("%s: keyed id %#llx, not stored, "
+					 "reads %a (state %a), not its initial "
+					 "%a",
+					 what, (unsigned long long)id,
+					 (double)a[0], (double)sa[j],
+					 (double)init[0]);
+		}
+	}
+	ktot.compared += nn;
+	ktot.stored += na;
+	ktot.init += nn - na;
+	et_tfile_close(ta);
+	et_tfile_close(tb);
+	free(named);
+	free(la);
+	free(lb);
+	free(va);
+	free(vb);
 }
 
 /*
@@ -389,13 +656,18 @@ static uint64_t compare_dirs(const char *dir, const char *ref, uint64_t seed,
 	uint64_t compared = 0;
 
 	touched_compute(seed, c, &tc);
+	compare_keyed(dir, ref, seed, c, what);
 	for (int t = 0; t < NT; t++) {
-		et_tfile *ta = tfile_ro(dir, t), *tb = tfile_ro(ref, t);
+		et_tfile *ta, *tb;
 		struct et_table_info ia, ib;
 		uint32_t dim = tparams[t].dim;
 		bool sf = tparams[t].optim == ET_OPT_ROWWISE_ADAGRAD;
 		uint64_t bad = 0, first = 0, r = 0;
 
+		if (t == KEYED)
+			continue;
+		ta = tfile_ro(dir, t);
+		tb = tfile_ro(ref, t);
 		assert_int_equal(et_tfile_info(ta, &ia), 0);
 		assert_int_equal(et_tfile_info(tb, &ib), 0);
 		assert_int_equal(et_tfile_verify(ta, &bad, &first, NULL, NULL),
@@ -532,8 +804,8 @@ static void child_run(const char *dir, bool hbm, uint64_t seed, uint32_t k,
 	char msg[160];
 
 	ret = et_store_open(dir, &c, &s);
-	for (int t = 0; !ret && t < NT; t++)
-		ret = et_table_open(s, tnames[t], &tparams[t], &tid[t]);
+	if (!ret)
+		ret = tables_open(s, tid, false);
 	if (!ret)
 		ret = drive(s, tid, seed, k, from, UINT64_MAX, true, mfd, &at);
 	/* Only an error gets here. */
@@ -729,22 +1001,46 @@ static uint64_t recover(struct trial *tr, const struct seen *sn,
 	return c;
 }
 
-/* Steps [from, to) on the reference, which is at from. */
+/* A session of the reference begins: as the other store's does, with the
+ * keyed table's policy set anew (admission counts and ages restart). */
+static void ref_open(struct trial *tr)
+{
+	struct et_store_config bc = big_config();
+
+	assert_int_equal(et_store_open(tr->ref, &bc, &tr->rs), 0);
+	open_tables(tr->rs, tr->rid);
+}
+
+static void ref_close(struct trial *tr)
+{
+	et_store *rs = tr->rs;
+
+	tr->rs = NULL;
+	assert_int_equal(et_store_close(rs), 0);
+}
+
+/*
+ * Steps [from, to) on the reference, which is at from, in a session of
+ * its own as the child's was, with the child's checkpoints (at step 0 if
+ * from is 0, then on the K grid), so that expiry sees the same commits:
+ * to is the child's last checkpoint (or from), and the close after it
+ * commits nothing more.
+ */
 static void ref_advance(struct trial *tr, uint64_t from, uint64_t to)
 {
 	uint64_t at;
 
+	ref_open(tr);
 	assert_int_equal(
-	    drive(tr->rs, tr->rid, tr->seed, tr->k, from, to, false, -1, &at),
+	    drive(tr->rs, tr->rid, tr->seed, tr->k, from, to, true, -1, &at),
 	    0);
-	/* committed, so that its files say it to a reader */
-	assert_int_equal(et_checkpoint(tr->rs, NULL, 0), 0);
+	ref_close(tr);
 }
 
 /*
  * Steps [c, c + more) on the recovered store and on the reference side by
- * side (gathers compared), checkpoints on the K grid and at the end, and
- * the files compared again.
+ * side (gathers and erase counts compared), in one session each, both
+ * checkpointed on the K grid and at the end, and the files compared again.
  */
 static void go_on(struct trial *tr, uint64_t c, uint64_t more,
 		  struct totals *tot)
@@ -754,31 +1050,62 @@ static void go_on(struct trial *tr, uint64_t c, uint64_t more,
 	struct step *b = tu_calloc(1, sizeof(*b));
 	float *oa = tu_calloc(MAXB * MAXDIM, sizeof(float));
 	float *ob = tu_calloc(MAXB * MAXDIM, sizeof(float));
-	uint64_t id, c2;
+	uint64_t id, c2, ea, eb;
+	struct et_stats st, rst;
 	et_store *s = NULL;
 	int tid[NT];
 
 	assert_int_equal(et_store_open(tr->dir, &tc, &s), 0);
 	open_tables(s, tid);
+	ref_open(tr);
 	for (uint64_t i = c; i < c + more; i++) {
-		assert_int_equal(run_step(s, tid, tr->seed, i, a, b, oa, -1),
-				 0);
+		ea = eb = ~0ULL;
 		assert_int_equal(
-		    run_step(tr->rs, tr->rid, tr->seed, i, a, b, ob, -1), 0);
+		    run_step(s, tid, tr->seed, i, a, b, oa, &ea, -1), 0);
+		assert_int_equal(
+		    run_step(tr->rs, tr->rid, tr->seed, i, a, b, ob, &eb, -1),
+		    0);
 		if (a->kind == S_GATHER)
 			assert_memory_equal(oa, ob,
 					    a->n * tparams[a->table].dim *
 						sizeof(float));
-		if ((i + 1) % tr->k == 0)
+		if (a->kind == S_ERASE && ea != eb)
+			fail_msg("%s: step %llu erased %llu ids, the "
+				 "reference %llu",
+				 tr->what, (unsigned long long)i,
+				 (unsigned long long)ea,
+				 (unsigned long long)eb);
+		if ((i + 1) % tr->k == 0) {
 			assert_int_equal(checkpoint_at(s, tr->seed, i + 1, -1),
 					 0);
+			assert_int_equal(
+			    checkpoint_at(tr->rs, tr->seed, i + 1, -1), 0);
+		}
 	}
 	assert_int_equal(checkpoint_at(s, tr->seed, c + more, -1), 0);
+	assert_int_equal(checkpoint_at(tr->rs, tr->seed, c + more, -1), 0);
 	dense_check(s, tr->seed, &id, &c2);
 	assert_int_equal(c2, c + more);
 	assert_true(id > tr->id);
+	/* the keyed table's policy did the same in both */
+	assert_int_equal(et_get_stats(s, tid[KEYED], &st), 0);
+	assert_int_equal(et_get_stats(tr->rs, tr->rid[KEYED], &rst), 0);
+	if (st.keys_dropped != rst.keys_dropped ||
+	    st.keys_erased != rst.keys_erased ||
+	    st.keys_expired != rst.keys_expired)
+		fail_msg("%s: keyed table dropped/erased/expired "
+			 "%llu/%llu/%llu, the reference %llu/%llu/%llu",
+			 tr->what, (unsigned long long)st.keys_dropped,
+			 (unsigned long long)st.keys_erased,
+			 (unsigned long long)st.keys_expired,
+			 (unsigned long long)rst.keys_dropped,
+			 (unsigned long long)rst.keys_erased,
+			 (unsigned long long)rst.keys_expired);
+	ktot.dropped += st.keys_dropped;
+	ktot.erased += st.keys_erased;
+	ktot.expired += st.keys_expired;
 	assert_int_equal(et_store_close(s), 0);
-	assert_int_equal(et_checkpoint(tr->rs, NULL, 0), 0);
+	ref_close(tr);
 	snprintf(tr->what + strlen(tr->what),
 		 sizeof(tr->what) - strlen(tr->what), ", %llu more",
 		 (unsigned long long)more);
@@ -818,6 +1145,7 @@ static void one_trial(unsigned no, uint64_t base, struct totals *tot)
 	et_store *s;
 	int tid[NT];
 
+	kpolicy_for(no);
 	memset(&tr, 0, sizeof(tr));
 	tr.no = no;
 	tr.seed = mix64(base + no);
@@ -828,10 +1156,12 @@ static void one_trial(unsigned no, uint64_t base, struct totals *tot)
 	tc = tiny_config(tr.hbm);
 	cur = &tr;
 	tu_rng_seed(&tr.r, tr.seed ^ 0xc0ffee);
-	/* The store as the trainer's setup leaves it: two empty tables. */
+	/* The store as the trainer's setup leaves it: empty tables; the
+	 * reference likewise (it is open only in its sessions). */
 	s = store_new(tr.dir, &tc, tid);
 	assert_int_equal(et_store_close(s), 0);
-	tr.rs = store_new(tr.ref, &bc, tr.rid);
+	s = store_new(tr.ref, &bc, tr.rid);
+	assert_int_equal(et_store_close(s), 0);
 
 	for (int round = 0; round < ROUNDS; round++) {
 		int mode = round ? (int)tu_rng_below(&tr.r, M_MODES)
@@ -840,10 +1170,11 @@ static void one_trial(unsigned no, uint64_t base, struct totals *tot)
 		struct seen sn;
 
 		snprintf(tr.what, sizeof(tr.what),
-			 "trial %u round %d (seed %#llx, %s, K %u, %s, from "
-			 "%llu)",
+			 "trial %u round %d (seed %#llx, %s, K %u, %s, admit "
+			 "%u, expire %u, from %llu)",
 			 no, round, (unsigned long long)tr.seed,
 			 mode_names[mode], tr.k, tr.hbm ? "hbm+ddr" : "ddr",
+			 kpolicy.admit_after, kpolicy.expire_after,
 			 (unsigned long long)tr.from);
 		kill_child(&tr, mode, &sn, &delay_us);
 		tot->kills++;
@@ -866,8 +1197,6 @@ static void one_trial(unsigned no, uint64_t base, struct totals *tot)
 		go_on(&tr, c, tr.k / 2 + tu_rng_below(&tr.r, tr.k / 2 + 1),
 		      tot);
 	}
-	assert_int_equal(et_store_close(tr.rs), 0);
-	tr.rs = NULL;
 	rm_dir(tr.dir);
 	rm_dir(tr.ref);
 	cur = NULL;
@@ -897,6 +1226,16 @@ static void test_kill9(void **state)
 	    tot.after_prefetch, (unsigned long long)tot.logged,
 	    tot.kills ? (double)tot.ops_sum / tot.kills : 0.0,
 	    (unsigned long long)tot.ops_max, (unsigned long long)tot.compared);
+	print_message("crash: keyed table: %llu ids compared, %llu stored, "
+		      "%llu not stored (initial values checked); the "
+		      "continued sessions dropped %llu, erased %llu, expired "
+		      "%llu\n",
+		      (unsigned long long)ktot.compared,
+		      (unsigned long long)ktot.stored,
+		      (unsigned long long)ktot.init,
+		      (unsigned long long)ktot.dropped,
+		      (unsigned long long)ktot.erased,
+		      (unsigned long long)ktot.expired);
 	assert_int_equal(tot.trials, trials);
 	assert_int_equal(tot.exact, tot.kills);
 }

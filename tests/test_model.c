@@ -39,7 +39,68 @@
  * gives identical gathers and, after close, identical table files; once
  * with two tables, once with four of dims 4, 256, 16 and 128 (each row size
  * a size class of its own, or two joined by slot_bytes), so that the tiers
- * are divided among classes. Most cases mix two row sizes as well.
+ * are divided among classes (each with a keyed table as well). Most cases
+ * mix two row sizes as well. The all-in-DDR store joins all row sizes in
+ * one class (slot_bytes of the largest row): the store gives a class with
+ * a keyed table the weight of 2^40 rows (registry.c, class_weight), so
+ * any other class would get one set and evict.
+ *
+ * Keyed tables (ET_TABLE_KEYED, rows 0): every case above, the model cases
+ * and the three transparency runs, has one (dims_w16_f32 two) beside its
+ * row-indexed tables, of a row size of its own or shared with one of them
+ * (so keyed ids and rows meet in one class's sets). Their ids span the
+ * whole u64 range: a hot set holding 0, 1, 2^63, UINT64_MAX - 1 and
+ * UINT64_MAX (kept when the hot set moves) and random u64 ids in pairs
+ * differing in one bit from 32 up, and a "uniform" share drawn from a pool
+ * of KPOOL ids spread over the u64 range (mix64 of a counter: see below
+ * why a pool). Their operations are the others' plus et_erase (in place of
+ * half the et_write_rows of a keyed table, about half of its ids replaced
+ * by ids the model stores, and one of each keyed table after each
+ * scheduled checkpoint; its *erased checked) and more checkpoints, what
+ * expiry counts (KCKPT_PARTS x expire_after more parts of random_op's
+ * 1000; in the transparency runs also two, at a third and two thirds of
+ * the budget), and each table has its own et_key_policy: admission
+ * (admit_after 2 or 3) and expiry (expire_after 1 to 3), both, one of them,
+ * or neither, with filter_log2 KFILTER_LOG2, set again after every reopen.
+ * The model mirrors them (model_update, model_write, model_erase,
+ * model_checkpoint, model_reopen): a keyed id it has never stored reads as
+ * the initializer's value, an erased or expired one again so (state 0);
+ *
+ *   admission  an update call counts each distinct id once (up to 15, the
+ *              filter's top); it stores the id if the count reaches
+ *              admit_after or the id is stored already; else its
+ *              gradients are dropped. et_write_rows stores an id and lifts
+ *              its count to admit_after (admitted from then on, erased or
+ *              not, until the next open).
+ *   expiry     an id's stamp is the commit of the session its newest
+ *              update or write goes into (checkpoints so far + 1); the
+ *              c-th checkpoint of a session erases the stored ids whose
+ *              stamp is c - expire_after or older. The final close expires
+ *              nothing.
+ *   reopen     counts restart at 0 and every stored id's stamp is 1 (as
+ *              if updated just before the first commit after the open).
+ *
+ * The store's keys_dropped, keys_erased and keys_expired (per session)
+ * must match the model's counts, a keyed table's log_index_rows after each
+ * checkpoint its number of stored ids, and at the end each keyed file's
+ * listing (et_tfile_rows) and rows_logged exactly the ids the model
+ * stores; in the transparency runs hence the four stores' listings agree.
+ * (The transparency runs reopen only past op 3000, so at the default size
+ * the model cases alone check the reopen rule.) Each run prints what its
+ * keyed tables went through: checkpoints, ids dropped, erased, expired.
+ *
+ * What the model cannot know, and how the generator keeps it out of the
+ * way rather than the comparison loosened: the admission filter is a
+ * count-min sketch, which admits an id early if other ids raised all four
+ * of its counters. With filter_log2 20 (1 Mi counters a row) and at most
+ * 2 x NHOT hot ids (the hot set moves once) plus KPOOL = 4096 "uniform"
+ * ids a table, whatever ET_MODEL_OPS, the chance that any id of a table
+ * is admitted early is about (ids / 2^20)^4 x ids, near 1e-6 even for the
+ * longest runs (the default runs touch about a thousand ids a table);
+ * that is why the uniform share is a pool and not fresh u64 draws,
+ * which would grow without bound with ET_MODEL_OPS. The bounded-memory
+ * tests keep their row-indexed case (their documented overhead does not
+ * count a keyed table's index and filter).
  *
  * Bounded memory: et_get_stats().mem_bytes never exceeds hbm_bytes +
  * ddr_bytes + the overhead README.md documents ("Memory") + a small slack
@@ -78,7 +139,7 @@
 #include "util.h"
 
 #define DEFAULT_OPS 200000ULL
-#define NT	    4  /* tables per store at most */
+#define NT	    5  /* tables per store at most */
 #define MAXST	    4  /* stores run side by side */
 #define MAXB	    64 /* ids per batch at most */
 #define MAXDIM	    256
@@ -86,6 +147,18 @@
 #define IO_DEPTH    128 /* the default io_depth, which every case uses */
 #define HBM_SLOTS   64
 #define DDR_SLOTS   256
+#define NEDGE	    5	      /* edge ids at the head of a keyed hot set */
+#define KPOOL	    4096      /* a keyed table's "uniform" ids */
+#define KFILTER_LOG2 20	      /* admission filter: 4 x 2^20 counters */
+#define KCOUNT_MAX  15	      /* the filter's counters saturate here */
+/* A keyed case's what-draw gets this many more parts (of 1000) that
+ * checkpoint for each commit of its largest expire_after, so that expiry
+ * has commits to count (about 0.8% more checkpoints per commit). */
+#define KCKPT_PARTS 8
+
+/* The edges every keyed table's hot set starts with. */
+static const uint64_t key_edges[NEDGE] = {0, UINT64_MAX, 1, UINT64_MAX - 1,
+					   1ULL << 63};
 
 /* Set by main: logs of 8 KiB segments, so every case runs the cleaner. */
 static bool small_segments;
@@ -101,6 +174,9 @@ struct tspec {
 	et_init init;
 	float scale; /* 0: the default, 1/sqrt(dim) */
 	uint64_t seed;
+	uint32_t flags;	 /* ET_TABLE_KEYED (then rows is 0) or 0 */
+	uint32_t admit;	 /* keyed: et_key_policy.admit_after (0: off) */
+	uint32_t expire; /* keyed: et_key_policy.expire_after (0: off) */
 };
 
 struct scfg {
@@ -128,7 +204,8 @@ struct mcase {
 /* One case per paragraph: store configurations {name, HBM slots, DDR
  * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch, threads,
  * lookahead batches, prefetch on the store's thread}, then tables
- * {name, rows, dim, dtype, optimizer, init, scale, seed}. */
+ * {name, rows, dim, dtype, optimizer, init, scale, seed} and, for a keyed
+ * table, {..., KEY, admit_after, expire_after} with rows 0. */
 #define LRU ET_POLICY_LRU
 #define LFU ET_POLICY_LFU
 #define TLF ET_POLICY_TINYLFU
@@ -138,105 +215,129 @@ struct mcase {
 #define UNI ET_INIT_UNIFORM
 #define NRM ET_INIT_NORMAL
 #define ZRO ET_INIT_ZEROS
+#define KEY ET_TABLE_KEYED
 
 /* clang-format off */
+/* A row-indexed table leaves the keyed fields out. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const struct mcase model_cases[] = {
 	{ "lru_w4_f32", 0x1001, 3, 1,
 	  { { "hbm64-lru/ddr256-lru/w4/prefetch-thread/threads2", HBM_SLOTS,
 	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2, 0, true } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
-	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 } } },
+	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 },
+	    { "k", 0, 16, ET_F32, SGD, UNI, 0.5f, 13, KEY, 2, 1 } } },
 	{ "lfu_w16_f16", 0x1002, 3, 1,
 	  { { "hbm64-lfu/ddr256-lfu/w16", HBM_SLOTS, DDR_SLOTS,
 	      LFU, LFU, 16, 0, false, 0, 0, false } },
 	  { { "a", 500000, 32, ET_F16, ADA, UNI, 0.1f, 21 },
-	    { "b", 100000, 4, ET_BF16, SGD, ZRO, 0, 22 } } },
+	    { "b", 100000, 4, ET_BF16, SGD, ZRO, 0, 22 },
+	    { "k", 0, 8, ET_F16, ADA, NRM, 0, 23, KEY, 3, 2 } } },
 	{ "mixed_w1_bf16", 0x1003, 3, 1,
 	  { { "hbm64-lru/ddr256-lfu/w1", HBM_SLOTS, DDR_SLOTS,
 	      LRU, LFU, 1, 0, false, 0, 0, false } },
 	  { { "a", 300000, 12, ET_BF16, ADA, NRM, 0.25f, 31 },
-	    { "b", 100000, 5, ET_F32, SGD, UNI, 0, 32 } } },
+	    { "b", 100000, 5, ET_F32, SGD, UNI, 0, 32 },
+	    { "k", 0, 12, ET_BF16, ADA, NRM, 0.25f, 33, KEY, 2, 3 } } },
 	{ "mixed_w4_f16_slot256", 0x1004, 2, 1,
 	  { { "hbm16-lru/ddr256-lfu/w4/slot256/prefetch", 16, DDR_SLOTS,
 	      LRU, LFU, 4, 256, true, 0, 0, false } },
 	  { { "a", 100000, 6, ET_F16, SGD, UNI, 1.0f, 41 },
-	    { "b", 1000000, 24, ET_BF16, ADA, UNI, 0.05f, 42 } } },
+	    { "b", 1000000, 24, ET_BF16, ADA, UNI, 0.05f, 42 },
+	    { "k", 0, 10, ET_F32, ADA, UNI, 0.2f, 43, KEY, 3, 1 } } },
 	{ "nohbm_lru_w4_f16", 0x1005, 3, 1,
 	  { { "ddr256-lru/w4/prefetch-thread/threads3", 0, DDR_SLOTS, 0, LRU,
 	      4, 0, true, 3, 0, true } },
 	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
-	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 } } },
+	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 },
+	    { "k", 0, 20, ET_F16, SGD, ZRO, 0, 53, KEY, 2, 2 } } },
 	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
 	  { { "ddr256-lfu/w16", 0, DDR_SLOTS, 0, LFU, 16, 0, false, 0, 0, false } },
 	  { { "a", 1000000, 32, ET_BF16, SGD, UNI, 0.3f, 61 },
-	    { "b", 150000, 7, ET_F32, ADA, NRM, 0.1f, 62 } } },
+	    { "b", 150000, 7, ET_F32, ADA, NRM, 0.1f, 62 },
+	    { "k", 0, 6, ET_BF16, SGD, UNI, 0.3f, 63, KEY, 0, 2 } } },
 	{ "nohbm_lfu_w1_f32", 0x1007, 2, 1,
 	  { { "ddr256-lfu/w1", 0, DDR_SLOTS, 0, LFU, 1, 0, false, 0, 0, false } },
 	  { { "a", 120000, 9, ET_F32, ADA, UNI, 0.2f, 71 },
-	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 } } },
+	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 },
+	    { "k", 0, 9, ET_F32, ADA, UNI, 0.2f, 73, KEY, 2, 0 } } },
 	{ "dims_w16_f32", 0x1009, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16/prefetch/threads4", HBM_SLOTS,
 	      DDR_SLOTS, LFU, LRU, 16, 0, true, 4, 0, false } },
 	  { { "d64", 100000, 64, ET_F32, ADA, UNI, 0.2f, 91 },
 	    { "d4", 200000, 4, ET_BF16, SGD, NRM, 0, 92 },
-	    { "d128", 50000, 128, ET_F16, SGD, UNI, 0.1f, 93 } } },
+	    { "d128", 50000, 128, ET_F16, SGD, UNI, 0.1f, 93 },
+	    { "k", 0, 32, ET_F16, ADA, NRM, 0.1f, 94, KEY, 2, 1 },
+	    { "kn", 0, 4, ET_BF16, SGD, UNI, 0.5f, 95, KEY, 0, 0 } } },
 	{ "tinylfu_w4_f32_la4", 0x100a, 2, 1,
 	  { { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch/la4", HBM_SLOTS,
 	      DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4, false } },
 	  { { "a", 200000, 16, ET_F32, ADA, UNI, 0.5f, 111 },
-	    { "b", 300000, 12, ET_BF16, SGD, NRM, 0, 112 } } },
+	    { "b", 300000, 12, ET_BF16, SGD, NRM, 0, 112 },
+	    { "k", 0, 16, ET_F32, ADA, UNI, 0.5f, 113, KEY, 2, 3 } } },
 	{ "nohbm_tinylfu_w16_la16", 0x100b, 2, 1,
 	  { { "ddr256-tinylfu/w16/la16", 0, DDR_SLOTS, 0, TLF, 16, 0, false,
 	      0, 16, false } },
 	  { { "a", 100000, 8, ET_F16, SGD, UNI, 0.3f, 121 },
-	    { "b", 400000, 24, ET_F32, ADA, NRM, 0.2f, 122 } } },
+	    { "b", 400000, 24, ET_F32, ADA, NRM, 0.2f, 122 },
+	    { "k", 0, 8, ET_BF16, SGD, NRM, 0, 123, KEY, 3, 2 } } },
 	{ "wtinylfu_w16_f32", 0x100c, 2, 1,
 	  { { "hbm64-wtinylfu/ddr256-wtinylfu/w16/prefetch-thread/threads2",
 	      HBM_SLOTS, DDR_SLOTS, WTL, WTL, 16, 0, true, 2, 0, true } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 141 },
-	    { "b", 300000, 12, ET_F16, ADA, NRM, 0.1f, 142 } } },
+	    { "b", 300000, 12, ET_F16, ADA, NRM, 0.1f, 142 },
+	    { "k", 0, 16, ET_F32, SGD, UNI, 0.5f, 143, KEY, 2, 1 } } },
 	{ "nohbm_wtinylfu_w4_la4", 0x100d, 2, 1,
 	  { { "ddr128-wtinylfu/w4/la4", 0, 128, 0, WTL, 4, 0, false, 0, 4, false } },
 	  { { "a", 100000, 8, ET_BF16, ADA, UNI, 0.3f, 151 },
-	    { "b", 400000, 24, ET_F32, SGD, NRM, 0.2f, 152 } } },
+	    { "b", 400000, 24, ET_F32, SGD, NRM, 0.2f, 152 },
+	    { "k", 0, 24, ET_F32, SGD, NRM, 0.2f, 153, KEY, 3, 2 } } },
 	{ "lfu_w16_f32", 0x1008, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16", HBM_SLOTS, DDR_SLOTS,
 	      LFU, LRU, 16, 0, false, 0, 0, false } },
 	  { { "a", 250000, 10, ET_F32, ADA, NRM, 0.3f, 81 },
-	    { "b", 250000, 10, ET_BF16, SGD, NRM, 0.3f, 82 } } },
+	    { "b", 250000, 10, ET_BF16, SGD, NRM, 0.3f, 82 },
+	    { "k", 0, 10, ET_F16, ADA, NRM, 0.3f, 83, KEY, 2, 3 } } },
 };
 
 static const struct mcase transparency_case = {
 	"transparency", 0x2001, 8, 4,
-	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false, 0, 0, false },
+	{ { "all-in-ddr/slot36", 0, 1 << 18, 0, LRU, 16, 36, false, 0, 0,
+	    false },
 	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
 	    LFU, LRU, 4, 0, false, 2, 0, false },
 	  { "ddr128-lfu/w1/threads3", 0, 128, 0, LFU, 1, 0, false, 3, 0, false },
 	  { "hbm64-lru/ddr256-lfu/w4/prefetch-thread/threads8", HBM_SLOTS,
 	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8, 0, true } },
 	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
-	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 } },
+	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 },
+	  { "k", 0, 16, ET_F16, ADA, UNI, 0.5f, 93, KEY, 2, 2 } },
 };
 
 /* The same against TinyLFU, W-TinyLFU and lookahead windows (1, 4 and 16
  * batches, with and without prefetch, over HBM and DDR or DDR alone). */
 static const struct mcase policy_transparency_case = {
 	"policy_transparency", 0x2003, 6, 4,
-	{ { "all-in-ddr", 0, 1 << 18, 0, LRU, 16, 0, false, 0, 0, false },
+	{ { "all-in-ddr/slot68", 0, 1 << 18, 0, LRU, 16, 68, false, 0, 0,
+	    false },
 	  { "hbm64-tinylfu/ddr256-tinylfu/w4/prefetch-thread/la4", HBM_SLOTS,
 	    DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4, true },
 	  { "ddr128-tinylfu/w16/la16", 0, 128, 0, TLF, 16, 0, false, 0, 16, false },
 	  { "hbm64-wtinylfu/ddr256-tinylfu/w4/la1", HBM_SLOTS, DDR_SLOTS,
 	    WTL, TLF, 4, 0, false, 0, 1, false } },
 	{ { "a", 300000, 16, ET_F32, ADA, UNI, 0.5f, 131 },
-	  { "b", 200000, 8, ET_F16, SGD, NRM, 0, 132 } },
+	  { "b", 200000, 8, ET_F16, SGD, NRM, 0, 132 },
+	  { "k", 0, 12, ET_BF16, SGD, NRM, 0, 133, KEY, 3, 1 } },
 };
 
 /* Tables of four row sizes in one store, created in no order of size;
- * the fourth store joins the two smallest in slots of 64 bytes. */
+ * the fourth store joins the two smallest in slots of 64 bytes. The keyed
+ * table's rows are d16's size: they share its class. */
 static const struct mcase dims_transparency_case = {
 	"dims_transparency", 0x2002, 6, 4,
-	{ { "all-in-ddr", 0, 1 << 17, 0, LRU, 16, 0, false, 0, 0, false },
+	{ { "all-in-ddr/slot516", 0, 1 << 17, 0, LRU, 16, 516, false, 0, 0,
+	    false },
 	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
 	    LFU, LRU, 4, 0, false, 2, 0, false },
 	  { "ddr128-lfu/w1", 0, 128, 0, LFU, 1, 0, false, 0, 0, false },
@@ -245,7 +346,8 @@ static const struct mcase dims_transparency_case = {
 	{ { "d4", 200000, 4, ET_F32, SGD, UNI, 0.5f, 95 },
 	  { "d256", 20000, 256, ET_BF16, ADA, NRM, 0, 96 },
 	  { "d16", 100000, 16, ET_F16, ADA, UNI, 0.25f, 97 },
-	  { "d128", 30000, 128, ET_F32, SGD, NRM, 0.1f, 98 } },
+	  { "d128", 30000, 128, ET_F32, SGD, NRM, 0.1f, 98 },
+	  { "k", 0, 16, ET_F16, ADA, NRM, 0.3f, 99, KEY, 2, 1 } },
 };
 
 static const struct mcase memory_case = {
@@ -255,6 +357,7 @@ static const struct mcase memory_case = {
 	{ { "a", 1000000, 32, ET_F32, ADA, UNI, 0.5f, 101 },
 	  { "b", 500000, 16, ET_F16, SGD, UNI, 0.5f, 102 } },
 };
+#pragma GCC diagnostic pop
 /* clang-format on */
 
 /* Parts of the budget that the cases above add up to. */
@@ -286,17 +389,34 @@ static uint64_t budget_of(const struct mcase *mc)
 
 /* ------------------------------------------------------------ the model */
 
-/* One table of the model: open addressing from row + 1 to an entry. */
+/* One table of the model: open addressing from row to an entry (any u64
+ * is a row: a keyed table's ids span the whole range). */
 struct mtable {
 	const struct tspec *sp;
 	float scale;	/* the initializer's scale in effect */
-	uint64_t *keys; /* row + 1, 0 empty */
-	uint32_t *slot; /* entry of each key */
+	bool keyed;	/* ET_TABLE_KEYED */
+	uint64_t *keys; /* row of each slot */
+	uint32_t *slot; /* entry + 1 of each slot, 0 empty */
 	size_t cap;
 	uint64_t *rows; /* entry -> row */
 	float *vals;	/* entry -> dim values (as decoded from storage) */
 	float *state;	/* entry -> optimizer state */
+	/* keyed tables, entry -> */
+	uint8_t *stored; /* the table holds it (written or admitted, and
+			  * neither erased nor expired since) */
+	uint8_t *seen;	 /* update calls that named it since the policy was
+			  * set (the filter's count, 0..KCOUNT_MAX) */
+	uint32_t *stamp; /* the commit of this session its newest value
+			  * goes into (1: the first) */
 	size_t n, ecap;
+	size_t nstored;	  /* keyed: entries stored */
+	uint32_t ck;	  /* keyed: checkpoints since the open */
+	uint64_t dropped; /* keyed, since the open: ids admission dropped */
+	uint64_t erased;  /* ... stored ids et_erase removed */
+	uint64_t expired; /* ... stored ids expiry removed */
+	/* keyed, over all sessions: checkpoints, dropped, erased, expired */
+	uint64_t ckpts, dropped_all, erased_all, expired_all;
+	int nfixed; /* hot rows that move_hot keeps */
 	uint64_t hot[NHOT];
 };
 
@@ -317,17 +437,47 @@ static void round_storage(const struct mtable *t, float *v)
 	dtype_decode(t->sp->dtype, raw, v, t->sp->dim);
 }
 
+/* Hot row i of a keyed table (i >= NEDGE): random u64 ids, every odd one
+ * its predecessor with one bit from 32 up flipped, so that ids differing
+ * only in high bits (even bit 63) meet. */
+static uint64_t keyed_hot(const struct mtable *t, int i, struct tu_rng *rng)
+{
+	if (i & 1)
+		return t->hot[i - 1] ^ (1ULL << (32 + tu_rng_below(rng, 32)));
+	return tu_rng_next(rng);
+}
+
+/* A row of the table drawn from all of it: uniform over a row-indexed
+ * table's rows; for a keyed table one of KPOOL ids spread over the u64
+ * range (the pool bounds the admission filter's load: see the top). */
+static uint64_t random_row(const struct mtable *t, struct tu_rng *rng)
+{
+	if (!t->keyed)
+		return tu_rng_below(rng, t->sp->rows);
+	return mix64((t->sp->seed << 20) ^ tu_rng_below(rng, KPOOL));
+}
+
 static void model_init(struct mtable *t, const struct tspec *sp,
 		       struct tu_rng *rng)
 {
 	memset(t, 0, sizeof(*t));
 	t->sp = sp;
+	t->keyed = sp->flags & ET_TABLE_KEYED;
 	t->scale = sp->scale;
 	if (sp->init != ET_INIT_ZEROS && t->scale == 0)
 		t->scale = 1.0f / sqrtf((float)sp->dim);
 	t->cap = 1024;
 	t->keys = tu_calloc(t->cap, sizeof(*t->keys));
 	t->slot = tu_calloc(t->cap, sizeof(*t->slot));
+	if (t->keyed) {
+		t->nfixed = NEDGE;
+		for (int i = 0; i < NEDGE; i++)
+			t->hot[i] = key_edges[i];
+		for (int i = NEDGE; i < NHOT; i++)
+			t->hot[i] = keyed_hot(t, i, rng);
+		return;
+	}
+	t->nfixed = 2;
 	t->hot[0] = 0;
 	t->hot[1] = sp->rows - 1;
 	for (int i = 2; i < NHOT; i++)
@@ -341,6 +491,9 @@ static void model_free(struct mtable *t)
 	free(t->rows);
 	free(t->vals);
 	free(t->state);
+	free(t->stored);
+	free(t->seen);
+	free(t->stamp);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -353,10 +506,10 @@ static void model_grow(struct mtable *t)
 	for (size_t i = 0; i < t->cap; i++) {
 		size_t h;
 
-		if (!t->keys[i])
+		if (!t->slot[i])
 			continue;
 		h = mix64(t->keys[i]) & (ncap - 1);
-		while (nk[h])
+		while (ns[h])
 			h = (h + 1) & (ncap - 1);
 		nk[h] = t->keys[i];
 		ns[h] = t->slot[i];
@@ -368,37 +521,134 @@ static void model_grow(struct mtable *t)
 	t->cap = ncap;
 }
 
-/* The entry of row, created with the initial value if new. */
-static size_t model_entry(struct mtable *t, uint64_t row)
+/* Entry e back to the initializer's value (rounded to storage) and no
+ * optimizer state: a new row, or a keyed id erased or expired. */
+static void model_reset(struct mtable *t, size_t e)
 {
 	uint32_t dim = t->sp->dim;
-	size_t h = mix64(row + 1) & (t->cap - 1);
-	size_t e;
 
-	while (t->keys[h] && t->keys[h] != row + 1)
-		h = (h + 1) & (t->cap - 1);
-	if (t->keys[h])
-		return t->slot[h];
-	if (t->n == t->ecap) {
-		t->ecap = t->ecap ? 2 * t->ecap : 1024;
-		t->rows = realloc(t->rows, t->ecap * sizeof(*t->rows));
-		t->vals = realloc(t->vals, t->ecap * dim * sizeof(*t->vals));
-		t->state = realloc(t->state, t->ecap * sizeof(*t->state));
-		assert_non_null(t->rows);
-		assert_non_null(t->vals);
-		assert_non_null(t->state);
-	}
-	e = t->n++;
-	t->keys[h] = row + 1;
-	t->slot[h] = (uint32_t)e;
-	t->rows[e] = row;
-	rowinit_fill(t->sp->init, t->scale, t->sp->seed, row, dim,
+	rowinit_fill(t->sp->init, t->scale, t->sp->seed, t->rows[e], dim,
 		     t->vals + e * dim);
 	round_storage(t, t->vals + e * dim);
 	t->state[e] = 0;
+}
+
+/* The entry of row, created with the initial value if new. */
+static size_t model_entry(struct mtable *t, uint64_t row)
+{
+	size_t h = mix64(row) & (t->cap - 1);
+	size_t e;
+
+	while (t->slot[h] && t->keys[h] != row)
+		h = (h + 1) & (t->cap - 1);
+	if (t->slot[h])
+		return t->slot[h] - 1;
+	if (t->n == t->ecap) {
+		t->ecap = t->ecap ? 2 * t->ecap : 1024;
+		t->rows = realloc(t->rows, t->ecap * sizeof(*t->rows));
+		t->vals =
+		    realloc(t->vals, t->ecap * t->sp->dim * sizeof(*t->vals));
+		t->state = realloc(t->state, t->ecap * sizeof(*t->state));
+		t->stored = realloc(t->stored, t->ecap);
+		t->seen = realloc(t->seen, t->ecap);
+		t->stamp = realloc(t->stamp, t->ecap * sizeof(*t->stamp));
+		assert_non_null(t->rows);
+		assert_non_null(t->vals);
+		assert_non_null(t->state);
+		assert_non_null(t->stored);
+		assert_non_null(t->seen);
+		assert_non_null(t->stamp);
+	}
+	e = t->n++;
+	t->keys[h] = row;
+	t->slot[h] = (uint32_t)e + 1;
+	t->rows[e] = row;
+	t->stored[e] = 0;
+	t->seen[e] = 0;
+	t->stamp[e] = 0;
+	model_reset(t, e);
 	if (2 * t->n > t->cap)
 		model_grow(t);
 	return e;
+}
+
+/* Keyed: entry e now holds a value the table keeps, committed by this
+ * session's next commit. */
+static void model_store(struct mtable *t, size_t e)
+{
+	if (!t->stored[e]) {
+		t->stored[e] = 1;
+		t->nstored++;
+	}
+	t->stamp[e] = t->ck + 1;
+}
+
+/* Keyed: entry e forgotten (et_erase, expiry). */
+static void model_forget(struct mtable *t, size_t e)
+{
+	t->stored[e] = 0;
+	t->nstored--;
+	model_reset(t, e);
+}
+
+/* Keyed: one update call's sighting of entry e; whether it may store it. */
+static bool model_admit(struct mtable *t, size_t e)
+{
+	if (t->sp->admit <= 1)
+		return true;
+	if (t->seen[e] < KCOUNT_MAX)
+		t->seen[e]++;
+	return t->seen[e] >= t->sp->admit || t->stored[e];
+}
+
+/* Keyed: et_erase of ids; returns the distinct ids that were stored. */
+static uint64_t model_erase(struct mtable *t, const uint64_t *ids, size_t n)
+{
+	uint64_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t e = model_entry(t, ids[i]);
+
+		if (t->stored[e]) {
+			model_forget(t, e);
+			k++;
+		}
+	}
+	t->erased += k;
+	t->erased_all += k;
+	return k;
+}
+
+/* Keyed: a checkpoint, the session's ck + 1-th commit: the stored ids
+ * whose stamp is expire_after or more commits old leave. */
+static void model_checkpoint(struct mtable *t)
+{
+	uint32_t c = t->ck + 1;
+
+	t->ck = c;
+	t->ckpts++;
+	if (!t->keyed || !t->sp->expire)
+		return;
+	for (size_t e = 0; e < t->n; e++)
+		if (t->stored[e] && c - t->stamp[e] >= t->sp->expire) {
+			model_forget(t, e);
+			t->expired++;
+			t->expired_all++;
+		}
+}
+
+/* Keyed: the store was closed and opened again, the policy set anew: the
+ * filter's counts and the ages start over, a stored id's age from the
+ * open (as if updated just before the first commit after it). */
+static void model_reopen(struct mtable *t)
+{
+	t->ck = 0;
+	t->dropped = t->erased = t->expired = 0;
+	for (size_t e = 0; e < t->n; e++) {
+		t->seen[e] = 0;
+		if (t->stored[e])
+			t->stamp[e] = 1;
+	}
 }
 
 static float *model_vals(struct mtable *t, uint64_t row)
@@ -447,6 +697,8 @@ struct harness {
 	bool in_train;	    /* random_op inside op_train */
 	bool any_pf;	    /* some store prefetches */
 	bool any_la;	    /* some store is given lookahead windows */
+	unsigned ck_parts;  /* extra checkpoint parts of random_op's draw
+			     * (KCKPT_PARTS x the largest expire_after) */
 	uint64_t op;	    /* operations issued */
 	uint64_t cleaned;   /* segments the first store's cleaner moved,
 			     * over its reopens */
@@ -528,6 +780,17 @@ static void table_params(const struct tspec *sp, struct et_table_params *p)
 	p->init = sp->init;
 	p->init_scale = sp->scale;
 	p->seed = sp->seed;
+	p->flags = sp->flags;
+}
+
+/* A keyed table's policy, as the case gives it: set after each create and
+ * open (it is not kept in the table). */
+static void key_policy(const struct tspec *sp, struct et_key_policy *kp)
+{
+	memset(kp, 0, sizeof(*kp));
+	kp->admit_after = sp->admit;
+	kp->filter_log2 = KFILTER_LOG2;
+	kp->expire_after = sp->expire;
 }
 
 static void store_open(struct harness *h, struct mstore *ms, bool create)
@@ -550,6 +813,12 @@ static void store_open(struct harness *h, struct mstore *ms, bool create)
 			h_rc(h, ms,
 			     et_table_open(ms->s, h->mc->t[o].name, &p,
 					   &ms->id[o]));
+		if (h->mc->t[o].flags & ET_TABLE_KEYED) {
+			struct et_key_policy kp;
+
+			key_policy(&h->mc->t[o], &kp);
+			h_rc(h, ms, et_key_policy_set(ms->s, ms->id[o], &kp));
+		}
 	}
 	memset(ms->calls, 0, sizeof(ms->calls));
 	memset(ms->requested, 0, sizeof(ms->requested));
@@ -568,8 +837,12 @@ static void harness_init(struct harness *h, const struct mcase *mc)
 		h->nt++;
 	h->opname = "setup";
 	tu_rng_seed(&h->rng, mc->seed);
-	for (int k = 0; k < h->nt; k++)
+	for (int k = 0; k < h->nt; k++) {
 		model_init(&h->t[k], &mc->t[k], &h->rng);
+		if (h->t[k].keyed &&
+		    KCKPT_PARTS * mc->t[k].expire > h->ck_parts)
+			h->ck_parts = KCKPT_PARTS * mc->t[k].expire;
+	}
 	h->exp = tu_calloc(MAXB * MAXDIM, sizeof(float));
 	h->out = tu_calloc(MAXB * MAXDIM, sizeof(float));
 	h->mexp = tu_calloc(NT * MAXB * MAXDIM, sizeof(float));
@@ -676,6 +949,19 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 			       (unsigned long long)ms->calls[k],
 			       (unsigned long long)ms->requested[k],
 			       (unsigned long long)ms->unique[k]);
+		if (tst.keys_dropped != h->t[k].dropped ||
+		    tst.keys_erased != h->t[k].erased ||
+		    tst.keys_expired != h->t[k].expired)
+			h_fail(h,
+			       "store %s table %s: keys dropped/erased/expired "
+			       "%llu/%llu/%llu, model %llu/%llu/%llu",
+			       ms->cfg->name, h->t[k].sp->name,
+			       (unsigned long long)tst.keys_dropped,
+			       (unsigned long long)tst.keys_erased,
+			       (unsigned long long)tst.keys_expired,
+			       (unsigned long long)h->t[k].dropped,
+			       (unsigned long long)h->t[k].erased,
+			       (unsigned long long)h->t[k].expired);
 		calls += ms->calls[k];
 		req += ms->requested[k];
 		uniq += ms->unique[k];
@@ -874,7 +1160,8 @@ static void op_gather_pooled(struct harness *h, int k, const uint64_t *ids,
 
 /* The model's update: gin holds one gradient row per input id (for a
  * pooled mean already divided by the bag size, as the store divides each
- * one). */
+ * one). One call of the store's: a keyed table counts each distinct id
+ * once in its admission filter. */
 static void model_update(struct harness *h, int k, const uint64_t *ids,
 			 size_t n, const float *gin,
 			 const struct et_update_params *up)
@@ -902,6 +1189,13 @@ static void model_update(struct harness *h, int k, const uint64_t *ids,
 				acc[c] += gin[j * dim + c];
 		}
 		e = model_entry(t, ids[i]);
+		if (t->keyed && !model_admit(t, e)) {
+			t->dropped++; /* its gradients are dropped */
+			t->dropped_all++;
+			continue;
+		}
+		if (t->keyed)
+			model_store(t, e);
 		w = t->vals + e * dim;
 		if (t->sp->optim == ET_OPT_ROWWISE_ADAGRAD) {
 			float sum = 0;
@@ -1181,7 +1475,7 @@ static uint64_t op_train(struct harness *h, et_pool mode)
 
 		if (n)
 			b.ids[j][tu_rng_below(&h->rng, n)] =
-			    tu_rng_below(&h->rng, h->t[b.order[j]].sp->rows);
+			    random_row(&h->t[b.order[j]], &h->rng);
 	}
 	done = train_disturb(h);
 	done += multi_call(h, &b, false, mode);
@@ -1202,18 +1496,61 @@ static void op_write(struct harness *h, int k, const uint64_t *ids, size_t n)
 	h->opname = "write_rows";
 	for (size_t i = 0; i < n * dim; i++)
 		vals[i] = random_value(h, 2.0f);
-	/* In index order, so the last occurrence wins. */
+	/* In index order, so the last occurrence wins. A keyed id written
+	 * is stored, and admitted from now on. */
 	for (size_t i = 0; i < n; i++) {
-		float *w = model_vals(t, ids[i]);
+		size_t e = model_entry(t, ids[i]);
+		float *w = t->vals + e * dim;
 
 		memcpy(w, vals + i * dim, dim * sizeof(float));
 		round_storage(t, w);
+		if (!t->keyed)
+			continue;
+		model_store(t, e);
+		if (t->sp->admit > 1 && t->seen[e] < t->sp->admit)
+			t->seen[e] = (uint8_t)t->sp->admit;
 	}
 	for (int s = 0; s < h->nst; s++) {
 		struct mstore *ms = &h->st[s];
 
 		h_rc(h, ms, et_write_rows(ms->s, ms->id[k], ids, n, vals));
 		h_count(ms, k, ids, n);
+	}
+}
+
+/* et_erase of a keyed table's ids (duplicates and ids never stored
+ * among them), about half of them replaced by ids the table stores (if it
+ * stores any): how many were stored, and they read as initialized. */
+static void op_erase(struct harness *h, int k, const uint64_t *bids, size_t n)
+{
+	struct mtable *t = &h->t[k];
+	uint64_t want, got, ids[MAXB];
+
+	h->opname = "erase";
+	memcpy(ids, bids, n * sizeof(*ids));
+	for (size_t i = 0; i < n && t->nstored; i++) {
+		if (tu_rng_below(&h->rng, 2))
+			continue;
+		for (int tries = 0; tries < 8; tries++) {
+			size_t e = tu_rng_below(&h->rng, t->n);
+
+			if (t->stored[e]) {
+				ids[i] = t->rows[e];
+				break;
+			}
+		}
+	}
+	want = model_erase(t, ids, n);
+	for (int s = 0; s < h->nst; s++) {
+		struct mstore *ms = &h->st[s];
+
+		got = ~0ULL;
+		h_rc(h, ms, et_erase(ms->s, ms->id[k], ids, n, &got));
+		if (got != want)
+			h_fail(h, "store %s table %s: erased %llu, model %llu",
+			       ms->cfg->name, h->t[k].sp->name,
+			       (unsigned long long)got,
+			       (unsigned long long)want);
 	}
 }
 
@@ -1256,14 +1593,17 @@ static void sweep(struct harness *h, size_t max)
 	}
 }
 
-/* A checkpoint with a few bytes of dense state: the model does not change,
- * and every later write must still survive a clean close. */
+/* A checkpoint with a few bytes of dense state: the model does not change
+ * but for the keyed tables' expiry, and every later write must still
+ * survive a clean close. */
 static void op_checkpoint(struct harness *h)
 {
 	struct et_checkpoint_info ci;
 	uint64_t d = h->op;
 
 	h->opname = "checkpoint";
+	for (int k = 0; k < h->nt; k++)
+		model_checkpoint(&h->t[k]);
 	for (int s = 0; s < h->nst; s++) {
 		struct mstore *ms = &h->st[s];
 
@@ -1273,6 +1613,24 @@ static void op_checkpoint(struct harness *h)
 			h_fail(h,
 			       "store %s: checkpoint info after a checkpoint",
 			       ms->cfg->name);
+		/* every stored id of a keyed table is in its log now */
+		for (int k = 0; k < h->nt; k++) {
+			struct et_stats st;
+
+			if (!h->t[k].keyed)
+				continue;
+			h_rc(h, ms, et_get_stats(ms->s, ms->id[k], &st));
+			if (st.log_index_rows != h->t[k].nstored ||
+			    st.keys_expired != h->t[k].expired)
+				h_fail(h,
+				       "store %s table %s: %llu ids stored, "
+				       "%llu expired; model %zu, %llu",
+				       ms->cfg->name, h->t[k].sp->name,
+				       (unsigned long long)st.log_index_rows,
+				       (unsigned long long)st.keys_expired,
+				       h->t[k].nstored,
+				       (unsigned long long)h->t[k].expired);
+		}
 	}
 }
 
@@ -1293,6 +1651,9 @@ static void op_reopen(struct harness *h)
 		ms->s = NULL;
 		store_open(h, ms, false);
 	}
+	for (int k = 0; k < h->nt; k++)
+		if (h->t[k].keyed)
+			model_reopen(&h->t[k]);
 	sweep(h, 4096);
 }
 
@@ -1336,7 +1697,7 @@ static size_t random_ids(struct harness *h, int k, uint64_t *ids)
 		else if ((x >> 8) % 10 < 6)
 			ids[i] = t->hot[(x >> 16) % NHOT];
 		else
-			ids[i] = tu_rng_below(&h->rng, t->sp->rows);
+			ids[i] = random_row(t, &h->rng);
 	}
 	return n;
 }
@@ -1426,7 +1787,7 @@ static uint64_t random_op(struct harness *h)
 	struct batch b;
 	const uint64_t *ids = b.ids;
 	int k;
-	unsigned what = (unsigned)tu_rng_below(&h->rng, 1000);
+	unsigned what = (unsigned)tu_rng_below(&h->rng, 1000 + h->ck_parts);
 	size_t n, nbags;
 	et_pool mode = tu_rng_below(&h->rng, 2) ? ET_POOL_MEAN : ET_POOL_SUM;
 
@@ -1458,8 +1819,10 @@ static uint64_t random_op(struct harness *h)
 		return op_multi(h, true, mode);
 	} else if (what < 830) {
 		return op_train(h, mode);
-	} else if (what < 995) {
+	} else if (what < 910 || (what < 995 && !h->t[k].keyed)) {
 		op_write(h, k, ids, n);
+	} else if (what < 995) {
+		op_erase(h, k, ids, n);
 	} else if (what < 998) {
 		op_flush(h);
 		return 1;
@@ -1470,8 +1833,65 @@ static uint64_t random_op(struct harness *h)
 	return n;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* A closed keyed table file's stored ids (et_tfile_rows, rows_logged)
+ * against the ids the model stores: the same set. */
+static void check_listing(struct harness *h, struct mstore *ms, int k,
+			  et_tfile *tf)
+{
+	struct mtable *t = &h->t[k];
+	uint64_t *want = tu_calloc(t->nstored + 1, sizeof(*want));
+	uint64_t *got = tu_calloc(t->nstored + 1, sizeof(*got));
+	uint64_t from = 0;
+	size_t nw = 0, ng = 0;
+	struct et_table_info info;
+
+	for (size_t e = 0; e < t->n; e++)
+		if (t->stored[e])
+			want[nw++] = t->rows[e];
+	qsort(want, nw, sizeof(*want), cmp_u64);
+	/* a chunk at a time, into a buffer one longer than the model's
+	 * set, so that a listing with more ids shows */
+	for (;;) {
+		size_t m = 0, room = t->nstored + 1 - ng;
+
+		h_rc(h, ms, et_tfile_rows(tf, from, got + ng,
+					  room < 64 ? room : 64, &m));
+		ng += m;
+		if (!m || ng == t->nstored + 1 ||
+		    got[ng - 1] == UINT64_MAX)
+			break;
+		from = got[ng - 1] + 1;
+	}
+	h_rc(h, ms, et_tfile_info(tf, &info));
+	if (ng != nw || memcmp(got, want, nw * sizeof(*want)) ||
+	    info.rows_logged != nw) {
+		size_t i = 0;
+
+		while (i < ng && i < nw && got[i] == want[i])
+			i++;
+		h_fail(h,
+		       "store %s table %s: the file lists %s%zu ids "
+		       "(rows_logged %llu), the model stores %zu; first "
+		       "difference at [%zu]: file %#llx, model %#llx",
+		       ms->cfg->name, t->sp->name,
+		       ng > t->nstored ? "more than " : "", ng,
+		       (unsigned long long)info.rows_logged, nw, i,
+		       i < ng ? (unsigned long long)got[i] : 0ULL,
+		       i < nw ? (unsigned long long)want[i] : 0ULL);
+	}
+	free(want);
+	free(got);
+}
+
 /* The closed stores' table files against the model: every row touched,
- * values and optimizer state. */
+ * values and optimizer state; a keyed table's listing of stored ids. */
 static void check_files(struct harness *h)
 {
 	uint64_t ids[MAXB];
@@ -1523,6 +1943,8 @@ static void check_files(struct harness *h)
 							    st[i], exps[i]);
 				}
 			}
+			if (t->keyed)
+				check_listing(h, ms, k, tf);
 			et_tfile_close(tf);
 		}
 	}
@@ -1537,15 +1959,56 @@ static size_t rows_touched(const struct harness *h)
 	return n;
 }
 
+/* What the keyed tables went through. */
+static void print_keyed(const struct harness *h)
+{
+	for (int k = 0; k < h->nt; k++) {
+		const struct mtable *t = &h->t[k];
+
+		if (!t->keyed)
+			continue;
+		print_message("%s: keyed table %s (admit_after %u, "
+			      "expire_after %u): %zu ids touched, %zu stored "
+			      "at the end; %llu checkpoints; %llu dropped, "
+			      "%llu erased, %llu expired\n",
+			      h->mc->name, t->sp->name, t->sp->admit,
+			      t->sp->expire, t->n, t->nstored,
+			      (unsigned long long)t->ckpts,
+			      (unsigned long long)t->dropped_all,
+			      (unsigned long long)t->erased_all,
+			      (unsigned long long)t->expired_all);
+	}
+}
+
+/* An erase of a random batch of every keyed table (so that each case
+ * erases, whatever its draws gave). */
+static void erase_keyed(struct harness *h)
+{
+	struct batch b;
+
+	for (int k = 0; k < h->nt; k++) {
+		if (!h->t[k].keyed)
+			continue;
+		b.n = random_ids(h, k, b.ids);
+		op_erase(h, k, b.ids, b.n);
+	}
+}
+
 /* A change of popularity: every table's hot rows but the first and last
- * row are drawn anew. The stores' hit ratios collapse, which TinyLFU and
- * W-TinyLFU answer by aging every count at once (policy_drift). */
+ * row (a keyed table's edge ids) are drawn anew. The stores' hit ratios
+ * collapse, which TinyLFU and W-TinyLFU answer by aging every count at
+ * once (policy_drift); a keyed table's old hot ids stop being updated and
+ * expire. */
 static void move_hot(struct harness *h)
 {
-	for (int k = 0; k < h->nt; k++)
-		for (int i = 2; i < NHOT; i++)
-			h->t[k].hot[i] =
-			    tu_rng_below(&h->rng, h->t[k].sp->rows);
+	for (int k = 0; k < h->nt; k++) {
+		struct mtable *t = &h->t[k];
+
+		for (int i = t->nfixed; i < NHOT; i++)
+			t->hot[i] = t->keyed
+					? keyed_hot(t, i, &h->rng)
+					: tu_rng_below(&h->rng, t->sp->rows);
+	}
 }
 
 /* Runs a case: its share of the budget in random operations, a flush and
@@ -1570,6 +2033,7 @@ static void run_case(const struct mcase *mc)
 		if (ckpts < 2 && done >= budget * (2 * ckpts + 1) / 6) {
 			op_checkpoint(h);
 			ckpts++;
+			erase_keyed(h);
 		}
 		if (reopened < 2 && done >= budget * (reopened + 1) / 3) {
 			op_reopen(h);
@@ -1599,6 +2063,7 @@ static void run_case(const struct mcase *mc)
 		h->st[s].s = NULL;
 	}
 	check_files(h);
+	print_keyed(h);
 	print_message("%s: %llu ops, %zu rows touched, %llu blocks read or "
 		      "written\n",
 		      mc->name, (unsigned long long)h->op, rows_touched(h),
@@ -1629,6 +2094,7 @@ static void test_transparency(void **state)
 	struct harness *h = tu_calloc(1, sizeof(*h));
 	uint64_t budget = budget_of(mc), done = 0;
 	struct et_stats st[MAXST];
+	int ckpts = 0;
 
 	tu_require_uring();
 	tu_require_direct();
@@ -1637,6 +2103,15 @@ static void test_transparency(void **state)
 		done += random_op(h) * h->nst;
 		if (h->op == 3000)
 			op_reopen(h);
+		/* with a keyed table that expires: two more commits, at a
+		 * third and two thirds, so that expiry runs in all four
+		 * stores */
+		if (h->ck_parts && ckpts < 2 &&
+		    done >= budget * (ckpts + 1) / 3) {
+			op_checkpoint(h);
+			ckpts++;
+			erase_keyed(h);
+		}
 	}
 	sweep(h, 1u << 20);
 	for (int s = 0; s < h->nst; s++) {
@@ -1689,6 +2164,7 @@ static void test_transparency(void **state)
 			free(sv[s]);
 		}
 	}
+	print_keyed(h);
 	print_message("%s: %llu ops, %zu rows touched\n", mc->name,
 		      (unsigned long long)h->op, rows_touched(h));
 	harness_free(h);

@@ -222,11 +222,14 @@ int ids_check(const struct table *t, int table, const uint64_t *ids, size_t n,
 }
 
 /* The weight of a table of g in its class: the bytes its rows would take
- * if every one were cached (a keyed table's: as many as a row-indexed
- * table's at most). */
+ * if every one were cached. A keyed table has no number of rows: it
+ * weighs as KEYED_WEIGHT_ROWS (weighed as 2^40, it left every other class
+ * one set). */
+#define KEYED_WEIGHT_ROWS (1ULL << 24)
+
 static double class_weight(const et_store *s, const struct tf_geom *g)
 {
-	return (double)(g->keyed ? ET_MAX_ROWS : g->rows) *
+	return (double)(g->keyed ? KEYED_WEIGHT_ROWS : g->rows) *
 	       (slot_for(s, g->row_bytes) + ET_SLOT_META_BYTES);
 }
 
