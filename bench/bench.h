@@ -16,7 +16,8 @@
  *   flush.c     write-back rate beside the disk's sequential writes
  *   reopen.c    reopen time after a journal snapshot vs ordinary batches
  *   keyed.c     a keyed table through HierarchicalKV's protocol, beside a
- *               row-indexed one and the raw gather limit
+ *               row-indexed one and the raw gather limit; --train-keys N
+ *               trains N distinct keys through one (the scale check)
  *   report.c    tables for people, JSON and CSV for scripts
  *   workload.c  generators and traces; convert.c text into traces;
  *               belady.c, learner.c, oracle.c the mrc references
@@ -100,6 +101,8 @@ struct bench_opts {
 	/* keyed */
 	uint64_t keyed_keys; /* keys a call */
 	double new_frac;     /* find_or_insert's share of new keys */
+	uint64_t train_keys; /* keyed --train-keys: 0, the protocol */
+	uint64_t check_keys; /* --train-keys: keys read back */
 	/* output */
 	int format;
 	bool quiet;

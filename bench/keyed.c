@@ -54,6 +54,11 @@
  * the new values; after the checkpoint the table's stored keys (log
  * index rows) are exactly the keys filled plus those find_or_insert
  * inserted. Figures are keys/s of the timed calls (keys / summed time).
+ *
+ * With --train-keys N the mode runs the scale check instead: N distinct
+ * keys trained through one keyed store, its index and disk bytes a key,
+ * and every key of a random sample read back exactly (see "--train-keys"
+ * below).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,7 +67,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "bench.h"
 #include "cli.h"
@@ -851,6 +858,535 @@ static void print_text(const struct kreport *r)
 	printf("time:       %.1f s\n", r->wall_s);
 }
 
+/* ------------------------------------------------------- --train-keys */
+
+/*
+ * The scale check (--train-keys N): N distinct keys, key(c) = wl_mix(c ^
+ * salt) of a counter c in [0, N) (wl_mix is a bijection of u64, so they
+ * are distinct), trained through a store of one keyed table: et_update
+ * (SGD, --lr) of --keys fresh keys a call, each with a gradient of its
+ * own whose values are powers of two (+-2^-e, e in 0..7, from a hash of
+ * the key), so that lr x g is exact and the value a key must hold is
+ * exactly init(key) - lr x g(key), however the product and the
+ * difference are fused. A DDR tier far smaller than N sends most rows to
+ * NVMe (the row log) as they are evicted; then et_checkpoint writes the
+ * rest. After the checkpoint: et_stats log_index_rows and et_table_info
+ * rows_logged (both must be N), index bytes (log_index_bytes) and disk
+ * bytes (disk_bytes: the log and its journal) per stored key. Then the
+ * store is closed and reopened (its index replayed from the journal) and
+ * --check-keys keys drawn at random (a keyed permutation of [0, N), so
+ * every key once when the count is N) are gathered: each must read its
+ * initial value, from a keyed table file of the same parameters where no
+ * key was ever written (the initializer's, with no I/O), minus lr x its
+ * gradient, bit for bit; and as many never-trained keys (counters N, N +
+ * 1, ...) their initial value. Two keys sharing a row would read another
+ * key's value.
+ */
+
+#define T_SLACK	     (256ULL << 20) /* segments, windows, headers */
+#define T_JOURNAL    16		    /* bytes of a journal entry */
+#define T_NOTES	     10		    /* training notes, one each tenth */
+#define T_INDEX_GOAL 24.0	    /* bytes a key */
+
+struct ktrain {
+	const struct bench_opts *o;
+	char dir[4096], store[4200], init[4200];
+	et_store *s;
+	int t;
+	et_tfile *tf; /* the initial values */
+	uint64_t salt;
+	uint64_t n, check;
+	size_t batch;
+	uint32_t dim;
+	uint64_t capacity;    /* DDR slots */
+	uint64_t need, avail; /* disk bytes */
+	/* training */
+	double train_s, update_s;
+	uint64_t wb_train; /* rows written back (evicted) while training */
+	/* checkpoint */
+	double ckpt_s;
+	uint64_t wb_ckpt;
+	uint64_t stored, logged, index_bytes, disk_bytes;
+	uint64_t lib_peak; /* et_stats mem_peak_bytes */
+	uint64_t rss_ckpt; /* peak RSS after the checkpoint */
+	/* reopen and check */
+	double close_s, open_s, check_s;
+	uint64_t stored_reopen;
+	uint64_t checked, checked_fresh;
+	uint64_t rss_end;
+	double wall_s;
+};
+
+static uint64_t train_key(const struct ktrain *k, uint64_t c)
+{
+	return wl_mix(c ^ k->salt);
+}
+
+/* The gradient of key: +-2^-e, e in 0..7, 4 bits of a hash a value. */
+static void train_grad(uint64_t key, uint32_t dim, float *g)
+{
+	static const float v[16] = {1.0f,     0x1p-1f,	0x1p-2f,  0x1p-3f,
+				    0x1p-4f,  0x1p-5f,	0x1p-6f,  0x1p-7f,
+				    -1.0f,    -0x1p-1f, -0x1p-2f, -0x1p-3f,
+				    -0x1p-4f, -0x1p-5f, -0x1p-6f, -0x1p-7f};
+	uint64_t h = wl_mix(key ^ 0x747261696e5f6731ULL);
+
+	for (uint32_t c = 0; c < dim; c++) {
+		if (c && !(c & 15))
+			h = wl_mix(h);
+		g[c] = v[(h >> (4 * (c & 15))) & 15];
+	}
+}
+
+/* Rounds v to the table's dtype, as the store keeps it. */
+static float as_stored(float v, et_dtype dt)
+{
+	if (dt == ET_F16)
+		return et_f16_to_f32(et_f32_to_f16(v));
+	if (dt == ET_BF16)
+		return et_bf16_to_f32(et_f32_to_bf16(v));
+	return v;
+}
+
+static uint64_t peak_rss(void)
+{
+	struct rusage ru;
+
+	return getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024;
+}
+
+static void train_params(const struct ktrain *k, struct et_table_params *p)
+{
+	*p = (struct et_table_params){.dim = k->dim,
+				      .dtype = k->o->dtype,
+				      .optim = ET_OPT_SGD,
+				      .init = ET_INIT_UNIFORM,
+				      .seed = k->o->wl.seed,
+				      .flags = ET_TABLE_KEYED};
+}
+
+/* Whether the log and its journal fit in the directory's free space. */
+static int train_space(struct ktrain *k)
+{
+	uint64_t row = (uint64_t)k->dim * dtype_bytes(k->o->dtype);
+	uint64_t rec = 16 + (row + 7) / 8 * 8;
+	struct statvfs vfs;
+	char a[32], b[32];
+
+	if (statvfs(k->dir, &vfs)) {
+		cli_error("%s: %s", k->dir, strerror(errno));
+		return K_BAD;
+	}
+	k->avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	k->need =
+	    k->n * (rec + T_JOURNAL) + k->n * (rec + T_JOURNAL) / 20 + T_SLACK;
+	if (k->need > k->avail) {
+		cli_error("%s: %s free, and %" PRIu64 " keys need about %s "
+			  "(%" PRIu64 " B a key: a %" PRIu64
+			  " B log record and a %d B journal entry, 5%% and "
+			  "256 MiB more): fewer --train-keys, a smaller "
+			  "--dim, or a --dir with room",
+			  k->dir,
+			  cli_human_bytes((double)k->avail, a, sizeof(a)), k->n,
+			  cli_human_bytes((double)k->need, b, sizeof(b)),
+			  rec + T_JOURNAL, rec, T_JOURNAL);
+		return K_BAD;
+	}
+	return 0;
+}
+
+static int train_open(struct ktrain *k, bool create)
+{
+	struct et_table_params p;
+	struct et_store_config c;
+	struct et_stats st;
+	int ret;
+
+	train_params(k, &p);
+	store_config(k->o, &c);
+	ret = et_store_open(k->store, &c, &k->s);
+	if (!ret)
+		ret = create ? et_table_create(k->s, "t", &p, &k->t)
+			     : et_table_open(k->s, "t", &p, &k->t);
+	if (!ret)
+		ret = et_get_stats(k->s, -1, &st);
+	if (!ret)
+		k->capacity = st.ddr.capacity_rows;
+	return ret;
+}
+
+static int train_loop(struct ktrain *k, struct kbuf *b)
+{
+	struct et_update_params up = {.lr = k->o->lr};
+	uint64_t next_note = k->n / T_NOTES;
+	struct et_stats a, st;
+	struct progress pg;
+	double t0 = now_s();
+	int ret;
+
+	ret = et_get_stats(k->s, k->t, &a);
+	progress_start(&pg, "training", "keys", k->n, k->o->quiet);
+	for (uint64_t c0 = 0; !ret && c0 < k->n; c0 += k->batch) {
+		size_t m =
+		    k->n - c0 < k->batch ? (size_t)(k->n - c0) : k->batch;
+		double t1;
+
+		if (bench_stop) {
+			ret = -EINTR;
+			break;
+		}
+		for (size_t i = 0; i < m; i++) {
+			b->ids[i] = train_key(k, c0 + i);
+			train_grad(b->ids[i], k->dim, b->grads + i * k->dim);
+		}
+		t1 = now_s();
+		ret = et_update(k->s, k->t, b->ids, m, b->grads, &up);
+		k->update_s += now_s() - t1;
+		progress_update(&pg, c0 + m);
+		if (!k->o->quiet && c0 + m >= next_note && c0 + m < k->n) {
+			progress_end(&pg);
+			cli_note("trained %" PRIu64 " of %" PRIu64
+				 " keys, %.2f M keys/s",
+				 c0 + m, k->n,
+				 (double)(c0 + m) / (now_s() - t0) / 1e6);
+			next_note += k->n / T_NOTES;
+		}
+	}
+	progress_end(&pg);
+	k->train_s = now_s() - t0;
+	if (!ret)
+		ret = et_get_stats(k->s, k->t, &st);
+	if (!ret)
+		k->wb_train = st.writebacks - a.writebacks;
+	return ret;
+}
+
+static int train_checkpoint(struct ktrain *k)
+{
+	struct et_stats a, st;
+	struct et_table_info ti;
+	double t0;
+	int ret;
+
+	ret = et_get_stats(k->s, k->t, &a);
+	t0 = now_s();
+	if (!ret)
+		ret = et_checkpoint(k->s, NULL, 0);
+	k->ckpt_s = now_s() - t0;
+	if (!ret)
+		ret = et_get_stats(k->s, k->t, &st);
+	if (!ret)
+		ret = et_table_info(k->s, k->t, &ti);
+	if (ret)
+		return ret;
+	k->wb_ckpt = st.writebacks - a.writebacks;
+	k->stored = st.log_index_rows;
+	k->index_bytes = st.log_index_bytes;
+	k->logged = ti.rows_logged;
+	k->disk_bytes = ti.disk_bytes;
+	k->lib_peak = st.mem_peak_bytes;
+	k->rss_ckpt = peak_rss();
+	if (k->stored != k->n || k->logged != k->n) {
+		cli_error("%" PRIu64
+			  " keys stored after the checkpoint (%" PRIu64
+			  " in the table's info), not the %" PRIu64 " trained",
+			  k->stored, k->logged, k->n);
+		return K_BAD;
+	}
+	return 0;
+}
+
+/* Closes and reopens the store: the index is replayed from the journal. */
+static int train_reopen(struct ktrain *k)
+{
+	struct et_stats st;
+	double t0 = now_s();
+	int ret;
+
+	ret = et_store_close(k->s);
+	k->s = NULL;
+	k->close_s = now_s() - t0;
+	if (ret)
+		return ret;
+	t0 = now_s();
+	ret = train_open(k, false);
+	k->open_s = now_s() - t0;
+	if (!ret)
+		ret = et_get_stats(k->s, k->t, &st);
+	if (ret)
+		return ret;
+	k->stored_reopen = st.log_index_rows;
+	if (k->stored_reopen != k->n) {
+		cli_error("%" PRIu64 " keys stored after a reopen, not the "
+			  "%" PRIu64 " trained",
+			  k->stored_reopen, k->n);
+		return K_BAD;
+	}
+	return 0;
+}
+
+/*
+ * Gathers m keys (counters b->ids on entry are replaced by their keys)
+ * and compares each with its initial value, minus lr x its gradient if
+ * trained.
+ */
+static int train_check_batch(struct ktrain *k, struct kbuf *b, size_t m,
+			     bool trained)
+{
+	et_dtype dt = k->o->dtype;
+	float lr = k->o->lr;
+	uint32_t dim = k->dim;
+	int ret;
+
+	for (size_t i = 0; i < m; i++)
+		b->ids[i] = train_key(k, b->ids[i]);
+	ret = et_gather(k->s, k->t, b->ids, m, b->out);
+	if (!ret)
+		ret = et_tfile_read_rows(k->tf, b->ids, m, b->vals, NULL);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < m; i++) {
+		const float *init = b->vals + i * dim, *got = b->out + i * dim;
+		float *g = b->grads;
+
+		if (trained)
+			train_grad(b->ids[i], dim, g);
+		for (uint32_t c = 0; c < dim; c++) {
+			float want = trained
+					 ? as_stored(init[c] - lr * g[c], dt)
+					 : init[c];
+
+			if (memcmp(&want, &got[c], sizeof(want))) {
+				cli_error("key %" PRIu64 " (%s) column %u read "
+					  "%.9g, not %.9g (initial %.9g%s)",
+					  b->ids[i],
+					  trained ? "trained" : "never trained",
+					  c, got[c], want, init[c],
+					  trained ? " - lr x gradient" : "");
+				return K_BAD;
+			}
+		}
+	}
+	return 0;
+}
+
+static int train_check(struct ktrain *k, struct kbuf *b)
+{
+	uint64_t m = k->check < k->n ? k->check : k->n;
+	struct et_table_params p;
+	struct wl_perm perm;
+	struct progress pg;
+	double t0 = now_s();
+	int ret;
+
+	train_params(k, &p);
+	ret = et_tfile_create(k->init, &p, &k->tf);
+	if (ret)
+		return ret;
+	wl_perm_init(&perm, k->n, k->o->wl.seed ^ 0x636865636bULL);
+	progress_start(&pg, "reading back", "keys", 2 * m, k->o->quiet);
+	for (uint64_t i0 = 0; !ret && i0 < m; i0 += k->batch) {
+		size_t n = m - i0 < k->batch ? (size_t)(m - i0) : k->batch;
+
+		if (bench_stop)
+			return -EINTR;
+		for (size_t i = 0; i < n; i++)
+			b->ids[i] = wl_perm_apply(&perm, i0 + i);
+		ret = train_check_batch(k, b, n, true);
+		if (!ret)
+			k->checked += n;
+		for (size_t i = 0; !ret && i < n; i++)
+			b->ids[i] = k->n + i0 + i;
+		if (!ret)
+			ret = train_check_batch(k, b, n, false);
+		if (!ret)
+			k->checked_fresh += n;
+		progress_update(&pg, k->checked + k->checked_fresh);
+	}
+	progress_end(&pg);
+	k->check_s = now_s() - t0;
+	return ret;
+}
+
+static void train_json(const struct ktrain *k)
+{
+	const struct bench_opts *o = k->o;
+
+	printf(
+	    "{\"mode\":\"keyed_train\",\"keys\":%" PRIu64
+	    ",\"keys_per_call\":%zu,\"dim\":%u,\"dtype\":\"%s\","
+	    "\"lr\":%.9g,\"ddr_bytes\":%" PRIu64 ",\"capacity_keys\":%" PRIu64
+	    ",\"disk_free_bytes\":%" PRIu64 ",\"disk_need_bytes\":%" PRIu64
+	    ",\"train_s\":%.3f,\"keys_per_s\":%.1f,\"update_s\":%.3f,"
+	    "\"update_keys_per_s\":%.1f,\"writebacks_train\":%" PRIu64
+	    ",\"checkpoint_s\":%.3f,\"writebacks_checkpoint\":%" PRIu64
+	    ",\"stored_keys\":%" PRIu64 ",\"rows_logged\":%" PRIu64
+	    ",\"index_bytes\":%" PRIu64 ",\"index_bytes_per_key\":%.3f,"
+	    "\"disk_bytes\":%" PRIu64 ",\"disk_bytes_per_key\":%.3f,"
+	    "\"close_s\":%.3f,\"open_s\":%.3f,\"stored_keys_reopen\":%" PRIu64
+	    ",\"checked_trained\":%" PRIu64 ",\"checked_fresh\":%" PRIu64
+	    ",\"check_s\":%.3f,\"check_ok\":true,\"peak_rss_checkpoint\":"
+	    "%" PRIu64 ",\"peak_rss\":%" PRIu64 ",\"lib_mem_peak\":%" PRIu64
+	    ",\"wall_s\":%.2f}\n",
+	    k->n, k->batch, k->dim, cli_dtype_name(o->dtype), o->lr,
+	    o->ddr_bytes, k->capacity, k->avail, k->need, k->train_s,
+	    ratio((double)k->n, k->train_s), k->update_s,
+	    ratio((double)k->n, k->update_s), k->wb_train, k->ckpt_s,
+	    k->wb_ckpt, k->stored, k->logged, k->index_bytes,
+	    per_key(k->index_bytes, k->stored), k->disk_bytes,
+	    per_key(k->disk_bytes, k->stored), k->close_s, k->open_s,
+	    k->stored_reopen, k->checked, k->checked_fresh, k->check_s,
+	    k->rss_ckpt, k->rss_end, k->lib_peak, k->wall_s);
+}
+
+static void train_text(const struct ktrain *k)
+{
+	const struct bench_opts *o = k->o;
+	double ib = per_key(k->index_bytes, k->stored);
+	char a[32], b[32], c[32];
+
+	printf("keyed train: %" PRIu64 " distinct random u64 keys trained "
+	       "through a keyed table (ET_TABLE_KEYED): et_update (SGD, lr "
+	       "%g) of %zu fresh keys a call, dim %u %s\n",
+	       k->n, o->lr, k->batch, k->dim, cli_dtype_name(o->dtype));
+	printf("store:       DDR %s = %" PRIu64 " keys' slots (%.3f of the "
+	       "keys), the rest on NVMe; %s free, about %s needed\n",
+	       cli_human_bytes((double)o->ddr_bytes, a, sizeof(a)), k->capacity,
+	       ratio((double)k->capacity, (double)k->n),
+	       cli_human_bytes((double)k->avail, b, sizeof(b)),
+	       cli_human_bytes((double)k->need, c, sizeof(c)));
+	printf("training:    %.1f s: %.3f M keys/s (in the et_update calls "
+	       "%.1f s: %.3f M keys/s); %" PRIu64 " rows evicted to NVMe\n",
+	       k->train_s, ratio((double)k->n, k->train_s) / 1e6, k->update_s,
+	       ratio((double)k->n, k->update_s) / 1e6, k->wb_train);
+	printf("checkpoint:  %.2f s (%" PRIu64 " rows written back)\n",
+	       k->ckpt_s, k->wb_ckpt);
+	printf("stored:      %" PRIu64 " keys (et_stats log_index_rows), "
+	       "%" PRIu64 " (et_table_info rows_logged) = the keys trained\n",
+	       k->stored, k->logged);
+	printf("index:       %.2f B a key (%s; goal <= %.0f: %s)\n", ib,
+	       cli_human_bytes((double)k->index_bytes, a, sizeof(a)),
+	       T_INDEX_GOAL, ib <= T_INDEX_GOAL ? "met" : "NOT met");
+	printf("disk:        %.2f B a key (%s: the row log and its journal)\n",
+	       per_key(k->disk_bytes, k->stored),
+	       cli_human_bytes((double)k->disk_bytes, a, sizeof(a)));
+	printf("reopen:      close %.2f s, open %.2f s (the index replayed): "
+	       "%" PRIu64 " keys stored\n",
+	       k->close_s, k->open_s, k->stored_reopen);
+	printf("check:       %" PRIu64 " trained keys drawn at random read "
+	       "initial - lr x gradient, %" PRIu64 " never-trained keys "
+	       "their initial value, bit for bit: ok (%.1f s)\n",
+	       k->checked, k->checked_fresh, k->check_s);
+	printf("memory:      peak RSS %s (%s after the checkpoint); the "
+	       "library's peak %s\n",
+	       cli_human_bytes((double)k->rss_end, a, sizeof(a)),
+	       cli_human_bytes((double)k->rss_ckpt, b, sizeof(b)),
+	       cli_human_bytes((double)k->lib_peak, c, sizeof(c)));
+	printf("time:        %.1f s\n", k->wall_s);
+}
+
+static int keyed_train(const struct bench_opts *o)
+{
+	struct ktrain k = {.o = o,
+			   .n = o->train_keys,
+			   .check = o->check_keys,
+			   .batch = (size_t)o->keyed_keys,
+			   .dim = o->dim};
+	const char *base = o->dir, *td = getenv("TMPDIR");
+	struct kbuf b = {.dim = o->dim};
+	double t_all = now_s();
+	char tmpl[4096];
+	int ret;
+
+	if (!base)
+		base = td && *td ? td : "/var/tmp";
+	if (mkdir(base, 0755) && errno != EEXIST) {
+		cli_error("%s: %s", base, strerror(errno));
+		return CLI_EXIT_FAIL;
+	}
+	snprintf(tmpl, sizeof(tmpl), "%s/embtier-keyed.XXXXXX", base);
+	if (!mkdtemp(tmpl)) {
+		cli_error("mkdtemp %s: %s", tmpl, strerror(errno));
+		return CLI_EXIT_FAIL;
+	}
+	snprintf(k.dir, sizeof(k.dir), "%s", tmpl);
+	snprintf(k.store, sizeof(k.store), "%s/store", k.dir);
+	snprintf(k.init, sizeof(k.init), "%s/init.et", k.dir);
+	k.salt = wl_mix(o->wl.seed ^ 0x747261696e5f6b31ULL);
+	ret = train_space(&k);
+	if (ret)
+		goto out;
+	ret = train_open(&k, true);
+	if (ret)
+		goto out;
+	if (k.batch > k.capacity / 2) {
+		cli_usage_error("--keys %zu is more than half the capacity "
+				"(%" PRIu64 " keys): a larger --ddr, or fewer "
+				"--keys",
+				k.batch, k.capacity);
+		et_store_close(k.s);
+		k.s = NULL;
+		rm_tree(k.dir);
+		return CLI_EXIT_USAGE;
+	}
+	b.ids = malloc(k.batch * sizeof(*b.ids));
+	b.grads = malloc(k.batch * k.dim * sizeof(float));
+	b.vals = malloc(k.batch * k.dim * sizeof(float));
+	b.out = malloc(k.batch * k.dim * sizeof(float));
+	if (!b.ids || !b.grads || !b.vals || !b.out) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (!o->quiet) {
+		char a[32], c[32];
+
+		cli_note("%" PRIu64 " keys, %zu a call; DDR %" PRIu64
+			 " keys' slots; %s free under %s, about %s needed",
+			 k.n, k.batch, k.capacity,
+			 cli_human_bytes((double)k.avail, a, sizeof(a)), k.dir,
+			 cli_human_bytes((double)k.need, c, sizeof(c)));
+	}
+	ret = train_loop(&k, &b);
+	if (!ret && !o->quiet)
+		cli_note("trained in %.1f s; checkpoint", k.train_s);
+	if (!ret)
+		ret = train_checkpoint(&k);
+	if (!ret && !o->quiet)
+		cli_note("checkpoint in %.1f s; reopen", k.ckpt_s);
+	if (!ret)
+		ret = train_reopen(&k);
+	if (!ret && !o->quiet)
+		cli_note("reopened in %.1f s; reading back", k.open_s);
+	if (!ret)
+		ret = train_check(&k, &b);
+	if (!ret) {
+		ret = et_store_close(k.s);
+		k.s = NULL;
+	}
+	if (ret)
+		goto out;
+	k.rss_end = peak_rss();
+	k.wall_s = now_s() - t_all;
+	if (o->format == FMT_JSON)
+		train_json(&k);
+	else
+		train_text(&k);
+out:
+	if (ret == -EINTR)
+		cli_error("%s: interrupted", k.dir);
+	else if (ret < 0)
+		cli_error_code(k.dir, ret);
+	if (k.s)
+		et_store_close(k.s);
+	et_tfile_close(k.tf);
+	rm_tree(k.dir);
+	free(b.ids);
+	free(b.grads);
+	free(b.vals);
+	free(b.out);
+	return ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}
+
 /* -------------------------------------------------------------- the mode */
 
 static void sys_free(struct ksys *y)
@@ -880,6 +1416,8 @@ int cmd_keyed(const struct bench_opts *o)
 				"capacity is the DDR tier's)");
 		return CLI_EXIT_USAGE;
 	}
+	if (o->train_keys)
+		return keyed_train(o);
 	rep.keys = keys;
 	rep.new_frac = o->new_frac;
 	if (!base)

@@ -489,6 +489,19 @@ static const struct opt opts[] = {
      .help = "share of never-seen keys in a find_or_insert call\n"
 	     "(default 0.5)",
      DBL(new_frac, 0, 1)},
+    {.name = "train-keys",
+     .arg = "N",
+     .help = "instead of the protocol, the scale check: train N\n"
+	     "distinct random keys through a keyed table, --keys\n"
+	     "a call (default 65536), --dim 8, --ddr 1G, --lr\n"
+	     "0.01 unless given (see keyed --train-keys above)",
+     U64(train_keys, 1, 2000000000)},
+    {.name = "check-keys",
+     .arg = "N",
+     .help = "--train-keys: keys read back after the checkpoint\n"
+	     "and a reopen, drawn at random (default 1000000;\n"
+	     "all of them when N is fewer)",
+     U64(check_keys, 1, UINT64_MAX)},
     {.section = "Output",
      .name = "json",
      .help = "one JSON object on stdout",
@@ -597,8 +610,9 @@ static int apply(const struct opt *op, const char *a, struct bench_opts *o)
 	return -1;
 }
 
-/* Parses the options; returns 0, 1 for --help, or -1 (already reported). */
-static int parse(int argc, char **argv, struct bench_opts *o)
+/* Parses the options, marking in seen[] (NOPTS) those given; returns 0,
+ * 1 for --help, or -1 (already reported). */
+static int parse(int argc, char **argv, struct bench_opts *o, bool *seen)
 {
 	struct option longopts[NOPTS + 1];
 	char shortopts[2 * NOPTS + 1];
@@ -613,6 +627,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			cli_usage_error("unknown option");
 			return -1;
 		}
+		seen[op - opts] = true;
 		ret = apply(op, optarg, o);
 		if (ret)
 			return ret;
@@ -715,6 +730,40 @@ static const char usage_head[] =
     "a scratch directory under --dir (default $TMPDIR or /var/tmp), "
     "removed at\n"
     "the end.\n"
+    "\n"
+    "keyed --train-keys N: the scale check instead. N distinct random "
+    "u64 keys\n"
+    "(a bijection of a counter) trained through a store of one keyed "
+    "table of\n"
+    "--dim (default here 8) --dtype: et_update (SGD, --lr, default here "
+    "0.01)\n"
+    "of --keys fresh keys a call (default here 65536, at most half the "
+    "DDR\n"
+    "slots), each key's gradient powers of two, through a DDR tier "
+    "(--ddr,\n"
+    "default here 1G) far smaller than the keys, so that most rows go to "
+    "NVMe;\n"
+    "then et_checkpoint. Refused first if the directory's free space "
+    "cannot\n"
+    "hold the row log and its journal (16 + the row, rounded up to 8, "
+    "and 16\n"
+    "bytes a key). Prints: keys stored (et_stats log_index_rows and "
+    "et_table_info\n"
+    "rows_logged, both must be N), index and disk bytes per stored key, "
+    "keys/s\n"
+    "of the training, the checkpoint's time and the peak RSS. Then the "
+    "store is\n"
+    "closed and reopened, and --check-keys keys drawn at random (default "
+    "10^6;\n"
+    "every key when N is fewer) are read back: each must be exactly its "
+    "initial\n"
+    "value (a fresh keyed table file of the same seed) - lr x its "
+    "gradient, and\n"
+    "as many never-trained keys their initial value; else the run fails. "
+    "Made\n"
+    "in a scratch directory under --dir (default $TMPDIR or /var/tmp), "
+    "removed\n"
+    "at the end.\n"
     "\n"
     "run: a warm-up (not measured), then batches of et_gather_pooled "
     "over\n"
@@ -857,6 +906,7 @@ static void defaults(struct bench_opts *o, int cmd)
 		o->wl.rows = 1000000;
 	o->keyed_keys = 1ULL << 20;
 	o->new_frac = 0.5;
+	o->check_keys = 1000000;
 	if (cmd == CMD_KEYED) {
 		o->dim = o->dims[0] = 32;
 		o->ddr_bytes = 512ULL << 20;
@@ -956,6 +1006,37 @@ static int cmd_gen(const struct bench_opts *o, int argc, char **argv)
 	return ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }
 
+/* Whether the option named name was given. */
+static bool given(const bool *seen, const char *name)
+{
+	for (size_t i = 0; i < NOPTS; i++)
+		if (!strcmp(opts[i].name, name))
+			return seen[i];
+	return false;
+}
+
+/* keyed --train-keys: its own defaults, for the options not given. */
+static int train_defaults(struct bench_opts *o, int cmd, const bool *seen)
+{
+	if (cmd != CMD_KEYED) {
+		cli_usage_error("--train-keys is keyed's");
+		return -1;
+	}
+	if (o->format == FMT_CSV) {
+		cli_usage_error("keyed --train-keys prints text or --json");
+		return -1;
+	}
+	if (!given(seen, "dim"))
+		o->dim = o->dims[0] = 8;
+	if (!given(seen, "ddr"))
+		o->ddr_bytes = 1ULL << 30;
+	if (!given(seen, "keys"))
+		o->keyed_keys = 65536;
+	if (!given(seen, "lr"))
+		o->lr = 0.01f;
+	return 0;
+}
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -967,6 +1048,7 @@ int main(int argc, char **argv)
 	static const char *const names[] = {"run",     "mrc",  "pipeline",
 					    "convert", "gen",  "flush",
 					    "reopen",  "keyed"};
+	bool seen[NOPTS] = {false};
 	struct sigaction sa;
 	struct bench_opts o;
 	int cmd = CMD_RUN, ret;
@@ -986,12 +1068,18 @@ int main(int argc, char **argv)
 		argc--;
 	}
 	defaults(&o, cmd);
-	ret = parse(argc, argv, &o);
+	ret = parse(argc, argv, &o, seen);
 	if (ret > 0) {
 		usage();
 		return CLI_EXIT_OK;
 	}
 	if (ret < 0)
+		return CLI_EXIT_USAGE;
+	if (given(seen, "check-keys") && !given(seen, "train-keys")) {
+		cli_usage_error("--check-keys goes with --train-keys");
+		return CLI_EXIT_USAGE;
+	}
+	if (given(seen, "train-keys") && train_defaults(&o, cmd, seen))
 		return CLI_EXIT_USAGE;
 	if ((cmd == CMD_RUN || cmd == CMD_MRC || cmd == CMD_PIPELINE ||
 	     cmd == CMD_FLUSH || cmd == CMD_REOPEN || cmd == CMD_KEYED) &&

@@ -16,6 +16,7 @@
  * gen; those tests skip, saying so, if it has not been built (`make
  * bench`).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1184,6 +1185,163 @@ static void test_tool_keyed(void **state)
 	run_free(&r);
 }
 
+/* The number after prefix in out (a line of the report), or fails. */
+static double after(const char *out, const char *prefix)
+{
+	const char *p = strstr(out, prefix);
+	double v;
+
+	if (!p)
+		print_error("no '%s' in:\n%s", prefix, out);
+	assert_non_null(p);
+	assert_int_equal(sscanf(p + strlen(prefix), "%lf", &v), 1);
+	return v;
+}
+
+/* Whether dir holds no entry but . and .. */
+static bool empty_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n == 0;
+}
+
+/*
+ * keyed --train-keys at a tiny size (20,000 keys through a DDR tier of
+ * about 5,000 slots, so most rows go to NVMe): every figure of the report
+ * is printed, the keys stored after the checkpoint and after a reopen are
+ * the 20,000 trained, and every one of them (--check-keys past the count:
+ * all) read back exactly its initial value - lr x its gradient, so no
+ * two keys share a row; as many never-trained keys read their initial
+ * value. The JSON says the same, and the scratch directory is gone
+ * after each run. --keys past half the DDR slots, --csv, --train-keys
+ * outside keyed, --check-keys without it and more keys than the disk
+ * holds are refused.
+ */
+static void test_tool_keyed_train(void **state)
+{
+	const char *dir = tu_path("ktrain");
+	const char *text[] = {
+	    "keyed",  "-q",   "--train-keys", "20000", "--ddr", "256K",
+	    "--keys", "1024", "--dir",	      dir,     NULL};
+	const char *json[] = {
+	    "keyed",	    "-q",   "--train-keys", "20000", "--ddr",  "256K",
+	    "--keys",	    "1024", "--dim",	    "12",    "--lr",   "0.25",
+	    "--check-keys", "5000", "--dir",	    dir,     "--json", NULL};
+	const char *big[] = {
+	    "keyed",  "-q",   "--train-keys", "20000", "--ddr", "256K",
+	    "--keys", "4096", "--dir",	      dir,     NULL};
+	const char *csv[] = {"keyed", "--train-keys", "100", "--csv", NULL};
+	const char *run[] = {"run", "--train-keys", "100", NULL};
+	const char *alone[] = {"keyed", "--check-keys", "100", NULL};
+	const char *disk[] = {"keyed",	    "-q",    "--train-keys",
+			      "2000000000", "--dim", "65536",
+			      "--dir",	    dir,     NULL};
+	unsigned long long stored, logged, reopen, cap, evicted;
+	struct run r;
+	const char *p;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	assert_int_equal(mkdir(dir, 0700), 0);
+	run_tool(&r, text);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "keyed train: 20000 distinct random "
+				      "u64 keys trained"));
+	p = strstr(r.out, "\nstore:       DDR ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(strstr(p, " = "), " = %llu keys' slots", &cap),
+			 1);
+	assert_true(cap > 1024 && cap < 20000 / 2);
+	assert_true(after(r.out, "\ntraining:    ") >= 0);
+	assert_true(after(strstr(r.out, "\ntraining:    "), " s: ") > 0);
+	p = strstr(r.out, " rows evicted to NVMe");
+	assert_non_null(p);
+	while (p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	assert_int_equal(sscanf(p, "%llu", &evicted), 1);
+	assert_true(evicted >= 20000 - cap);
+	assert_true(after(r.out, "\ncheckpoint:  ") >= 0);
+	p = strstr(r.out, "\nstored:      ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p,
+				"\nstored:      %llu keys (et_stats "
+				"log_index_rows), %llu (et_table_info "
+				"rows_logged)",
+				&stored, &logged),
+			 2);
+	assert_int_equal(stored, 20000);
+	assert_int_equal(logged, 20000);
+	assert_true(after(r.out, "\nindex:       ") > 0);
+	/* a record of 16 + 32 bytes a key at least */
+	assert_true(after(r.out, "\ndisk:        ") >= 48);
+	p = strstr(r.out, "\nreopen:      ");
+	assert_non_null(p);
+	p = strstr(p, "(the index replayed): ");
+	assert_non_null(p);
+	assert_int_equal(
+	    sscanf(p, "(the index replayed): %llu keys stored", &reopen), 1);
+	assert_int_equal(reopen, 20000);
+	assert_non_null(strstr(r.out, "\ncheck:       20000 trained keys drawn "
+				      "at random read initial - lr x gradient, "
+				      "20000 never-trained keys their initial "
+				      "value, bit for bit: ok"));
+	assert_true(after(r.out, "\nmemory:      peak RSS ") > 0);
+	assert_true(after(r.out, "\ntime:        ") >= 0);
+	assert_true(empty_dir(dir));
+	run_free(&r);
+
+	run_tool(&r, json);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(lines(r.out), 1);
+	assert_non_null(strstr(r.out, "{\"mode\":\"keyed_train\",\"keys\":"
+				      "20000,\"keys_per_call\":1024,\"dim\":12,"
+				      "\"dtype\":\"f32\",\"lr\":0.25,"));
+	assert_non_null(strstr(r.out, ",\"stored_keys\":20000,\"rows_logged\":"
+				      "20000,"));
+	assert_non_null(strstr(r.out, ",\"stored_keys_reopen\":20000,"
+				      "\"checked_trained\":5000,"
+				      "\"checked_fresh\":5000,"));
+	assert_non_null(strstr(r.out, ",\"check_ok\":true,"));
+	assert_true(empty_dir(dir));
+	run_free(&r);
+
+	run_tool(&r, big);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "more than half the capacity"));
+	assert_int_equal(r.out[0], '\0');
+	assert_true(empty_dir(dir));
+	run_free(&r);
+	run_tool(&r, csv);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run_tool(&r, run);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run_tool(&r, alone);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "goes with --train-keys"));
+	run_free(&r);
+	run_tool(&r, disk);
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, "fewer --train-keys"));
+	assert_int_equal(r.out[0], '\0');
+	assert_true(empty_dir(dir));
+	run_free(&r);
+	tu_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1205,6 +1363,7 @@ int main(void)
 	    cmocka_unit_test(test_tool_mrc_series),
 	    cmocka_unit_test(test_tool_update_vs_read),
 	    cmocka_unit_test(test_tool_keyed),
+	    cmocka_unit_test(test_tool_keyed_train),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
