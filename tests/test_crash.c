@@ -402,10 +402,9 @@ static int tables_open(et_store *s, int *tid, bool create)
 	int ret = 0;
 
 	for (int t = 0; !ret && t < NT; t++)
-		ret = create ? et_table_create(s, tnames[t], &tparams[t],
-					       &tid[t])
-			     : et_table_open(s, tnames[t], &tparams[t],
-					     &tid[t]);
+		ret = create
+			  ? et_table_create(s, tnames[t], &tparams[t], &tid[t])
+			  : et_table_open(s, tnames[t], &tparams[t], &tid[t]);
 	if (!ret)
 		ret = et_key_policy_set(s, tid[KEYED], &kpolicy);
 	return ret;
@@ -529,12 +528,12 @@ static uint64_t *keyed_listed(et_tfile *tf, size_t *n)
 
 /* What the keyed table's comparisons saw, over the whole run. */
 struct ktotals {
-	uint64_t compared;   /* ids compared with the reference */
-	uint64_t stored;     /* of which stored at the recoveries */
-	uint64_t init;	     /* named, not stored: initial values checked */
-	uint64_t dropped;    /* by admission, in the continued sessions */
-	uint64_t erased;     /* by et_erase, in the continued sessions */
-	uint64_t expired;    /* by expiry, in the continued sessions */
+	uint64_t compared; /* ids compared with the reference */
+	uint64_t stored;   /* of which stored at the recoveries */
+	uint64_t init;	   /* named, not stored: initial values checked */
+	uint64_t dropped;  /* by admission, in the continued sessions */
+	uint64_t erased;   /* by et_erase, in the continued sessions */
+	uint64_t expired;  /* by expiry, in the continued sessions */
 };
 
 static struct ktotals ktot;
@@ -589,10 +588,10 @@ static void compare_keyed(const char *dir, const char *ref, uint64_t seed,
 	for (size_t at = 0; at < nn; at += chunk) {
 		size_t n = nn - at < chunk ? nn - at : chunk;
 
-		assert_int_equal(
-		    et_tfile_read_rows(ta, named + at, n, va, sa), 0);
-		assert_int_equal(
-		    et_tfile_read_rows(tb, named + at, n, vb, sb), 0);
+		assert_int_equal(et_tfile_read_rows(ta, named + at, n, va, sa),
+				 0);
+		assert_int_equal(et_tfile_read_rows(tb, named + at, n, vb, sb),
+				 0);
 		for (size_t j = 0; j < n; j++) {
 			uint64_t id = named[at + j];
 			const float *a = va + j * p->dim;
@@ -1226,16 +1225,14 @@ static void test_kill9(void **state)
 	    tot.after_prefetch, (unsigned long long)tot.logged,
 	    tot.kills ? (double)tot.ops_sum / tot.kills : 0.0,
 	    (unsigned long long)tot.ops_max, (unsigned long long)tot.compared);
-	print_message("crash: keyed table: %llu ids compared, %llu stored, "
-		      "%llu not stored (initial values checked); the "
-		      "continued sessions dropped %llu, erased %llu, expired "
-		      "%llu\n",
-		      (unsigned long long)ktot.compared,
-		      (unsigned long long)ktot.stored,
-		      (unsigned long long)ktot.init,
-		      (unsigned long long)ktot.dropped,
-		      (unsigned long long)ktot.erased,
-		      (unsigned long long)ktot.expired);
+	print_message(
+	    "crash: keyed table: %llu ids compared, %llu stored, "
+	    "%llu not stored (initial values checked); the "
+	    "continued sessions dropped %llu, erased %llu, expired "
+	    "%llu\n",
+	    (unsigned long long)ktot.compared, (unsigned long long)ktot.stored,
+	    (unsigned long long)ktot.init, (unsigned long long)ktot.dropped,
+	    (unsigned long long)ktot.erased, (unsigned long long)ktot.expired);
 	assert_int_equal(tot.trials, trials);
 	assert_int_equal(tot.exact, tot.kills);
 }

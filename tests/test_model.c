@@ -138,19 +138,19 @@
 #include "rowlog.h"
 #include "util.h"
 
-#define DEFAULT_OPS 200000ULL
-#define NT	    5  /* tables per store at most */
-#define MAXST	    4  /* stores run side by side */
-#define MAXB	    64 /* ids per batch at most */
-#define MAXDIM	    256
-#define NHOT	    96	/* hot rows per table */
-#define IO_DEPTH    128 /* the default io_depth, which every case uses */
-#define HBM_SLOTS   64
-#define DDR_SLOTS   256
-#define NEDGE	    5	      /* edge ids at the head of a keyed hot set */
-#define KPOOL	    4096      /* a keyed table's "uniform" ids */
-#define KFILTER_LOG2 20	      /* admission filter: 4 x 2^20 counters */
-#define KCOUNT_MAX  15	      /* the filter's counters saturate here */
+#define DEFAULT_OPS  200000ULL
+#define NT	     5	/* tables per store at most */
+#define MAXST	     4	/* stores run side by side */
+#define MAXB	     64 /* ids per batch at most */
+#define MAXDIM	     256
+#define NHOT	     96	 /* hot rows per table */
+#define IO_DEPTH     128 /* the default io_depth, which every case uses */
+#define HBM_SLOTS    64
+#define DDR_SLOTS    256
+#define NEDGE	     5	  /* edge ids at the head of a keyed hot set */
+#define KPOOL	     4096 /* a keyed table's "uniform" ids */
+#define KFILTER_LOG2 20	  /* admission filter: 4 x 2^20 counters */
+#define KCOUNT_MAX   15	  /* the filter's counters saturate here */
 /* A keyed case's what-draw gets this many more parts (of 1000) that
  * checkpoint for each commit of its largest expire_after, so that expiry
  * has commits to count (about 0.8% more checkpoints per commit). */
@@ -158,7 +158,7 @@
 
 /* The edges every keyed table's hot set starts with. */
 static const uint64_t key_edges[NEDGE] = {0, UINT64_MAX, 1, UINT64_MAX - 1,
-					   1ULL << 63};
+					  1ULL << 63};
 
 /* Set by main: logs of 8 KiB segments, so every case runs the cleaner. */
 static bool small_segments;
@@ -1861,11 +1861,11 @@ static void check_listing(struct harness *h, struct mstore *ms, int k,
 	for (;;) {
 		size_t m = 0, room = t->nstored + 1 - ng;
 
-		h_rc(h, ms, et_tfile_rows(tf, from, got + ng,
-					  room < 64 ? room : 64, &m));
+		h_rc(h, ms,
+		     et_tfile_rows(tf, from, got + ng, room < 64 ? room : 64,
+				   &m));
 		ng += m;
-		if (!m || ng == t->nstored + 1 ||
-		    got[ng - 1] == UINT64_MAX)
+		if (!m || ng == t->nstored + 1 || got[ng - 1] == UINT64_MAX)
 			break;
 		from = got[ng - 1] + 1;
 	}
