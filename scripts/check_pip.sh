@@ -119,6 +119,17 @@ with embtier.Store(path, ddr_bytes=4 << 20) as s:
     want[0] -= lr
     want[3] -= lr
     assert np.array_equal(t.gather(ids), want)
+    # a keyed table: int64 ids as their u64 bits, erase
+    k = s.create_table("k", keyed=True, dim=dim, optim="sgd",
+                       init="uniform", seed=3)
+    kids = np.array([0, -1, -2**63, 2**62], np.int64)
+    kvals = rng.standard_normal((4, dim)).astype(np.float32)
+    kinit = k.gather(kids)
+    k.write_rows(kids, kvals)
+    assert np.array_equal(k.gather(kids.view(np.uint64)), kvals)
+    assert k.erase(kids[:1]) == 1
+    kwant = kvals.copy()
+    kwant[0] = kinit[0]
     s.checkpoint(dense)
 
 with embtier.Store(path, ddr_bytes=4 << 20) as s:
@@ -126,9 +137,11 @@ with embtier.Store(path, ddr_bytes=4 << 20) as s:
     assert np.array_equal(t.gather(ids), want)
     assert np.array_equal(t.gather(np.array([5], np.uint64)), lazy)
     assert s.checkpoint_read()[1] == dense
+    k = s.open_table("k")
+    assert np.array_equal(k.gather(kids), kwant)
 
 print(f"embtier {embtier.__version__} (library PREFIX/lib/embtier/, "
       f"header PREFIX/include/, both extensions)")
 PY
 ) || fail "the installed package failed (above)"
-echo "check-pip: pip installed $got offline into a venv; used from outside the repository, a store written, updated (numpy, torch), checkpointed, reopened and read back"
+echo "check-pip: pip installed $got offline into a venv; used from outside the repository, a store written, updated (numpy, torch), a keyed table written and erased, checkpointed, reopened and read back"
