@@ -1,7 +1,8 @@
 /*
  * test_damage.c - damaged store files, through the public header only.
  *
- * A golden store (two tables, three commits) is built once per variant:
+ * A golden store (two tables, the second keyed with ids over all of u64
+ * and some erased; three commits) is built once per variant:
  * a checkpoint, then flushed writes never committed and a crash; a clean
  * close after writes; a table left out of a later session's commits.
  * For every file it holds (CHECKPOINT, each .et, .et.log, .et.idx) and
@@ -56,12 +57,12 @@ static const struct et_table_params tparams[NT] = {
      .dtype = ET_F32,
      .init = ET_INIT_UNIFORM,
      .seed = 11},
-    {.rows = ROWS,
-     .dim = MAXDIM,
+    {.dim = MAXDIM,
      .dtype = ET_F16,
      .optim = ET_OPT_ROWWISE_ADAGRAD,
      .init = ET_INIT_NORMAL,
-     .seed = 12},
+     .seed = 12,
+     .flags = ET_TABLE_KEYED},
 };
 static const char *const tnames[NT] = {"t0", "t1"};
 enum { K_CKPT, K_ET, K_LOG, K_IDX, K_N };
@@ -80,6 +81,13 @@ static uint64_t mix64(uint64_t z)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
 	return z ^ (z >> 31);
+}
+
+/* The id of row r of table t: t1 is keyed, its ids spread over u64 (a
+ * bijection of r). */
+static uint64_t id_of(int t, uint64_t r)
+{
+	return t == 1 ? mix64(r ^ 0x6b657965645f6964ULL) : r;
 }
 
 /* Set k of table t: a quarter of the rows; sets overlap. */
@@ -109,7 +117,7 @@ static int write_set(et_store *s, int tid, int t, int k)
 		if (r < ROWS && in_set(t, k, r)) {
 			for (uint32_t c = 0; c < dim; c++)
 				v[n * dim + c] = val(t, k, r, c);
-			ids[n++] = r;
+			ids[n++] = id_of(t, r);
 		}
 		if (n == CHUNK || (r == ROWS && n)) {
 			ret = (k & 1) ? et_update(s, tid, ids, n, v, &up)
@@ -216,7 +224,7 @@ static const char *const vnames[V_N] = {"checkpoint+crash", "clean-close",
 struct golden {
 	const char *dir;
 	size_t n[NT];
-	uint64_t *ids[NT]; /* rows checked, ascending */
+	uint64_t *ids[NT]; /* ids checked (t0's ascending) */
 	float *want[NT];   /* their committed values */
 	int64_t *ends;	   /* 8 a table: the sizes of its .et.idx after each
 			    * commit that grew it (batch ends), then 0 */
@@ -279,6 +287,14 @@ static int golden_sessions(int v, const struct golden *g)
 			TRY(write_set(s, tid[t], t, k));
 		COMMIT(et_checkpoint(s, k ? "commit 2" : "commit 1", 8));
 	}
+	/* the keyed table forgets every fifth row of set 0: tombstones in
+	 * the journal of the commits to come */
+	for (uint64_t r = 0; r < ROWS; r += 5)
+		if (in_set(1, 0, r)) {
+			uint64_t id = id_of(1, r);
+
+			TRY(et_erase(s, tid[1], &id, 1, NULL));
+		}
 	if (v == V_LEFT_OUT) { /* a session and two commits without t0 */
 		SNAP(0);
 		TRY(et_store_close(s));
@@ -323,7 +339,7 @@ static const struct golden *golden_get(int v)
 			for (int k = 0; k < 4; k++)
 				in = in || in_set(t, k, r);
 			if (in)
-				g->ids[t][g->n[t]++] = r;
+				g->ids[t][g->n[t]++] = id_of(t, r);
 		}
 		g->want[t] = shmem(g->n[t] * tparams[t].dim * sizeof(float));
 	}
