@@ -34,7 +34,7 @@ static void promote_ahead(const et_store *s, struct cache *top,
 			  struct cache *ddr, uint32_t t, uint64_t row,
 			  uint64_t dslot, uint32_t rb, int stage)
 {
-	struct pinset ps = {{s->pins.epoch, s->pins.bcur, s->pins.bprev}};
+	struct pinset ps = pins_of(&s->pins);
 	uint64_t base = cache_set_base(top, t, row), v, vb;
 
 	if (stage == 1) {

@@ -154,13 +154,24 @@ static unsigned window_victim(struct cache *c, uint64_t base, uint64_t eligible,
 static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
 				 const struct pinset *ps, uint64_t *eligible)
 {
-	*eligible = 0;
+	const uint32_t *g = c->tags + base, *pin = c->pin + base;
+	uint64_t empty = 0, pinned = 0;
+
+	/* Without branches, way by way: a full set is the common case, and
+	 * the compiler can do the ways side by side. */
 	for (uint32_t w = 0; w < c->ways; w++) {
-		if (!cache_valid(c, base + w))
-			return base + w;
-		if (!cache_pinned(c, base + w, ps))
-			*eligible |= 1ULL << w;
+		uint32_t p = pin[w];
+
+		empty |= (uint64_t)((g[w] & CACHE_TAG_TABLE) == 0) << w;
+		pinned |= (uint64_t)(p != 0 && (p == ps->e[0] ||
+						p == ps->e[1] || p == ps->e[2]))
+			  << w;
 	}
+	if (empty) {
+		*eligible = 0;
+		return base + (uint64_t)__builtin_ctzll(empty);
+	}
+	*eligible = ~pinned & (c->ways == 64 ? ~0ULL : (1ULL << c->ways) - 1);
 	return CACHE_NONE;
 }
 

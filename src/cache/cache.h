@@ -151,6 +151,20 @@ static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
 		__builtin_prefetch(g + off);
 }
 
+/* Asks for what placing a row in the set starting at base reads: its
+ * rows, tags, pins and policy words. */
+static inline void cache_prefetch_place(const struct cache *c, uint64_t base)
+{
+	const char *p = (const char *)(c->pin + base);
+	const char *q = (const char *)(c->pstate + base);
+
+	cache_prefetch_set(c, base);
+	for (uint32_t off = 0; off < c->ways * 4u; off += 64) {
+		__builtin_prefetch(p + off, 1);
+		__builtin_prefetch(q + off, 1);
+	}
+}
+
 static inline void *cache_row(const struct cache *c, uint64_t slot)
 {
 	return c->data + slot * c->slot_bytes;

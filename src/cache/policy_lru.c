@@ -22,18 +22,18 @@ static unsigned lru_victim(const uint32_t *st, unsigned ways, uint64_t eligible,
 			   uint32_t now)
 {
 	unsigned best = 0;
-	uint32_t best_age = 0;
-	bool found = false;
+	uint64_t best_key = 0;
 
+	/* The oldest eligible way, the first of equals: the age above the
+	 * way's complement, so that one maximum picks both; 0 for the
+	 * ineligible (their key is below every eligible one's). */
 	for (unsigned w = 0; w < ways; w++) {
-		uint32_t age = now - st[w];
+		uint64_t key = ((uint64_t)(now - st[w]) << 8 | (255u - w)) + 1;
 
-		if (!(eligible >> w & 1))
-			continue;
-		if (!found || age > best_age) {
+		key &= -(uint64_t)(eligible >> w & 1);
+		if (key > best_key) {
+			best_key = key;
 			best = w;
-			best_age = age;
-			found = true;
 		}
 	}
 	return best;

@@ -58,6 +58,16 @@ static inline uint64_t rli_home(uint64_t cap, uint64_t row)
 	return (uint64_t)(((unsigned __int128)hash_mix(row) * cap) >> 64);
 }
 
+/* Asks for the line where row's probe starts (a batch of lookups asks
+ * some rows ahead). Always inlined: GCC takes a function whose only
+ * effect is a prefetch for one without effects, and drops calls to it. */
+static inline __attribute__((always_inline)) void
+rli_prefetch(const struct rl_index *x, uint64_t row)
+{
+	if (x->cap)
+		__builtin_prefetch(&x->keys[rli_home(x->cap, row)]);
+}
+
 /* The slot of row, or -1. */
 int64_t rli_find(const struct rl_index *x, uint64_t row);
 

@@ -60,6 +60,12 @@ bool rowlog_has(const struct rowlog *l, uint64_t row)
 	return l && l->ix.count && rli_find(&l->ix, row) >= 0;
 }
 
+void rowlog_prefetch(const struct rowlog *l, uint64_t row)
+{
+	if (l && l->ix.count)
+		rli_prefetch(&l->ix, row);
+}
+
 bool rowlog_changed(const struct rowlog *l)
 {
 	return l && l->nchg;

@@ -78,6 +78,9 @@ uint64_t rowlog_epoch(const struct rowlog *l);
 
 /* Whether row has a record in the log. */
 bool rowlog_has(const struct rowlog *l, uint64_t row);
+/* Asks for the index line where row's lookup starts (rowlog_has a few
+ * rows later finds it in cache). */
+void rowlog_prefetch(const struct rowlog *l, uint64_t row);
 uint64_t rowlog_count(const struct rowlog *l);
 
 /* Reads the rows at idx[0..n) of rows (each in the log) into

@@ -427,6 +427,9 @@ static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
 	return 0;
 }
 
+/* Index lookups asked for this many rows ahead. */
+#define RD_AHEAD 16
+
 /* rd_start for a keyed table: each row is in its log or is initial. */
 static int rd_start_keyed(struct tf_read *rd)
 {
@@ -434,7 +437,11 @@ static int rd_start_keyed(struct tf_read *rd)
 	uint32_t rb = tf->g.row_bytes;
 	int ret;
 
+	for (size_t i = 0; rd->lidx && i < rd->n && i < RD_AHEAD; i++)
+		rowlog_prefetch(tf->log, rd->rows[i]);
 	for (size_t i = 0; i < rd->n; i++) {
+		if (rd->lidx && i + RD_AHEAD < rd->n)
+			rowlog_prefetch(tf->log, rd->rows[i + RD_AHEAD]);
 		if (rd->lidx && rowlog_has(tf->log, rd->rows[i])) {
 			rd->lidx[rd->nl++] = (uint32_t)i;
 			continue;

@@ -7,19 +7,11 @@
 
 #include "state.h"
 
-/* The pins that hold now: this operation's and the last two batches'. */
-static struct pinset pins_now(const et_store *s)
-{
-	struct pinset ps = {{s->pins.epoch, s->pins.bcur, s->pins.bprev}};
-
-	return ps;
-}
-
 /* Pins slot for this operation, unless a live batch pins it already (its
  * pin must outlast the operation). */
 void pin_op(et_store *s, struct cache *c, uint64_t slot)
 {
-	struct pinset ps = pins_now(s);
+	struct pinset ps = pins_of(&s->pins);
 
 	if (!cache_pinned(c, slot, &ps))
 		cache_pin(c, slot, s->pins.epoch);
@@ -45,7 +37,7 @@ static int ddr_place(et_store *s, uint32_t t, uint64_t row, const void *raw,
 		     bool dirty, uint32_t n, uint64_t *slot_out)
 {
 	struct cache *d = &class_of(&s->reg, t)->ddr;
-	struct pinset ps = pins_now(s);
+	struct pinset ps = pins_of(&s->pins);
 	uint64_t slot = cache_pick_n(d, t, row, s->pins.now, &ps, true, n);
 	int ret;
 
@@ -90,7 +82,7 @@ int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 {
 	struct sclass *cl = class_of(&s->reg, t);
 	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
-	struct pinset ps = pins_now(s);
+	struct pinset ps = pins_of(&s->pins);
 	uint64_t slot;
 	int ret;
 

@@ -30,6 +30,14 @@ struct pins {
 /* Sets a batch asks for ahead of probing them. */
 #define PROBE_AHEAD 16
 
+/* The pins that hold now: this operation's and the last two batches'. */
+static inline struct pinset pins_of(const struct pins *p)
+{
+	struct pinset ps = {{p->epoch, p->bcur, p->bprev}};
+
+	return ps;
+}
+
 /* The top-tier slot of each of the m unique rows of table t (the current
  * scratch's uniq) in slots, or CACHE_NONE. Reads the cache only. */
 void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "hash.h"
 #include "resolve.h"
+#include "simd.h"
 #include "state.h"
 
 /* ---------------------------------------------------------------- dedup */
@@ -173,10 +174,23 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 	return ret;
 }
 
+#define PLACE_GUESS (PROBE_AHEAD / 2)
+
+/* Whether resolve_place places a row of this kind: a miss, or a DDR hit
+ * on its way to HBM. */
+static bool to_place(const et_store *s, uint8_t kind)
+{
+	return !(kind == K_HBM || (kind == K_DDR && !s->reg.has_hbm));
+}
+
 /*
  * Step 3 of resolve: places the DDR hits (with an HBM tier) and the misses
  * of table t in the top tier, in batch order, and points ptrs at them (or
- * at the bypass for rows no cache could take).
+ * at the bypass for rows no cache could take). Each row's set is asked
+ * for PROBE_AHEAD placements before its own, and once it is in, the slot
+ * the row will likely take (cache_guess) PLACE_GUESS placements before:
+ * a batch of new rows would otherwise wait on DRAM for every set and
+ * every slot in turn.
  */
 static int resolve_place(et_store *s, uint32_t t, size_t m)
 {
@@ -191,13 +205,37 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 	uint32_t rb = tb->g->row_bytes;
 	int ret;
 
+	struct cache *top = top_of(&s->reg, cl);
+	struct pinset ps = pins_of(&s->pins);
+	size_t a = 0, ahead = 0; /* sets asked for: PROBE_AHEAD placements on */
+	size_t b = 0, bhead = 0; /* slots guessed: PLACE_GUESS on */
+
 	for (size_t j = 0, q = 0; j < m; j++) {
 		uint64_t dslot = CACHE_NONE;
 		const void *src;
 		bool dirty;
 
-		if (kind[j] == K_HBM || (kind[j] == K_DDR && !s->reg.has_hbm))
+		if (!to_place(s, kind[j]))
 			continue;
+		for (; a < m && ahead < PROBE_AHEAD; a++) {
+			if (!to_place(s, kind[a]))
+				continue;
+			cache_prefetch_place(top,
+					     cache_set_base(top, t, uniq[a]));
+			ahead++;
+		}
+		ahead--; /* j's, asked for when a passed it */
+		for (; b < m && bhead < PLACE_GUESS; b++) {
+			uint64_t g;
+
+			if (!to_place(s, kind[b]))
+				continue;
+			g = cache_guess(top, t, uniq[b], s->pins.now, &ps);
+			if (g != CACHE_NONE)
+				prefetch_bytes(cache_row(top, g), rb);
+			bhead++;
+		}
+		bhead--;
 		if (kind[j] == K_MISS || kind[j] == K_WB) {
 			while (midx[q] != j)
 				q++;
