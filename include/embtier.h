@@ -90,7 +90,9 @@ enum {
 	ET_ELOCKED = -30918,   /* the store directory, or the table file, is
 				* open for writing elsewhere (another
 				* et_store_open, here or in another process) */
-	ET_ERR_LAST = -30918,
+	ET_EDELTA = -30919,    /* a delta file is damaged, truncated or not
+				* a delta file (et_delta_apply) */
+	ET_ERR_LAST = -30919,
 };
 
 /* A message for any code this library returns (ours or a negated errno).
@@ -687,6 +689,61 @@ struct et_key_policy {
 
 ET_API int et_key_policy_set(et_store *s, int table,
 			     const struct et_key_policy *kp);
+
+/* ------------------------------------------------------------ deltas */
+
+/*
+ * A delta carries what changed in a store's tables between two of its
+ * commits, to bring a copy (a serving store) from the first commit to the
+ * second: the rows written since (their values as stored, and with
+ * ET_DELTA_STATE their optimizer state), the ids of keyed tables erased or
+ * expired since (tombstones), and the commit's dense state. docs/FORMAT.md
+ * has the file's layout, docs/DELTA.md how it is made and applied.
+ *
+ * et_delta_export writes the delta of the store directory dir from commit
+ * `since` (0: from nothing, every stored row) to its last commit into a
+ * new file path, reading the directory as a read-only opener does: it may
+ * run beside a live store, in its process or another, and never sees a
+ * half-done commit (if a commit lands while it reads, it starts again, up
+ * to 8 times, then fails with -EAGAIN). Its cost is that of the rows that
+ * changed, not of the tables: each table's journal says which rows its
+ * commits after `since` changed. A table whose journal no longer goes back
+ * to `since` (a journal snapshot came after it) is taken whole, and the
+ * delta says so (the copy's rows not in it are then dropped). Memory: 9
+ * bytes a changed row, plus a chunk of 65536 rows.
+ *
+ * et_delta_apply applies the delta at path to the store directory dir (a
+ * copy: created with its tables if missing, and not open elsewhere). The
+ * whole file is checked first; a damaged or cut file is ET_EDELTA and
+ * changes nothing. A delta must start where the copy stands: the copy
+ * records (DIR/DELTA) the source's commit and each table's journal chain
+ * checksum it was brought to, and a delta from another commit or another
+ * store is ET_EMISMATCH (a delta from 0, or one taking every table whole,
+ * applies to any copy). The copy's tables are written through a store and
+ * committed once, with the delta's dense state, so a crash during an apply
+ * leaves the copy as it was; applying the same delta again is harmless.
+ * info, if non-NULL, receives what was exported or applied.
+ */
+#define ET_DELTA_STATE 0x1u /* carry each row's optimizer state */
+
+struct et_delta_info {
+	uint64_t from_commit; /* the commit the delta starts after (0: none) */
+	uint64_t to_commit;   /* the source's commit it brings a copy to */
+	uint64_t checkpoint_id; /* the source's et_checkpoint count then */
+	uint64_t rows;		/* rows carried */
+	uint64_t tombstones;	/* erased ids carried */
+	uint64_t stale;		/* apply: rows of whole tables the copy had and
+			  * the delta did not, dropped */
+	uint64_t bytes;		/* of the delta file */
+	uint32_t tables;	/* tables in the delta */
+	uint32_t whole;		/* of which taken whole */
+	uint32_t flags;		/* ET_DELTA_STATE */
+};
+
+ET_API int et_delta_export(const char *dir, uint64_t since, const char *path,
+			   unsigned flags, struct et_delta_info *info);
+ET_API int et_delta_apply(const char *path, const char *dir,
+			  struct et_delta_info *info);
 
 /* Counters of the store, or of one table. */
 struct et_stats {

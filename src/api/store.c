@@ -396,6 +396,12 @@ static void store_free(et_store *s)
 	mem_free(s, sizeof(*s), 0);
 }
 
+void store_discard(et_store *s)
+{
+	if (s)
+		store_free(s);
+}
+
 /* Whether any table's row log changed since the last commit. */
 static bool changed_since_commit(const et_store *s)
 {

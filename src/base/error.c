@@ -102,6 +102,8 @@ const char *et_strerror(int err)
 	case ET_ELOCKED:
 		return "the store directory or table file is already open for "
 		       "writing";
+	case ET_EDELTA:
+		return "a delta file is damaged, truncated or not a delta";
 	}
 	if (err < 0 && err > -4096) {
 		s = strerrordesc_np(-err);

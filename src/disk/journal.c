@@ -52,6 +52,7 @@ static void decode(const unsigned char *h, const unsigned char *t, int ver,
 	b->rec_bytes = get32(t + 20);
 	b->seg_bytes = get32(t + 24);
 	b->hgen = ver >= 2 ? get32(t + 28) : 0;
+	b->prev = ver >= 2 ? get64(h + 24) : 0;
 }
 
 /*

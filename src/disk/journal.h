@@ -75,7 +75,8 @@ struct jr_batch {
 	int ver; /* 1 or 2 */
 	uint64_t commit, n;
 	uint32_t hseg, hslot, flags, rec_bytes, seg_bytes, hgen;
-	uint64_t prev; /* the checksum of the batch before (jr_append) */
+	uint64_t prev; /* the checksum of the batch before (0: none, or a
+			* snapshot; version 1: always 0) */
 };
 
 /* Where a journal's committed bytes end: what the next record names. */

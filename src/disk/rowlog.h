@@ -164,6 +164,25 @@ int rowlog_recover(const char *tf_path, const struct jr_expect *x,
 		   struct jr_tail *t);
 int rowlog_settle(const char *tf_path, const struct jr_tail *t);
 
+/* What changed in a table after a commit, from its journal. */
+struct rl_changes {
+	uint64_t *rows; /* [n] ascending, each once */
+	uint8_t *tomb;	/* [n] 1: the row's last change was an erase */
+	size_t n;
+	bool complete;	   /* false: a snapshot after the commit forgot which
+			    * rows changed (rows is then NULL): take the
+			    * table whole */
+	uint64_t from_sum; /* the journal's chain checksum at the commit */
+	uint64_t to_sum;   /* and at the commit x names */
+};
+
+/* The rows named by the committed batches (as x says, read-only, as
+ * rowlog_recover) of a commit above since, in *c (rl_changes.c);
+ * rowlog_changes_free frees them. */
+int rowlog_changes(const char *tf_path, const struct jr_expect *x,
+		   uint64_t since, struct rl_changes *c);
+void rowlog_changes_free(struct rl_changes *c);
+
 /* The rows in the index, ascending, in a malloc()ed array (NULL if none). */
 int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n);
 

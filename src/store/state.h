@@ -79,4 +79,9 @@ struct et_store {
 	int lost;   /* rows could not be kept: every later call fails */
 };
 
+/* Frees s as a crash would leave it: nothing written back, nothing
+ * committed; what it wrote since the last commit is cut at the next open
+ * (api/store.c; et_delta_apply's way out of a failed apply). */
+void store_discard(et_store *s);
+
 #endif

@@ -1,0 +1,314 @@
+/*
+ * delta.c - et_delta_export and et_delta_apply (include/embtier.h,
+ * "deltas"; docs/DELTA.md has the design).
+ *
+ * Export reads a store directory as a read-only opener does: the commit
+ * record, then for each table its journal's batches past `since` (which
+ * rows changed: rowlog_changes) and the rows' values as of the record
+ * (et_tfile_open read-only). The record is read again at the end; if a
+ * commit landed meanwhile, the file is dropped and the export starts over.
+ *
+ * Apply checks the whole file (delta_file.c checks each record; this file
+ * checks what the records say: one table header before its rows, ids in
+ * order and in range, counts), then writes the rows through a store of
+ * the copy's directory and commits once. The copy's DIR/DELTA names the
+ * source commit and the journal chain checksum of each table it stands
+ * at: written after the commit, so a crash between the two leaves the
+ * copy at the new commit with a DELTA naming the old one, and applying
+ * the same delta again (rows are whole values, erases idempotent) puts
+ * both right.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "delta_file.h"
+#include "delta_state.h"
+#include "dtype.h"
+#include "embtier.h"
+#include "error.h"
+#include "le.h"
+#include "rowlog.h"
+
+#define EXPORT_TRIES 8
+
+/* A chunk of rows: ids, their values and state (f32), and the records. */
+struct chunk {
+	uint64_t *ids;
+	float *vals, *state;
+	unsigned char *rec;
+	uint32_t dim, sf, rec_bytes, vbytes;
+	et_dtype dt;
+	bool with_state;
+};
+
+static int chunk_init(struct chunk *c, const struct et_table_info *ti,
+		      bool with_state)
+{
+	size_t n = DF_CHUNK_ROWS;
+
+	*c = (struct chunk){.dim = ti->dim,
+			    .sf = ti->state_floats,
+			    .dt = ti->dtype,
+			    .with_state = with_state && ti->state_floats};
+	c->vbytes = (uint32_t)(ti->dim * dtype_size(ti->dtype));
+	c->rec_bytes = c->vbytes + (c->with_state ? 4 * c->sf : 0);
+	c->ids = malloc(n * sizeof(*c->ids));
+	c->vals = malloc(n * ti->dim * sizeof(float));
+	c->state = malloc(n * (ti->state_floats + 1) * sizeof(float));
+	c->rec = malloc(n * (8 + (size_t)c->rec_bytes));
+	return c->ids && c->vals && c->state && c->rec ? 0 : -ENOMEM;
+}
+
+static void chunk_free(struct chunk *c)
+{
+	free(c->ids);
+	free(c->vals);
+	free(c->state);
+	free(c->rec);
+}
+
+/* ------------------------------------------------------------- export */
+
+/* Reads the n rows at c->ids from tf and puts them as one ROWS record. */
+static int put_rows(struct df_writer *w, et_tfile *tf, struct chunk *c,
+		    size_t n)
+{
+	unsigned char *p = c->rec;
+	int ret;
+
+	if (!n)
+		return 0;
+	ret = et_tfile_read_rows(tf, c->ids, n, c->vals,
+				 c->with_state ? c->state : NULL);
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++) {
+		put64(p, c->ids[i]);
+		dtype_encode(c->dt, c->vals + i * c->dim, p + 8, c->dim);
+		if (c->with_state)
+			memcpy(p + 8 + c->vbytes, c->state + i * c->sf,
+			       4 * (size_t)c->sf);
+		p += 8 + c->rec_bytes;
+	}
+	return df_record(w, DF_ROWS, (uint32_t)n, c->rec,
+			 (uint64_t)n * (8 + c->rec_bytes));
+}
+
+/* Every stored row of tf (a whole table). */
+static int put_whole(struct df_writer *w, et_tfile *tf, struct chunk *c,
+		     uint64_t *rows)
+{
+	uint64_t from = 0;
+	size_t n;
+	int ret;
+
+	for (;;) {
+		ret = et_tfile_rows(tf, from, c->ids, DF_CHUNK_ROWS, &n);
+		if (!ret)
+			ret = put_rows(w, tf, c, n);
+		if (ret)
+			return ret;
+		*rows += n;
+		if (n < DF_CHUNK_ROWS || c->ids[n - 1] == UINT64_MAX)
+			return 0;
+		from = c->ids[n - 1] + 1;
+	}
+}
+
+/* The rows ch names: values of the rows written, then the erased ids. */
+static int put_changed(struct df_writer *w, et_tfile *tf, struct chunk *c,
+		       const struct rl_changes *ch, uint64_t *rows,
+		       uint64_t *tombs)
+{
+	size_t n = 0;
+	int ret;
+
+	for (size_t i = 0; i < ch->n; i++) {
+		if (ch->tomb[i])
+			continue;
+		c->ids[n++] = ch->rows[i];
+		if (n == DF_CHUNK_ROWS) {
+			if ((ret = put_rows(w, tf, c, n)))
+				return ret;
+			*rows += n;
+			n = 0;
+		}
+	}
+	if ((ret = put_rows(w, tf, c, n)))
+		return ret;
+	*rows += n;
+	n = 0;
+	for (size_t i = 0; i <= ch->n; i++) {
+		if (i < ch->n && ch->tomb[i])
+			c->ids[n++] = ch->rows[i];
+		if (n && (n == DF_CHUNK_ROWS || i == ch->n)) {
+			for (size_t k = 0; k < n; k++)
+				put64(c->rec + 8 * k, c->ids[k]);
+			ret = df_record(w, DF_TOMBS, (uint32_t)n, c->rec,
+					8 * (uint64_t)n);
+			if (ret)
+				return ret;
+			*tombs += n;
+			n = 0;
+		}
+	}
+	return 0;
+}
+
+static int export_table(struct df_writer *w, const char *dir,
+			const struct ckpt_rec *rec, const struct ckpt_table *t,
+			uint64_t since, unsigned flags,
+			struct et_delta_info *info)
+{
+	struct jr_expect x = {JR_NAMED, rec->commit, t->jlen, t->jsum};
+	struct rl_changes ch = {0};
+	struct et_table_info ti;
+	struct df_table dt = {0};
+	struct chunk c = {0};
+	uint64_t rows = 0, tombs = 0;
+	et_tfile *tf = NULL;
+	unsigned char e[16];
+	char path[4096];
+	int ret;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s.et", dir, t->name) >=
+	    sizeof(path))
+		return -ENAMETOOLONG;
+	ret = rowlog_changes(path, &x, since, &ch);
+	if (!ret)
+		ret = et_tfile_open(path, ET_TFILE_RDONLY, &tf);
+	if (!ret)
+		ret = et_tfile_info(tf, &ti);
+	if (!ret)
+		ret = chunk_init(&c, &ti, flags & ET_DELTA_STATE);
+	if (ret)
+		goto out;
+	snprintf(dt.name, sizeof(dt.name), "%s", t->name);
+	dt.rows = ti.rows;
+	dt.dim = ti.dim;
+	dt.dtype = ti.dtype;
+	dt.optim = ti.optim;
+	dt.state_floats = ti.state_floats;
+	dt.init = ti.init;
+	dt.init_scale = ti.init_scale;
+	dt.seed = ti.seed;
+	dt.flags = ti.flags;
+	dt.whole = since == 0 || !ch.complete;
+	dt.rec = c.rec_bytes;
+	dt.from_sum = dt.whole ? 0 : ch.from_sum;
+	dt.to_sum = ch.to_sum;
+	ret = df_table(w, &dt);
+	if (!ret)
+		ret = dt.whole ? put_whole(w, tf, &c, &rows)
+			       : put_changed(w, tf, &c, &ch, &rows, &tombs);
+	put64(e, rows);
+	put64(e + 8, tombs);
+	if (!ret)
+		ret = df_record(w, DF_TABLE_END, 0, e, sizeof(e));
+	info->rows += rows;
+	info->tombstones += tombs;
+	info->whole += dt.whole;
+out:
+	chunk_free(&c);
+	et_tfile_close(tf);
+	rowlog_changes_free(&ch);
+	return ret;
+}
+
+/* Whether the directory's record still says what rec does. */
+static int same_record(const char *dir, const struct ckpt_rec *rec)
+{
+	struct ckpt_rec now = {0};
+	int ret = ckpt_read(dir, &now, false, NULL, NULL);
+
+	if (!ret && (now.commit != rec->commit || now.ntables != rec->ntables))
+		ret = -EAGAIN;
+	for (uint32_t i = 0; !ret && i < now.ntables; i++)
+		if (now.tables[i].jsum != rec->tables[i].jsum ||
+		    now.tables[i].jlen != rec->tables[i].jlen)
+			ret = -EAGAIN;
+	ckpt_rec_free(&now);
+	return ret;
+}
+
+static int export_once(const char *dir, uint64_t since, const char *path,
+		       unsigned flags, struct et_delta_info *info)
+{
+	struct ckpt_rec rec = {0};
+	struct df_writer w = {.fd = -1};
+	struct df_header h = {0};
+	void *dense = NULL;
+	size_t dlen = 0;
+	int ret;
+
+	ret = ckpt_read(dir, &rec, true, &dense, &dlen);
+	if (!ret && rec.version < 3)
+		ret = err_set(ET_ERECORD, "%s: %s", dir,
+			      rec.version ? "the commit record is of an older "
+					    "version: commit the store once"
+					  : "no commit record: nothing to "
+					    "export");
+	if (!ret && since > rec.commit)
+		ret = err_set(-EINVAL,
+			      "commit %llu is past %s's last commit (%llu)",
+			      (unsigned long long)since, dir,
+			      (unsigned long long)rec.commit);
+	if (ret)
+		goto out;
+	*info = (struct et_delta_info){.from_commit = since,
+				       .to_commit = rec.commit,
+				       .checkpoint_id = rec.id,
+				       .tables = rec.ntables,
+				       .flags = flags};
+	h = (struct df_header){flags,  since,	    rec.commit,
+			       rec.id, rec.ntables, dlen};
+	ret = df_create(&w, path, &h);
+	if (!ret && dlen)
+		ret = df_record(&w, DF_DENSE, 0, dense, dlen);
+	for (uint32_t i = 0; !ret && i < rec.ntables; i++)
+		ret = export_table(&w, dir, &rec, &rec.tables[i], since, flags,
+				   info);
+	if (!ret)
+		ret = same_record(dir, &rec);
+	if (!ret)
+		ret = df_finish(&w, info->rows, info->tombstones, &info->bytes);
+	else
+		df_abort(&w);
+out:
+	free(dense);
+	ckpt_rec_free(&rec);
+	return ret;
+}
+
+int et_delta_export(const char *dir, uint64_t since, const char *path,
+		    unsigned flags, struct et_delta_info *info)
+{
+	struct et_delta_info tmp;
+	int ret = -EAGAIN;
+
+	if (!dir || !path)
+		return err_set(-EINVAL, "et_delta_export: NULL %s",
+			       dir ? "path" : "dir");
+	if (flags & ~ET_DELTA_STATE)
+		return err_set(ET_ECONFIG,
+			       "et_delta_export: flags 0x%x: "
+			       "unknown bits",
+			       flags);
+	if (!info)
+		info = &tmp;
+	/* A commit that lands while the rows are read (a live store) can
+	 * move them: the record is read again at the end, and if it moved,
+	 * the export starts over. */
+	for (int i = 0; i < EXPORT_TRIES && ret == -EAGAIN; i++)
+		ret = export_once(dir, since, path, flags, info);
+	if (ret == -EAGAIN)
+		err_set(ret, "%s: a commit landed during each of %d tries", dir,
+			EXPORT_TRIES);
+	return ret;
+}
