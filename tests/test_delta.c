@@ -5,10 +5,11 @@
  *
  *  - the chain: rounds of updates, writes and erases (a row-indexed f16
  *    table with row-wise Adagrad, a keyed f32 table with ids over all of
- *    u64), a checkpoint or a clean close each, a delta per round applied
- *    to two copies (with and without optimizer state): every stored row,
- *    its bits and its state equal the source's, erased ids are gone, the
- *    copy's dense state is the source's;
+ *    u64, expiry after one commit), a checkpoint or a clean close each, a
+ *    delta per round applied to two copies (with and without optimizer
+ *    state) and one every two rounds to a third: every stored row, its
+ *    bits and its state equal the source's, erased and expired ids are
+ *    gone, the copy's dense state is the source's;
  *  - refusals: a delta that does not start where the copy stands, of
  *    another store, applied twice, from a commit past the last; nothing
  *    changes;
@@ -171,7 +172,17 @@ struct src {
 	uint64_t *keys; /* keyed ids stored (maybe erased since) */
 	size_t nkeys;
 	uint64_t commit;
+	uint32_t expire;  /* the keyed table's expiry, in commits (0: off) */
+	uint64_t expired; /* keys_expired of the sessions closed */
 };
+
+/* The keyed table's expiry (kept in memory: set at each open). */
+static void src_open_policy(struct src *x)
+{
+	struct et_key_policy kp = {.expire_after = x->expire};
+
+	OK(et_key_policy_set(x->s, x->k, &kp));
+}
 
 static void src_open(struct src *x)
 {
@@ -202,6 +213,8 @@ static void src_open(struct src *x)
 		OK(et_table_open(x->s, "dense", &dp, &x->d));
 		OK(et_table_open(x->s, "keys", NULL, &x->k));
 	}
+	if (x->expire)
+		src_open_policy(x);
 }
 
 static void src_new(struct src *x, uint64_t seed)
@@ -268,6 +281,10 @@ static void src_commit(struct src *x, bool close)
 	char dense[32];
 
 	if (close) {
+		struct et_stats st;
+
+		OK(et_get_stats(x->s, x->k, &st));
+		x->expired += st.keys_expired;
 		OK(et_store_close(x->s));
 		x->s = NULL;
 		src_open(x);
@@ -304,6 +321,8 @@ static void test_chain(void **state)
 
 	(void)state;
 	src_new(&x, 1);
+	x.expire = 1; /* expired ids travel as tombstones too */
+	src_open_policy(&x);
 	for (int r = 0; r < 6; r++) {
 		struct et_delta_info e1, e2, a1, a2;
 		struct et_checkpoint_info ci;
@@ -349,6 +368,12 @@ static void test_chain(void **state)
 		last = x.commit;
 		free(d1);
 		free(d2);
+	}
+	{
+		struct et_stats st;
+
+		OK(et_get_stats(x.s, x.k, &st));
+		assert_true(x.expired + st.keys_expired > 0);
 	}
 	/* the erased ids are gone from the copy: they read as initial */
 	{
