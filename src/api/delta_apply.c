@@ -26,6 +26,7 @@
 #include "embtier.h"
 #include "error.h"
 #include "le.h"
+#include "state.h"
 
 struct ap_table {
 	struct df_table t;
@@ -55,6 +56,8 @@ static int check_table(struct vstate *v, const struct df_table *t)
 	size_t ds = dtype_size((et_dtype)t->dtype);
 	uint32_t want;
 
+	if (table_name_check(t->name))
+		return vbad(v, "a table name not allowed");
 	if (t->flags & ET_TABLE_KEYED ? t->rows != 0
 				      : t->rows == 0 || t->rows > 1ull << 40)
 		return vbad(v, "a table's rows out of range");

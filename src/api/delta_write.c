@@ -37,6 +37,9 @@ struct wtable {
 	uint32_t vbytes;
 	struct cursor cur;
 	uint64_t *stale;
+	float *svals, *sstate; /* the stale rows' initial values and state:
+				* apart from the chunk's, which they would
+				* overwrite */
 	size_t nstale;
 	char scratch[4096]; /* the scratch file's directory, or "" */
 	et_tfile *init;
@@ -45,6 +48,8 @@ struct wtable {
 struct wctx {
 	et_store *s;
 	const char *dir;
+	char (*made)[65]; /* tables this apply created */
+	size_t nmade;
 	uint64_t *ids;
 	float *vals, *state;
 	size_t cap_vals, cap_state;
@@ -91,9 +96,9 @@ static struct et_table_params params_of(const struct df_table *t)
 	return p;
 }
 
-/* Initial values (and zero state) of the n rows at ids, into the ctx. */
-static int init_rows(struct wctx *x, struct wtable *w, const uint64_t *ids,
-		     size_t n)
+/* Initial values (and zero state) of the n rows at ids, into w->svals and
+ * w->sstate. */
+static int init_rows(struct wtable *w, const uint64_t *ids, size_t n)
 {
 	struct et_table_params p = params_of(&w->t);
 	char f[4200];
@@ -115,8 +120,7 @@ static int init_rows(struct wctx *x, struct wtable *w, const uint64_t *ids,
 		if (ret)
 			return ret;
 	}
-	ret = et_tfile_read_rows(w->init, ids, n, x->vals, x->state);
-	return ret;
+	return et_tfile_read_rows(w->init, ids, n, w->svals, w->sstate);
 }
 
 /* Drops the stale rows listed so far. */
@@ -129,11 +133,11 @@ static int drop_stale(struct wctx *x, struct wtable *w)
 	if (w->keyed)
 		ret = et_erase(x->s, w->id, w->stale, w->nstale, NULL);
 	else {
-		ret = init_rows(x, w, w->stale, w->nstale);
+		ret = init_rows(w, w->stale, w->nstale);
 		if (!ret)
 			ret = et_write_rows_state(
-			    x->s, w->id, w->stale, w->nstale, x->vals,
-			    w->t.state_floats ? x->state : NULL);
+			    x->s, w->id, w->stale, w->nstale, w->svals,
+			    w->t.state_floats ? w->sstate : NULL);
 	}
 	if (!ret)
 		x->info->stale += w->nstale;
@@ -203,8 +207,15 @@ static int table_begin(struct wctx *x, struct wtable *w,
 	w->vbytes = (uint32_t)(w->t.dim * dtype_size((et_dtype)w->t.dtype));
 	snprintf(f, sizeof(f), "%s/%s.et", x->dir, w->t.name);
 	if (access(f, F_OK) && errno == ENOENT) {
+		char(*m)[65] = realloc(x->made, (x->nmade + 1) * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		x->made = m;
 		existed = false;
 		ret = et_table_create(x->s, w->t.name, &p, &w->id);
+		if (!ret)
+			snprintf(x->made[x->nmade++], 65, "%s", w->t.name);
 	} else {
 		ret = et_table_open(x->s, w->t.name, NULL, &w->id);
 	}
@@ -225,7 +236,10 @@ static int table_begin(struct wctx *x, struct wtable *w,
 	if (w->t.whole && existed) {
 		w->cur.buf = malloc(DF_CHUNK_ROWS * sizeof(uint64_t));
 		w->stale = malloc(DF_CHUNK_ROWS * sizeof(uint64_t));
-		if (!w->cur.buf || !w->stale)
+		w->svals = malloc((size_t)DF_CHUNK_ROWS * w->t.dim * 4);
+		w->sstate =
+		    malloc((size_t)DF_CHUNK_ROWS * (w->t.state_floats + 1) * 4);
+		if (!w->cur.buf || !w->stale || !w->svals || !w->sstate)
 			return -ENOMEM;
 		ret = et_tfile_open(f, ET_TFILE_RDONLY, &w->cur.tf);
 	}
@@ -239,6 +253,8 @@ static void table_end(struct wtable *w)
 	et_tfile_close(w->cur.tf);
 	free(w->cur.buf);
 	free(w->stale);
+	free(w->svals);
+	free(w->sstate);
 	if (w->init) {
 		et_tfile_close(w->init);
 		snprintf(f, sizeof(f), "%s/init.et", w->scratch);
@@ -334,6 +350,31 @@ static int write_all(struct wctx *x, struct df_reader *r,
 	return ret;
 }
 
+/* After a failure before the commit: the files of the tables this apply
+ * created (no record names them), and the directory if it made it. */
+static void unmake(struct wctx *x, bool made_dir)
+{
+	static const char *const ext[] = {".et", ".et.log", ".et.idx",
+					  ".et.idx.new"};
+	static const char *const leaf[] = {"LOCK", "CHECKPOINT",
+					   "CHECKPOINT.tmp"};
+	char f[4200];
+
+	for (size_t i = 0; i < x->nmade; i++)
+		for (size_t e = 0; e < sizeof(ext) / sizeof(ext[0]); e++) {
+			snprintf(f, sizeof(f), "%s/%s%s", x->dir, x->made[i],
+				 ext[e]);
+			unlink(f);
+		}
+	for (size_t i = 0; made_dir && i < sizeof(leaf) / sizeof(leaf[0]);
+	     i++) {
+		snprintf(f, sizeof(f), "%s/%s", x->dir, leaf[i]);
+		unlink(f);
+	}
+	if (made_dir)
+		rmdir(x->dir);
+}
+
 int delta_write(struct df_reader *r, const struct df_header *h, const char *dir,
 		struct dstate *ds, struct et_delta_info *info)
 {
@@ -342,16 +383,24 @@ int delta_write(struct df_reader *r, const struct df_header *h, const char *dir,
 	void *dense = NULL;
 	int ret;
 
-	if (mkdir(dir, 0755) && errno != EEXIST)
+	bool made_dir = !mkdir(dir, 0755);
+
+	if (!made_dir && errno != EEXIST)
 		return err_set(-errno, "%s: %s", dir, strerror(errno));
 	ret = et_store_open(dir, &cfg, &x.s);
-	if (ret)
-		return ret;
-	ret = write_all(&x, r, h, ds, &dense);
-	if (!ret)
-		ret = et_checkpoint(x.s, dense, h->dense_len);
 	if (ret) {
-		/* nothing committed: the copy stays as it was */
+		unmake(&x, made_dir);
+		return ret;
+	}
+	ret = write_all(&x, r, h, ds, &dense);
+	if (ret) {
+		/* nothing committed: the copy goes back to as it was */
+		store_discard(x.s);
+		unmake(&x, made_dir);
+		goto out;
+	}
+	ret = et_checkpoint(x.s, dense, h->dense_len);
+	if (ret) { /* the record may be in place: keep what it names */
 		store_discard(x.s);
 		goto out;
 	}
@@ -360,6 +409,7 @@ int delta_write(struct df_reader *r, const struct df_header *h, const char *dir,
 	if (!ret)
 		ret = dstate_write(dir, ds);
 out:
+	free(x.made);
 	free(dense);
 	free(x.ids);
 	free(x.vals);

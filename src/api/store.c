@@ -43,7 +43,7 @@ static int store_flush(et_store *s);
 
 /* Table names become file names: 1..64 of [A-Za-z0-9_.-], no leading '.'
  * (no hidden files, no "." or ".."). */
-static int name_check(const char *name)
+int table_name_check(const char *name)
 {
 	size_t n;
 
@@ -141,7 +141,7 @@ int et_table_create(et_store *s, const char *name,
 			       !s   ? "s"
 			       : !p ? "p"
 				    : "id");
-	ret = name_check(name);
+	ret = table_name_check(name);
 	if (!ret)
 		ret = name_free(s, name);
 	if (ret)
@@ -204,7 +204,7 @@ int et_table_open(et_store *s, const char *name,
 	api_enter(s);
 	if (!s || !id)
 		return err_set(-EINVAL, "%s is NULL", !s ? "s" : "id");
-	ret = name_check(name);
+	ret = table_name_check(name);
 	if (!ret)
 		ret = name_free(s, name);
 	if (ret)

@@ -233,7 +233,7 @@ int df_open(struct df_reader *r, const char *path, struct df_header *h)
 	h->checkpoint_id = get64(b + 32);
 	h->tables = get32(b + 40);
 	h->dense_len = get64(b + 48);
-	if (h->from_commit >= h->to_commit && h->to_commit) {
+	if (h->from_commit > h->to_commit) {
 		df_close(r);
 		return bad(r, 16, "commits out of order");
 	}

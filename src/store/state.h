@@ -84,4 +84,8 @@ struct et_store {
  * (api/store.c; et_delta_apply's way out of a failed apply). */
 void store_discard(et_store *s);
 
+/* 0 if name may name a table: 1..64 of [A-Za-z0-9_.-], no leading '.'
+ * (api/store.c); else ET_ECONFIG (or -EINVAL for NULL) with the detail. */
+int table_name_check(const char *name);
+
 #endif
