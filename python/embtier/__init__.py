@@ -16,8 +16,9 @@ ET_ENOTABLE, ...) are read from include/embtier.h at import.
 """
 
 from . import _abi
-from .store import (EmbtierError, Store, Table, as_ids, checkpoint_info,
-                    error_name, read_rows, strerror)
+from .store import (EmbtierError, Store, Table, apply_delta, as_ids,
+                    checkpoint_info, error_name, export_delta, read_rows,
+                    strerror)
 
 __version__ = _abi.LIB_VERSION
 LIB_PATH = _abi.LIB_PATH
@@ -26,7 +27,7 @@ HEADER_PATH = _abi.HEADER.path
 globals().update({k: v for k, v in _abi.CONSTS.items()
                   if k.startswith("ET_")})
 
-__all__ = ["EmbtierError", "Store", "Table", "as_ids", "checkpoint_info",
-           "error_name", "read_rows", "strerror", "LIB_PATH",
-           "HEADER_PATH"] + \
+__all__ = ["EmbtierError", "Store", "Table", "apply_delta", "as_ids",
+           "checkpoint_info", "error_name", "export_delta", "read_rows",
+           "strerror", "LIB_PATH", "HEADER_PATH"] + \
     [k for k in _abi.CONSTS if k.startswith("ET_")]

@@ -293,6 +293,9 @@ FUNCTIONS = {
     "et_get_stats": (_I, [_P, _I, _P]),
     "et_erase": (_I, [_P, _I, _P, _Z, _P]),
     "et_key_policy_set": (_I, [_P, _I, _P]),
+    "et_delta_export": (_I, [ctypes.c_char_p, ctypes.c_uint64,
+                             ctypes.c_char_p, ctypes.c_uint, _P]),
+    "et_delta_apply": (_I, [ctypes.c_char_p, ctypes.c_char_p, _P]),
 }
 
 LIB_PATH = _find_library()

@@ -303,6 +303,35 @@ def read_rows(path, start=0, stop=None, written=True, chunk=1 << 16):
         lib.et_tfile_close(tf)
 
 
+def export_delta(dir, since, path, state=False):
+    """et_delta_export: the delta of the store directory dir from its
+    commit `since` (0: every stored row) to its last commit, written to
+    the new file path (state=True: with each row's optimizer state,
+    ET_DELTA_STATE).  Reads dir as a read-only opener does, so it may run
+    beside a live store.  Returns a dict of et_delta_info's fields
+    (from_commit, to_commit, rows, tombstones, bytes, tables, whole...)."""
+    info = _abi.new("et_delta_info")
+    flags = CONSTS["ET_DELTA_STATE"] if state else 0
+    _check(lib.et_delta_export(os.fsencode(dir), int(since),
+                               os.fsencode(path), flags,
+                               ctypes.byref(info)), "et_delta_export")
+    return _abi.to_dict(info)
+
+
+def apply_delta(path, dir):
+    """et_delta_apply: the delta file at path applied to the store
+    directory dir (a serving copy, created if missing, not open
+    elsewhere), committed once with the delta's dense state.  A damaged
+    file (ET_EDELTA) or one that does not start where the copy stands
+    (ET_EMISMATCH) raises EmbtierError and changes nothing.  Returns a
+    dict of et_delta_info's fields (stale: rows of whole tables the copy
+    had and the delta did not, dropped)."""
+    info = _abi.new("et_delta_info")
+    _check(lib.et_delta_apply(os.fsencode(path), os.fsencode(dir),
+                              ctypes.byref(info)), "et_delta_apply")
+    return _abi.to_dict(info)
+
+
 class Table:
     """A table of a store: id, name and its header fields (rows, dim,
     flags; keyed: whether its ids are any u64, rows then 0).  Store methods
