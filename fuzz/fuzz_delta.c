@@ -35,7 +35,9 @@
  * lays it out: the header and its checksum, every record's checksum
  * seeded with its number, DENSE first when there is a dense state, a
  * table's TABLE, ROWS, TOMBS, TABLE_END in that order, ROWS and TOMBS of
- * at most 65536 ids in ascending order (row ids below a row-indexed
+ * at most 65536 ids, ascending (a whole table's rows, every table's
+ * tombstones; another's rows in any order, the last of an id applied;
+ * row ids below a row-indexed
  * table's rows), tombstones only in a keyed table not taken whole, the
  * row size what the table's shape and the file's flags make it, each
  * TABLE_END and END counting what came before, as many tables as the
@@ -253,7 +255,9 @@ static const char *add_ids(struct ptable *t, const uint8_t *p, uint32_t n,
 	for (uint32_t i = 0; i < n; i++, p += stride) {
 		uint64_t id = le64(p);
 
-		if (*cnt && id <= (*ids)[*cnt - 1])
+		/* a whole table's rows ascend, and every table's
+		 * tombstones; another table's rows come in any order */
+		if (*cnt && id <= (*ids)[*cnt - 1] && (tomb || t->whole))
 			return "ids out of order";
 		if (!(t->flags & ET_TABLE_KEYED) && id >= t->rows)
 			return "a row id past the table's rows";
@@ -262,6 +266,41 @@ static const char *add_ids(struct ptable *t, const uint8_t *p, uint32_t n,
 		(*ids)[(*cnt)++] = id;
 	}
 	return NULL;
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	return x[1] < y[1] ? -1 : x[1] > y[1];
+}
+
+/* A table's rows by id, ascending, for find_id: those of a table not
+ * whole come in log order, and should an id repeat, its last row is the
+ * one applied. */
+static void by_id(struct ptable *t)
+{
+	uint64_t *p = xmalloc((2 * t->nrows + 1) * sizeof(uint64_t));
+	const uint8_t **row = xmalloc((t->nrows + 1) * sizeof(*row));
+	size_t m = 0;
+
+	for (size_t i = 0; i < t->nrows; i++) {
+		p[2 * i] = t->rid[i];
+		p[2 * i + 1] = i;
+	}
+	qsort(p, t->nrows, 2 * sizeof(uint64_t), cmp_pair);
+	for (size_t i = 0; i < t->nrows; i++) {
+		if (i + 1 < t->nrows && p[2 * i + 2] == p[2 * i])
+			continue;
+		row[m] = t->row[p[2 * i + 1]];
+		t->rid[m++] = p[2 * i];
+	}
+	memcpy(t->row, row, m * sizeof(*row));
+	t->nrows = m;
+	free(row);
+	free(p);
 }
 
 /* Decodes the n bytes at b as docs/FORMAT.md lays a delta file out; d->bad
@@ -394,6 +433,7 @@ static void parse(const uint8_t *b, size_t n, struct pdelta *d)
 			}
 			d->rows += cur->nrows;
 			d->tombs += cur->ntombs;
+			by_id(cur);
 			cur = NULL;
 			break;
 		case 6: /* END */

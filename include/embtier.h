@@ -707,10 +707,12 @@ ET_API int et_key_policy_set(et_store *s, int table,
  * half-done commit (if a commit lands while it reads, it starts again, up
  * to 8 times, then fails with -EAGAIN). Its cost is that of the rows that
  * changed, not of the tables: each table's journal says which rows its
- * commits after `since` changed. A table whose journal no longer goes back
- * to `since` (a journal snapshot came after it) is taken whole, and the
- * delta says so (the copy's rows not in it are then dropped). Memory: 9
- * bytes a changed row, plus a chunk of 65536 rows.
+ * commits after `since` changed and where their records are, which are
+ * read straight from the row log in log order. A table whose journal no
+ * longer goes back to `since` (a journal snapshot came after it), and
+ * every table of a delta from 0, is taken whole (through its index), and
+ * the delta says so: the copy's rows not in it are then dropped. Memory:
+ * 16 bytes a changed row, plus a chunk of 65536 rows.
  *
  * et_delta_apply applies the delta at path to the store directory dir (a
  * copy: created with its tables if missing, and not open elsewhere). The

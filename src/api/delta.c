@@ -34,35 +34,38 @@
 #include "error.h"
 #include "le.h"
 #include "rowlog.h"
+#include "table_file.h"
 
 #define EXPORT_TRIES 8
 
-/* A chunk of rows: ids, their values and state (f32), and the records. */
+/* A chunk of rows: ids, their values and state (f32, or raw as stored),
+ * and the records. */
 struct chunk {
 	uint64_t *ids;
 	float *vals, *state;
-	unsigned char *rec;
-	uint32_t dim, sf, rec_bytes, vbytes;
+	unsigned char *raw, *rec;
+	uint32_t dim, sf, rec_bytes, vbytes, row_bytes;
 	et_dtype dt;
 	bool with_state;
 };
 
-static int chunk_init(struct chunk *c, const struct et_table_info *ti,
-		      bool with_state)
+static int chunk_init(struct chunk *c, const struct tf_geom *g, bool with_state)
 {
 	size_t n = DF_CHUNK_ROWS;
 
-	*c = (struct chunk){.dim = ti->dim,
-			    .sf = ti->state_floats,
-			    .dt = ti->dtype,
-			    .with_state = with_state && ti->state_floats};
-	c->vbytes = (uint32_t)(ti->dim * dtype_size(ti->dtype));
+	*c = (struct chunk){.dim = g->dim,
+			    .sf = g->state_floats,
+			    .dt = g->dtype,
+			    .vbytes = g->value_bytes,
+			    .row_bytes = g->row_bytes,
+			    .with_state = with_state && g->state_floats};
 	c->rec_bytes = c->vbytes + (c->with_state ? 4 * c->sf : 0);
 	c->ids = malloc(n * sizeof(*c->ids));
-	c->vals = malloc(n * ti->dim * sizeof(float));
-	c->state = malloc(n * (ti->state_floats + 1) * sizeof(float));
+	c->vals = malloc(n * g->dim * sizeof(float));
+	c->state = malloc(n * (g->state_floats + 1) * sizeof(float));
+	c->raw = malloc(n * (size_t)g->row_bytes);
 	c->rec = malloc(n * (8 + (size_t)c->rec_bytes));
-	return c->ids && c->vals && c->state && c->rec ? 0 : -ENOMEM;
+	return c->ids && c->vals && c->state && c->raw && c->rec ? 0 : -ENOMEM;
 }
 
 static void chunk_free(struct chunk *c)
@@ -70,6 +73,7 @@ static void chunk_free(struct chunk *c)
 	free(c->ids);
 	free(c->vals);
 	free(c->state);
+	free(c->raw);
 	free(c->rec);
 }
 
@@ -121,44 +125,76 @@ static int put_whole(struct df_writer *w, et_tfile *tf, struct chunk *c,
 	}
 }
 
-/* The rows ch names: values of the rows written, then the erased ids. */
-static int put_changed(struct df_writer *w, et_tfile *tf, struct chunk *c,
+static int by_recno(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The n rows at sel, read from the log (raw), as one ROWS record: each
+ * its id and the first rec_bytes of the row as stored (values, then
+ * state). */
+static int put_raw(struct df_writer *w, const char *path,
+		   const struct rl_changes *ch, struct chunk *c,
+		   const uint32_t *sel, size_t n)
+{
+	unsigned char *p = c->rec;
+	int ret =
+	    rowlog_changes_read(path, ch, c->row_bytes, sel, n, c->ids, c->raw);
+
+	if (ret)
+		return ret;
+	for (size_t i = 0; i < n; i++, p += 8 + c->rec_bytes) {
+		put64(p, c->ids[i]);
+		memcpy(p + 8, c->raw + i * (size_t)c->row_bytes, c->rec_bytes);
+	}
+	return df_record(w, DF_ROWS, (uint32_t)n, c->rec,
+			 (uint64_t)n * (8 + c->rec_bytes));
+}
+
+/* The rows ch names: the rows written, in log order (read straight from
+ * the log: no index), then the erased ids, ascending. */
+static int put_changed(struct df_writer *w, const char *path, struct chunk *c,
 		       const struct rl_changes *ch, uint64_t *rows,
 		       uint64_t *tombs)
 {
-	size_t n = 0;
-	int ret;
+	uint64_t *ord = malloc((ch->n + 1) * sizeof(*ord));
+	uint32_t *sel = malloc((ch->n + 1) * sizeof(*sel));
+	size_t m = 0, n = 0;
+	int ret = 0;
 
-	for (size_t i = 0; i < ch->n; i++) {
-		if (ch->tomb[i])
-			continue;
-		c->ids[n++] = ch->rows[i];
-		if (n == DF_CHUNK_ROWS) {
-			if ((ret = put_rows(w, tf, c, n)))
-				return ret;
-			*rows += n;
-			n = 0;
-		}
+	if (!ord || !sel) {
+		ret = -ENOMEM;
+		goto out;
 	}
-	if ((ret = put_rows(w, tf, c, n)))
-		return ret;
-	*rows += n;
-	n = 0;
-	for (size_t i = 0; i <= ch->n; i++) {
-		if (i < ch->n && ch->tomb[i])
-			c->ids[n++] = ch->rows[i];
+	for (size_t i = 0; i < ch->n; i++)
+		if (ch->recno[i] != RL_CHG_ERASED)
+			ord[m++] = (uint64_t)ch->recno[i] << 32 | i;
+	qsort(ord, m, sizeof(*ord), by_recno);
+	for (size_t i = 0; i < m; i++)
+		sel[i] = (uint32_t)ord[i];
+	for (size_t i = 0; !ret && i < m; i += DF_CHUNK_ROWS) {
+		size_t k = m - i < DF_CHUNK_ROWS ? m - i : DF_CHUNK_ROWS;
+
+		ret = put_raw(w, path, ch, c, sel + i, k);
+	}
+	if (!ret)
+		*rows += m;
+	for (size_t i = 0; !ret && i <= ch->n; i++) {
+		if (i < ch->n && ch->recno[i] == RL_CHG_ERASED)
+			put64(c->rec + 8 * n++, ch->rows[i]);
 		if (n && (n == DF_CHUNK_ROWS || i == ch->n)) {
-			for (size_t k = 0; k < n; k++)
-				put64(c->rec + 8 * k, c->ids[k]);
 			ret = df_record(w, DF_TOMBS, (uint32_t)n, c->rec,
 					8 * (uint64_t)n);
-			if (ret)
-				return ret;
 			*tombs += n;
 			n = 0;
 		}
 	}
-	return 0;
+out:
+	free(ord);
+	free(sel);
+	return ret;
 }
 
 static int export_table(struct df_writer *w, const char *dir,
@@ -168,7 +204,7 @@ static int export_table(struct df_writer *w, const char *dir,
 {
 	struct jr_expect x = {JR_NAMED, rec->commit, t->jlen, t->jsum};
 	struct rl_changes ch = {0};
-	struct et_table_info ti;
+	struct tf_geom g;
 	struct df_table dt = {0};
 	struct chunk c = {0};
 	uint64_t rows = 0, tombs = 0;
@@ -180,33 +216,33 @@ static int export_table(struct df_writer *w, const char *dir,
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s.et", dir, t->name) >=
 	    sizeof(path))
 		return -ENAMETOOLONG;
-	ret = rowlog_changes(path, &x, since, &ch);
+	ret = tf_read_geom(path, &g);
 	if (!ret)
+		ret = rowlog_changes(path, &x, since, &ch);
+	if (!ret)
+		ret = chunk_init(&c, &g, flags & ET_DELTA_STATE);
+	dt.whole = since == 0 || !ch.complete;
+	if (!ret && dt.whole) /* every stored row: through the index */
 		ret = et_tfile_open(path, ET_TFILE_RDONLY, &tf);
-	if (!ret)
-		ret = et_tfile_info(tf, &ti);
-	if (!ret)
-		ret = chunk_init(&c, &ti, flags & ET_DELTA_STATE);
 	if (ret)
 		goto out;
 	snprintf(dt.name, sizeof(dt.name), "%s", t->name);
-	dt.rows = ti.rows;
-	dt.dim = ti.dim;
-	dt.dtype = ti.dtype;
-	dt.optim = ti.optim;
-	dt.state_floats = ti.state_floats;
-	dt.init = ti.init;
-	dt.init_scale = ti.init_scale;
-	dt.seed = ti.seed;
-	dt.flags = ti.flags;
-	dt.whole = since == 0 || !ch.complete;
+	dt.rows = g.rows;
+	dt.dim = g.dim;
+	dt.dtype = g.dtype;
+	dt.optim = g.optim;
+	dt.state_floats = g.state_floats;
+	dt.init = g.init;
+	dt.init_scale = g.init_scale;
+	dt.seed = g.seed;
+	dt.flags = g.keyed ? ET_TABLE_KEYED : 0;
 	dt.rec = c.rec_bytes;
 	dt.from_sum = dt.whole ? 0 : ch.from_sum;
 	dt.to_sum = ch.to_sum;
 	ret = df_table(w, &dt);
 	if (!ret)
 		ret = dt.whole ? put_whole(w, tf, &c, &rows)
-			       : put_changed(w, tf, &c, &ch, &rows, &tombs);
+			       : put_changed(w, path, &c, &ch, &rows, &tombs);
 	put64(e, rows);
 	put64(e + 8, tombs);
 	if (!ret)
@@ -274,8 +310,8 @@ static int export_once(const char *dir, uint64_t since, const char *path,
 	for (uint32_t i = 0; !ret && i < rec.ntables; i++)
 		ret = export_table(&w, dir, &rec, &rec.tables[i], since, flags,
 				   info);
-	if (!ret)
-		ret = same_record(dir, &rec);
+	if (!ret || ret == ET_EBLOCKSUM) /* a commit may have moved rows */
+		ret = same_record(dir, &rec) ? -EAGAIN : ret;
 	if (!ret)
 		ret = df_finish(&w, info->rows, info->tombstones, &info->bytes);
 	else

@@ -166,22 +166,40 @@ int rowlog_settle(const char *tf_path, const struct jr_tail *t);
 
 /* What changed in a table after a commit, from its journal. */
 struct rl_changes {
-	uint64_t *rows; /* [n] ascending, each once */
-	uint8_t *tomb;	/* [n] 1: the row's last change was an erase */
+	uint64_t *rows;	 /* [n] ascending, each once */
+	uint32_t *recno; /* [n] where its newest record is as of the last
+			  * commit; RL_CHG_ERASED: its last change erased it */
+	uint32_t *gen;	 /* [n] that record's segment generation */
 	size_t n;
 	bool complete;	   /* false: a snapshot after the commit forgot which
 			    * rows changed (rows is then NULL): take the
 			    * table whole */
 	uint64_t from_sum; /* the journal's chain checksum at the commit */
 	uint64_t to_sum;   /* and at the commit x names */
+	int ver;	   /* the log's version, its records' geometry */
+	uint32_t rec_bytes, seg_bytes;
 };
+
+#define RL_CHG_ERASED 0xffffffffu
 
 /* The rows named by the committed batches (as x says, read-only, as
  * rowlog_recover) of a commit above since, in *c (rl_changes.c);
- * rowlog_changes_free frees them. */
+ * rowlog_changes_free frees them. Memory: 16 bytes an entry of those
+ * batches (a row changed in k commits counts k times) while they are
+ * sorted, then 16 bytes a changed row. */
 int rowlog_changes(const char *tf_path, const struct jr_expect *x,
 		   uint64_t since, struct rl_changes *c);
 void rowlog_changes_free(struct rl_changes *c);
+
+/* Reads the newest records of the changes sel[0..n) of c (not erased;
+ * ordered by recno, so that the reads go in log order) straight from
+ * PATH.log, without the index: ids[i] and row_bytes at dst + i x
+ * row_bytes (values and state, as stored). Each record's row id and
+ * checksum are checked (ET_EBLOCKSUM naming the record: damaged, or moved
+ * by a commit since c was read). */
+int rowlog_changes_read(const char *tf_path, const struct rl_changes *c,
+			uint32_t row_bytes, const uint32_t *sel, size_t n,
+			uint64_t *ids, void *dst);
 
 /* The rows in the index, ascending, in a malloc()ed array (NULL if none). */
 int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n);

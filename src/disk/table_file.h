@@ -41,6 +41,10 @@ struct tf_geom {
 
 const struct tf_geom *tf_geom(const et_tfile *tf);
 
+/* The geometry in the header of the table file at path, checked as an
+ * open checks it, without opening the table (tf_header.c). */
+int tf_read_geom(const char *path, struct tf_geom *g);
+
 /* Uses io for all I/O of tf instead of a ring of its own (the store shares
  * one ring among its tables). io must outlive tf or be detached with NULL. */
 void tf_attach_io(et_tfile *tf, io_ctx *io);

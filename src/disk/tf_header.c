@@ -9,12 +9,16 @@
  * makes the same checks on a caller's et_table_params, each with its own
  * message, before a file is created.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtype.h"
 #include "le.h"
 #include "error.h"
+#include "fileio.h"
 #include "hash.h"
 #include "table_file_impl.h"
 
@@ -164,4 +168,20 @@ int tf_header_decode(const unsigned char *h, size_t n, struct tf_geom *g)
 	    get64(h + 80) != g->blocks)
 		return ET_EHEADER;
 	return 0;
+}
+
+int tf_read_geom(const char *path, struct tf_geom *g)
+{
+	unsigned char h[TF_HDR_BYTES];
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return err_set(-errno, "%s: %s", path, strerror(errno));
+	ret = fio_pread_all(fd, h, sizeof(h), 0);
+	close(fd);
+	if (!ret)
+		ret = tf_header_decode(h, sizeof(h), g);
+	else if (ret == ET_ETRUNC)
+		ret = tf_header_decode(h, 0, g);
+	return ret ? err_set(ret, "%s: header: %s", path, et_strerror(ret)) : 0;
 }
