@@ -693,6 +693,45 @@ static void test_whole_over_newer(void **state)
 	free(d1);
 }
 
+/* A byte of a journal's entries damaged: the export of the batches past
+ * it refuses (ET_EJOURNAL); one of the batches an export only skims (at
+ * or below `since`) goes unseen, as their entries are not used. */
+static void test_journal_damage(void **state)
+{
+	struct src x;
+	struct et_delta_info in;
+	char j[PATH_MAX], *p = strdup(tu_path("delta"));
+	unsigned char h[32];
+	uint64_t n1, b2;
+
+	(void)state;
+	src_new(&x, 9);
+	src_round(&x, 1000);
+	src_commit(&x, false);
+	src_round(&x, 1000);
+	src_commit(&x, false);
+	OK(et_store_close(x.s));
+	x.s = NULL;
+	snprintf(j, sizeof(j), "%s/dense.et.idx", x.dir);
+	assert_int_equal(tu_pread(j, 0, h, sizeof(h)), 0);
+	n1 = h[16] | (uint64_t)h[17] << 8 | (uint64_t)h[18] << 16;
+	b2 = 32 + 16 * n1 + 40;
+	/* in the second batch (commit 2): refused from 1 and from 0 */
+	assert_int_equal(tu_flip_byte(j, (off_t)(b2 + 32 + 5), 0x10), 0);
+	assert_int_equal(et_delta_export(x.dir, 1, p, 0, NULL), ET_EJOURNAL);
+	assert_int_equal(et_delta_export(x.dir, 0, p, 0, NULL), ET_EJOURNAL);
+	assert_int_equal(tu_flip_byte(j, (off_t)(b2 + 32 + 5), 0x10), 0);
+	/* in the first (commit 1): skimmed from 1, refused from 0 */
+	assert_int_equal(tu_flip_byte(j, 32 + 5, 0x10), 0);
+	OK(et_delta_export(x.dir, 1, p, 0, &in));
+	assert_true(in.rows > 0);
+	unlink(p);
+	assert_int_equal(et_delta_export(x.dir, 0, p, 0, NULL), ET_EJOURNAL);
+	assert_int_equal(tu_flip_byte(j, 32 + 5, 0x10), 0);
+	src_free(&x);
+	free(p);
+}
+
 /* The copy's dense table, whole, to compare with two known versions. */
 static bool copy_is(const char *copy, const struct tsnap *want)
 {
@@ -866,6 +905,7 @@ int main(void)
 	    cmocka_unit_test(test_damaged),
 	    cmocka_unit_test(test_whole_after_snapshot),
 	    cmocka_unit_test(test_whole_over_newer),
+	    cmocka_unit_test(test_journal_damage),
 	    cmocka_unit_test(test_kill_apply),
 	    cmocka_unit_test(test_live_export),
 	};

@@ -32,6 +32,8 @@ struct scan {
 			     * batch's checksum covers the whole chain */
 	uint64_t buf_from;  /* the batch offset whose entries buf holds
 			     * whole (UINT64_MAX: none) */
+	bool skip;	    /* version 2 batches of a commit <= skip_upto are */
+	uint64_t skip_upto; /* taken on their trailer's word (jr_sink) */
 };
 
 /* Why a batch did not check, for the error detail. */
@@ -53,6 +55,50 @@ static void decode(const unsigned char *h, const unsigned char *t, int ver,
 	b->seg_bytes = get32(t + 24);
 	b->hgen = ver >= 2 ? get32(t + 28) : 0;
 	b->prev = ver >= 2 ? get64(h + 24) : 0;
+	b->skimmed = false;
+}
+
+/*
+ * batch_check for a batch the sink does not need (a commit at or below
+ * jr_sink.skip_upto): its header and trailer only, its checksum taken as
+ * the trailer says, not computed, its entries not read. The chain still
+ * holds for the batches after it: the first of them names that checksum
+ * inside its own, which is computed, and so on to the tail the record
+ * names; a skimmed batch whose entries are damaged goes unseen, and is not
+ * used.
+ */
+static int batch_skim(struct scan *s, uint64_t off, uint64_t limit,
+		      const unsigned char *h, struct jr_batch *b, uint64_t *sum,
+		      uint64_t *next, struct bad *why)
+{
+	unsigned char t[JR_TRL];
+	uint64_t n = get64(h + 16);
+	int ret;
+
+	if (n > (limit - off - JR_HDR - JR_TRL) / JR_ENT) {
+		why->why = "names more entries than the bytes hold";
+		return 1;
+	}
+	ret = fio_pread_all(s->fd, t, JR_TRL, off + JR_HDR + n * JR_ENT);
+	if (ret)
+		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
+	if (memcmp(t, "ETIDXT02", 8)) {
+		why->at = off + JR_HDR + n * JR_ENT;
+		why->why = "has no batch trailer";
+		return 1;
+	}
+	decode(h, t, 2, b);
+	b->skimmed = true;
+	if (!b->rec_bytes || b->seg_bytes < b->rec_bytes ||
+	    (s->rec_bytes && b->rec_bytes != s->rec_bytes) ||
+	    (s->ver && s->ver != 2)) {
+		why->why = "disagrees with the journal's other batches "
+			   "(record size or version)";
+		return 1;
+	}
+	*sum = get64(t + 32);
+	*next = off + JR_HDR + n * JR_ENT + JR_TRL;
+	return 0;
 }
 
 /*
@@ -89,6 +135,8 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		why->why = "does not follow the batch before it";
 		return 1;
 	}
+	if (ver == 2 && s->skip && get64(h + 8) <= s->skip_upto)
+		return batch_skim(s, off, limit, h, b, sum, next, why);
 	n = get64(h + 16);
 	if (n > (limit - off - JR_HDR - JR_TRL) / JR_ENT) {
 		why->why = "names more entries than the bytes hold";
@@ -142,7 +190,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 static int batch_apply(struct scan *s, uint64_t off, const struct jr_batch *b,
 		       const struct jr_sink *k)
 {
-	uint64_t eb = b->n * JR_ENT;
+	uint64_t eb = b->skimmed ? 0 : b->n * JR_ENT;
 	int ret = k->begin ? k->begin(k->arg, b) : 0;
 
 	for (uint64_t at = 0; !ret && at < eb;) {
@@ -317,7 +365,9 @@ static int scan_file(int fd, const char *path, uint32_t rec_bytes,
 	struct scan s = {.fd = fd,
 			 .path = path,
 			 .rec_bytes = rec_bytes,
-			 .buf_from = UINT64_MAX};
+			 .buf_from = UINT64_MAX,
+			 .skip = k && k->skip,
+			 .skip_upto = k ? k->skip_upto : 0};
 	struct stat st;
 	char d[4096];
 	int ret;

@@ -77,6 +77,7 @@ struct jr_batch {
 	uint32_t hseg, hslot, flags, rec_bytes, seg_bytes, hgen;
 	uint64_t prev; /* the checksum of the batch before (0: none, or a
 			* snapshot; version 1: always 0) */
+	bool skimmed;  /* jr_sink.skip: only begin and end hear of it */
 };
 
 /* Where a journal's committed bytes end: what the next record names. */
@@ -97,6 +98,14 @@ struct jr_sink {
 		       const unsigned char *e, size_t n);
 	int (*end)(void *arg, const struct jr_batch *b);
 	void *arg;
+	/* skip: a read-only reader that needs only the batches of commits
+	 * past skip_upto (delta export) has the version 2 batches at or
+	 * below it skimmed: their headers and trailers read, their entries
+	 * neither read, checked nor handed to entries(). The batches after
+	 * them are checked as always, and so is the chain from them to the
+	 * tail the record names. */
+	bool skip;
+	uint64_t skip_upto;
 };
 
 /*

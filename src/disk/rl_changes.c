@@ -169,8 +169,12 @@ int rowlog_changes(const char *tf_path, const struct jr_expect *x,
 {
 	char p[4096], q[4096];
 	struct chg_sink k = {.c = c, .since = since, .first = true};
-	struct jr_sink sink = {
-	    .begin = ch_begin, .entries = ch_entries, .end = ch_end, .arg = &k};
+	struct jr_sink sink = {.begin = ch_begin,
+			       .entries = ch_entries,
+			       .end = ch_end,
+			       .arg = &k,
+			       .skip = true,
+			       .skip_upto = since};
 	struct jr_tail t;
 	int fd = -1, ret;
 
