@@ -18,6 +18,8 @@
  *   keyed.c     a keyed table through HierarchicalKV's protocol, beside a
  *               row-indexed one and the raw gather limit; --train-keys N
  *               trains N distinct keys through one (the scale check)
+ *   delta.c     delta export and apply against the rows changed, beside
+ *               the disk's sequential reads
  *   report.c    tables for people, JSON and CSV for scripts
  *   workload.c  generators and traces; convert.c text into traces;
  *               belady.c, learner.c, oracle.c the mrc references
@@ -308,5 +310,6 @@ int cmd_pipeline(const struct bench_opts *o);
 int cmd_flush(const struct bench_opts *o);
 int cmd_reopen(const struct bench_opts *o);
 int cmd_keyed(const struct bench_opts *o);
+int cmd_delta(const struct bench_opts *o);
 
 #endif

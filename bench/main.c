@@ -1,6 +1,6 @@
 /*
  * main.c - embtier-bench's command line: the subcommands (run, mrc,
- * pipeline, convert, gen, flush, reopen, keyed), their options and
+ * pipeline, convert, gen, flush, reopen, keyed, delta), their options and
  * defaults, and --help, which documents every option and the trace
  * format.
  *
@@ -278,15 +278,15 @@ static const struct opt opts[] = {
      U32(wl.tables, 1, WL_TRACE_MAX_TABLES)},
     {.name = "rows",
      .arg = "N",
-     .help = "rows per table (default 2^16; pipeline 2^18);\n"
-	     "counts accept 2^N",
+     .help = "rows per table (default 2^16; pipeline 2^18;\n"
+	     "delta 10^7); counts accept 2^N",
      U64(wl.rows, 1, ET_MAX_ROWS)},
     {.name = "dim",
      .arg = "D[,D...]",
-     .help = "values per row (default 128; flush 64, keyed 32);\n"
-	     "a list gives one dim per table, repeated over the\n"
-	     "tables (run and pipeline; the peers, mrc and keyed\n"
-	     "take one dim)",
+     .help = "values per row (default 128; flush 64, keyed and\n"
+	     "delta 32); a list gives one dim per table,\n"
+	     "repeated over the tables (run and pipeline; the\n"
+	     "peers, mrc, keyed and delta take one dim)",
      FUNC(set_dim)},
     {.name = "dtype",
      .arg = "T",
@@ -325,7 +325,8 @@ static const struct opt opts[] = {
     {.name = "ddr",
      .arg = "SIZE",
      .help = "DDR tier (default 128M; pipeline 64M, flush 1G,\n"
-	     "keyed 512M); sizes take K, M, G, T (binary) or 2^N",
+	     "keyed and delta 512M); sizes take K, M, G, T\n"
+	     "(binary) or 2^N",
      SIZE(ddr_bytes, 1)},
     {.name = "policy",
      .arg = "P",
@@ -667,6 +668,10 @@ static const char usage_head[] =
     "through\n"
     "                                               HierarchicalKV's "
     "protocol\n"
+    "       embtier-bench delta [options]           delta export and "
+    "apply vs\n"
+    "                                               rows changed, disk "
+    "reads\n"
     "\n"
     "flush: a DDR tier (--ddr, default 1G) full of dirty rows of "
     "--tables\n"
@@ -765,6 +770,30 @@ static const char usage_head[] =
     "removed\n"
     "at the end.\n"
     "\n"
+    "delta: a store of one row-indexed table of --rows (default 10^7) x --dim\n"
+    "(default 32) --dtype, every row written (et_write_rows, 65536 a call,\n"
+    "through a --ddr tier, default 512M) and committed (untimed, its time\n"
+    "printed). Then, timed: et_delta_export from 0 (the table whole, for "
+    "scale)\n"
+    "and et_delta_apply of it to an empty serving copy; and for 1% and 10%:\n"
+    "that share of the rows, distinct, drawn at random, rewritten and\n"
+    "committed (untimed), et_delta_export from the commit before and\n"
+    "et_delta_apply to the copy. The page cache of the source's files (and of\n"
+    "the delta before an apply) is dropped first (posix_fadvise DONTNEED; the\n"
+    "bytes still cached are printed); the row log is read O_DIRECT. Prints\n"
+    "rows, bytes, seconds and MB/s of each export (delta bytes, and log\n"
+    "records: rows x record bytes), the bytes it read from storage\n"
+    "(/proc/self/io), apply seconds and MB/s, and et_tfile_open read-only of\n"
+    "the source's and the copy's table alone (their whole index loaded).\n"
+    "Beside them, the disk's sequential read limit: 1 MiB O_DIRECT reads of\n"
+    "the row log (at least 1 GiB, at most 3 s; passes repeated if it is\n"
+    "smaller) through io_uring at QD 1 and 8, the faster. Ratios: export MB/s\n"
+    "/ raw (goal >= 0.5); 10% / 1% of bytes and of export time (ideally ~10).\n"
+    "Fails unless each 1%/10% delta carries exactly the rows rewritten, and\n"
+    "after each apply 10^5 random rows of the copy equal the source's and up\n"
+    "to 10^4 rewritten rows the values written. Made in a scratch directory\n"
+    "under --dir (default $TMPDIR or /var/tmp), removed at the end.\n"
+    "\n"
     "run: a warm-up (not measured), then batches of et_gather_pooled "
     "over\n"
     "every table, timed; then, in the same process over the same files "
@@ -852,7 +881,8 @@ enum {
 	CMD_GEN,
 	CMD_FLUSH,
 	CMD_REOPEN,
-	CMD_KEYED
+	CMD_KEYED,
+	CMD_DELTA
 };
 
 static void defaults(struct bench_opts *o, int cmd)
@@ -912,6 +942,11 @@ static void defaults(struct bench_opts *o, int cmd)
 		o->ddr_bytes = 512ULL << 20;
 		o->seconds = 0.5;
 		o->lr = 0;
+	}
+	if (cmd == CMD_DELTA) {
+		o->wl.rows = 10000000;
+		o->dim = o->dims[0] = 32;
+		o->ddr_bytes = 512ULL << 20;
 	}
 }
 
@@ -1045,9 +1080,9 @@ static void on_signal(int sig)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[] = {"run",     "mrc",  "pipeline",
-					    "convert", "gen",  "flush",
-					    "reopen",  "keyed"};
+	static const char *const names[] = {"run",     "mrc",	"pipeline",
+					    "convert", "gen",	"flush",
+					    "reopen",  "keyed", "delta"};
 	bool seen[NOPTS] = {false};
 	struct sigaction sa;
 	struct bench_opts o;
@@ -1082,7 +1117,8 @@ int main(int argc, char **argv)
 	if (given(seen, "train-keys") && train_defaults(&o, cmd, seen))
 		return CLI_EXIT_USAGE;
 	if ((cmd == CMD_RUN || cmd == CMD_MRC || cmd == CMD_PIPELINE ||
-	     cmd == CMD_FLUSH || cmd == CMD_REOPEN || cmd == CMD_KEYED) &&
+	     cmd == CMD_FLUSH || cmd == CMD_REOPEN || cmd == CMD_KEYED ||
+	     cmd == CMD_DELTA) &&
 	    optind != argc) {
 		cli_usage_error("unexpected argument '%s'", argv[optind]);
 		return CLI_EXIT_USAGE;
@@ -1109,6 +1145,8 @@ int main(int argc, char **argv)
 		return cmd_reopen(&o);
 	case CMD_KEYED:
 		return cmd_keyed(&o);
+	case CMD_DELTA:
+		return cmd_delta(&o);
 	default:
 		return cmd_run(&o);
 	}

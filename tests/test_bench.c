@@ -1342,6 +1342,160 @@ static void test_tool_keyed_train(void **state)
 	tu_rmtree(dir);
 }
 
+/* The figures of a round of delta's report: "  export    F -> T: R rows,
+ * M MB in S s = X MB/s" after the round's heading. */
+static void delta_round(const char *out, const char *head,
+			unsigned long long from, unsigned long long rows,
+			double *mb, double *s)
+{
+	unsigned long long f, t, r;
+	double x;
+	const char *p = strstr(out, head);
+
+	if (!p)
+		print_error("no '%s' in:\n%s", head, out);
+	assert_non_null(p);
+	p = strstr(p, "\n  export    ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p,
+				"\n  export    %llu -> %llu: %llu rows, %lf MB "
+				"in %lf s = %lf MB/s",
+				&f, &t, &r, mb, s, &x),
+			 6);
+	assert_int_equal(f, from);
+	assert_int_equal(t, from + 1);
+	assert_int_equal(r, rows);
+	assert_true(*mb > 0 && *s > 0 && x > 0);
+	p = strstr(p, "\n  apply     ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "\n  apply     %llu rows in %lf s", &r, &x),
+			 2);
+	assert_int_equal(r, rows);
+	assert_true(x > 0);
+}
+
+/*
+ * delta at a tiny size (20,000 rows, 1% and 10% of them rewritten): the
+ * full delta carries every row, each incremental one exactly the rows
+ * rewritten, in a commit after the one before (0 -> 1, 1 -> 2, 2 -> 3),
+ * applied to the copy; 10% is ten times 1%'s bytes (within the fixed
+ * parts); the raw sequential read limit and the ratios are printed; the
+ * run's own check of the copy passed (a failed one exits 1); the JSON
+ * says the same, and the scratch directory is gone after each run. Too
+ * few rows, --csv and a list of dims are usage errors; rows the disk
+ * cannot hold fail the run before anything is written.
+ */
+static void test_tool_delta(void **state)
+{
+	const char *dir = tu_path("delta");
+	const char *text[] = {"delta", "-q", "--rows", "20000", "--ddr", "4M",
+			      "--dim", "8",  "--dir",  dir,	NULL};
+	const char *json[] = {"delta", "-q", "--rows",	"20000",
+			      "--ddr", "4M", "--dtype", "bf16",
+			      "--dir", dir,  "--json",	NULL};
+	const char *few[] = {"delta", "--rows", "99", NULL};
+	const char *csv[] = {"delta", "--rows", "1000", "--csv", NULL};
+	const char *dims[] = {"delta", "--dim", "8,16", NULL};
+	const char *disk[] = {"delta", "-q",	"--rows", "2^40", "--dim",
+			      "65536", "--dir", dir,	  NULL};
+	double mb[3], s[3], raw, r1, r10, bytes;
+	struct run r;
+	const char *p;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	assert_int_equal(mkdir(dir, 0700), 0);
+	run_tool(&r, text);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "store:      1 row-indexed table of "
+				      "20000 rows x dim 8 f32 (32 B a row, "
+				      "48 B a log record)"));
+	assert_non_null(strstr(r.out, "\nsetup:      20000 rows written and "
+				      "committed in "));
+	assert_true(after(r.out, "(its whole index loaded: a table-sized "
+				 "cost): source ") >= 0);
+	assert_true(after(r.out, ", the copy after the full apply ") >= 0);
+	delta_round(r.out, "\nfull:       ", 0, 20000, &mb[0], &s[0]);
+	assert_non_null(strstr(r.out, "\n1%:         rewrote 200 distinct "
+				      "rows drawn at random"));
+	delta_round(r.out, "\n1%:         ", 1, 200, &mb[1], &s[1]);
+	assert_non_null(strstr(r.out, "\n10%:        rewrote 2000 distinct "
+				      "rows drawn at random"));
+	delta_round(r.out, "\n10%:        ", 2, 2000, &mb[2], &s[2]);
+	/* a row is 8 + 32 bytes in a delta: 1% is 8 KB and a bit */
+	assert_true(mb[1] >= 0.008 && mb[1] < 0.1);
+	assert_true(mb[2] > 9 * mb[1] && mb[2] < 10.5 * mb[1]);
+	assert_true(mb[0] > 9 * mb[2] && mb[0] < 10.5 * mb[2]);
+	p = strstr(r.out, "\nraw:        sequential 1 MiB O_DIRECT reads of "
+			  "the row log");
+	assert_non_null(p);
+	assert_non_null(strstr(p, ", QD 1: "));
+	assert_non_null(strstr(p, ", QD 8: "));
+	raw = after(r.out, "\nratios:     export MB/s / raw ");
+	assert_true(raw > 0);
+	r1 = after(r.out, " MB/s: 1% ");
+	r10 = after(strstr(r.out, "\nratios:     "), ", 10% ");
+	assert_true(r1 > 0 && r10 > 0);
+	bytes = after(r.out, "\n            10% / 1%: bytes ");
+	assert_true(bytes > 9 && bytes < 10.5);
+	assert_non_null(strstr(r.out, "\ncheck:      after each apply, the "
+				      "copy equals the source on 20000 random "
+				      "rows, and on 200 and 2000 rewritten "
+				      "rows the values written: ok\n"));
+	assert_true(after(r.out, "\ntime:       ") > 0);
+	assert_true(empty_dir(dir));
+	run_free(&r);
+
+	run_tool(&r, json);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(lines(r.out), 1);
+	assert_non_null(strstr(r.out, "{\"mode\":\"delta\",\"rows\":20000,"
+				      "\"dim\":32,\"dtype\":\"bf16\","
+				      "\"row_bytes\":64,\"record_bytes\":80,"));
+	assert_non_null(strstr(r.out, "{\"name\":\"full\",\"frac\":0.0000,"
+				      "\"changed\":20000,"));
+	assert_non_null(strstr(r.out, ",\"from\":0,\"to\":1,\"rows\":20000,"
+				      "\"whole\":1,"));
+	assert_non_null(strstr(r.out, "{\"name\":\"1%\",\"frac\":0.0100,"
+				      "\"changed\":200,"));
+	assert_non_null(strstr(r.out, ",\"from\":1,\"to\":2,\"rows\":200,"
+				      "\"whole\":0,"));
+	assert_non_null(strstr(r.out, "{\"name\":\"10%\",\"frac\":0.1000,"
+				      "\"changed\":2000,"));
+	assert_non_null(strstr(r.out, ",\"from\":2,\"to\":3,\"rows\":2000,"
+				      "\"whole\":0,"));
+	assert_non_null(strstr(r.out, ",\"checked\":20000,\"checked_changed\":"
+				      "2000,"));
+	assert_non_null(strstr(r.out, ",\"check_ok\":true,"));
+	assert_true(after(r.out, "\"raw_mbs\":") > 0);
+	assert_true(empty_dir(dir));
+	run_free(&r);
+
+	run_tool(&r, few);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--rows 99 < 100"));
+	run_free(&r);
+	run_tool(&r, csv);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run_tool(&r, dims);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "delta takes one --dim"));
+	run_free(&r);
+	run_tool(&r, disk);
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, "a --dir with room"));
+	assert_int_equal(r.out[0], '\0');
+	assert_true(empty_dir(dir));
+	run_free(&r);
+	tu_rmtree(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1364,6 +1518,7 @@ int main(void)
 	    cmocka_unit_test(test_tool_update_vs_read),
 	    cmocka_unit_test(test_tool_keyed),
 	    cmocka_unit_test(test_tool_keyed_train),
+	    cmocka_unit_test(test_tool_delta),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
