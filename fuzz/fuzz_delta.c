@@ -35,9 +35,8 @@
  * lays it out: the header and its checksum, every record's checksum
  * seeded with its number, DENSE first when there is a dense state, a
  * table's TABLE, ROWS, TOMBS, TABLE_END in that order, ROWS and TOMBS of
- * at most 65536 ids, ascending (a whole table's rows, every table's
- * tombstones; another's rows in any order, the last of an id applied;
- * row ids below a row-indexed
+ * at most 65536 ids (tombstones ascending; rows in any order, the last of
+ * an id applied; row ids below a row-indexed
  * table's rows), tombstones only in a keyed table not taken whole, the
  * row size what the table's shape and the file's flags make it, each
  * TABLE_END and END counting what came before, as many tables as the
@@ -255,9 +254,8 @@ static const char *add_ids(struct ptable *t, const uint8_t *p, uint32_t n,
 	for (uint32_t i = 0; i < n; i++, p += stride) {
 		uint64_t id = le64(p);
 
-		/* a whole table's rows ascend, and every table's
-		 * tombstones; another table's rows come in any order */
-		if (*cnt && id <= (*ids)[*cnt - 1] && (tomb || t->whole))
+		/* tombstones ascend; rows come in any order */
+		if (*cnt && id <= (*ids)[*cnt - 1] && tomb)
 			return "ids out of order";
 		if (!(t->flags & ET_TABLE_KEYED) && id >= t->rows)
 			return "a row id past the table's rows";
@@ -277,9 +275,8 @@ static int cmp_pair(const void *a, const void *b)
 	return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
-/* A table's rows by id, ascending, for find_id: those of a table not
- * whole come in log order, and should an id repeat, its last row is the
- * one applied. */
+/* A table's rows by id, ascending, for find_id: they come in the source's
+ * log order, and should an id repeat, its last row is the one applied. */
 static void by_id(struct ptable *t)
 {
 	uint64_t *p = xmalloc((2 * t->nrows + 1) * sizeof(uint64_t));

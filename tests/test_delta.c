@@ -732,6 +732,61 @@ static void test_journal_damage(void **state)
 	free(p);
 }
 
+/* A table bulk-loaded (written blocks) before a store trained it: a
+ * delta from 0 carries its block rows with its logged ones, and the copy
+ * reads every row the same. */
+static void test_bulk_loaded(void **state)
+{
+	char *dir = strdup(tu_path("bulk")), *copy = strdup(tu_path("copy"));
+	char *d = strdup(tu_path("delta")), f[PATH_MAX];
+	struct et_table_params p = {.rows = DROWS, .dim = DIM, .seed = 3};
+	struct et_update_params up = {.lr = 0.5f};
+	struct et_delta_info in;
+	uint64_t ids[300];
+	float *v = malloc(5000 * DIM * sizeof(float));
+	float a[DROWS / 10 * DIM], b[DROWS / 10 * DIM];
+	uint64_t all[DROWS / 10];
+	et_tfile *tf;
+	et_store *s;
+	int t;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	assert_int_equal(mkdir(dir, 0755), 0);
+	snprintf(f, sizeof(f), "%s/dense.et", dir);
+	for (size_t i = 0; i < 5000 * DIM; i++)
+		v[i] = (float)i * 0.25f;
+	OK(et_tfile_create(f, &p, &tf));
+	OK(et_tfile_write_range(tf, 1000, 5000, v));
+	et_tfile_close(tf);
+	OK(et_store_open(dir, &CFG, &s));
+	OK(et_table_open(s, "dense", NULL, &t));
+	for (int i = 0; i < 300; i++)
+		ids[i] = (uint64_t)i * 31; /* some in the blocks, some not */
+	OK(et_update(s, t, ids, 300, v, &up));
+	OK(et_checkpoint(s, NULL, 0));
+	OK(et_store_close(s));
+	OK(et_delta_export(dir, 0, d, 0, &in));
+	assert_int_equal(in.whole, 1);
+	/* the 5000 loaded, 161 of the 300 among them, and the rest of the
+	 * loaded range's first and last blocks (127 rows a block) */
+	assert_true(in.rows >= 5000 + 300 - 161 && in.rows <= 5139 + 2 * 127);
+	OK(et_delta_apply(d, copy, NULL));
+	for (size_t i = 0; i < DROWS / 10; i++)
+		all[i] = i;
+	read_ids(dir, "dense", all, DROWS / 10, a, NULL);
+	read_ids(copy, "dense", all, DROWS / 10, b, NULL);
+	assert_memory_equal(a, b, sizeof(a));
+	tu_rmtree(dir);
+	tu_rmtree(copy);
+	unlink(d);
+	free(dir);
+	free(copy);
+	free(d);
+	free(v);
+}
+
 /* The copy's dense table, whole, to compare with two known versions. */
 static bool copy_is(const char *copy, const struct tsnap *want)
 {
@@ -906,6 +961,7 @@ int main(void)
 	    cmocka_unit_test(test_whole_after_snapshot),
 	    cmocka_unit_test(test_whole_over_newer),
 	    cmocka_unit_test(test_journal_damage),
+	    cmocka_unit_test(test_bulk_loaded),
 	    cmocka_unit_test(test_kill_apply),
 	    cmocka_unit_test(test_live_export),
 	};

@@ -38,12 +38,11 @@
 
 #define EXPORT_TRIES 8
 
-/* A chunk of rows: ids, their values and state (f32, or raw as stored),
- * and the records. */
+/* A chunk of rows: ids, their values and state (f32), and the records. */
 struct chunk {
 	uint64_t *ids;
 	float *vals, *state;
-	unsigned char *raw, *rec;
+	unsigned char *rec;
 	uint32_t dim, sf, rec_bytes, vbytes, row_bytes;
 	et_dtype dt;
 	bool with_state;
@@ -63,9 +62,8 @@ static int chunk_init(struct chunk *c, const struct tf_geom *g, bool with_state)
 	c->ids = malloc(n * sizeof(*c->ids));
 	c->vals = malloc(n * g->dim * sizeof(float));
 	c->state = malloc(n * (g->state_floats + 1) * sizeof(float));
-	c->raw = malloc(n * (size_t)g->row_bytes);
 	c->rec = malloc(n * (8 + (size_t)c->rec_bytes));
-	return c->ids && c->vals && c->state && c->raw && c->rec ? 0 : -ENOMEM;
+	return c->ids && c->vals && c->state && c->rec ? 0 : -ENOMEM;
 }
 
 static void chunk_free(struct chunk *c)
@@ -73,7 +71,6 @@ static void chunk_free(struct chunk *c)
 	free(c->ids);
 	free(c->vals);
 	free(c->state);
-	free(c->raw);
 	free(c->rec);
 }
 
@@ -104,96 +101,89 @@ static int put_rows(struct df_writer *w, et_tfile *tf, struct chunk *c,
 			 (uint64_t)n * (8 + c->rec_bytes));
 }
 
-/* Every stored row of tf (a whole table). */
-static int put_whole(struct df_writer *w, et_tfile *tf, struct chunk *c,
-		     uint64_t *rows)
-{
-	uint64_t from = 0;
-	size_t n;
-	int ret;
-
-	for (;;) {
-		ret = et_tfile_rows(tf, from, c->ids, DF_CHUNK_ROWS, &n);
-		if (!ret)
-			ret = put_rows(w, tf, c, n);
-		if (ret)
-			return ret;
-		*rows += n;
-		if (n < DF_CHUNK_ROWS || c->ids[n - 1] == UINT64_MAX)
-			return 0;
-		from = c->ids[n - 1] + 1;
-	}
-}
-
-static int by_recno(const void *a, const void *b)
+static int by_id(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
 
 	return x < y ? -1 : x > y;
 }
 
-/* The n rows at sel, read from the log (raw), as one ROWS record: each
- * its id and the first rec_bytes of the row as stored (values, then
- * state). */
-static int put_raw(struct df_writer *w, const char *path,
-		   const struct rl_changes *ch, struct chunk *c,
-		   const uint32_t *sel, size_t n)
+/* The rows of ch: those written in log order (read straight from the
+ * log), then the erased ids, ascending. */
+static int put_log(struct df_writer *w, const char *path, struct chunk *c,
+		   struct rl_changes *ch, uint64_t *rows, uint64_t *tombs)
 {
-	unsigned char *p = c->rec;
-	int ret =
-	    rowlog_changes_read(path, ch, c->row_bytes, sel, n, c->ids, c->raw);
+	struct rl_creader *r = NULL;
+	size_t live, n = 0;
+	int ret = rowlog_changes_order(ch->e, ch->n, &live);
 
-	if (ret)
-		return ret;
-	for (size_t i = 0; i < n; i++, p += 8 + c->rec_bytes) {
-		put64(p, c->ids[i]);
-		memcpy(p + 8, c->raw + i * (size_t)c->row_bytes, c->rec_bytes);
+	if (!ret && live)
+		ret = rowlog_creader_open(path, ch, c->row_bytes, &r);
+	for (size_t i = 0; !ret && i < live; i += DF_CHUNK_ROWS) {
+		size_t k = live - i < DF_CHUNK_ROWS ? live - i : DF_CHUNK_ROWS;
+
+		/* read straight into the record: id, then the row's first
+		 * rec_bytes as stored (values, then state) */
+		ret =
+		    rowlog_creader_read(r, ch->e + i, k, c->rec,
+					8 + (size_t)c->rec_bytes, c->rec_bytes);
+		if (!ret)
+			ret = df_record(w, DF_ROWS, (uint32_t)k, c->rec,
+					(uint64_t)k * (8 + c->rec_bytes));
+		if (!ret)
+			*rows += k;
 	}
-	return df_record(w, DF_ROWS, (uint32_t)n, c->rec,
-			 (uint64_t)n * (8 + c->rec_bytes));
+	rowlog_creader_close(r);
+	/* the erased ids, packed over the entries (id n is written at or
+	 * before entry n's first byte, after entry i >= n is read) */
+	for (size_t i = live; i < ch->n; i++)
+		((uint64_t *)ch->e)[n++] = ch->e[i].row;
+	qsort(ch->e, n, sizeof(uint64_t), by_id);
+	for (size_t i = 0; !ret && i < n; i += DF_CHUNK_ROWS) {
+		size_t k = n - i < DF_CHUNK_ROWS ? n - i : DF_CHUNK_ROWS;
+
+		for (size_t j = 0; j < k; j++)
+			put64(c->rec + 8 * j, ((uint64_t *)ch->e)[i + j]);
+		ret = df_record(w, DF_TOMBS, (uint32_t)k, c->rec,
+				8 * (uint64_t)k);
+		if (!ret)
+			*tombs += k;
+	}
+	return ret;
 }
 
-/* The rows ch names: the rows written, in log order (read straight from
- * the log: no index), then the erased ids, ascending. */
-static int put_changed(struct df_writer *w, const char *path, struct chunk *c,
-		       const struct rl_changes *ch, uint64_t *rows,
-		       uint64_t *tombs)
+/* Every stored row of a whole table: those of its log in log order, then
+ * those of its written blocks (bulk loads), ascending. */
+static int put_whole(struct df_writer *w, et_tfile *tf, const char *path,
+		     struct chunk *c, uint64_t *rows)
 {
-	uint64_t *ord = malloc((ch->n + 1) * sizeof(*ord));
-	uint32_t *sel = malloc((ch->n + 1) * sizeof(*sel));
-	size_t m = 0, n = 0;
-	int ret = 0;
+	struct et_table_info ti;
+	struct rl_changes all;
+	uint64_t from = 0, tombs = 0;
+	size_t n, m;
+	int ret = tf_log_entries(tf, &all);
 
-	if (!ord || !sel) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < ch->n; i++)
-		if (ch->recno[i] != RL_CHG_ERASED)
-			ord[m++] = (uint64_t)ch->recno[i] << 32 | i;
-	qsort(ord, m, sizeof(*ord), by_recno);
-	for (size_t i = 0; i < m; i++)
-		sel[i] = (uint32_t)ord[i];
-	for (size_t i = 0; !ret && i < m; i += DF_CHUNK_ROWS) {
-		size_t k = m - i < DF_CHUNK_ROWS ? m - i : DF_CHUNK_ROWS;
-
-		ret = put_raw(w, path, ch, c, sel + i, k);
-	}
 	if (!ret)
+		ret = put_log(w, path, c, &all, rows, &tombs);
+	rowlog_changes_free(&all);
+	if (!ret)
+		ret = et_tfile_info(tf, &ti);
+	while (!ret && ti.blocks_written) {
+		ret = et_tfile_rows(tf, from, c->ids, DF_CHUNK_ROWS, &n);
+		if (ret)
+			break;
+		if (n == 0)
+			break;
+		from = c->ids[n - 1] + 1; /* a row-indexed id: below 2^40 */
+		m = 0;
+		for (size_t i = 0; i < n; i++)
+			if (!tf_row_logged(tf, c->ids[i]))
+				c->ids[m++] = c->ids[i];
+		ret = put_rows(w, tf, c, m);
 		*rows += m;
-	for (size_t i = 0; !ret && i <= ch->n; i++) {
-		if (i < ch->n && ch->recno[i] == RL_CHG_ERASED)
-			put64(c->rec + 8 * n++, ch->rows[i]);
-		if (n && (n == DF_CHUNK_ROWS || i == ch->n)) {
-			ret = df_record(w, DF_TOMBS, (uint32_t)n, c->rec,
-					8 * (uint64_t)n);
-			*tombs += n;
-			n = 0;
-		}
+		if (n < DF_CHUNK_ROWS)
+			break;
 	}
-out:
-	free(ord);
-	free(sel);
 	return ret;
 }
 
@@ -241,8 +231,8 @@ static int export_table(struct df_writer *w, const char *dir,
 	dt.to_sum = ch.to_sum;
 	ret = df_table(w, &dt);
 	if (!ret)
-		ret = dt.whole ? put_whole(w, tf, &c, &rows)
-			       : put_changed(w, path, &c, &ch, &rows, &tombs);
+		ret = dt.whole ? put_whole(w, tf, path, &c, &rows)
+			       : put_log(w, path, &c, &ch, &rows, &tombs);
 	put64(e, rows);
 	put64(e + 8, tombs);
 	if (!ret)

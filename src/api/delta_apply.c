@@ -84,9 +84,8 @@ static int check_ids(struct vstate *v, const struct df_table *t,
 	for (uint32_t i = 0; i < n; i++, p += stride) {
 		uint64_t id = get64(p);
 
-		/* a whole table's rows ascend (the copy's listing is walked
-		 * beside them); another's come in log order, any id once */
-		if (*any && id <= *last && (tomb || t->whole))
+		/* rows come in the source's log order; tombstones ascend */
+		if (*any && id <= *last && tomb)
 			return vbad(v, "ids out of order");
 		if (!(t->flags & ET_TABLE_KEYED) && id >= t->rows)
 			return vbad(v, "a row id past the table's rows");

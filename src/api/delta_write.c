@@ -36,6 +36,8 @@ struct wtable {
 	bool keyed, with_state;
 	uint32_t vbytes;
 	struct cursor cur;
+	uint64_t *all; /* a whole table's ids so far (the copy had it) */
+	size_t nall, capall;
 	uint64_t *stale;
 	float *svals, *sstate; /* the stale rows' initial values and state:
 				* apart from the chunk's, which they would
@@ -145,24 +147,33 @@ static int drop_stale(struct wctx *x, struct wtable *w)
 	return ret;
 }
 
-/* Moves the copy's cursor up to id (past it, if the copy has it), listing
- * the rows it passes as stale; id UINT64_MAX with last: to the end. */
-static int walk_to(struct wctx *x, struct wtable *w, uint64_t id, bool last)
+static int by_id(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The end of a whole table: the copy's rows (its listing, ascending) that
+ * the delta's (w->all, sorted now) lack are stale, dropped in chunks. */
+static int drop_missing(struct wctx *x, struct wtable *w)
 {
 	uint64_t c;
+	size_t j = 0;
 	int ret;
 
+	qsort(w->all, w->nall, sizeof(*w->all), by_id);
 	while (!(ret = cur_peek(&w->cur, &c))) {
-		if (!last && c > id)
-			return 0;
 		w->cur.i++;
-		if (!last && c == id)
-			return 0;
+		while (j < w->nall && w->all[j] < c)
+			j++;
+		if (j < w->nall && w->all[j] == c)
+			continue;
 		w->stale[w->nstale++] = c;
 		if (w->nstale == DF_CHUNK_ROWS && (ret = drop_stale(x, w)))
 			return ret;
 	}
-	return ret == 1 ? 0 : ret;
+	return ret == 1 ? drop_stale(x, w) : ret;
 }
 
 static int grow(struct wctx *x, const struct df_table *t)
@@ -252,6 +263,7 @@ static void table_end(struct wtable *w)
 
 	et_tfile_close(w->cur.tf);
 	free(w->cur.buf);
+	free(w->all);
 	free(w->stale);
 	free(w->svals);
 	free(w->sstate);
@@ -280,11 +292,23 @@ static int put_rows(struct wctx *x, struct wtable *w, const struct df_rec *rec)
 		if (w->with_state)
 			memcpy(x->state + (size_t)i * sf, p + 8 + w->vbytes,
 			       4 * (size_t)sf);
-		if (w->cur.tf && !ret)
-			ret = walk_to(x, w, x->ids[i], false);
 	}
-	if (!ret)
-		ret = drop_stale(x, w);
+	if (w->cur.tf) { /* a whole table: its ids, for drop_missing */
+		if (w->nall + n > w->capall) {
+			size_t cap = w->capall ? 2 * w->capall : 1 << 16;
+			uint64_t *a;
+
+			while (cap < w->nall + n)
+				cap *= 2;
+			a = realloc(w->all, cap * sizeof(*a));
+			if (!a)
+				return -ENOMEM;
+			w->all = a;
+			w->capall = cap;
+		}
+		memcpy(w->all + w->nall, x->ids, n * sizeof(*x->ids));
+		w->nall += n;
+	}
 	if (!ret)
 		ret = et_write_rows_state(x->s, w->id, x->ids, n, x->vals,
 					  w->with_state ? x->state : NULL);
@@ -337,9 +361,7 @@ static int write_all(struct wctx *x, struct df_reader *r,
 			break;
 		case DF_TABLE_END:
 			if (w.cur.tf)
-				ret = walk_to(x, &w, UINT64_MAX, true);
-			if (!ret)
-				ret = drop_stale(x, &w);
+				ret = drop_missing(x, &w);
 			if (!ret)
 				ret = dstate_set(ds, w.t.name, w.t.to_sum);
 			table_end(&w);

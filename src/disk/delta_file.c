@@ -56,6 +56,18 @@ static int w_put(struct df_writer *w, const void *p, uint64_t bytes)
 {
 	const unsigned char *s = p;
 
+	if (bytes >= w->cap / 2) { /* a large payload: written from where it
+				    * is, not copied into the buffer */
+		int ret = w->len ? w_flush(w) : 0;
+
+		if (!ret)
+			ret = fio_pwrite_all(w->fd, p, (size_t)bytes, w->off);
+		if (ret)
+			return err_set(ret, "%s: %s", w->tmp, et_strerror(ret));
+		w->off += bytes;
+		return 0;
+	}
+
 	while (bytes) {
 		size_t k = w->cap - w->len;
 		int ret;

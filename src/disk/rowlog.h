@@ -164,42 +164,59 @@ int rowlog_recover(const char *tf_path, const struct jr_expect *x,
 		   struct jr_tail *t);
 int rowlog_settle(const char *tf_path, const struct jr_tail *t);
 
+/* A row's newest record, as a journal entry names it. */
+struct rl_chg {
+	uint64_t row;
+	uint32_t recno; /* RL_CHG_ERASED: its last change erased it */
+	uint32_t gen;	/* the generation of the record's segment */
+};
+
+#define RL_CHG_ERASED 0xffffffffu
+
 /* What changed in a table after a commit, from its journal. */
 struct rl_changes {
-	uint64_t *rows;	 /* [n] ascending, each once */
-	uint32_t *recno; /* [n] where its newest record is as of the last
-			  * commit; RL_CHG_ERASED: its last change erased it */
-	uint32_t *gen;	 /* [n] that record's segment generation */
+	struct rl_chg *e; /* [n] each row once, with its last change */
 	size_t n;
 	bool complete;	   /* false: a snapshot after the commit forgot which
-			    * rows changed (rows is then NULL): take the
-			    * table whole */
+			    * rows changed (e is then NULL): take the table
+			    * whole */
 	uint64_t from_sum; /* the journal's chain checksum at the commit */
 	uint64_t to_sum;   /* and at the commit x names */
 	int ver;	   /* the log's version, its records' geometry */
 	uint32_t rec_bytes, seg_bytes;
 };
 
-#define RL_CHG_ERASED 0xffffffffu
-
 /* The rows named by the committed batches (as x says, read-only, as
- * rowlog_recover) of a commit above since, in *c (rl_changes.c);
- * rowlog_changes_free frees them. Memory: 16 bytes an entry of those
- * batches (a row changed in k commits counts k times) while they are
- * sorted, then 16 bytes a changed row. */
+ * rowlog_recover) of a commit above since, in *c (rl_changes.c): the
+ * batches at or below since skimmed, a row's last entry kept. Memory: 16
+ * bytes an entry of the batches taken, and, when there are several, a
+ * hash of their rows (13-20 bytes a row) for a moment; then 16 bytes a
+ * changed row. rowlog_changes_free frees them. */
 int rowlog_changes(const char *tf_path, const struct jr_expect *x,
 		   uint64_t since, struct rl_changes *c);
+/* Every entry of the index of an open log, as rowlog_changes would list
+ * them from nothing. */
+int rowlog_entries(const struct rowlog *l, struct rl_changes *c);
 void rowlog_changes_free(struct rl_changes *c);
 
-/* Reads the newest records of the changes sel[0..n) of c (not erased;
- * ordered by recno, so that the reads go in log order) straight from
- * PATH.log, without the index: ids[i] and row_bytes at dst + i x
- * row_bytes (values and state, as stored). Each record's row id and
- * checksum are checked (ET_EBLOCKSUM naming the record: damaged, or moved
- * by a commit since c was read). */
-int rowlog_changes_read(const char *tf_path, const struct rl_changes *c,
-			uint32_t row_bytes, const uint32_t *sel, size_t n,
-			uint64_t *ids, void *dst);
+/* Puts e[0..n) in log order (a radix sort of recnos), the erased last;
+ * *live: the entries before them. */
+int rowlog_changes_order(struct rl_chg *e, size_t n, size_t *live);
+
+/* Reads records of a log straight from PATH.log, without the index, in
+ * log order: spans of up to 1 MiB (records closer than 64 KiB share one),
+ * O_DIRECT, 4 in flight on an io_uring of its own. */
+struct rl_creader;
+int rowlog_creader_open(const char *tf_path, const struct rl_changes *c,
+			uint32_t row_bytes, struct rl_creader **out);
+/* The records of e[0..n) (not erased, in log order): the id of each at
+ * dst + i x stride, and the first copy bytes of its row (values, then
+ * state, as stored) after it. Each record's row id and checksum are
+ * checked (ET_EBLOCKSUM naming the record: damaged, or moved by a commit
+ * since c was read). */
+int rowlog_creader_read(struct rl_creader *r, const struct rl_chg *e, size_t n,
+			void *dst, size_t stride, uint32_t copy);
+void rowlog_creader_close(struct rl_creader *r);
 
 /* The rows in the index, ascending, in a malloc()ed array (NULL if none). */
 int rowlog_rows_sorted(const struct rowlog *l, uint64_t **out, size_t *n);

@@ -669,6 +669,15 @@ bool tf_row_logged(const et_tfile *tf, uint64_t row)
 	return rowlog_has(tf->log, row);
 }
 
+int tf_log_entries(const et_tfile *tf, struct rl_changes *c)
+{
+	if (!tf->log) {
+		*c = (struct rl_changes){.complete = true};
+		return 0;
+	}
+	return rowlog_entries(tf->log, c);
+}
+
 int tf_commit_prepare(et_tfile *tf, uint64_t commit)
 {
 	io_ctx *io;

@@ -116,6 +116,9 @@ int tf_stamps(et_tfile *tf, uint32_t tick);
 int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
 	       uint64_t **rows, size_t *n);
 bool tf_row_logged(const et_tfile *tf, uint64_t row);
+/* Every row in the file's row log with where its record is
+ * (rowlog_entries); none if it has no log. */
+int tf_log_entries(const et_tfile *tf, struct rl_changes *c);
 
 /* et_tfile_create and et_tfile_open for a store (owned): its lock on the
  * directory covers the file, which takes no lock of its own. */
