@@ -273,6 +273,8 @@ static int export_once(const char *dir, uint64_t since, const char *path,
 	size_t dlen = 0;
 	int ret;
 
+	if (access(dir, F_OK))
+		return err_set(-errno, "%s: %s", dir, strerror(errno));
 	ret = ckpt_read(dir, &rec, true, &dense, &dlen);
 	if (!ret && rec.version < 3)
 		ret = err_set(ET_ERECORD, "%s: %s", dir,

@@ -197,13 +197,18 @@ static int check_chain(const char *dir, const struct df_header *h,
 		need |= !tabs[i].t.whole;
 	if (!need)
 		return 0;
-	if (ret == -ENOENT || ds->commit != h->from_commit)
+	if (ret == -ENOENT)
+		return err_set(ET_EMISMATCH,
+			       "%s: the delta starts at commit %llu, and the "
+			       "copy was never brought to a commit by a delta "
+			       "(no DELTA file): apply a delta from 0 first",
+			       dir, (unsigned long long)h->from_commit);
+	if (ds->commit != h->from_commit)
 		return err_set(ET_EMISMATCH,
 			       "%s: the delta starts at commit %llu, the copy "
-			       "stands at %s%llu",
+			       "stands at commit %llu",
 			       dir, (unsigned long long)h->from_commit,
-			       ret == -ENOENT ? "no commit of it: " : "commit ",
-			       (unsigned long long)(ret ? 0 : ds->commit));
+			       (unsigned long long)ds->commit);
 	for (uint32_t i = 0; i < nt; i++) {
 		const struct dstate_table *e = dstate_find(ds, tabs[i].t.name);
 
