@@ -8,7 +8,10 @@
  * (bad magic, version, header checksum, truncation, a flipped data byte,
  * malformed raw and .npy input) fails with exactly one line on stderr and
  * leaves no output behind. The library itself is linked too, to cross-check
- * what the tools print against et_tfile_read_rows().
+ * what the tools print against et_tfile_read_rows(). Deltas: a store made
+ * through the library is exported (embtier-inspect --delta-since) and
+ * applied to a serving copy (embtier-build --apply-delta) commit by
+ * commit, the copy compared with the store bit for bit.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -1437,6 +1440,388 @@ static void test_bad_npy(void **state)
 	unlink(in);
 }
 
+/* ------------------------------------------------------------- deltas */
+
+/* Every stored row of a table file, as of its store's last commit: its ids
+ * (et_tfile_rows), values and optimizer state (et_tfile_read_rows); of a
+ * row-indexed table, also every row of it, written or not. */
+struct table_rows {
+	struct et_table_info ti;
+	uint64_t n, *ids;
+	float *vals, *state;
+	float *all; /* row-indexed: rows 0 .. ti.rows - 1 */
+};
+
+static void rows_take(const char *path, struct table_rows *t)
+{
+	uint64_t from = 0, cap = 1024, *all_ids;
+	et_tfile *tf;
+	size_t k;
+
+	memset(t, 0, sizeof(*t));
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_info(tf, &t->ti), 0);
+	t->ids = malloc(cap * sizeof(*t->ids));
+	assert_non_null(t->ids);
+	do {
+		if (t->n + 1024 > cap) {
+			cap *= 2;
+			t->ids = realloc(t->ids, cap * sizeof(*t->ids));
+			assert_non_null(t->ids);
+		}
+		assert_int_equal(
+		    et_tfile_rows(tf, from, t->ids + t->n, 1024, &k), 0);
+		t->n += k;
+		if (k)
+			from = t->ids[t->n - 1] + 1;
+	} while (k == 1024 && from);
+	t->vals = malloc((t->n + 1) * t->ti.dim * sizeof(float));
+	t->state =
+	    malloc((t->n + 1) * (t->ti.state_floats + 1) * sizeof(float));
+	assert_non_null(t->vals);
+	assert_non_null(t->state);
+	if (t->n)
+		assert_int_equal(
+		    et_tfile_read_rows(tf, t->ids, t->n, t->vals, t->state), 0);
+	if (!(t->ti.flags & ET_TABLE_KEYED)) {
+		all_ids = malloc(t->ti.rows * sizeof(*all_ids));
+		t->all = malloc(t->ti.rows * t->ti.dim * sizeof(float));
+		assert_non_null(all_ids);
+		assert_non_null(t->all);
+		for (uint64_t i = 0; i < t->ti.rows; i++)
+			all_ids[i] = i;
+		assert_int_equal(
+		    et_tfile_read_rows(tf, all_ids, t->ti.rows, t->all, NULL),
+		    0);
+		free(all_ids);
+	}
+	et_tfile_close(tf);
+}
+
+static void rows_free(struct table_rows *t)
+{
+	free(t->ids);
+	free(t->vals);
+	free(t->state);
+	free(t->all);
+	memset(t, 0, sizeof(*t));
+}
+
+/* The table at path holds exactly what want does, bit for bit: the same
+ * shape, the same stored ids with the same values (and optimizer state,
+ * with_state), and of a row-indexed table the same value in every row. */
+static void expect_rows(const char *path, const struct table_rows *want,
+			bool with_state)
+{
+	struct table_rows got;
+
+	rows_take(path, &got);
+	assert_int_equal(got.ti.flags & ET_TABLE_KEYED,
+			 want->ti.flags & ET_TABLE_KEYED);
+	assert_int_equal(got.ti.rows, want->ti.rows);
+	assert_int_equal(got.ti.dim, want->ti.dim);
+	assert_int_equal(got.ti.dtype, want->ti.dtype);
+	assert_int_equal(got.ti.state_floats, want->ti.state_floats);
+	if (got.n != want->n)
+		fprintf(stderr,
+			"%s: %" PRIu64 " stored rows, want %" PRIu64 "\n", path,
+			got.n, want->n);
+	assert_int_equal(got.n, want->n);
+	assert_memory_equal(got.ids, want->ids, want->n * sizeof(uint64_t));
+	assert_memory_equal(got.vals, want->vals,
+			    want->n * want->ti.dim * sizeof(float));
+	if (with_state)
+		assert_memory_equal(got.state, want->state,
+				    want->n * want->ti.state_floats *
+					sizeof(float));
+	if (want->all)
+		assert_memory_equal(got.all, want->all,
+				    want->ti.rows * want->ti.dim *
+					sizeof(float));
+	rows_free(&got);
+}
+
+static bool listed(const struct table_rows *t, uint64_t id)
+{
+	for (uint64_t i = 0; i < t->n; i++)
+		if (t->ids[i] == id)
+			return true;
+	return false;
+}
+
+/* The dense state of the last commit of the store at dir is s. */
+static void expect_dense(const char *dir, const char *s)
+{
+	struct et_checkpoint_info ci;
+	void *dense = NULL;
+	size_t len = 0;
+
+	assert_int_equal(et_checkpoint_read_dir(dir, &ci, &dense, &len), 0);
+	assert_int_equal(len, strlen(s));
+	assert_memory_equal(dense, s, len);
+	free(dense);
+}
+
+static uint64_t file_size(const char *path)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return (uint64_t)st.st_size;
+}
+
+static float small_f32(void)
+{
+	return (float)((int64_t)(rng() % 20001) - 10000) / 997.0f;
+}
+
+/* Writes n rows of ids to table t of s, random values and state. */
+static void write_some(et_store *s, int t, const uint64_t *ids, size_t n,
+		       uint32_t dim)
+{
+	float *v = malloc(n * dim * sizeof(float)), *st = malloc(n * 4);
+
+	assert_non_null(v);
+	assert_non_null(st);
+	for (size_t i = 0; i < n * dim; i++)
+		v[i] = small_f32();
+	for (size_t i = 0; i < n; i++)
+		st[i] = (float)(rng() % 1000) / 8.0f;
+	assert_int_equal(et_write_rows_state(s, t, ids, n, v, st), 0);
+	free(v);
+	free(st);
+}
+
+/*
+ * A store made through the library, a row-indexed f16 table and a keyed
+ * one, each with row-wise Adagrad state. Commit 1: rows written; commit 2:
+ * some rewritten, some new, keyed ids erased. embtier-inspect exports the
+ * delta since 0 (every table whole) after commit 1, beside the live store,
+ * and the one since 1 after commit 2; embtier-build applies them in order
+ * to a serving copy, which then holds, after each, what the source did at
+ * that commit, bit for bit: every stored row and its optimizer state, every
+ * row of the row-indexed table, the erased ids gone, and the commit's dense
+ * state. The second delta is refused by a fresh copy (it starts at commit
+ * 1), and with one byte flipped, by any: the copy stays as it was.
+ */
+static void test_delta(void **state)
+{
+	const struct et_table_params ep = {.rows = 1000,
+					   .dim = 8,
+					   .dtype = ET_F16,
+					   .optim = ET_OPT_ROWWISE_ADAGRAD,
+					   .init = ET_INIT_UNIFORM,
+					   .seed = 5};
+	const struct et_table_params kp = {.dim = 4,
+					   .dtype = ET_F32,
+					   .optim = ET_OPT_ROWWISE_ADAGRAD,
+					   .init = ET_INIT_NORMAL,
+					   .seed = 6,
+					   .flags = ET_TABLE_KEYED};
+	struct et_store_config c = {.ddr_bytes = 1 << 20};
+	char src[PATH_MAX], serve[PATH_MAX], plain[PATH_MAX], fresh[PATH_MAX];
+	char d1[PATH_MAX], d1p[PATH_MAX], d2[PATH_MAX], bad[PATH_MAX];
+	char semb[PATH_MAX + 16], skeys[PATH_MAX + 16], emb[PATH_MAX + 16];
+	char keys[PATH_MAX + 16];
+	struct table_rows emb1, keys1, emb2, keys2, got;
+	uint64_t eids[400], kids[240], erased = 0;
+	struct run r;
+	et_store *s;
+	int te, tk;
+
+	(void)state;
+	tpath(src, "dsrc");
+	tpath(serve, "dserve");
+	tpath(plain, "dplain");
+	tpath(fresh, "dfresh");
+	tpath(d1, "d1.etd");
+	tpath(d1p, "d1plain.etd");
+	tpath(d2, "d2.etd");
+	tpath(bad, "d2bad.etd");
+	snprintf(semb, sizeof(semb), "%s/emb.et", src);
+	snprintf(skeys, sizeof(skeys), "%s/keys.et", src);
+	snprintf(emb, sizeof(emb), "%s/emb.et", serve);
+	snprintf(keys, sizeof(keys), "%s/keys.et", serve);
+	for (int i = 0; i < 400; i++) /* 300 at commit 1, 100 more at 2 */
+		eids[i] =
+		    i < 300 ? (uint64_t)i * 3 : (uint64_t)(i - 300) * 3 + 1;
+	for (int i = 0; i < 240; i++) /* 200 at commit 1, 40 more at 2 */
+		kids[i] = rng() | 1;
+
+	assert_int_equal(mkdir(src, 0755), 0);
+	assert_int_equal(et_store_open(src, &c, &s), 0);
+	assert_int_equal(et_table_create(s, "emb", &ep, &te), 0);
+	assert_int_equal(et_table_create(s, "keys", &kp, &tk), 0);
+	write_some(s, te, eids, 300, 8);
+	write_some(s, tk, kids, 200, 4);
+	assert_int_equal(et_checkpoint(s, "dense one", 9), 0);
+	rows_take(semb, &emb1);
+	rows_take(skeys, &keys1);
+	assert_int_equal(emb1.n, 300);
+	assert_int_equal(keys1.n, 200);
+
+	/* everything written, beside the live store */
+	run(&r, inspect_tool, "--delta-since", "0", "--out", d1, "--state", src,
+	    NULL);
+	expect_ok(&r);
+	assert_int_equal(r.err_len, 0);
+	assert_non_null(strstr(r.out, "from commit     0"));
+	assert_non_null(strstr(r.out, "to commit       1 "));
+	assert_non_null(strstr(r.out, "tables          2 (2 taken whole)\n"));
+	assert_non_null(
+	    strstr(r.out, "rows            500 (with optimizer state)\n"));
+	assert_non_null(strstr(r.out, "tombstones      0\n"));
+	assert_non_null(strstr(r.out, "MB/s\n"));
+	run_free(&r);
+	run(&r, inspect_tool, "--delta-since", "0", "--out", d1p, src, NULL);
+	expect_ok(&r);
+	run_free(&r);
+	assert_true(file_size(d1p) < file_size(d1));
+	/* a new file only, unless --force */
+	run(&r, inspect_tool, "--delta-since", "0", "--out", d1p, src, NULL);
+	expect_fail(&r, "embtier-inspect", "--force");
+	run_free(&r);
+	/* past the last commit */
+	run(&r, inspect_tool, "--delta-since", "2", "--out", bad, src, NULL);
+	expect_fail(&r, "embtier-inspect", "last commit (1)");
+	run_free(&r);
+	assert_false(exists(bad));
+
+	/* commit 2: 50 rows and 30 ids rewritten, 100 and 40 new, 20 of the
+	 * first ids erased */
+	write_some(s, te, eids, 50, 8);
+	write_some(s, te, eids + 300, 100, 8);
+	write_some(s, tk, kids, 30, 4);
+	write_some(s, tk, kids + 200, 40, 4);
+	assert_int_equal(et_erase(s, tk, kids + 100, 20, &erased), 0);
+	assert_int_equal(erased, 20);
+	assert_int_equal(et_checkpoint(s, "dense two", 9), 0);
+	assert_int_equal(et_store_close(s), 0);
+	rows_take(semb, &emb2);
+	rows_take(skeys, &keys2);
+	assert_int_equal(emb2.n, 400);
+	assert_int_equal(keys2.n, 220);
+
+	run(&r, inspect_tool, "--delta-since", "1", "--out", d2, "--state",
+	    "--json", src, NULL);
+	expect_ok(&r);
+	assert_int_equal(count_lines(r.out), 1);
+	assert_non_null(strstr(r.out, "\"from_commit\": 1,"));
+	assert_non_null(strstr(r.out, "\"to_commit\": 2,"));
+	assert_non_null(strstr(r.out, "\"tables\": 2, \"whole\": 0,"));
+	assert_non_null(strstr(r.out, "\"rows\": 220,")); /* 150 + 70 */
+	assert_non_null(strstr(r.out, "\"tombstones\": 20,"));
+	run_free(&r);
+
+	/* the second delta starts at commit 1: not where a fresh copy is */
+	run(&r, build_tool, "--apply-delta", d2, "--dir", fresh, NULL);
+	expect_fail(&r, "embtier-build", "commit 1");
+	run_free(&r);
+	{
+		char p[PATH_MAX + 16];
+
+		snprintf(p, sizeof(p), "%s/emb.et", fresh);
+		assert_false(exists(p));
+	}
+
+	/* the first: the copy is the source at commit 1 */
+	run(&r, build_tool, "--apply-delta", d1, "--dir", serve, NULL);
+	expect_ok(&r);
+	assert_int_equal(count_lines(r.err), 1);
+	assert_non_null(strstr(r.err, "commit 0 -> 1"));
+	assert_non_null(strstr(r.err, "500 rows with optimizer state"));
+	assert_non_null(strstr(r.err, "2 tables (2 whole)"));
+	run_free(&r);
+	expect_rows(emb, &emb1, true);
+	expect_rows(keys, &keys1, true);
+	expect_dense(serve, "dense one");
+
+	/* one byte flipped: refused whole, the copy left at commit 1 */
+	copy_file(d2, bad);
+	flip_byte(bad, (uint64_t)file_size(bad) / 2);
+	run(&r, build_tool, "--apply-delta", bad, "--dir", serve, NULL);
+	expect_fail(&r, "embtier-build", et_strerror(ET_EDELTA));
+	run_free(&r);
+	expect_rows(emb, &emb1, true);
+	expect_rows(keys, &keys1, true);
+	expect_dense(serve, "dense one");
+
+	/* the second: the source at commit 2, the erased ids gone */
+	run(&r, build_tool, "--apply-delta", d2, "--dir", serve, NULL);
+	expect_ok(&r);
+	assert_non_null(strstr(r.err, "commit 1 -> 2"));
+	assert_non_null(strstr(r.err, "220 rows with optimizer state, 20 "
+				      "tombstones, 0 stale rows dropped"));
+	run_free(&r);
+	expect_rows(emb, &emb2, true);
+	expect_rows(keys, &keys2, true);
+	expect_dense(serve, "dense two");
+	rows_take(keys, &got);
+	for (int i = 100; i < 120; i++)
+		assert_false(listed(&got, kids[i]));
+	for (int i = 0; i < 100; i++)
+		assert_true(listed(&got, kids[i]));
+	rows_free(&got);
+
+	/* applied again: it starts at commit 1, the copy stands at 2 */
+	run(&r, build_tool, "-q", "--apply-delta", d2, "--dir", serve, NULL);
+	expect_fail(&r, "embtier-build", "commit 2");
+	run_free(&r);
+	expect_rows(emb, &emb2, true);
+
+	/* without --state: the same values */
+	run(&r, build_tool, "-q", "--apply-delta", d1p, "--dir", plain, NULL);
+	expect_ok(&r);
+	assert_int_equal(r.err_len, 0);
+	run_free(&r);
+	snprintf(emb, sizeof(emb), "%s/emb.et", plain);
+	snprintf(keys, sizeof(keys), "%s/keys.et", plain);
+	expect_rows(emb, &emb1, false);
+	expect_rows(keys, &keys1, false);
+
+	rows_free(&emb1);
+	rows_free(&keys1);
+	rows_free(&emb2);
+	rows_free(&keys2);
+}
+
+static void test_delta_usage(void **state)
+{
+	char dir[PATH_MAX], out[PATH_MAX];
+	struct run r;
+
+	(void)state;
+	tpath(dir, "nodir");
+	tpath(out, "nodir.etd");
+	run(&r, inspect_tool, "--delta-since", "0", dir, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--out"));
+	run_free(&r);
+	run(&r, inspect_tool, "--delta-since", "0", "--out", out, "--dump",
+	    "0:1", dir, NULL);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run(&r, inspect_tool, "--out", out, dir, NULL);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run(&r, inspect_tool, "--delta-since", "0", "--out", out, dir, NULL);
+	expect_fail(&r, "embtier-inspect", "No such file");
+	run_free(&r);
+	assert_false(exists(out));
+	run(&r, build_tool, "--apply-delta", out, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--dir"));
+	run_free(&r);
+	run(&r, build_tool, "--apply-delta", out, "--dir", dir, "--rows", "4",
+	    NULL);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	run(&r, build_tool, "--apply-delta", out, "--dir", dir, NULL);
+	expect_fail(&r, "embtier-build", "No such file");
+	run_free(&r);
+	assert_false(exists(dir));
+}
+
 static int setup(void **state)
 {
 	const char *b = getenv("ET_BUILD");
@@ -1492,6 +1877,8 @@ int main(void)
 	    cmocka_unit_test(test_corrupt_log_record),
 	    cmocka_unit_test(test_bad_raw_input),
 	    cmocka_unit_test(test_bad_npy),
+	    cmocka_unit_test(test_delta),
+	    cmocka_unit_test(test_delta_usage),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -19,7 +19,11 @@
  *  - keyed tables (--keyed): they learn as row-indexed ones do, resume to
  *    the same bits, store each distinct id once (Criteo: each feature's
  *    value), spread over u64; --admit 2 stores fewer ids and drops the
- *    first updates', --expire-after erases ids at checkpoints.
+ *    first updates', --expire-after erases ids at checkpoints;
+ *  - deltas (--export-delta): one after each checkpoint, which applied in
+ *    order with embtier-build --apply-delta make a serving copy's tables
+ *    the trainer's, bit for bit, across a resume and with keyed ids
+ *    expired (tombstones).
  *
  * $ET_BUILD names the build directory holding embtier-train; scratch
  * stores live under $ET_TEST_DIR. BLAS runs on one thread, so checksums
@@ -1038,6 +1042,283 @@ static void test_keyed_usage(void **state)
 	run_free(&r);
 }
 
+/* ------------------------------------------------------------- deltas */
+
+/* The delta files embtier-train --export-delta wrote to dir, in the order
+ * of the commits they bring a copy to: *n of them into names (each
+ * "delta-FROM-TO.etd"), from[] and to[]. */
+#define MAX_DELTAS 64
+
+static void delta_files(const char *dir, char names[][64], uint64_t *from,
+			uint64_t *to, int *n)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	assert_non_null(d);
+	*n = 0;
+	while ((e = readdir(d))) {
+		unsigned long long a, b;
+		int end = 0;
+
+		if (e->d_name[0] == '.')
+			continue;
+		/* nothing else: no temporary left behind */
+		assert_int_equal(
+		    sscanf(e->d_name, "delta-%llu-%llu.etd%n", &a, &b, &end),
+		    2);
+		assert_int_equal(e->d_name[end], '\0');
+		assert_true(*n < MAX_DELTAS);
+		assert_true(strlen(e->d_name) < 64);
+		memcpy(names[*n], e->d_name, strlen(e->d_name) + 1);
+		from[*n] = a;
+		to[*n] = b;
+		(*n)++;
+	}
+	closedir(d);
+	for (int i = 1; i < *n; i++) /* insertion sort by to */
+		for (int j = i; j > 0 && to[j] < to[j - 1]; j--) {
+			char tmp[64];
+			uint64_t x;
+
+			memcpy(tmp, names[j], 64);
+			memcpy(names[j], names[j - 1], 64);
+			memcpy(names[j - 1], tmp, 64);
+			x = to[j], to[j] = to[j - 1], to[j - 1] = x;
+			x = from[j], from[j] = from[j - 1], from[j - 1] = x;
+		}
+}
+
+/* Every stored id of the table file at path, and its values. */
+static void table_rows(const char *path, uint64_t **ids, float **vals,
+		       uint64_t *n, struct et_table_info *ti)
+{
+	uint64_t from = 0, cap = 4096;
+	et_tfile *tf;
+	size_t k;
+
+	assert_int_equal(et_tfile_open(path, ET_TFILE_RDONLY, &tf), 0);
+	assert_int_equal(et_tfile_info(tf, ti), 0);
+	*n = 0;
+	*ids = malloc(cap * sizeof(**ids));
+	assert_non_null(*ids);
+	do {
+		if (*n + 1024 > cap) {
+			cap *= 2;
+			*ids = realloc(*ids, cap * sizeof(**ids));
+			assert_non_null(*ids);
+		}
+		assert_int_equal(et_tfile_rows(tf, from, *ids + *n, 1024, &k),
+				 0);
+		*n += k;
+		if (k)
+			from = (*ids)[*n - 1] + 1;
+	} while (k == 1024 && from);
+	*vals = malloc((*n + 1) * ti->dim * sizeof(float));
+	assert_non_null(*vals);
+	if (*n)
+		assert_int_equal(et_tfile_read_rows(tf, *ids, *n, *vals, NULL),
+				 0);
+	et_tfile_close(tf);
+}
+
+/* Tables t00 .. t(ntables-1) of the copy hold what the trainer's store's
+ * do, bit for bit: the same stored ids with the same values. Returns the
+ * stored rows counted. */
+static uint64_t expect_same_tables(const char *store, const char *copy,
+				   int ntables)
+{
+	uint64_t total = 0;
+
+	for (int t = 0; t < ntables; t++) {
+		char a[PATH_MAX], b[PATH_MAX];
+		struct et_table_info ta, tb;
+		uint64_t *ia, *ib, na, nb;
+		float *va, *vb;
+
+		snprintf(a, sizeof(a), "%s/t%02d.et", store, t);
+		snprintf(b, sizeof(b), "%s/t%02d.et", copy, t);
+		table_rows(a, &ia, &va, &na, &ta);
+		table_rows(b, &ib, &vb, &nb, &tb);
+		assert_int_equal(ta.rows, tb.rows);
+		assert_int_equal(ta.dim, tb.dim);
+		assert_int_equal(ta.dtype, tb.dtype);
+		assert_int_equal(ta.flags & ET_TABLE_KEYED,
+				 tb.flags & ET_TABLE_KEYED);
+		if (na != nb)
+			fprintf(stderr,
+				"%s: %" PRIu64
+				" stored rows, the store %" PRIu64 "\n",
+				b, nb, na);
+		assert_int_equal(na, nb);
+		assert_memory_equal(ia, ib, na * sizeof(*ia));
+		assert_memory_equal(va, vb, na * ta.dim * sizeof(float));
+		total += na;
+		free(ia);
+		free(ib);
+		free(va);
+		free(vb);
+	}
+	return total;
+}
+
+static char build_tool[PATH_MAX];
+
+/* build(r, fmt, ...): runs embtier-build with the arguments formatted from
+ * fmt (space-separated). */
+static void build(struct run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void build(struct run *r, const char *fmt, ...)
+{
+	char all[2048];
+	char *argv[96];
+	int argc = 0, out_fd, err_fd;
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, fmt);
+	vsnprintf(all, sizeof(all), fmt, ap);
+	va_end(ap);
+	argv[argc++] = build_tool;
+	argc += split_args(all, argv + argc, 94);
+	argv[argc] = NULL;
+	run_init(r);
+	pid = spawn(argv, &out_fd, &err_fd);
+	collect(r, pid, out_fd, err_fd);
+}
+
+/* Applies every delta of dir to the copy, in commit order, with
+ * embtier-build --apply-delta: a chain from 0 (a delta from 0 restarts it,
+ * as the first of a resumed run's does). Returns the last commit. */
+static uint64_t apply_deltas(const char *dir, const char *copy, int *count)
+{
+	static char names[MAX_DELTAS][64];
+	uint64_t from[MAX_DELTAS], to[MAX_DELTAS];
+	int n;
+
+	delta_files(dir, names, from, to, &n);
+	assert_true(n > 0);
+	assert_int_equal(from[0], 0);
+	for (int i = 0; i < n; i++) {
+		char path[PATH_MAX], want[64];
+		struct run r;
+
+		assert_true(from[i] == 0 || (i > 0 && from[i] == to[i - 1]));
+		assert_true(to[i] > from[i]);
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		build(&r, "--apply-delta %s --dir %s", path, copy);
+		expect_ok(&r);
+		snprintf(want, sizeof(want), "commit %" PRIu64 " -> %" PRIu64,
+			 from[i], to[i]);
+		assert_non_null(strstr(r.err, want));
+		run_free(&r);
+	}
+	*count = n;
+	return to[n - 1];
+}
+
+/* How many lines of out start with prefix. */
+static int lines_starting(const struct run *r, const char *prefix)
+{
+	int n = 0;
+
+	for (const char *p = r->out; p && *p; p = strchr(p, '\n'), p += !!p)
+		n += !strncmp(p, prefix, strlen(prefix));
+	return n;
+}
+
+/*
+ * --export-delta: a delta after every checkpoint (4 in the loop, 1 at the
+ * end), which applied in order to a serving copy make its tables the
+ * trainer's, bit for bit, at the last commit: row-indexed f16 tables
+ * through tiny tiers (rows written back between checkpoints), and a run
+ * resumed (its first delta from 0 again); and keyed tables with
+ * --expire-after, whose deltas carry the expired ids as tombstones.
+ */
+static void test_export_delta(void **state)
+{
+	const char *dir = store_dir("dtrain"), *deltas = store_dir("deltas");
+	const char *copy = store_dir("dserve");
+	struct et_checkpoint_info ci;
+	uint64_t last, rows;
+	int n;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	train(&r,
+	      "--steps 12 --checkpoint-every 5 --dtype f16 --export-delta %s "
+	      "--dir %s " TIERS,
+	      deltas, dir);
+	expect_ok(&r);
+	assert_int_equal(lines_starting(&r, "delta step "), 3); /* 5 10 12 */
+	assert_non_null(strstr(field(&r, "deltas: "), "3 exported to "));
+	run_free(&r);
+	train(&r,
+	      "--steps 24 --checkpoint-every 5 --dtype f16 --export-delta %s "
+	      "--resume --dir %s " TIERS,
+	      deltas, dir);
+	expect_ok(&r);
+	assert_int_equal(lines_starting(&r, "delta step "), 3); /* 15 20 24 */
+	assert_non_null(strstr(r.out, "delta step 15 commit 0-4 "));
+	run_free(&r);
+	last = apply_deltas(deltas, copy, &n);
+	assert_int_equal(n, 6);
+	assert_int_equal(et_checkpoint_read_dir(dir, &ci, NULL, NULL), 0);
+	assert_int_equal(last, ci.commit);
+	rows = expect_same_tables(dir, copy, 4);
+	assert_true(rows > 0);
+	fprintf(stderr,
+		"--export-delta: %d deltas to commit %" PRIu64 ", %" PRIu64
+		" stored rows the same in the copy\n",
+		n, last, rows);
+	rm_store(dir);
+	rm_store(deltas);
+	rm_store(copy);
+
+	train(&r,
+	      "--keyed --expire-after 1 --steps 24 --checkpoint-every 5 "
+	      "--export-delta %s --dir %s",
+	      deltas, dir);
+	expect_ok(&r);
+	assert_int_equal(lines_starting(&r, "delta step "), 5);
+	/* the expired ids went as tombstones */
+	{
+		const char *f = field(&r, "deltas: ");
+		unsigned long long k, rws, tombs;
+
+		assert_int_equal(sscanf(f,
+					"%llu exported to %*s %llu rows, %llu "
+					"tombstones",
+					&k, &rws, &tombs),
+				 3);
+		assert_int_equal(k, 5);
+		assert_true(tombs > 0);
+		assert_true(tombs <= count(&r, "keys-expired: "));
+	}
+	run_free(&r);
+	last = apply_deltas(deltas, copy, &n);
+	assert_int_equal(n, 5);
+	assert_int_equal(et_checkpoint_read_dir(dir, &ci, NULL, NULL), 0);
+	assert_int_equal(last, ci.commit);
+	rows = expect_same_tables(dir, copy, 4);
+	assert_true(rows > 0);
+	fprintf(stderr,
+		"--export-delta --keyed --expire-after 1: %d deltas to commit "
+		"%" PRIu64 ", %" PRIu64 " stored ids the same in the copy\n",
+		n, last, rows);
+	rm_store(dir);
+	rm_store(deltas);
+	rm_store(copy);
+
+	/* deltas follow checkpoints */
+	train_raw(&r, "--export-delta %s", deltas);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--checkpoint-every"));
+	run_free(&r);
+}
+
 /* ----------------------------------------------------- command line */
 
 static void test_usage(void **state)
@@ -1089,6 +1370,13 @@ static int setup(void **state)
 			train_tool);
 		return -1;
 	}
+	snprintf(build_tool, sizeof(build_tool), "%s/embtier-build",
+		 build && *build ? build : "build");
+	if (stat(build_tool, &st)) {
+		fprintf(stderr, "%s: not built (make %s)\n", build_tool,
+			build_tool);
+		return -1;
+	}
 	/* one BLAS thread: checksums compare bit for bit */
 	setenv("OPENBLAS_NUM_THREADS", "1", 1);
 	tu_dir();
@@ -1113,6 +1401,7 @@ int main(void)
 	    cmocka_unit_test(test_keyed_admit),
 	    cmocka_unit_test(test_keyed_expire),
 	    cmocka_unit_test(test_keyed_criteo),
+	    cmocka_unit_test(test_export_delta),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);

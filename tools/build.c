@@ -14,6 +14,12 @@
  * built under a temporary name beside it and renamed into place after
  * et_tfile_sync(), so a failure or an interrupt never leaves a partial table
  * at the output path, and --force replaces an old table only on success.
+ *
+ * --apply-delta FILE --dir DIR applies a delta (made by embtier-inspect
+ * --delta-since or embtier-train --export-delta) to the serving copy DIR
+ * with et_delta_apply: the file is checked whole first, must start at the
+ * commit DIR stands at, and is committed at once, so a failure leaves DIR
+ * as it was.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* renameat2, RENAME_NOREPLACE */
@@ -50,6 +56,9 @@ struct opts {
 	struct et_table_params p; /* the rest of the table's parameters */
 	uint64_t chunk_bytes;
 	bool force, quiet;
+	const char *delta; /* --apply-delta: the delta file */
+	const char *dir;   /* --dir: the serving copy it brings up */
+	bool table_opt;	   /* an option of a table build was given */
 };
 
 /* An input file of rows, as the reader thread sees it. */
@@ -93,7 +102,9 @@ static void usage(void)
 {
 	printf(
 	    "usage: embtier-build [options] OUTPUT\n"
-	    "Creates the table file OUTPUT.\n"
+	    "       embtier-build --apply-delta FILE --dir DIR\n"
+	    "Creates the table file OUTPUT; or applies a delta to the store\n"
+	    "directory DIR.\n"
 	    "\n"
 	    "Input (at most one; without one, a lazy table of --rows):\n"
 	    "  --from-raw FILE    raw little-endian f32 rows (needs --dim)\n"
@@ -116,7 +127,22 @@ static void usage(void)
 	    "  -f, --force        replace OUTPUT if it exists\n"
 	    "  --chunk-size B     bytes of rows per write (default 32 MiB)\n"
 	    "  -q, --quiet        no progress bar and no summary\n"
-	    "  -h, --help         this help\n");
+	    "  -h, --help         this help\n"
+	    "\n"
+	    "Deltas:\n"
+	    "  --apply-delta FILE apply the delta FILE (embtier-inspect\n"
+	    "                     --delta-since, embtier-train "
+	    "--export-delta)\n"
+	    "                     to the serving copy --dir, created with its\n"
+	    "                     tables if missing. FILE is checked whole\n"
+	    "                     first and must start at the commit DIR\n"
+	    "                     stands at (a delta from 0 applies to any);\n"
+	    "                     it is committed at once, so a failure "
+	    "leaves\n"
+	    "                     DIR as it was. Apply deltas in commit order\n"
+	    "  --dir DIR          the serving copy (a store directory not "
+	    "open\n"
+	    "                     elsewhere)\n");
 }
 
 enum {
@@ -131,6 +157,8 @@ enum {
 	OPT_SEED,
 	OPT_BLOCK,
 	OPT_CHUNK,
+	OPT_APPLY_DELTA,
+	OPT_DIR,
 };
 
 static const struct option long_opts[] = {
@@ -145,6 +173,8 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"block-size", required_argument, NULL, OPT_BLOCK},
     {"chunk-size", required_argument, NULL, OPT_CHUNK},
+    {"apply-delta", required_argument, NULL, OPT_APPLY_DELTA},
+    {"dir", required_argument, NULL, OPT_DIR},
     {"output", required_argument, NULL, 'o'},
     {"force", no_argument, NULL, 'f'},
     {"quiet", no_argument, NULL, 'q'},
@@ -197,6 +227,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->chunk_bytes = DEFAULT_CHUNK;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":o:fqh", long_opts, NULL)) != -1) {
+		/* every option but these builds a table */
+		o->table_opt |= c != OPT_APPLY_DELTA && c != OPT_DIR &&
+				c != 'q' && c != 'h' && c != ':' && c != '?';
 		switch (c) {
 		case OPT_RAW:
 			o->raw = optarg;
@@ -254,6 +287,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				    &o->chunk_bytes))
 				return -EINVAL;
 			break;
+		case OPT_APPLY_DELTA:
+			o->delta = optarg;
+			break;
+		case OPT_DIR:
+			o->dir = optarg;
+			break;
 		case 'o':
 			o->out = optarg;
 			break;
@@ -278,6 +317,21 @@ static int parse_args(int argc, char **argv, struct opts *o)
 						argv[optind - 1]);
 			return -EINVAL;
 		}
+	}
+	if (o->delta || o->dir) {
+		if (!o->delta || !o->dir) {
+			cli_usage_error(o->delta ? "--apply-delta needs --dir "
+						   "DIR"
+						 : "--dir goes with "
+						   "--apply-delta");
+			return -EINVAL;
+		}
+		if (o->table_opt || optind < argc) {
+			cli_usage_error("--apply-delta takes only --dir and "
+					"--quiet");
+			return -EINVAL;
+		}
+		return 0;
 	}
 	if (optind < argc && !o->out)
 		o->out = argv[optind++];
@@ -639,6 +693,45 @@ static void print_summary(const char *out, const struct et_table_info *ti,
 		 loaded < ti->rows ? " (the rest lazy)" : "", b, secs, c, d);
 }
 
+/*
+ * --apply-delta: brings the serving copy o->dir to the delta's commit and
+ * prints what changed (unless --quiet), or the error.
+ */
+static int apply_delta(const struct opts *o)
+{
+	struct et_delta_info di;
+	double t0 = cli_now(), secs;
+	char b[32];
+	int err;
+
+	if (access(o->delta, R_OK)) {
+		err = -errno;
+		cli_error_code(o->delta, err);
+		return err;
+	}
+	err = et_delta_apply(o->delta, o->dir, &di);
+	secs = cli_now() - t0;
+	if (err) {
+		/* a damaged file is the file's fault, the rest the copy's:
+		 * the detail names what and where */
+		cli_error_code(err == ET_EDELTA ? o->delta : o->dir, err);
+		return err;
+	}
+	if (o->quiet)
+		return 0;
+	cli_human_bytes((double)di.bytes, b, sizeof(b));
+	cli_note("%s: commit %" PRIu64 " -> %" PRIu64 " (checkpoint %" PRIu64
+		 "): %u table%s (%u whole), %" PRIu64 " rows%s, %" PRIu64
+		 " tombstones, %" PRIu64 " stale rows dropped; %" PRIu64
+		 " bytes (%s) in %.3f s, %.1f MB/s",
+		 o->dir, di.from_commit, di.to_commit, di.checkpoint_id,
+		 di.tables, di.tables == 1 ? "" : "s", di.whole, di.rows,
+		 di.flags & ET_DELTA_STATE ? " with optimizer state" : "",
+		 di.tombstones, di.stale, di.bytes, b, secs,
+		 secs > 0 ? (double)di.bytes / 1e6 / secs : 0.0);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct input in = {.fd = -1};
@@ -655,6 +748,8 @@ int main(int argc, char **argv)
 	cli_init("embtier-build");
 	if (parse_args(argc, argv, &o))
 		return CLI_EXIT_USAGE;
+	if (o.delta)
+		return apply_delta(&o) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 	if ((o.raw || o.npy) && open_input(&o, &in))
 		return CLI_EXIT_FAIL;
 

@@ -2,7 +2,9 @@
  * inspect.c - embtier-inspect: shows what a table file is (its header and
  * disk use, as text or JSON), verifies the checksum of every materialized
  * block, prints rows as text, and exports rows as a '<f4' .npy array or as
- * raw f32.
+ * raw f32. With --delta-since, it exports the delta of a store directory
+ * instead (et_delta_export: what changed after a commit, to bring a serving
+ * copy up to the store's last commit with embtier-build --apply-delta).
  *
  * The file is opened read-only and only read through the public API, so
  * every value shown or exported went through the same checks (header and
@@ -42,12 +44,16 @@ struct opts {
 	const char *dump;  /* "A:B" */
 	const char *range; /* "A:B" for the exports */
 	const char *export_npy, *export_raw;
+	const char *delta_out; /* --delta-since: the delta file */
+	uint64_t delta_since;
+	bool delta;
 };
 
 static void usage(void)
 {
 	printf(
 	    "usage: embtier-inspect [options] FILE\n"
+	    "       embtier-inspect --delta-since N --out OUT [--state] DIR\n"
 	    "Shows, checks and exports the table file FILE. With no action,\n"
 	    "prints its header and disk use.\n"
 	    "\n"
@@ -64,7 +70,7 @@ static void usage(void)
 	    "  --export-raw OUT   write rows as raw little-endian f32\n"
 	    "  --range A:B        the rows to export (default: all)\n"
 	    "  --state            add the optimizer state after each row's\n"
-	    "                     values, in dumps and exports\n"
+	    "                     values, in dumps, exports and deltas\n"
 	    "  --written          dump or export only the rows with a stored\n"
 	    "                     value (written by training or a load; the\n"
 	    "                     others are the initializer's): what a huge\n"
@@ -76,6 +82,18 @@ static void usage(void)
 	    "  -f, --force        replace an existing export file\n"
 	    "  -q, --quiet        no progress bar, no verify summary\n"
 	    "  -h, --help         this help\n"
+	    "\n"
+	    "Deltas (of the store directory DIR, not of a table file):\n"
+	    "  --delta-since N    write what DIR's tables changed after its\n"
+	    "                     commit N (0: every stored row) up to its\n"
+	    "                     last commit, and that commit's dense state,\n"
+	    "                     to the new file --out; prints what it holds\n"
+	    "                     (--json: as one JSON object). It reads DIR\n"
+	    "                     as a read-only opener does: a live store "
+	    "may\n"
+	    "                     go on. embtier-build --apply-delta applies "
+	    "it\n"
+	    "  --out OUT          the delta file (replaced only with --force)\n"
 	    "\n"
 	    "A:B is a half-open row range; A: runs to the end, :B starts at "
 	    "0,\n"
@@ -102,6 +120,8 @@ enum {
 	OPT_WRITTEN,
 	OPT_IDS,
 	OPT_LIST,
+	OPT_DELTA_SINCE,
+	OPT_OUT,
 };
 
 static const struct option long_opts[] = {
@@ -115,6 +135,8 @@ static const struct option long_opts[] = {
     {"written", no_argument, NULL, OPT_WRITTEN},
     {"ids", required_argument, NULL, OPT_IDS},
     {"list", required_argument, NULL, OPT_LIST},
+    {"delta-since", required_argument, NULL, OPT_DELTA_SINCE},
+    {"out", required_argument, NULL, OPT_OUT},
     {"force", no_argument, NULL, 'f'},
     {"quiet", no_argument, NULL, 'q'},
     {"help", no_argument, NULL, 'h'},
@@ -159,6 +181,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case OPT_LIST:
 			o->list = optarg;
 			break;
+		case OPT_DELTA_SINCE:
+			if (cli_parse_u64(optarg, &o->delta_since)) {
+				cli_usage_error("--delta-since: '%s' is not a "
+						"commit number",
+						optarg);
+				return -EINVAL;
+			}
+			o->delta = true;
+			break;
+		case OPT_OUT:
+			o->delta_out = optarg;
+			break;
 		case 'f':
 			o->force = true;
 			break;
@@ -188,7 +222,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		return -EINVAL;
 	}
 	if (!o->file) {
-		cli_usage_error("no table file given");
+		cli_usage_error(o->delta ? "no store directory given"
+					 : "no table file given");
+		return -EINVAL;
+	}
+	if (o->delta_out && !o->delta) {
+		cli_usage_error("--out goes with --delta-since");
+		return -EINVAL;
+	}
+	if (o->delta && !o->delta_out) {
+		cli_usage_error("--delta-since needs --out FILE");
+		return -EINVAL;
+	}
+	if (o->delta && (o->verify || o->list || o->dump || o->export_npy ||
+			 o->export_raw || o->range || o->written || o->ids)) {
+		cli_usage_error(
+		    "--delta-since takes a store directory: only "
+		    "--out, --state, --json and --force go with it");
 		return -EINVAL;
 	}
 	if (o->range && !o->export_npy && !o->export_raw) {
@@ -878,6 +928,102 @@ err_remove:
 	return err;
 }
 
+/* MB/s (decimal, as disks are rated) of bytes in secs. */
+static double mb_per_s(uint64_t bytes, double secs)
+{
+	return secs > 0 ? (double)bytes / 1e6 / secs : 0;
+}
+
+static void print_delta_text(const struct opts *o,
+			     const struct et_delta_info *di, double secs)
+{
+	char b[32];
+
+	printf("store           %s\n", o->file);
+	printf("delta file      %s\n", o->delta_out);
+	printf("from commit     %" PRIu64 "%s\n", di->from_commit,
+	       di->from_commit ? "" : " (nothing: every stored row)");
+	printf("to commit       %" PRIu64 " (checkpoint %" PRIu64 ")\n",
+	       di->to_commit, di->checkpoint_id);
+	printf("tables          %u (%u taken whole)\n", di->tables, di->whole);
+	printf("rows            %" PRIu64 "%s\n", di->rows,
+	       di->flags & ET_DELTA_STATE ? " (with optimizer state)" : "");
+	printf("tombstones      %" PRIu64 "\n", di->tombstones);
+	printf("bytes           %" PRIu64 " (%s)\n", di->bytes,
+	       cli_human_bytes((double)di->bytes, b, sizeof(b)));
+	printf("seconds         %.3f\n", secs);
+	printf("rate            %.1f MB/s\n", mb_per_s(di->bytes, secs));
+}
+
+static void print_delta_json(const struct opts *o,
+			     const struct et_delta_info *di, double secs)
+{
+	printf("{\"store\": ");
+	print_json_string(o->file);
+	printf(", \"delta_file\": ");
+	print_json_string(o->delta_out);
+	printf(", \"from_commit\": %" PRIu64, di->from_commit);
+	printf(", \"to_commit\": %" PRIu64, di->to_commit);
+	printf(", \"checkpoint_id\": %" PRIu64, di->checkpoint_id);
+	printf(", \"tables\": %u", di->tables);
+	printf(", \"whole\": %u", di->whole);
+	printf(", \"rows\": %" PRIu64, di->rows);
+	printf(", \"tombstones\": %" PRIu64, di->tombstones);
+	printf(", \"state\": %s",
+	       di->flags & ET_DELTA_STATE ? "true" : "false");
+	printf(", \"bytes\": %" PRIu64, di->bytes);
+	printf(", \"seconds\": %.6f", secs);
+	printf(", \"mb_per_s\": %.6g}\n", mb_per_s(di->bytes, secs));
+}
+
+/*
+ * --delta-since: the delta of the store directory o->file after commit
+ * o->delta_since, into the new file o->delta_out (an existing one is
+ * replaced only with --force). Prints what it holds, or the error.
+ */
+static int delta_export(const struct opts *o)
+{
+	struct et_delta_info di;
+	struct stat st;
+	double t0;
+	int err;
+
+	/* (the library would only find no commit record there) */
+	err = stat(o->file, &st) ? -errno : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+	if (err) {
+		cli_error_code(o->file, err);
+		return err;
+	}
+	if (lstat(o->delta_out, &st) == 0) {
+		if (!o->force) {
+			cli_error("%s: %s (use --force to replace it)",
+				  o->delta_out, et_strerror(-EEXIST));
+			return -EEXIST;
+		}
+		if (unlink(o->delta_out)) {
+			err = -errno;
+			cli_error_code(o->delta_out, err);
+			return err;
+		}
+	}
+	t0 = cli_now();
+	err = et_delta_export(o->file, o->delta_since, o->delta_out,
+			      o->state ? ET_DELTA_STATE : 0, &di);
+	if (err) {
+		cli_error_code(o->file, err);
+		return err;
+	}
+	if (o->json)
+		print_delta_json(o, &di, cli_now() - t0);
+	else
+		print_delta_text(o, &di, cli_now() - t0);
+	if (fflush(stdout)) {
+		err = -errno;
+		cli_error_code("stdout", err);
+	}
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	struct et_table_info ti;
@@ -889,6 +1035,8 @@ int main(int argc, char **argv)
 	cli_init("embtier-inspect");
 	if (parse_args(argc, argv, &o))
 		return CLI_EXIT_USAGE;
+	if (o.delta)
+		return delta_export(&o) ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 	info = o.json ||
 	       !(o.verify || o.list || o.dump || o.export_npy || o.export_raw);
 

@@ -396,6 +396,13 @@ static const struct opt_def opt_defs[] = {
      U64(log_every, 0, UINT64_MAX)},
     {OPT("checkpoint-every", "N", "checkpoint every N steps (0: never)"),
      U64(ckpt_every, 0, UINT64_MAX)},
+    {OPT("export-delta", "DIR",
+	 "after each checkpoint, write what it changed since\n"
+	 "the last delta (the run's first: since nothing)\n"
+	 "to DIR/delta-FROM-TO.etd, for a serving copy:\n"
+	 "embtier-build --apply-delta applies them in\n"
+	 "order (needs --checkpoint-every)"),
+     STRING(export_delta)},
     {OPT("resume", NULL, "continue from DIR's last checkpoint"), SET(resume)},
     {OPT("reshard-from", "SRC",
 	 MPI_HELP("continue, in DIR (new), from the last checkpoint of\n"
@@ -580,7 +587,19 @@ static int check_opts(const struct opts *o)
 				o->admit ? "--admit" : "--expire-after");
 		return -EINVAL;
 	}
+	if (o->export_delta && !o->ckpt_every) {
+		cli_usage_error("--export-delta needs --checkpoint-every (a "
+				"delta is exported after each checkpoint)");
+		return -EINVAL;
+	}
 #ifdef ET_WITH_MPI
+	if (o->export_delta) {
+		cli_usage_error(
+		    "--export-delta: not under MPI yet (each rank's "
+		    "shard is a store of its own, DIR/rank-N: export "
+		    "each with embtier-inspect --delta-since)");
+		return -EINVAL;
+	}
 	if (o->lookahead) {
 		cli_usage_error("--lookahead: not under MPI yet (each rank "
 				"would need the ids it owns of K batches)");

@@ -40,6 +40,7 @@ struct opts {
 	uint64_t eval_every, eval_samples;
 	uint64_t log_every;
 	uint64_t ckpt_every;
+	const char *export_delta; /* a delta after each checkpoint, here */
 	bool resume;
 	const char *reshard_from; /* MPI: a sharded run's directory */
 	bool json;

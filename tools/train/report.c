@@ -117,6 +117,22 @@ void eval_line(struct trainer *tr)
 	fflush(tr->log);
 }
 
+/* The line of a delta exported after a checkpoint (--export-delta). */
+void delta_line(struct trainer *tr, const char *path,
+		const struct et_delta_info *di, double secs)
+{
+	FILE *f = tr->log ? tr->log : stdout;
+
+	progress_clear(&tr->prog);
+	fprintf(f,
+		"delta step %" PRIu64 " commit %" PRIu64 "-%" PRIu64
+		" tables %u whole %u rows %" PRIu64 " tombstones %" PRIu64
+		" bytes %" PRIu64 " seconds %.4f file %s\n",
+		tr->step, di->from_commit, di->to_commit, di->tables, di->whole,
+		di->rows, di->tombstones, di->bytes, secs, path);
+	fflush(f);
+}
+
 /* ------------------------------------------------------------- results */
 
 /*
@@ -424,6 +440,14 @@ static void report_json(const struct trainer *tr, const struct results *r,
 		json_num("index_bytes_per_key", s->index_per_key, true);
 		json_num("disk_bytes_per_key", s->disk_per_key, true);
 	}
+	if (o->export_delta) {
+		printf("\"deltas_exported\":%" PRIu64 ",\"delta_rows\":%" PRIu64
+		       ",\"delta_tombstones\":%" PRIu64
+		       ",\"delta_bytes\":%" PRIu64 ",",
+		       tr->deltas, tr->delta_rows, tr->delta_tombs,
+		       tr->delta_bytes);
+		json_num("delta_seconds", tr->delta_s, true);
+	}
 	printf("\"eval_samples\":%" PRIu64
 	       ",\"weights_checksum\":\"0x%016" PRIx64 "\"}\n",
 	       tr->eval_n, r->checksum);
@@ -547,6 +571,14 @@ static void report_store(const struct trainer *tr, const struct results *r,
 		printf("bytes-per-stored-key: index %.1f, disk %.1f\n",
 		       s->index_per_key, s->disk_per_key);
 	}
+	if (o->export_delta)
+		printf("deltas: %" PRIu64 " exported to %s, %" PRIu64
+		       " rows, %" PRIu64 " tombstones, %" PRIu64
+		       " bytes (%s) in %.2f s\n",
+		       tr->deltas, o->export_delta, tr->delta_rows,
+		       tr->delta_tombs, tr->delta_bytes,
+		       cli_human_bytes((double)tr->delta_bytes, b1, sizeof(b1)),
+		       tr->delta_s);
 	printf("peak-memory: library %s, process max RSS %s\n",
 	       cli_human_bytes((double)st->mem_peak_bytes, b3, sizeof(b3)),
 	       cli_human_bytes((double)r->maxrss, b4, sizeof(b4)));

@@ -7,10 +7,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -72,6 +74,28 @@ static int make_dir(struct trainer *tr)
 	if (!mkdtemp(tr->dir))
 		return fail("/var/tmp", -errno);
 	tr->dir_made = true;
+	return 0;
+}
+
+/* --export-delta: its directory, and any missing above it (mkdir -p). */
+static int make_delta_dir(const char *dir)
+{
+	char path[PATH_MAX];
+	size_t len = strlen(dir);
+
+	if (len >= sizeof(path))
+		return fail(dir, -ENAMETOOLONG);
+	memcpy(path, dir, len + 1);
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) && errno != EEXIST)
+			return fail(path, -errno);
+		*p = '/';
+	}
+	if (mkdir(path, 0755) && errno != EEXIST)
+		return fail(path, -errno);
 	return 0;
 }
 
@@ -424,6 +448,8 @@ int setup(struct trainer *tr)
 	if (ret)
 		return ret;
 	ret = make_dir(tr);
+	if (!ret && o->export_delta)
+		ret = make_delta_dir(o->export_delta);
 	if (ret)
 		return ret;
 	ret = open_store(tr);

@@ -6,6 +6,8 @@
  * (src/checkpoint.c is the store's side: the tables and the commit.)
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +148,50 @@ int checkpoint_write(struct trainer *tr)
 	tr->ckpt_step = tr->step;
 	tr->ckpt_any = true;
 	tr->ckpt_s += cli_now() - t0;
+	if (tr->o.export_delta)
+		return delta_export(tr);
+	return 0;
+}
+
+/*
+ * --export-delta, right after a checkpoint: the delta of the store from
+ * the last commit this process exported (0 before its first: every table
+ * whole, which applies to any copy) to the checkpoint's commit, into
+ * DIR/delta-FROM-TO.etd. Training waits: no commit can land meanwhile, so
+ * the delta ends at the commit the file is named after.
+ */
+int delta_export(struct trainer *tr)
+{
+	struct et_checkpoint_info ci;
+	struct et_delta_info di;
+	char path[PATH_MAX];
+	double t0 = cli_now(), secs;
+	int n, ret;
+
+	ret = et_checkpoint_info(tr->store, &ci);
+	if (ret)
+		return fail("export delta", ret);
+	n = snprintf(path, sizeof(path), "%s/delta-%" PRIu64 "-%" PRIu64 ".etd",
+		     tr->o.export_delta, tr->delta_since, ci.commit);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return fail(tr->o.export_delta, -ENAMETOOLONG);
+	ret = et_delta_export(tr->dir, tr->delta_since, path, 0, &di);
+	if (ret)
+		return fail(path, ret);
+	if (di.to_commit != ci.commit) { /* the file's name would lie */
+		cli_error("%s: the delta ends at commit %" PRIu64
+			  ", not at the checkpoint's",
+			  path, di.to_commit);
+		return ET_EMISMATCH;
+	}
+	secs = cli_now() - t0;
+	tr->delta_since = di.to_commit;
+	tr->deltas++;
+	tr->delta_rows += di.rows;
+	tr->delta_tombs += di.tombstones;
+	tr->delta_bytes += di.bytes;
+	tr->delta_s += secs;
+	delta_line(tr, path, &di, secs);
 	return 0;
 }
 

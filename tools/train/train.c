@@ -30,6 +30,11 @@
  * tables moved on after the last checkpoint (a run without
  * --checkpoint-every closed the store cleanly after training on from it),
  * --resume refuses: the embeddings are newer than the dense state.
+ * --export-delta DIR exports, right after each checkpoint, the delta from
+ * the last commit this process exported (0 at its first: every table
+ * whole) to the checkpoint's, as DIR/delta-FROM-TO.etd (state.c); applied
+ * in order with embtier-build --apply-delta, they bring a serving copy to
+ * each checkpoint.
  *
  * Keyed tables (--keyed). Every id is a u64 key with a row of its own: a
  * Criteo value's key is a hash of its feature and value (data.h), a

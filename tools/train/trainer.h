@@ -72,6 +72,12 @@ struct trainer {
 			       * yet trained on */
 	uint64_t ckpt_step;   /* step of the last checkpoint written */
 	bool ckpt_any;
+	/* --export-delta: the commit the next delta starts after (the last
+	 * one exported by this process, 0 before its first), and the totals
+	 * of the deltas exported */
+	uint64_t delta_since;
+	uint64_t deltas, delta_rows, delta_tombs, delta_bytes;
+	double delta_s;
 	double open_s; /* store and tables opened in */
 	double run_s, step_s, stall_s, flush_s, ckpt_s;
 	struct et_stats st0;	/* store counters when training began */
@@ -149,6 +155,7 @@ void remove_dir(struct trainer *tr);
 
 uint64_t config_fingerprint(const struct trainer *tr, bool row_wise);
 int checkpoint_write(struct trainer *tr);
+int delta_export(struct trainer *tr);
 int checkpoint_load(struct trainer *tr);
 #ifdef ET_WITH_MPI
 int reshard_check(void *arg, void *const *dense, const size_t *len, int nold,
@@ -167,6 +174,8 @@ int train_step(struct trainer *tr);
 
 int log_line(struct trainer *tr);
 void eval_line(struct trainer *tr);
+void delta_line(struct trainer *tr, const char *path,
+		const struct et_delta_info *di, double secs);
 int weights_checksum(struct trainer *tr, uint64_t *out);
 int collect(struct trainer *tr, struct results *r);
 void report(struct trainer *tr, const struct results *r);
