@@ -138,7 +138,8 @@ static int put_log(struct df_writer *w, const char *path, struct chunk *c,
 	 * before entry n's first byte, after entry i >= n is read) */
 	for (size_t i = live; i < ch->n; i++)
 		((uint64_t *)ch->e)[n++] = ch->e[i].row;
-	qsort(ch->e, n, sizeof(uint64_t), by_id);
+	if (n)
+		qsort(ch->e, n, sizeof(uint64_t), by_id);
 	for (size_t i = 0; !ret && i < n; i += DF_CHUNK_ROWS) {
 		size_t k = n - i < DF_CHUNK_ROWS ? n - i : DF_CHUNK_ROWS;
 

@@ -162,7 +162,8 @@ static int drop_missing(struct wctx *x, struct wtable *w)
 	size_t j = 0;
 	int ret;
 
-	qsort(w->all, w->nall, sizeof(*w->all), by_id);
+	if (w->nall)
+		qsort(w->all, w->nall, sizeof(*w->all), by_id);
 	while (!(ret = cur_peek(&w->cur, &c))) {
 		w->cur.i++;
 		while (j < w->nall && w->all[j] < c)
