@@ -19,6 +19,10 @@
  *    and the copy drops the ids erased before the snapshot;
  *  - kill -9 during an apply: the copy is the old version or the new one,
  *    never a mix, and applying again finishes it;
+ *  - the copy's own files: DIR/DELTA damaged, cut or deleted refused; the
+ *    copy open elsewhere ET_ELOCKED; every metadata write, log write and
+ *    sync of an apply failing in turn leaves the old version (or, past
+ *    its commit, the new), and applying again lands exactly;
  *  - export beside a live store committing in another thread: each delta
  *    is exactly one commit's tables (or the export says -EAGAIN).
  */
@@ -42,6 +46,8 @@
 #include <cmocka.h>
 
 #include "embtier.h"
+#include "fileio.h"
+#include "io.h"
 #include "rowlog.h"
 #include "util.h"
 
@@ -787,6 +793,102 @@ static void test_bulk_loaded(void **state)
 	free(v);
 }
 
+/* The copy's own files: DIR/DELTA damaged, cut or deleted is refused
+ * with nothing changed; a store open on the copy makes an apply
+ * ET_ELOCKED; an apply whose writes fail at any point leaves the copy as
+ * it was, and retried, lands exactly. */
+static void test_copy_files(void **state)
+{
+	struct src x;
+	char *copy = strdup(tu_path("copy")), *d0, *d1, dp[PATH_MAX];
+	char *ref = strdup(tu_path("ref"));
+	struct et_delta_info in;
+	size_t n, n2;
+	char *st0, *st1;
+	et_store *s;
+	int fails = 0;
+
+	(void)state;
+	src_new(&x, 10);
+	src_round(&x, 800);
+	src_commit(&x, false);
+	d0 = export_since(&x, 0, ET_DELTA_STATE, &in);
+	src_round(&x, 800);
+	src_commit(&x, false);
+	d1 = export_since(&x, 1, ET_DELTA_STATE, &in);
+	OK(et_delta_apply(d0, copy, NULL));
+	snprintf(dp, sizeof(dp), "%s/DELTA", copy);
+	st0 = read_all(dp, &n);
+	/* damaged, cut, deleted */
+	assert_int_equal(tu_flip_byte(dp, 9, 0x01), 0);
+	assert_int_equal(et_delta_apply(d1, copy, NULL), ET_EDELTA);
+	assert_int_equal(tu_flip_byte(dp, 9, 0x01), 0);
+	assert_int_equal(tu_truncate(dp, (off_t)n - 3), 0);
+	assert_int_equal(et_delta_apply(d1, copy, NULL), ET_EDELTA);
+	unlink(dp);
+	assert_int_equal(et_delta_apply(d1, copy, NULL), ET_EMISMATCH);
+	write_new(dp, st0, n);
+	/* the copy open elsewhere */
+	OK(et_store_open(copy, &CFG, &s));
+	assert_int_equal(et_delta_apply(d1, copy, NULL), ET_ELOCKED);
+	OK(et_store_close(s));
+	st1 = read_all(dp, &n2);
+	assert_int_equal(n, n2);
+	assert_memory_equal(st0, st1, n);
+	free(st1);
+	/* each write, sync or rename of the apply failing in turn, on a copy
+	 * at commit 1 each time: it stays as it was (tables and DELTA), or,
+	 * when the fault came after its commit, its tables are the new
+	 * version; applying again then finishes it (or finds it done) */
+	OK(et_delta_apply(d0, ref, NULL));
+	for (uint64_t k = 1, kind = 0; kind < 3; k++) {
+		bool fired, old_tables;
+		int rc;
+
+		tu_rmtree(copy);
+		OK(et_delta_apply(d0, copy, NULL));
+		if (kind == 0) /* metadata: journals, records, DELTA */
+			fio_fault_set(k, EIO);
+		else /* the row log's O_DIRECT writes, its syncs */
+			io_fault_set(kind == 1 ? IO_WRITE : IO_FSYNC, k, EIO,
+				     0);
+		rc = et_delta_apply(d1, copy, NULL);
+		fired = kind ? io_fault_fired() : fio_fault_fired();
+		fio_fault_clear();
+		io_fault_clear();
+		if (!fired) {
+			OK(rc);
+			kind++;
+			k = 0;
+			continue;
+		}
+		if (rc == 0)
+			continue;
+		fails++;
+		old_tables = same_tables(ref, copy, true);
+		assert_true(old_tables || same_tables(x.dir, copy, true));
+		st1 = read_all(dp, &n2);
+		if (old_tables) { /* nothing committed: DELTA as it was */
+			assert_int_equal(n, n2);
+			assert_memory_equal(st0, st1, n);
+		}
+		free(st1);
+		rc = et_delta_apply(d1, copy, NULL);
+		assert_true(rc == 0 || (rc == ET_EMISMATCH && !old_tables));
+		assert_true(same_tables(x.dir, copy, true));
+	}
+	assert_true(fails > 0);
+	print_message("%d failing applies left the copy as it was\n", fails);
+	src_free(&x);
+	tu_rmtree(copy);
+	tu_rmtree(ref);
+	free(copy);
+	free(ref);
+	free(d0);
+	free(d1);
+	free(st0);
+}
+
 /* The copy's dense table, whole, to compare with two known versions. */
 static bool copy_is(const char *copy, const struct tsnap *want)
 {
@@ -962,6 +1064,7 @@ int main(void)
 	    cmocka_unit_test(test_whole_over_newer),
 	    cmocka_unit_test(test_journal_damage),
 	    cmocka_unit_test(test_bulk_loaded),
+	    cmocka_unit_test(test_copy_files),
 	    cmocka_unit_test(test_kill_apply),
 	    cmocka_unit_test(test_live_export),
 	};
