@@ -747,6 +747,66 @@ ET_API int et_delta_export(const char *dir, uint64_t since, const char *path,
 ET_API int et_delta_apply(const char *path, const char *dir,
 			  struct et_delta_info *info);
 
+/* ----------------------------------------------------------- serving */
+
+/*
+ * A serving handle: a store directory (a copy deltas keep current) opened
+ * for lookups only, with deltas applied to it while readers go on. Each
+ * lookup reads one version of the copy, the last commit as of the call:
+ * readers see the old or the new version of each delta, never a mix.
+ * No optimizer state is held in memory and rows are read as stored
+ * (f16 and bf16 converted to f32 as they are copied out); nothing is
+ * cached: a lookup reads its rows from the table files and row logs, its
+ * reads in flight together.
+ *
+ * et_serve_open opens dir (created, empty, if missing) and holds its
+ * DIR/LOCK for the handle's life, as a store does: a store or another
+ * serving handle on dir is ET_ELOCKED, and so is this open if one is
+ * there. Its memory is each table's row-log index (13-20 bytes a stored
+ * row, as a store's) and the dense state.
+ *
+ * et_serve_apply applies the delta at path as et_delta_apply does (the
+ * same checks and errors; a failed apply changes nothing readers see),
+ * then opens the new version beside the old, switches readers to it, and
+ * returns once no lookup still reads the old one. During an apply the
+ * copy's index is held up to three times: the readers' version, the
+ * apply's store and the new version. One apply at a time (a second call
+ * waits); lookups, et_serve_table, et_serve_dense and et_serve_info may
+ * come from any thread at any time, lookups of one table one at a time.
+ *
+ * Tables are named: et_serve_table gives the number of a table the
+ * current version holds (-ENOENT if none), which stays valid across
+ * applies. et_serve_lookup reads n rows (row numbers, or ids of a keyed
+ * table: never-stored ids read their initializer's values) into out,
+ * n x dim f32; *commit, if non-NULL, receives the source commit the rows
+ * are of (compare it to group calls of one version). et_serve_dense copies
+ * the version's dense state (at most cap bytes; *len its size). Closing
+ * with calls under way is not allowed.
+ */
+typedef struct et_serve et_serve;
+
+struct et_serve_info {
+	uint64_t commit;       /* the source commit the copy stands at
+				* (DIR/DELTA; 0: none yet) */
+	uint64_t store_commit; /* the copy's own last commit */
+	uint64_t applies;      /* deltas applied through this handle */
+	uint64_t index_bytes;  /* memory of the tables' indexes */
+	uint64_t dense_bytes;
+	uint32_t tables;
+};
+
+ET_API int et_serve_open(const char *dir, et_serve **out);
+ET_API int et_serve_table(et_serve *sv, const char *name, int *table,
+			  struct et_table_info *info);
+ET_API int et_serve_lookup(et_serve *sv, int table, const uint64_t *ids,
+			   size_t n, float *out, uint64_t *commit);
+ET_API int et_serve_dense(et_serve *sv, void *buf, size_t cap, size_t *len,
+			  uint64_t *commit);
+ET_API int et_serve_apply(et_serve *sv, const char *path,
+			  struct et_delta_info *info);
+ET_API int et_serve_info(et_serve *sv, struct et_serve_info *info);
+ET_API void et_serve_close(et_serve *sv);
+
 /* Counters of the store, or of one table. */
 struct et_stats {
 	struct et_tier_stats hbm, ddr;

@@ -225,8 +225,8 @@ static int check_chain(const char *dir, const struct df_header *h,
 	return 0;
 }
 
-int et_delta_apply(const char *path, const char *dir,
-		   struct et_delta_info *info)
+int delta_apply_lent(const char *path, const char *dir, int lock_fd,
+		     struct et_delta_info *info)
 {
 	struct df_reader r = {.fd = -1};
 	struct df_header h;
@@ -258,10 +258,16 @@ int et_delta_apply(const char *path, const char *dir,
 		for (uint32_t i = 0; i < nt; i++)
 			info->whole += tabs[i].t.whole;
 		df_rewind(&r);
-		ret = delta_write(&r, &h, dir, &ds, info);
+		ret = delta_write(&r, &h, dir, lock_fd, &ds, info);
 	}
 	free(tabs);
 	dstate_free(&ds);
 	df_close(&r);
 	return ret;
+}
+
+int et_delta_apply(const char *path, const char *dir,
+		   struct et_delta_info *info)
+{
+	return delta_apply_lent(path, dir, -1, info);
 }

@@ -399,7 +399,7 @@ static void unmake(struct wctx *x, bool made_dir)
 }
 
 int delta_write(struct df_reader *r, const struct df_header *h, const char *dir,
-		struct dstate *ds, struct et_delta_info *info)
+		int lock_fd, struct dstate *ds, struct et_delta_info *info)
 {
 	struct et_store_config cfg = {.ddr_bytes = APPLY_DDR};
 	struct wctx x = {.dir = dir, .info = info};
@@ -410,7 +410,8 @@ int delta_write(struct df_reader *r, const struct df_header *h, const char *dir,
 
 	if (!made_dir && errno != EEXIST)
 		return err_set(-errno, "%s: %s", dir, strerror(errno));
-	ret = et_store_open(dir, &cfg, &x.s);
+	ret = lock_fd >= 0 ? store_open_lent(dir, &cfg, lock_fd, &x.s)
+			   : et_store_open(dir, &cfg, &x.s);
 	if (ret) {
 		unmake(&x, made_dir);
 		return ret;

@@ -304,8 +304,8 @@ static int config_check(struct et_store_config *c)
 	return ret;
 }
 
-int et_store_open(const char *dir, const struct et_store_config *cfg,
-		  et_store **out)
+static int store_open(const char *dir, const struct et_store_config *cfg,
+		      int lent_lock, et_store **out)
 {
 	struct et_store_config c = {0};
 	struct stat st;
@@ -340,7 +340,8 @@ int et_store_open(const char *dir, const struct et_store_config *cfg,
 	    (s->reg.has_hbm && policy_get(c.hbm_policy)->on_hits) ||
 	    policy_get(c.ddr_policy)->on_hits;
 	s->pins.epoch = 1;
-	s->cm.lock_fd = -1;
+	s->cm.lock_fd = lent_lock;
+	s->cm.lock_lent = lent_lock >= 0;
 	scratch_use(s, &s->sc.one);
 	s->dir = mem_alloc(strlen(dir) + 1, 0);
 	if (!s->dir) {
@@ -372,6 +373,18 @@ err_free:
 		mem_free(s->dir, strlen(s->dir) + 1, 0);
 	mem_free(s, sizeof(*s), 0);
 	return ret;
+}
+
+int et_store_open(const char *dir, const struct et_store_config *cfg,
+		  et_store **out)
+{
+	return store_open(dir, cfg, -1, out);
+}
+
+int store_open_lent(const char *dir, const struct et_store_config *cfg,
+		    int lock_fd, et_store **out)
+{
+	return store_open(dir, cfg, lock_fd, out);
 }
 
 static void store_free(et_store *s)

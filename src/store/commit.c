@@ -106,13 +106,14 @@ static int lock_open(const char *p, int *out)
 	return ret;
 }
 
-static int lock_dir(et_store *s)
+int dir_lock(const char *dir, int *out)
 {
 	char p[4200], pid[32];
 	ssize_t n;
 	int fd, ret;
 
-	if ((size_t)snprintf(p, sizeof(p), "%s/LOCK", s->dir) >= sizeof(p))
+	*out = -1;
+	if ((size_t)snprintf(p, sizeof(p), "%s/LOCK", dir) >= sizeof(p))
 		return -ENAMETOOLONG;
 	ret = lock_open(p, &fd);
 	if (ret == -EWOULDBLOCK) {
@@ -121,9 +122,9 @@ static int lock_dir(et_store *s)
 		pid[strcspn(pid, "\n")] = 0;
 		close(fd);
 		return err_set(ET_ELOCKED,
-			       "%s is open in another store (process %s); one "
-			       "writer at a time",
-			       s->dir, *pid ? pid : "?");
+			       "%s is open in another store or serving handle "
+			       "(process %s); one writer at a time",
+			       dir, *pid ? pid : "?");
 	}
 	if (ret)
 		return ret;
@@ -132,8 +133,14 @@ static int lock_dir(et_store *s)
 	if (!ftruncate(fd, 0) && pwrite(fd, pid, (size_t)n, 0) < 0) {
 		/* the lock is what counts */
 	}
-	s->cm.lock_fd = fd;
+	*out = fd;
 	return 0;
+}
+
+void dir_unlock(int fd)
+{
+	if (fd >= 0)
+		held_close(fd);
 }
 
 /* ------------------------------------------------------------- recovery */
@@ -301,10 +308,11 @@ int commit_open(et_store *s)
 {
 	int ret;
 
-	s->cm.lock_fd = -1;
-	ret = lock_dir(s);
-	if (ret)
-		return ret;
+	if (!s->cm.lock_lent) {
+		ret = dir_lock(s->dir, &s->cm.lock_fd);
+		if (ret)
+			return ret;
+	}
 	ret = ckpt_read(s->dir, &s->cm.rec, true, NULL, NULL);
 	if (!ret)
 		ret = settle_all(s);
@@ -327,15 +335,15 @@ int commit_open(et_store *s)
 void commit_close(et_store *s)
 {
 	ckpt_rec_free(&s->cm.rec);
-	if (s->cm.lock_fd >= 0)
-		held_close(s->cm.lock_fd); /* and with it the lock */
+	if (!s->cm.lock_lent) /* and with it the lock */
+		dir_unlock(s->cm.lock_fd);
 	s->cm.lock_fd = -1;
 }
 
 void commit_drop_lock(et_store *s)
 {
-	if (s->cm.lock_fd >= 0)
-		held_close(s->cm.lock_fd);
+	if (!s->cm.lock_lent)
+		dir_unlock(s->cm.lock_fd);
 	s->cm.lock_fd = -1;
 }
 

@@ -40,9 +40,18 @@ struct commit_state {
 	struct ckpt_rec rec; /* the record on disk: its table list names
 			      * tables this session has not opened too */
 	int lock_fd;	     /* DIR/LOCK, flock()ed for the store's life */
+	bool lock_lent;	     /* lock_fd is its lender's (a serving handle
+			      * applying a delta): kept open at close */
 };
 
-/* Locks s->dir, reads its record into s->rec and settles every table's
+/* Takes DIR/LOCK as a store does (exclusive; ET_ELOCKED naming the
+ * process that holds it), for a serving handle, which lends it to the
+ * stores of its applies. *fd: -1 on error. */
+int dir_lock(const char *dir, int *fd);
+/* Releases a lock dir_lock took (-1 is harmless). */
+void dir_unlock(int fd);
+
+/* Locks s->dir (unless the lock is lent), reads its record into s->rec and settles every table's
  * journal. */
 int commit_open(et_store *s);
 

@@ -83,6 +83,10 @@ struct et_store {
  * committed; what it wrote since the last commit is cut at the next open
  * (api/store.c; et_delta_apply's way out of a failed apply). */
 void store_discard(et_store *s);
+/* et_store_open of a directory whose DIR/LOCK the caller holds (lock_fd,
+ * from dir_lock): the store uses it and leaves it held at close. */
+int store_open_lent(const char *dir, const struct et_store_config *cfg,
+		    int lock_fd, et_store **out);
 
 /* 0 if name may name a table: 1..64 of [A-Za-z0-9_.-], no leading '.'
  * (api/store.c); else ET_ECONFIG (or -EINVAL for NULL) with the detail. */
