@@ -19,7 +19,8 @@
  *               row-indexed one and the raw gather limit; --train-keys N
  *               trains N distinct keys through one (the scale check)
  *   delta.c     delta export and apply against the rows changed, beside
- *               the disk's sequential reads
+ *               the disk's sequential reads; delta_serve.c its serving
+ *               round (lookups while a delta applies)
  *   report.c    tables for people, JSON and CSV for scripts
  *   workload.c  generators and traces; convert.c text into traces;
  *               belady.c, learner.c, oracle.c the mrc references
@@ -311,5 +312,20 @@ int cmd_flush(const struct bench_opts *o);
 int cmd_reopen(const struct bench_opts *o);
 int cmd_keyed(const struct bench_opts *o);
 int cmd_delta(const struct bench_opts *o);
+
+/* delta_serve.c: a serving handle of the copy dir, one reader thread
+ * looking up random batches of its table "t" (rows x dim), idle and then
+ * while the delta at path is applied through the handle. */
+struct serve_fig {
+	uint32_t batch;		/* rows a lookup */
+	double idle_s, apply_s; /* the phases' lengths */
+	uint64_t lookups_idle, lookups_apply;
+	double idle_rows_s, apply_rows_s;	/* rows looked up a second */
+	double longest_idle_s, longest_apply_s; /* the slowest lookup */
+	uint64_t index_bytes;			/* the handle's, after */
+	struct et_delta_info ap;
+};
+int delta_serve(const char *copy, const char *path, uint64_t rows, uint32_t dim,
+		uint64_t seed, struct serve_fig *f);
 
 #endif

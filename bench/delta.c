@@ -13,6 +13,10 @@
  *   full      et_delta_export from 0 (every stored row: the table whole)
  *             to a file, and et_delta_apply of it to an empty serving copy
  *             (copy/), each timed: the figures for scale.
+ *   serve     (after 10%) 1% more rewritten and exported the same way,
+ *             then applied through a serving handle of the copy while a
+ *             reader thread looks rows up (delta_serve.c): lookup rates
+ *             and the longest lookup, idle and during the apply.
  *   1%, 10%   f x rows distinct rows drawn at random (a keyed bijection of
  *             the ids) rewritten with new values, in the bijection's
  *             order, and et_checkpoint (untimed, printed); then, timed,
@@ -81,10 +85,11 @@
 #define D_SLACK	    (256ULL << 20) /* segments, windows, headers */
 #define D_JOURNAL   16		   /* bytes of a journal entry */
 #define D_BAD	    1		   /* a check failed (and said so) */
-#define D_ROUNDS    3		   /* full, 1%, 10% */
+#define D_ROUNDS    4		   /* full, 1%, 10%, serve */
+#define D_SERVE	    3		   /* the round applied while served */
 
-static const double d_frac[D_ROUNDS] = {0, 0.01, 0.10};
-static const char *const d_name[D_ROUNDS] = {"full", "1%", "10%"};
+static const double d_frac[D_ROUNDS] = {0, 0.01, 0.10, 0.01};
+static const char *const d_name[D_ROUNDS] = {"full", "1%", "10%", "serve"};
 static const unsigned d_qd[2] = {1, 8};
 
 /* One delta: exported from the source, applied to the copy. */
@@ -131,7 +136,8 @@ struct dbench {
 	bool proc_io;	    /* /proc/self/io can be read */
 	struct dround r[D_ROUNDS];
 	struct raw_read raw[2];
-	double raw_mbs; /* the faster of raw[] */
+	double raw_mbs;	     /* the faster of raw[] */
+	struct serve_fig sf; /* round D_SERVE's */
 	double wall_s;
 	/* buffers */
 	uint64_t *ids;
@@ -515,8 +521,15 @@ static int one_round(struct dbench *d, int k)
 	disk_sample(&d->disk, &da);
 	c0 = cpu_s();
 	t0 = now_s();
-	ret = et_delta_apply(d->dpath, d->copy, &r->ap);
-	r->apply_s = now_s() - t0;
+	if (k == D_SERVE) {
+		ret = delta_serve(d->copy, d->dpath, d->n, d->dim,
+				  d->o->wl.seed, &d->sf);
+		r->ap = d->sf.ap;
+		r->apply_s = d->sf.apply_s;
+	} else {
+		ret = et_delta_apply(d->dpath, d->copy, &r->ap);
+		r->apply_s = now_s() - t0;
+	}
 	r->apply_cpu_s = cpu_s() - c0;
 	disk_sample(&d->disk, &db);
 	disk_diff(&d->disk, &da, &db, &r->ap_disk);
@@ -728,7 +741,15 @@ static void print_json(const struct dbench *d)
 		       q ? "," : "", d->raw[q].qd, d->raw[q].bytes,
 		       d->raw[q].passes_bytes, d->raw[q].seconds, d->raw[q].mbs,
 		       d->raw[q].disk.bytes_read);
-	printf("],\"raw_mbs\":%.3f,\"ratio_export_raw\":{\"full\":%.4f,"
+	printf("],\"serve\":{\"batch\":%u,\"idle_s\":%.4f,\"apply_s\":%.4f,"
+	       "\"lookups_idle\":%" PRIu64 ",\"lookups_apply\":%" PRIu64
+	       ",\"idle_rows_s\":%.1f,\"apply_rows_s\":%.1f,"
+	       "\"longest_idle_s\":%.6f,\"longest_apply_s\":%.6f,"
+	       "\"index_bytes\":%" PRIu64 "}",
+	       d->sf.batch, d->sf.idle_s, d->sf.apply_s, d->sf.lookups_idle,
+	       d->sf.lookups_apply, d->sf.idle_rows_s, d->sf.apply_rows_s,
+	       d->sf.longest_idle_s, d->sf.longest_apply_s, d->sf.index_bytes);
+	printf(",\"raw_mbs\":%.3f,\"ratio_export_raw\":{\"full\":%.4f,"
 	       "\"1%%\":%.4f,\"10%%\":%.4f},\"ratio_bytes_10_1\":%.4f,"
 	       "\"ratio_time_10_1\":%.4f,\"check_ok\":true,\"wall_s\":%.2f}\n",
 	       d->raw_mbs, ratio(ex_mbs(&d->r[0]), d->raw_mbs),
@@ -787,10 +808,30 @@ static void print_text(const struct dbench *d)
 				   ? (double)r->ex_disk.bytes_read /
 					 (double)r->ex_disk.reads / 1e3
 				   : 0);
-		printf("  apply     %" PRIu64 " rows in %.4f s = %.1f MB/s; "
-		       "CPU %.3f s\n",
-		       r->ap.rows, r->apply_s, mbs(r->ex.bytes, r->apply_s),
-		       r->apply_cpu_s);
+		if (k == D_SERVE) {
+			const struct serve_fig *f = &d->sf;
+
+			printf("  serve     through a serving handle "
+			       "(et_serve_apply), a reader thread looking up "
+			       "%u random rows a call: apply %" PRIu64
+			       " rows in %.4f s = %.1f MB/s\n",
+			       f->batch, r->ap.rows, r->apply_s,
+			       mbs(r->ex.bytes, r->apply_s));
+			printf("            lookups: idle %.2f M rows/s "
+			       "(%" PRIu64 " calls in %.2f s, longest %.1f "
+			       "ms); during the apply %.2f M rows/s "
+			       "(%" PRIu64 " calls, longest %.1f ms): %.2f of "
+			       "idle\n",
+			       f->idle_rows_s / 1e6, f->lookups_idle, f->idle_s,
+			       f->longest_idle_s * 1e3, f->apply_rows_s / 1e6,
+			       f->lookups_apply, f->longest_apply_s * 1e3,
+			       ratio(f->apply_rows_s, f->idle_rows_s));
+		} else {
+			printf("  apply     %" PRIu64 " rows in %.4f s = %.1f "
+			       "MB/s; CPU %.3f s\n",
+			       r->ap.rows, r->apply_s,
+			       mbs(r->ex.bytes, r->apply_s), r->apply_cpu_s);
+		}
 		printf("  check     the copy: %" PRIu64
 		       " random rows equal the "
 		       "source's, %" PRIu64 " rewritten rows the values "
