@@ -16,7 +16,7 @@ ET_ENOTABLE, ...) are read from include/embtier.h at import.
 """
 
 from . import _abi
-from .store import (EmbtierError, Store, Table, apply_delta, as_ids,
+from .store import (EmbtierError, Serving, Store, Table, apply_delta, as_ids,
                     checkpoint_info, error_name, export_delta, read_rows,
                     strerror)
 
@@ -27,7 +27,7 @@ HEADER_PATH = _abi.HEADER.path
 globals().update({k: v for k, v in _abi.CONSTS.items()
                   if k.startswith("ET_")})
 
-__all__ = ["EmbtierError", "Store", "Table", "apply_delta", "as_ids",
+__all__ = ["EmbtierError", "Serving", "Store", "Table", "apply_delta", "as_ids",
            "checkpoint_info", "error_name", "export_delta", "read_rows",
            "strerror", "LIB_PATH", "HEADER_PATH"] + \
     [k for k in _abi.CONSTS if k.startswith("ET_")]

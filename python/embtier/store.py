@@ -332,6 +332,117 @@ def apply_delta(path, dir):
     return _abi.to_dict(info)
 
 
+class Serving:
+    """A serving handle (et_serve_*): the store directory dir (a copy that
+    deltas keep current; created empty if missing) opened for lookups
+    only, its DIR/LOCK held until close.  apply(path) applies a delta
+    while other threads go on calling lookup: the library's calls run
+    without the GIL, and each lookup reads one version, the old or the
+    new, never a mix; it returns the source commit its rows are of.
+
+        with embtier.Serving("serving") as sv:
+            vals, commit = sv.lookup("emb0", ids)   # any thread
+            sv.apply("d.etd")                       # readers go on
+    """
+
+    def __init__(self, dir):
+        self._h = ctypes.c_void_p()
+        self._dims = {}  # table number: dim, from table()
+        self.dir = os.fspath(dir)
+        _check(lib.et_serve_open(os.fsencode(self.dir), ctypes.byref(self._h)),
+               "et_serve_open")
+
+    def close(self):
+        """et_serve_close; no call may be under way."""
+        if self._h:
+            lib.et_serve_close(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise _einval("Serving", "the handle is closed")
+        return self._h
+
+    def table(self, name):
+        """(number, dict of et_table_info) of table name at the current
+        version; EmbtierError ENOENT if it has none."""
+        t = ctypes.c_int()
+        info = _abi.new("et_table_info")
+        _check(lib.et_serve_table(self._handle(), name.encode(),
+                                  ctypes.byref(t), ctypes.byref(info)),
+               "et_serve_table")
+        info = _abi.to_dict(info)
+        self._dims[t.value] = info["dim"]
+        return t.value, info
+
+    def lookup(self, table, ids, out=None):
+        """The rows ids (row numbers, or any u64 of a keyed table; int64
+        as their bits) of table (a name, or a number table() gave), as
+        (float32 (n, dim), the source commit they are of)."""
+        if isinstance(table, str):
+            table, info = self.table(table)
+            dim = info["dim"]
+        elif int(table) in self._dims:
+            dim = self._dims[int(table)]
+        else:
+            raise EmbtierError(-_errno.ENOENT, "Serving.lookup",
+                               f"table {table}: not given by table()")
+        ids = as_ids(ids, "Serving.lookup")
+        n = ids.shape[0]
+        if out is None:
+            out = np.empty((n, dim), np.float32)
+        else:
+            check_out(out, (n, dim), "Serving.lookup")
+        commit = ctypes.c_uint64()
+        _check(lib.et_serve_lookup(self._handle(), int(table), _ptr(ids), n,
+                                   _ptr(out), ctypes.byref(commit)),
+               "et_serve_lookup")
+        return out, commit.value
+
+    def dense(self):
+        """(bytes of the version's dense state, its source commit)."""
+        n, commit = ctypes.c_size_t(), ctypes.c_uint64()
+        _check(lib.et_serve_dense(self._handle(), None, 0, ctypes.byref(n),
+                                  None), "et_serve_dense")
+        while True:
+            buf = ctypes.create_string_buffer(max(n.value, 1))
+            size = n.value
+            _check(lib.et_serve_dense(self._handle(), buf, size,
+                                      ctypes.byref(n), ctypes.byref(commit)),
+                   "et_serve_dense")
+            if n.value <= size:  # not grown by an apply meanwhile
+                return buf.raw[:n.value], commit.value
+
+    def apply(self, path):
+        """et_serve_apply: the delta at path applied (checked first, one
+        commit), readers moved to the new version once it is in place.
+        Returns a dict of et_delta_info's fields."""
+        info = _abi.new("et_delta_info")
+        _check(lib.et_serve_apply(self._handle(), os.fsencode(path),
+                                  ctypes.byref(info)), "et_serve_apply")
+        return _abi.to_dict(info)
+
+    def info(self):
+        """A dict of et_serve_info's fields (commit, store_commit,
+        applies, index_bytes, dense_bytes, tables)."""
+        info = _abi.new("et_serve_info")
+        _check(lib.et_serve_info(self._handle(), ctypes.byref(info)),
+               "et_serve_info")
+        return _abi.to_dict(info)
+
+
 class Table:
     """A table of a store: id, name and its header fields (rows, dim,
     flags; keyed: whether its ids are any u64, rows then 0).  Store methods

@@ -250,3 +250,92 @@ def test_delta_refused(dirs):
     # the good one still applies, exactly
     embtier.apply_delta(path("d2"), copy)
     assert_same_rows(every_row(copy), every_row(src))
+
+
+def test_serving_reads_during_applies(dirs):
+    """embtier.Serving: a reader thread looks rows up while the main
+    thread applies deltas; every lookup is one version, whole (each
+    version writes every row with its own number), the one it names, and
+    versions only go forward; erased keyed ids read as never written."""
+    import threading
+
+    src, copy, path = dirs
+    n, versions = 2000, 4
+    rows = np.arange(n, dtype=np.uint64)
+    keys = np.array([0, -1, -2**63, 2**63 - 1, 77], np.int64)
+    commits = {}
+    with open_store(src) as s:
+        e = s.create_table("emb", rows=n, dim=DIM, dtype="f32", seed=3)
+        k = s.create_table("keys", keyed=True, dim=DIM, seed=4)
+        init = k.gather(keys)
+        for v in range(1, versions + 1):
+            e.write_rows(rows, np.full((n, DIM), v, np.float32))
+            k.write_rows(keys, np.full((len(keys), DIM), v, np.float32))
+            if v % 2 == 0:
+                k.erase(keys[:2])
+            s.checkpoint(f"version {v}".encode())
+            c = embtier.checkpoint_info(src)["commit"]
+            # beside the live store, as a trainer exports
+            embtier.export_delta(src, max(commits, default=0), path(f"d{c}"))
+            commits[c] = v
+
+    def want_keys(v):
+        w = np.full((len(keys), DIM), v, np.float32)
+        if v % 2 == 0:
+            w[:2] = init[:2]
+        return w
+
+    with embtier.Serving(copy) as sv:
+        assert sv.info()["tables"] == 0
+        first = min(commits)
+        sv.apply(path(f"d{first}"))
+        seen, bad, stop = [], [], threading.Event()
+
+        def reader():
+            while not stop.is_set():
+                vals, c = sv.lookup("emb", rows)
+                v = commits.get(c, 0)
+                if not v or not (vals == v).all():
+                    bad.append(("emb", c))
+                kv, c2 = sv.lookup("keys", keys)
+                v2 = commits.get(c2, 0)
+                if not v2 or not np.array_equal(kv, want_keys(v2)):
+                    bad.append(("keys", c2))
+                seen.append(v)
+
+        th = threading.Thread(target=reader)
+        th.start()
+        for c in sorted(commits)[1:]:
+            info = sv.apply(path(f"d{c}"))
+            assert info["to_commit"] == c
+        while not seen or seen[-1] != versions:
+            if not th.is_alive():
+                break
+            threading.Event().wait(0.005)
+        stop.set()
+        th.join()
+        assert not bad
+        assert seen and seen == sorted(seen) and seen[-1] == versions
+        dense, c = sv.dense()
+        assert dense == f"version {versions}".encode()
+        assert commits[c] == versions
+        info = sv.info()
+        assert info["applies"] == versions and info["tables"] == 2
+        # one writer: a store cannot open the served directory
+        with pytest.raises(embtier.EmbtierError) as ex:
+            open_store(copy)
+        assert ex.value.code == embtier.ET_ELOCKED
+        # a damaged delta is refused, readers keep the version
+        with open(path(f"d{first}"), "rb") as f:
+            b = bytearray(f.read())
+        b[len(b) // 2] ^= 1
+        with open(path("bad"), "wb") as f:
+            f.write(bytes(b))
+        with pytest.raises(embtier.EmbtierError) as ex:
+            sv.apply(path("bad"))
+        assert ex.value.code == embtier.ET_EDELTA
+        vals, c = sv.lookup("emb", rows)
+        assert commits[c] == versions and (vals == versions).all()
+        with pytest.raises(embtier.EmbtierError) as ex:
+            sv.table("nope")
+        assert ex.value.errno == 2  # ENOENT
