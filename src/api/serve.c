@@ -311,7 +311,7 @@ int et_serve_dense(et_serve *sv, void *buf, size_t cap, size_t *len,
 	v = ver_get(sv, commit);
 	if (len)
 		*len = v->dense_len;
-	if (v->dense_len)
+	if (v->dense_len && cap)
 		memcpy(buf, v->dense, cap < v->dense_len ? cap : v->dense_len);
 	ver_put(sv, v);
 	return 0;
