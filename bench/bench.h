@@ -323,6 +323,7 @@ struct serve_fig {
 	double idle_rows_s, apply_rows_s;	/* rows looked up a second */
 	double longest_idle_s, longest_apply_s; /* the slowest lookup */
 	uint64_t index_bytes;			/* the handle's, after */
+	uint64_t cache_bytes, cache_hits, cache_misses; /* its row cache */
 	struct et_delta_info ap;
 };
 int delta_serve(const char *copy, const char *path, uint64_t rows, uint32_t dim,

@@ -15,8 +15,9 @@
  *             (copy/), each timed: the figures for scale.
  *   serve     (after 10%) 1% more rewritten and exported the same way,
  *             then applied through a serving handle of the copy while a
- *             reader thread looks rows up (delta_serve.c): lookup rates
- *             and the longest lookup, idle and during the apply.
+ *             reader thread looks up Zipf-drawn rows (delta_serve.c):
+ *             lookup rates and the longest lookup, idle and during the
+ *             apply, and the row cache's hits.
  *   1%, 10%   f x rows distinct rows drawn at random (a keyed bijection of
  *             the ids) rewritten with new values, in the bijection's
  *             order, and et_checkpoint (untimed, printed); then, timed,
@@ -745,10 +746,12 @@ static void print_json(const struct dbench *d)
 	       "\"lookups_idle\":%" PRIu64 ",\"lookups_apply\":%" PRIu64
 	       ",\"idle_rows_s\":%.1f,\"apply_rows_s\":%.1f,"
 	       "\"longest_idle_s\":%.6f,\"longest_apply_s\":%.6f,"
-	       "\"index_bytes\":%" PRIu64 "}",
+	       "\"index_bytes\":%" PRIu64 ",\"cache_bytes\":%" PRIu64
+	       ",\"cache_hits\":%" PRIu64 ",\"cache_misses\":%" PRIu64 "}",
 	       d->sf.batch, d->sf.idle_s, d->sf.apply_s, d->sf.lookups_idle,
 	       d->sf.lookups_apply, d->sf.idle_rows_s, d->sf.apply_rows_s,
-	       d->sf.longest_idle_s, d->sf.longest_apply_s, d->sf.index_bytes);
+	       d->sf.longest_idle_s, d->sf.longest_apply_s, d->sf.index_bytes,
+	       d->sf.cache_bytes, d->sf.cache_hits, d->sf.cache_misses);
 	printf(",\"raw_mbs\":%.3f,\"ratio_export_raw\":{\"full\":%.4f,"
 	       "\"1%%\":%.4f,\"10%%\":%.4f},\"ratio_bytes_10_1\":%.4f,"
 	       "\"ratio_time_10_1\":%.4f,\"check_ok\":true,\"wall_s\":%.2f}\n",
@@ -813,7 +816,7 @@ static void print_text(const struct dbench *d)
 
 			printf("  serve     through a serving handle "
 			       "(et_serve_apply), a reader thread looking up "
-			       "%u random rows a call: apply %" PRIu64
+			       "%u Zipf rows a call: apply %" PRIu64
 			       " rows in %.4f s = %.1f MB/s\n",
 			       f->batch, r->ap.rows, r->apply_s,
 			       mbs(r->ex.bytes, r->apply_s));
@@ -826,6 +829,12 @@ static void print_text(const struct dbench *d)
 			       f->longest_idle_s * 1e3, f->apply_rows_s / 1e6,
 			       f->lookups_apply, f->longest_apply_s * 1e3,
 			       ratio(f->apply_rows_s, f->idle_rows_s));
+			printf("            the handle's row cache %.0f MiB: "
+			       "%.1f%% of the rows looked up were hits\n",
+			       (double)f->cache_bytes / 1048576.0,
+			       100.0 * ratio((double)f->cache_hits,
+					     (double)(f->cache_hits +
+						      f->cache_misses)));
 		} else {
 			printf("  apply     %" PRIu64 " rows in %.4f s = %.1f "
 			       "MB/s; CPU %.3f s\n",

@@ -754,15 +754,20 @@ ET_API int et_delta_apply(const char *path, const char *dir,
  * for lookups only, with deltas applied to it while readers go on. Each
  * lookup reads one version of the copy, the last commit as of the call:
  * readers see the old or the new version of each delta, never a mix.
- * No optimizer state is held in memory and rows are read as stored
- * (f16 and bf16 converted to f32 as they are copied out); nothing is
- * cached: a lookup reads its rows from the table files and row logs, its
+ * No optimizer state is held in memory. Rows are cached as stored (f16
+ * and bf16 stay 2 bytes, converted to f32 as they are copied out) in one
+ * set-associative LRU cache of cfg->ddr_bytes (metadata included; rows
+ * larger than the largest of the tables the copy had when the cache was
+ * made are not cached), shared by the versions: an apply drops the
+ * cached rows its delta changed (every row of a table it took whole).
+ * The misses of a lookup are read from the table files and row logs, their
  * reads in flight together.
  *
  * et_serve_open opens dir (created, empty, if missing) and holds its
  * DIR/LOCK for the handle's life, as a store does: a store or another
  * serving handle on dir is ET_ELOCKED, and so is this open if one is
- * there. Its memory is each table's row-log index (13-20 bytes a stored
+ * there. cfg may be NULL (the defaults). Its memory is the cache, each
+ * table's row-log index (13-20 bytes a stored
  * row, as a store's) and the dense state.
  *
  * et_serve_apply applies the delta at path as et_delta_apply does (the
@@ -792,10 +797,23 @@ struct et_serve_info {
 	uint64_t applies;      /* deltas applied through this handle */
 	uint64_t index_bytes;  /* memory of the tables' indexes */
 	uint64_t dense_bytes;
+	uint64_t cache_bytes; /* the row cache, metadata included */
+	uint64_t cache_rows;  /* rows it can hold */
+	uint64_t cache_hits, cache_misses; /* rows looked up, since open */
 	uint32_t tables;
 };
 
-ET_API int et_serve_open(const char *dir, et_serve **out);
+#define ET_SERVE_NO_CACHE 0x1u /* every lookup reads the files */
+
+struct et_serve_config {
+	uint64_t ddr_bytes; /* the row cache; 0: 256 MiB; else >= 64 KiB
+			     * (a cache that cannot hold one set of 8 of
+			     * the tables' rows is not made) */
+	uint32_t flags;	    /* ET_SERVE_NO_CACHE */
+};
+
+ET_API int et_serve_open(const char *dir, const struct et_serve_config *cfg,
+			 et_serve **out);
 ET_API int et_serve_table(et_serve *sv, const char *name, int *table,
 			  struct et_table_info *info);
 ET_API int et_serve_lookup(et_serve *sv, int table, const uint64_t *ids,

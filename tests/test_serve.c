@@ -300,7 +300,8 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
-static void test_readers_during_applies(void **state)
+/* Two readers through NVER - 1 applies, the handle opened with cfg. */
+static void readers_run(const struct et_serve_config *cfg)
 {
 	struct src x;
 	char *copy = strdup(tu_path("serve-copy"));
@@ -312,9 +313,8 @@ static void test_readers_during_applies(void **state)
 	et_serve *sv;
 	int rt, kt;
 
-	(void)state;
 	src_make(&x);
-	OK(et_serve_open(copy, &sv));
+	OK(et_serve_open(copy, cfg, &sv));
 	OK(et_serve_info(sv, &si));
 	assert_int_equal(si.tables, 0);
 	assert_int_equal(si.commit, 0);
@@ -357,9 +357,19 @@ static void test_readers_during_applies(void **state)
 		assert_int_equal(rd[i].seen[0], 0);
 	}
 	assert_int_equal(served(&x, sv), NVER);
+	OK(et_serve_info(sv, &si));
+	print_message("cache: %llu bytes, %llu rows; %llu hits, %llu misses\n",
+		      (unsigned long long)si.cache_bytes,
+		      (unsigned long long)si.cache_rows,
+		      (unsigned long long)si.cache_hits,
+		      (unsigned long long)si.cache_misses);
+	if (cfg && (cfg->flags & ET_SERVE_NO_CACHE))
+		assert_int_equal(si.cache_bytes + si.cache_hits, 0);
+	else
+		assert_true(si.cache_hits > 0 && si.cache_bytes > 0);
 	et_serve_close(sv);
 	/* reopened: the last version */
-	OK(et_serve_open(copy, &sv));
+	OK(et_serve_open(copy, cfg, &sv));
 	assert_int_equal(served(&x, sv), NVER);
 	OK(et_serve_info(sv, &si));
 	assert_int_equal(si.applies, 0);
@@ -369,6 +379,31 @@ static void test_readers_during_applies(void **state)
 	tu_rmtree(copy);
 	free(copy);
 	src_free(&x);
+}
+
+/* The cache holds every row: most lookups are hits, of older versions'
+ * entries too once an apply has dropped what it changed. */
+static void test_readers_cache(void **state)
+{
+	(void)state;
+	readers_run(NULL);
+}
+
+/* A cache of some 1,300 rows of the 15,000: evictions all the time. */
+static void test_readers_small_cache(void **state)
+{
+	struct et_serve_config c = {.ddr_bytes = 64 << 10};
+
+	(void)state;
+	readers_run(&c);
+}
+
+static void test_readers_no_cache(void **state)
+{
+	struct et_serve_config c = {.flags = ET_SERVE_NO_CACHE};
+
+	(void)state;
+	readers_run(&c);
 }
 
 static void test_refusals(void **state)
@@ -387,15 +422,15 @@ static void test_refusals(void **state)
 
 	(void)state;
 	src_make(&x);
-	OK(et_serve_open(copy, &sv));
+	OK(et_serve_open(copy, NULL, &sv));
 	OK(et_serve_apply(sv, x.delta[1], NULL));
 	/* one writer: a second handle, a store, a plain apply */
-	assert_int_equal(et_serve_open(copy, &sv2), ET_ELOCKED);
+	assert_int_equal(et_serve_open(copy, NULL, &sv2), ET_ELOCKED);
 	assert_int_equal(et_store_open(copy, &CFG, &s), ET_ELOCKED);
 	assert_int_equal(et_delta_apply(x.delta[2], copy, NULL), ET_ELOCKED);
 	/* a handle on a directory a store holds */
 	OK(et_store_open(other, &CFG, &s));
-	assert_int_equal(et_serve_open(other, &sv2), ET_ELOCKED);
+	assert_int_equal(et_serve_open(other, NULL, &sv2), ET_ELOCKED);
 	OK(et_store_close(s));
 	/* unchained: version 3 over 1 */
 	assert_int_equal(et_serve_apply(sv, x.delta[3], NULL), ET_EMISMATCH);
@@ -433,7 +468,14 @@ static void test_refusals(void **state)
 	assert_true(et_serve_lookup(sv, rt, &id, 1, out, NULL) < 0);
 	assert_int_equal(et_serve_lookup(sv, rt, NULL, 1, out, NULL), -EINVAL);
 	assert_int_equal(et_serve_apply(sv, NULL, NULL), -EINVAL);
-	assert_int_equal(et_serve_open(NULL, &sv2), -EINVAL);
+	assert_int_equal(et_serve_open(NULL, NULL, &sv2), -EINVAL);
+	{
+		struct et_serve_config bc = {.flags = 0x80};
+		struct et_serve_config tiny = {.ddr_bytes = 64};
+
+		assert_int_equal(et_serve_open(other, &bc, &sv2), ET_ECONFIG);
+		assert_int_equal(et_serve_open(other, &tiny, &sv2), ET_ECONFIG);
+	}
 	assert_int_equal(et_serve_dense(sv, NULL, 4, &n, NULL), -EINVAL);
 	OK(et_serve_dense(sv, NULL, 0, &n, NULL));
 	assert_int_equal(n, strlen("version 2") + 1);
@@ -466,7 +508,7 @@ static void test_failing_applies(void **state)
 		int rc;
 
 		tu_rmtree(copy);
-		OK(et_serve_open(copy, &sv));
+		OK(et_serve_open(copy, NULL, &sv));
 		OK(et_serve_apply(sv, x.delta[1], NULL));
 		io_fault_set(kind == 1 ? IO_WRITE : IO_FSYNC, k, EIO, 0);
 		rc = et_serve_apply(sv, x.delta[2], NULL);
@@ -507,7 +549,9 @@ static void test_failing_applies(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_readers_during_applies),
+	    cmocka_unit_test(test_readers_cache),
+	    cmocka_unit_test(test_readers_small_cache),
+	    cmocka_unit_test(test_readers_no_cache),
 	    cmocka_unit_test(test_refusals),
 	    cmocka_unit_test(test_failing_applies),
 	};

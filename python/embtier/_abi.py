@@ -296,7 +296,7 @@ FUNCTIONS = {
     "et_delta_export": (_I, [ctypes.c_char_p, ctypes.c_uint64,
                              ctypes.c_char_p, ctypes.c_uint, _P]),
     "et_delta_apply": (_I, [ctypes.c_char_p, ctypes.c_char_p, _P]),
-    "et_serve_open": (_I, [ctypes.c_char_p, _P]),
+    "et_serve_open": (_I, [ctypes.c_char_p, _P, _P]),
     "et_serve_table": (_I, [_P, ctypes.c_char_p, _P, _P]),
     "et_serve_lookup": (_I, [_P, _I, _P, _Z, _P, _P]),
     "et_serve_dense": (_I, [_P, _P, _Z, _P, _P]),

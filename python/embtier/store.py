@@ -335,7 +335,8 @@ def apply_delta(path, dir):
 class Serving:
     """A serving handle (et_serve_*): the store directory dir (a copy that
     deltas keep current; created empty if missing) opened for lookups
-    only, its DIR/LOCK held until close.  apply(path) applies a delta
+    only, its DIR/LOCK held until close, with a row cache of ddr_bytes
+    (0: 256 MiB; cache=False: none).  apply(path) applies a delta
     while other threads go on calling lookup: the library's calls run
     without the GIL, and each lookup reads one version, the old or the
     new, never a mix; it returns the source commit its rows are of.
@@ -345,12 +346,15 @@ class Serving:
             sv.apply("d.etd")                       # readers go on
     """
 
-    def __init__(self, dir):
+    def __init__(self, dir, ddr_bytes=0, cache=True):
         self._h = ctypes.c_void_p()
         self._dims = {}  # table number: dim, from table()
         self.dir = os.fspath(dir)
-        _check(lib.et_serve_open(os.fsencode(self.dir), ctypes.byref(self._h)),
-               "et_serve_open")
+        cfg = _abi.new("et_serve_config")
+        cfg.ddr_bytes = int(ddr_bytes)
+        cfg.flags = 0 if cache else CONSTS["ET_SERVE_NO_CACHE"]
+        _check(lib.et_serve_open(os.fsencode(self.dir), ctypes.byref(cfg),
+                                 ctypes.byref(self._h)), "et_serve_open")
 
     def close(self):
         """et_serve_close; no call may be under way."""
@@ -436,7 +440,8 @@ class Serving:
 
     def info(self):
         """A dict of et_serve_info's fields (commit, store_commit,
-        applies, index_bytes, dense_bytes, tables)."""
+        applies, index_bytes, dense_bytes, cache_bytes, cache_rows,
+        cache_hits, cache_misses, tables)."""
         info = _abi.new("et_serve_info")
         _check(lib.et_serve_info(self._handle(), ctypes.byref(info)),
                "et_serve_info")

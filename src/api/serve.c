@@ -28,14 +28,22 @@
 
 #include "checkpoint.h"
 #include "commit.h"
+#include "delta_file.h"
 #include "delta_state.h"
 #include "delta_write.h"
+#include "dtype.h"
 #include "embtier.h"
 #include "error.h"
+#include "le.h"
+#include "serve_cache.h"
 #include "table_file.h"
 
+#define SERVE_DDR_DEF (256ULL << 20)
+#define SERVE_DDR_MIN (64u << 10)
+
 struct sv_table {
-	et_tfile *tf;	    /* NULL: the version has no such table */
+	et_tfile *tf; /* NULL: the version has no such table */
+	const struct tf_geom *g;
 	pthread_mutex_t mu; /* a table file reads one call at a time */
 	bool mu_made;
 	struct et_table_info info;
@@ -49,7 +57,8 @@ struct sv_ver {
 	void *dense;
 	size_t dense_len;
 	uint64_t index_bytes;
-	unsigned refs; /* lookups reading it (et_serve.mu) */
+	uint32_t epoch; /* the cache's: versions count up from 1 */
+	unsigned refs;	/* lookups reading it (et_serve.mu) */
 };
 
 struct et_serve {
@@ -61,8 +70,11 @@ struct et_serve {
 	struct sv_ver *cur;
 	char (*names)[CKPT_NAME_MAX + 1]; /* table numbers, only growing */
 	uint32_t nnames, cap;
-	uint64_t applies; /* mu */
-	bool stale;	  /* the directory is past cur (apply_mu) */
+	uint64_t applies;     /* mu */
+	bool stale;	      /* the directory is past cur (apply_mu) */
+	uint32_t epochs;      /* versions opened (apply_mu) */
+	uint64_t cache_cap;   /* bytes; 0: no cache */
+	struct scache *cache; /* made with the first tables; atomic */
 };
 
 static void ver_free(struct sv_ver *v)
@@ -155,6 +167,7 @@ static int ver_open(et_serve *sv, struct sv_ver **out)
 				break;
 		t = &v->t[k];
 		t->tf = tfs[i];
+		t->g = tf_geom(t->tf);
 		tfs[i] = NULL;
 		ret = et_tfile_info(t->tf, &t->info);
 		if (!ret)
@@ -172,8 +185,92 @@ static int ver_open(et_serve *sv, struct sv_ver **out)
 		ver_free(v);
 		return ret;
 	}
+	v->epoch = ++sv->epochs;
 	*out = v;
 	return 0;
+}
+
+/* The row cache, made once the copy has tables, for rows as large as the
+ * largest of theirs (a later table's larger rows are not cached). */
+static int cache_make(et_serve *sv, const struct sv_ver *v)
+{
+	struct scache *c;
+	uint32_t slot = 0;
+	int ret;
+
+	if (!sv->cache_cap || sv->cache)
+		return 0;
+	for (uint32_t i = 0; i < v->n; i++)
+		if (v->t[i].tf && v->t[i].g->value_bytes > slot)
+			slot = v->t[i].g->value_bytes;
+	if (!slot)
+		return 0;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	ret = sc_init(c, sv->cache_cap, slot);
+	if (ret) {
+		free(c);
+		return ret;
+	}
+	__atomic_store_n(&sv->cache, c, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* The number of table name at this point (apply_mu held: the names do
+ * not change), or UINT32_MAX. */
+static uint32_t name_number(const et_serve *sv, const char *name)
+{
+	for (uint32_t i = 0; i < sv->nnames; i++)
+		if (!strcmp(sv->names[i], name))
+			return i;
+	return UINT32_MAX;
+}
+
+/* Drops the cached rows of epochs before e that the delta at path
+ * changed (all of a table it took whole); every row if path is NULL or
+ * cannot be read again. Then readers at e may take the older entries. */
+static void cache_forget(et_serve *sv, const char *path, uint32_t e)
+{
+	struct scache *c = sv->cache;
+	struct df_reader r = {.fd = -1};
+	struct df_header h;
+	struct df_table t = {0};
+	struct df_rec rec;
+	uint64_t *ids = NULL;
+	uint32_t tn = UINT32_MAX, stride = 0;
+	int ret;
+
+	if (!c)
+		return;
+	ret = path ? df_open(&r, path, &h) : -ENOENT;
+	while (!ret && !(ret = df_next(&r, &rec)) && rec.kind != DF_END) {
+		if (rec.kind == DF_TABLE_HDR) {
+			ret = df_table_parse(&r, &rec, &t);
+			tn = name_number(sv, t.name);
+			stride = 8 + t.rec;
+			if (!ret && tn != UINT32_MAX && t.whole)
+				sc_forget_table(c, tn, e);
+		} else if ((rec.kind == DF_ROWS || rec.kind == DF_TOMBS) &&
+			   tn != UINT32_MAX && !t.whole) {
+			uint32_t step = rec.kind == DF_ROWS ? stride : 8;
+			uint64_t *p = realloc(ids, (rec.n + 1) * sizeof(*ids));
+
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			ids = p;
+			for (uint32_t i = 0; i < rec.n; i++)
+				ids[i] = get64(rec.p + (size_t)i * step);
+			sc_forget(c, tn, ids, rec.n, e);
+		}
+	}
+	df_close(&r);
+	free(ids);
+	if (ret)
+		sc_forget_all(c, e);
+	sc_clean(c, e);
 }
 
 /* The current version, held until ver_put; *commit its source commit. */
@@ -198,8 +295,10 @@ static void ver_put(et_serve *sv, struct sv_ver *v)
 	pthread_mutex_unlock(&sv->mu);
 }
 
-int et_serve_open(const char *dir, et_serve **out)
+int et_serve_open(const char *dir, const struct et_serve_config *cfg,
+		  et_serve **out)
 {
+	struct et_serve_config c = {0};
 	et_serve *sv;
 	int ret;
 
@@ -207,6 +306,19 @@ int et_serve_open(const char *dir, et_serve **out)
 	if (!dir || !*dir || !out)
 		return err_set(-EINVAL, "et_serve_open: %s",
 			       !out ? "out is NULL" : "no dir");
+	if (cfg)
+		c = *cfg;
+	if (c.flags & ~ET_SERVE_NO_CACHE)
+		return err_set(ET_ECONFIG,
+			       "et_serve_open: flags 0x%x: unknown "
+			       "bits",
+			       c.flags);
+	if (c.ddr_bytes && c.ddr_bytes < SERVE_DDR_MIN &&
+	    !(c.flags & ET_SERVE_NO_CACHE))
+		return err_set(ET_ECONFIG,
+			       "et_serve_open: ddr_bytes %llu: at least %u "
+			       "(or 0: 256 MiB, or ET_SERVE_NO_CACHE)",
+			       (unsigned long long)c.ddr_bytes, SERVE_DDR_MIN);
 	*out = NULL;
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		return err_set(-errno, "%s: %s", dir, strerror(errno));
@@ -214,6 +326,9 @@ int et_serve_open(const char *dir, et_serve **out)
 	if (!sv)
 		return -ENOMEM;
 	sv->lock_fd = -1;
+	sv->cache_cap = c.flags & ET_SERVE_NO_CACHE ? 0
+			: c.ddr_bytes		    ? c.ddr_bytes
+						    : SERVE_DDR_DEF;
 	pthread_mutex_init(&sv->mu, NULL);
 	pthread_mutex_init(&sv->apply_mu, NULL);
 	pthread_cond_init(&sv->left, NULL);
@@ -221,6 +336,8 @@ int et_serve_open(const char *dir, et_serve **out)
 	ret = sv->dir ? dir_lock(dir, &sv->lock_fd) : -ENOMEM;
 	if (!ret)
 		ret = ver_open(sv, &sv->cur);
+	if (!ret && cache_make(sv, sv->cur)) /* as in catch_up */
+		sv->cache_cap = 0;
 	if (ret) {
 		et_serve_close(sv);
 		return ret;
@@ -234,6 +351,10 @@ void et_serve_close(et_serve *sv)
 	if (!sv)
 		return;
 	ver_free(sv->cur);
+	if (sv->cache) {
+		sc_free(sv->cache);
+		free(sv->cache);
+	}
 	dir_unlock(sv->lock_fd);
 	free(sv->names);
 	free(sv->dir);
@@ -272,12 +393,73 @@ int et_serve_table(et_serve *sv, const char *name, int *table,
 	return ret;
 }
 
+/* Table t's rows ids[0..n) of version v into out: from the cache where
+ * it has them, the rest read from the files (and cached). */
+static int lookup(et_serve *sv, struct sv_ver *v, uint32_t tn,
+		  const uint64_t *ids, size_t n, float *out)
+{
+	struct sv_table *t = &v->t[tn];
+	const struct tf_geom *g = t->g;
+	struct scache *c = __atomic_load_n(&sv->cache, __ATOMIC_ACQUIRE);
+	unsigned char *row = NULL, *raw = NULL;
+	uint64_t *mids = NULL;
+	uint32_t *midx = NULL;
+	size_t nm = 0;
+	int ret = 0;
+
+	if (c && g->value_bytes > c->slot_bytes)
+		c = NULL;
+	if (!c) { /* the files alone */
+		pthread_mutex_lock(&t->mu);
+		ret = et_tfile_read_rows(t->tf, ids, n, out, NULL);
+		pthread_mutex_unlock(&t->mu);
+		return ret;
+	}
+	row = malloc(g->value_bytes);
+	mids = malloc(n * sizeof(*mids));
+	midx = malloc(n * sizeof(*midx));
+	if (!row || !mids || !midx) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (sc_get(c, tn, ids[i], v->epoch, row, g->value_bytes)) {
+			dtype_decode(g->dtype, row, out + i * g->dim, g->dim);
+			continue;
+		}
+		mids[nm] = ids[i];
+		midx[nm++] = (uint32_t)i;
+	}
+	if (!nm)
+		goto out;
+	raw = malloc(nm * g->row_bytes);
+	if (!raw) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	pthread_mutex_lock(&t->mu);
+	ret = tf_read_rows_raw(t->tf, mids, nm, raw);
+	pthread_mutex_unlock(&t->mu);
+	for (size_t k = 0; !ret && k < nm; k++) {
+		const unsigned char *r = raw + k * g->row_bytes;
+
+		dtype_decode(g->dtype, r, out + (size_t)midx[k] * g->dim,
+			     g->dim);
+		sc_put(c, tn, mids[k], v->epoch, r, g->value_bytes);
+	}
+out:
+	free(row);
+	free(raw);
+	free(mids);
+	free(midx);
+	return ret;
+}
+
 int et_serve_lookup(et_serve *sv, int table, const uint64_t *ids, size_t n,
 		    float *out, uint64_t *commit)
 {
 	struct sv_ver *v;
-	struct sv_table *t;
-	int ret;
+	int ret = 0;
 
 	err_clear();
 	if (!sv || (n && (!ids || !out)))
@@ -285,16 +467,25 @@ int et_serve_lookup(et_serve *sv, int table, const uint64_t *ids, size_t n,
 			       !sv    ? "sv"
 			       : !ids ? "ids"
 				      : "out");
+	if (n > UINT32_MAX)
+		return err_set(-E2BIG, "%zu ids: at most %u a call", n,
+			       UINT32_MAX);
 	v = ver_get(sv, commit);
 	if (table < 0 || (uint32_t)table >= v->n || !v->t[table].tf) {
 		ver_put(sv, v);
 		return err_set(-ENOENT, "%s: table %d is not in this version",
 			       sv->dir, table);
 	}
-	t = &v->t[table];
-	pthread_mutex_lock(&t->mu);
-	ret = et_tfile_read_rows(t->tf, ids, n, out, NULL);
-	pthread_mutex_unlock(&t->mu);
+	for (size_t i = 0; i < n && !v->t[table].g->keyed; i++)
+		if (ids[i] >= v->t[table].g->rows) {
+			ret = err_set(ET_EROWRANGE,
+				      "ids[%zu] %llu >= the table's %llu rows",
+				      i, (unsigned long long)ids[i],
+				      (unsigned long long)v->t[table].g->rows);
+			break;
+		}
+	if (!ret)
+		ret = lookup(sv, v, (uint32_t)table, ids, n, out);
 	ver_put(sv, v);
 	return ret;
 }
@@ -320,6 +511,7 @@ int et_serve_dense(et_serve *sv, void *buf, size_t cap, size_t *len,
 int et_serve_info(et_serve *sv, struct et_serve_info *info)
 {
 	struct sv_ver *v;
+	struct scache *c;
 	uint64_t commit;
 
 	err_clear();
@@ -331,6 +523,14 @@ int et_serve_info(et_serve *sv, struct et_serve_info *info)
 				       .store_commit = v->store_commit,
 				       .index_bytes = v->index_bytes,
 				       .dense_bytes = v->dense_len};
+	c = __atomic_load_n(&sv->cache, __ATOMIC_ACQUIRE);
+	if (c) {
+		info->cache_bytes = c->bytes;
+		info->cache_rows = c->nsets * SC_WAYS;
+		info->cache_hits = __atomic_load_n(&c->hits, __ATOMIC_RELAXED);
+		info->cache_misses =
+		    __atomic_load_n(&c->misses, __ATOMIC_RELAXED);
+	}
 	for (uint32_t i = 0; i < v->n; i++)
 		info->tables += v->t[i].tf != NULL;
 	pthread_mutex_lock(&sv->mu);
@@ -348,7 +548,7 @@ int et_serve_info(et_serve *sv, struct et_serve_info *info)
  * marked stale: no apply may write before they have moved (its store
  * could reuse what they read).
  */
-static int catch_up(et_serve *sv)
+static int catch_up(et_serve *sv, const char *applied)
 {
 	struct ckpt_rec rec = {0};
 	struct dstate ds = {0};
@@ -377,6 +577,8 @@ static int catch_up(et_serve *sv)
 	sv->stale = false;
 	if (!nv)
 		return 0;
+	if (cache_make(sv, nv)) /* rows too large for one set of the cache, */
+		sv->cache_cap = 0; /* or no memory: lookups read the files */
 	pthread_mutex_lock(&sv->mu);
 	old = sv->cur;
 	sv->cur = nv;
@@ -384,6 +586,8 @@ static int catch_up(et_serve *sv)
 		pthread_cond_wait(&sv->left, &sv->mu);
 	pthread_mutex_unlock(&sv->mu);
 	ver_free(old);
+	/* no reader of an older version is left to cache its rows */
+	cache_forget(sv, applied, nv->epoch);
 	return 0;
 }
 
@@ -398,7 +602,7 @@ int et_serve_apply(et_serve *sv, const char *path, struct et_delta_info *info)
 			       !sv ? "sv" : "path");
 	pthread_mutex_lock(&sv->apply_mu);
 	if (sv->stale) {
-		ret = catch_up(sv);
+		ret = catch_up(sv, NULL);
 		if (ret) {
 			pthread_mutex_unlock(&sv->apply_mu);
 			return err_set(ret,
@@ -411,7 +615,7 @@ int et_serve_apply(et_serve *sv, const char *path, struct et_delta_info *info)
 	snprintf(detail, sizeof(detail), "%s", et_errdetail());
 	/* A failed apply may still have committed (a failure after its
 	 * commit was in place): readers move to whatever is last. */
-	ret2 = catch_up(sv);
+	ret2 = catch_up(sv, ret ? NULL : path);
 	pthread_mutex_lock(&sv->mu);
 	sv->applies += !ret;
 	pthread_mutex_unlock(&sv->mu);
