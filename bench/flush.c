@@ -197,7 +197,7 @@ int cmd_flush(const struct bench_opts *o)
 		    (double)bytes / 1e6, raw, raw0, raw1);
 		printf(
 		    "ratios:     flush / raw = %.2f, checkpoint / raw = %.2f "
-		    "(goal >= 0.5)\n",
+		    "(goal >= 0.6)\n",
 		    mb_flush / t_flush / raw, mb_ckpt / t_ckpt / raw);
 	} else {
 		printf("raw:        could not be measured: %s\n",
