@@ -118,7 +118,7 @@ void eval_line(struct trainer *tr)
 }
 
 /* The line of a delta exported after a checkpoint (--export-delta). */
-void delta_line(struct trainer *tr, const char *path,
+void delta_line(struct trainer *tr, uint64_t step, const char *path,
 		const struct et_delta_info *di, double secs)
 {
 	FILE *f = tr->log ? tr->log : stdout;
@@ -128,7 +128,7 @@ void delta_line(struct trainer *tr, const char *path,
 		"delta step %" PRIu64 " commit %" PRIu64 "-%" PRIu64
 		" tables %u whole %u rows %" PRIu64 " tombstones %" PRIu64
 		" bytes %" PRIu64 " seconds %.4f file %s\n",
-		tr->step, di->from_commit, di->to_commit, di->tables, di->whole,
+		step, di->from_commit, di->to_commit, di->tables, di->whole,
 		di->rows, di->tombstones, di->bytes, secs, path);
 	fflush(f);
 }
@@ -447,6 +447,7 @@ static void report_json(const struct trainer *tr, const struct results *r,
 		       tr->deltas, tr->delta_rows, tr->delta_tombs,
 		       tr->delta_bytes);
 		json_num("delta_seconds", tr->delta_s, true);
+		json_num("delta_wait_seconds", tr->delta_wait_s, true);
 	}
 	printf("\"eval_samples\":%" PRIu64
 	       ",\"weights_checksum\":\"0x%016" PRIx64 "\"}\n",
@@ -574,11 +575,12 @@ static void report_store(const struct trainer *tr, const struct results *r,
 	if (o->export_delta)
 		printf("deltas: %" PRIu64 " exported to %s, %" PRIu64
 		       " rows, %" PRIu64 " tombstones, %" PRIu64
-		       " bytes (%s) in %.2f s\n",
+		       " bytes (%s) in %.2f s, beside training (which waited "
+		       "%.2f s for them)\n",
 		       tr->deltas, o->export_delta, tr->delta_rows,
 		       tr->delta_tombs, tr->delta_bytes,
 		       cli_human_bytes((double)tr->delta_bytes, b1, sizeof(b1)),
-		       tr->delta_s);
+		       tr->delta_s, tr->delta_wait_s);
 	printf("peak-memory: library %s, process max RSS %s\n",
 	       cli_human_bytes((double)st->mem_peak_bytes, b3, sizeof(b3)),
 	       cli_human_bytes((double)r->maxrss, b4, sizeof(b4)));

@@ -132,6 +132,8 @@ int checkpoint_write(struct trainer *tr)
 		off += n * sizeof(*ids);
 		free(ids);
 	}
+	if (!ret) /* the export in flight first: no commit under it */
+		ret = delta_join(tr);
 	if (!ret) {
 #ifdef ET_WITH_MPI
 		if (tr->dist)
@@ -157,41 +159,85 @@ int checkpoint_write(struct trainer *tr)
  * --export-delta, right after a checkpoint: the delta of the store from
  * the last commit this process exported (0 before its first: every table
  * whole, which applies to any copy) to the checkpoint's commit, into
- * DIR/delta-FROM-TO.etd. Training waits: no commit can land meanwhile, so
- * the delta ends at the commit the file is named after.
+ * DIR/delta-FROM-TO.etd, on a thread of its own while training goes on.
+ * An export reads the directory as a read-only opener does, beside the
+ * live store: the steps' write-backs never overwrite a record the last
+ * commit needs. No commit may land before it ends (the file is named
+ * after the commit it ends at): the next checkpoint, and the store's
+ * close, wait for it first (delta_join).
  */
+static void *delta_main(void *arg)
+{
+	struct delta_job *j = arg;
+	double t0 = cli_now();
+
+	j->ret = et_delta_export(j->tr->dir, j->since, j->path, 0, &j->di);
+	if (j->ret)
+		snprintf(j->err, sizeof(j->err), "%s", et_errdetail());
+	j->secs = cli_now() - t0;
+	return NULL;
+}
+
 int delta_export(struct trainer *tr)
 {
 	struct et_checkpoint_info ci;
-	struct et_delta_info di;
-	char path[PATH_MAX];
-	double t0 = cli_now(), secs;
+	struct delta_job *j = &tr->dj;
 	int n, ret;
 
+	ret = delta_join(tr);
+	if (ret)
+		return ret;
 	ret = et_checkpoint_info(tr->store, &ci);
 	if (ret)
 		return fail("export delta", ret);
-	n = snprintf(path, sizeof(path), "%s/delta-%" PRIu64 "-%" PRIu64 ".etd",
-		     tr->o.export_delta, tr->delta_since, ci.commit);
-	if (n < 0 || (size_t)n >= sizeof(path))
+	*j = (struct delta_job){.tr = tr,
+				.since = tr->delta_since,
+				.to = ci.commit,
+				.step = tr->step};
+	n = snprintf(j->path, sizeof(j->path),
+		     "%s/delta-%" PRIu64 "-%" PRIu64 ".etd", tr->o.export_delta,
+		     j->since, j->to);
+	if (n < 0 || (size_t)n >= sizeof(j->path))
 		return fail(tr->o.export_delta, -ENAMETOOLONG);
-	ret = et_delta_export(tr->dir, tr->delta_since, path, 0, &di);
-	if (ret)
-		return fail(path, ret);
-	if (di.to_commit != ci.commit) { /* the file's name would lie */
+	if (!pthread_create(&tr->delta_th, NULL, delta_main, j)) {
+		tr->delta_running = true;
+		return 0;
+	}
+	delta_main(j); /* no thread: on this one */
+	tr->delta_running = true;
+	tr->delta_th = pthread_self();
+	return delta_join(tr);
+}
+
+int delta_join(struct trainer *tr)
+{
+	struct delta_job *j = &tr->dj;
+	double t0 = cli_now();
+
+	if (!tr->delta_running)
+		return 0;
+	if (!pthread_equal(tr->delta_th, pthread_self()))
+		pthread_join(tr->delta_th, NULL);
+	tr->delta_running = false;
+	tr->delta_wait_s += cli_now() - t0;
+	if (j->ret) {
+		cli_error("%s: %s%s%s", j->path, et_strerror(j->ret),
+			  j->err[0] ? ": " : "", j->err);
+		return j->ret;
+	}
+	if (j->di.to_commit != j->to) { /* the file's name would lie */
 		cli_error("%s: the delta ends at commit %" PRIu64
 			  ", not at the checkpoint's",
-			  path, di.to_commit);
+			  j->path, j->di.to_commit);
 		return ET_EMISMATCH;
 	}
-	secs = cli_now() - t0;
-	tr->delta_since = di.to_commit;
+	tr->delta_since = j->di.to_commit;
 	tr->deltas++;
-	tr->delta_rows += di.rows;
-	tr->delta_tombs += di.tombstones;
-	tr->delta_bytes += di.bytes;
-	tr->delta_s += secs;
-	delta_line(tr, path, &di, secs);
+	tr->delta_rows += j->di.rows;
+	tr->delta_tombs += j->di.tombstones;
+	tr->delta_bytes += j->di.bytes;
+	tr->delta_s += j->secs;
+	delta_line(tr, j->step, j->path, &j->di, j->secs);
 	return 0;
 }
 

@@ -192,7 +192,9 @@ static int run_end(struct trainer *tr, double t0)
 	if (ret)
 		return fail("flush", ret);
 	tr->flush_s = cli_now() - t0;
-	ret = collect(tr, &r);
+	ret = delta_join(tr); /* the last checkpoint's, beside the above */
+	if (!ret)
+		ret = collect(tr, &r);
 	if (ret)
 		return ret;
 	if (o->rank == 0)
@@ -261,6 +263,8 @@ int main(int argc, char **argv)
 		}
 	}
 #endif
+	if (delta_join(tr)) /* a failed run's export in flight */
+		status = CLI_EXIT_FAIL;
 	if (tr->store) {
 		ret = et_store_close(tr->store);
 		if (ret) {

@@ -13,6 +13,7 @@
 #define ET_TRAIN_TRAINER_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -77,7 +78,20 @@ struct trainer {
 	 * of the deltas exported */
 	uint64_t delta_since;
 	uint64_t deltas, delta_rows, delta_tombs, delta_bytes;
-	double delta_s;
+	double delta_s;	     /* the exports' own time */
+	double delta_wait_s; /* training waited for them */
+	/* the export in flight, on a thread of its own (state.c) */
+	struct delta_job {
+		struct trainer *tr;
+		char path[PATH_MAX];
+		uint64_t since, to, step;
+		struct et_delta_info di;
+		double secs;
+		int ret;
+		char err[256];
+	} dj;
+	pthread_t delta_th;
+	bool delta_running;
 	double open_s; /* store and tables opened in */
 	double run_s, step_s, stall_s, flush_s, ckpt_s;
 	struct et_stats st0;	/* store counters when training began */
@@ -155,7 +169,10 @@ void remove_dir(struct trainer *tr);
 
 uint64_t config_fingerprint(const struct trainer *tr, bool row_wise);
 int checkpoint_write(struct trainer *tr);
+/* Starts the delta of the last checkpoint on a thread; delta_join waits
+ * for the one in flight (if any), prints its line and adds it up. */
 int delta_export(struct trainer *tr);
+int delta_join(struct trainer *tr);
 int checkpoint_load(struct trainer *tr);
 #ifdef ET_WITH_MPI
 int reshard_check(void *arg, void *const *dense, const size_t *len, int nold,
@@ -174,7 +191,7 @@ int train_step(struct trainer *tr);
 
 int log_line(struct trainer *tr);
 void eval_line(struct trainer *tr);
-void delta_line(struct trainer *tr, const char *path,
+void delta_line(struct trainer *tr, uint64_t step, const char *path,
 		const struct et_delta_info *di, double secs);
 int weights_checksum(struct trainer *tr, uint64_t *out);
 int collect(struct trainer *tr, struct results *r);
