@@ -53,6 +53,12 @@
  * (default /var/tmp); it is removed at exit and at an oracle abort
  * (ET_FUZZ_KEEP=1 keeps it then, for a look). ET_FUZZ_STATS=1 prints at
  * exit how many inputs each call took or refused, by code.
+ *
+ * Built with FUZZ_KEYED (fuzz_rowlog_keyed.c), the table is keyed: its
+ * ROWS ids are spread over all of u64 (0 and UINT64_MAX among them), and
+ * each session also erases some of them, so that the journal holds
+ * tombstones (recno 0xffffffff) and an erased id's value at a commit is
+ * its initializer's again. Seeds: fuzz/corpus/rowlog_keyed/.
  */
 #include <errno.h>
 
@@ -98,8 +104,27 @@ static unsigned long forged_inputs, forged_rows;
  * input stays cheap. */
 static const struct et_store_config cfg = {
     .ddr_bytes = 64 << 10, .ways = 4, .io_depth = 16};
+#ifdef FUZZ_KEYED
+#define TARGET "rowlog_keyed"
+static const struct et_table_params tparams = {
+    .dim = DIM, .init = ET_INIT_UNIFORM, .seed = 7, .flags = ET_TABLE_KEYED};
+
+/* Id i of the table: 0, UINT64_MAX, then ids over all of u64 (mix64 is
+ * a bijection, so they are distinct). */
+static uint64_t id_of(uint64_t i)
+{
+	return i == 0 ? 0 : i == 1 ? UINT64_MAX : mix64(i);
+}
+#else
+#define TARGET "rowlog"
 static const struct et_table_params tparams = {
     .rows = ROWS, .dim = DIM, .init = ET_INIT_UNIFORM, .seed = 7};
+
+static uint64_t id_of(uint64_t i)
+{
+	return i;
+}
+#endif
 
 /* ---------------------------------------------------------- the oracle */
 
@@ -178,7 +203,7 @@ static void read_failed(const char *call, size_t lo, size_t n, int ret)
 			continue;
 		if (!noted[k])
 			fprintf(stderr,
-				"\nfuzz_rowlog note (%s): %s of rows [%zu, "
+				"\nfuzz_" TARGET " note (%s): %s of rows [%zu, "
 				"%zu) refused with %d (%s), not "
 				"ET_EBLOCKSUM (first such input)\n",
 				fz_what, call, lo, lo + n, ret,
@@ -286,11 +311,20 @@ static int write_set(et_store *s, int t, uint64_t salt, unsigned every, int w)
 		for (int c = 0; c < DIM; c++)
 			v[n * DIM + c] = row_value(r, (uint64_t)c, salt);
 		memcpy(hist[w] + r * DIM, v + n * DIM, DIM * sizeof(float));
-		ids[n++] = r;
+		ids[n++] = id_of(r);
 	}
 	ret = et_write_rows(s, t, ids, n, v);
 	if (!ret)
 		ret = et_update(s, t, ids, n / 3, v, &up);
+#ifdef FUZZ_KEYED
+	/* erase some ids, written in this session or before: tombstones */
+	n = 0;
+	for (uint64_t r = 0; r < ROWS; r++)
+		if (mix64(r ^ salt ^ 0x65726173ULL) % 6 == 0)
+			ids[n++] = id_of(r);
+	if (!ret)
+		ret = et_erase(s, t, ids, n, NULL);
+#endif
 	/* the commit's values, as the store has them */
 	if (!ret)
 		ret = et_gather(s, t, all_ids, ROWS, hist[w + 1]);
@@ -306,7 +340,7 @@ static int setup(void)
 	snprintf(idx, sizeof(idx), "%s/t.et.idx", fz_dir);
 	snprintf(ckpt, sizeof(ckpt), "%s/CHECKPOINT", fz_dir);
 	for (int i = 0; i < ROWS; i++)
-		all_ids[i] = (uint64_t)i;
+		all_ids[i] = id_of((uint64_t)i);
 	ret = et_store_open(fz_dir, &cfg, &s);
 	if (ret)
 		return ret;
@@ -469,11 +503,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool refused;
 	int ret;
 
-	if (fuzz_store_once("rowlog", &hooks, setup, write_seeds) &&
+	if (fuzz_store_once(TARGET, &hooks, setup, write_seeds) &&
 	    !fixup_self_check()) {
-		fprintf(stderr, "fuzz_rowlog: the leading 1 does not give back "
-				"the good journal and record: their layout "
-				"changed?\n");
+		fprintf(stderr,
+			"fuzz_" TARGET ": the leading 1 does not give back "
+			"the good journal and record: their layout "
+			"changed?\n");
 		abort();
 	}
 	if (size && data[0] == 1) {
