@@ -132,6 +132,10 @@ extern volatile sig_atomic_t bench_stop;
 /* ---------------------------------------------------------------- helpers */
 
 double now_s(void);
+/* Sequential 1 MiB O_DIRECT writes of bytes (rounded up to 1 MiB) into
+ * dir/raw-write.tmp and a fdatasync, the file removed after: MB/s, or a
+ * negative errno (util.c). */
+double raw_seq_write(const char *dir, uint64_t bytes);
 double thread_cpu_s(void);
 /* p in [0, 100] of v[0..n) (sorts v). */
 double percentile(double *v, size_t n, double p);

@@ -29,6 +29,11 @@
  *             over it repeated if it is smaller, at most 3 s) through
  *             rawio.c, at queue depth 1 (dd's) and 8; the limit is the
  *             faster.
+ *   copy      the 10% export's bytes moved raw, at once on the one disk:
+ *             its log record bytes read (1 MiB O_DIRECT, depth 8) while
+ *             another thread writes its delta's bytes (1 MiB O_DIRECT and
+ *             a fdatasync): the export's own limit, delta bytes over the
+ *             wall time of both, printed beside the goal's ratio.
  *
  * The source store stays open while its deltas are exported (as a trainer
  * pausing for its export would: no commit can land). Before each timed
@@ -61,6 +66,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -139,6 +145,9 @@ struct dbench {
 	struct raw_read raw[2];
 	double raw_mbs;	     /* the faster of raw[] */
 	struct serve_fig sf; /* round D_SERVE's */
+	/* the 10% export's read and write, raw, at once (copy_limit) */
+	double copy_s, copy_read_s, copy_write_s, copy_mbs;
+	char copy_note[160];
 	double wall_s;
 	/* buffers */
 	uint64_t *ids;
@@ -604,9 +613,11 @@ static bool seq_done(struct rawio_req *req)
 	return true;
 }
 
-/* Sequential 1 MiB O_DIRECT reads of path at depth qd (rawio.c). */
+/* Sequential 1 MiB O_DIRECT reads of path at depth qd (rawio.c): want
+ * bytes (rounded up to 1 MiB), or 0: at least D_RAW_MIN (passes over the
+ * file repeated), at most D_RAW_MAX_S seconds. */
 static void raw_read(struct dbench *d, const char *path, unsigned qd,
-		     struct raw_read *out)
+		     uint64_t want, struct raw_read *out)
 {
 	struct rawio_req req[8];
 	struct disk_sample da, db;
@@ -636,6 +647,8 @@ static void raw_read(struct dbench *d, const char *path, unsigned qd,
 	}
 	s.want = s.chunks > D_RAW_MIN / D_RAW_CHUNK ? s.chunks
 						    : D_RAW_MIN / D_RAW_CHUNK;
+	if (want)
+		s.want = (want + D_RAW_CHUNK - 1) / D_RAW_CHUNK;
 	out->passes_bytes = s.chunks * D_RAW_CHUNK;
 	align = rawio_mem_align(fd);
 	ret = rawio_open(qd, &rio);
@@ -679,6 +692,50 @@ out:
 }
 
 /* ---------------------------------------------------------------- report */
+
+/* The 10% export's own limit: its record bytes read from the row log
+ * (sequential 1 MiB O_DIRECT reads, depth 8) and its delta's bytes
+ * written (sequential 1 MiB O_DIRECT writes and a fdatasync, on another
+ * thread), both at once on the one disk: delta bytes / the wall time. */
+struct wjob {
+	const char *dir;
+	uint64_t bytes;
+	double mbs, secs;
+};
+
+static void *wjob_main(void *arg)
+{
+	struct wjob *j = arg;
+	double t0 = now_s();
+
+	j->mbs = raw_seq_write(j->dir, j->bytes);
+	j->secs = now_s() - t0;
+	return NULL;
+}
+
+static void copy_limit(struct dbench *d)
+{
+	const struct dround *r = &d->r[2];
+	struct wjob j = {.dir = d->dir, .bytes = r->ex.bytes};
+	struct raw_read rr;
+	pthread_t th;
+	double t0 = now_s();
+	bool threaded = !pthread_create(&th, NULL, wjob_main, &j);
+
+	raw_read(d, d->log, 8, r->ex.rows * d->rec_bytes, &rr);
+	if (threaded)
+		pthread_join(th, NULL);
+	else
+		wjob_main(&j);
+	d->copy_s = now_s() - t0;
+	d->copy_read_s = rr.seconds;
+	d->copy_write_s = j.secs;
+	if (rr.note[0] || j.mbs < 0)
+		snprintf(d->copy_note, sizeof(d->copy_note), "%s",
+			 rr.note[0] ? rr.note : strerror((int)-j.mbs));
+	else
+		d->copy_mbs = mbs(r->ex.bytes, d->copy_s);
+}
 
 static double ex_mbs(const struct dround *r)
 {
@@ -752,6 +809,10 @@ static void print_json(const struct dbench *d)
 	       d->sf.lookups_apply, d->sf.idle_rows_s, d->sf.apply_rows_s,
 	       d->sf.longest_idle_s, d->sf.longest_apply_s, d->sf.index_bytes,
 	       d->sf.cache_bytes, d->sf.cache_hits, d->sf.cache_misses);
+	printf(",\"copy\":{\"seconds\":%.4f,\"read_s\":%.4f,"
+	       "\"write_s\":%.4f,\"mbs\":%.3f,\"ratio_export_10\":%.4f}",
+	       d->copy_s, d->copy_read_s, d->copy_write_s, d->copy_mbs,
+	       ratio(ex_mbs(b), d->copy_mbs));
 	printf(",\"raw_mbs\":%.3f,\"ratio_export_raw\":{\"full\":%.4f,"
 	       "\"1%%\":%.4f,\"10%%\":%.4f},\"ratio_bytes_10_1\":%.4f,"
 	       "\"ratio_time_10_1\":%.4f,\"check_ok\":true,\"wall_s\":%.2f}\n",
@@ -860,11 +921,25 @@ static void print_text(const struct dbench *d)
 			       (double)w->passes_bytes / 1e6, w->qd,
 			       (double)w->bytes / 1e6, w->seconds, w->mbs);
 	}
+	if (d->copy_note[0])
+		printf("copy:       could not be measured: %s\n", d->copy_note);
+	else
+		printf("copy:       the 10%% export's bytes, raw and at once: "
+		       "%.1f MB read (1 MiB O_DIRECT, QD 8; %.2f s) beside "
+		       "%.1f MB written (1 MiB O_DIRECT + fdatasync; %.2f s): "
+		       "%.3f s = %.0f MB/s of delta\n",
+		       (double)(b->ex.rows * d->rec_bytes) / 1e6,
+		       d->copy_read_s, (double)b->ex.bytes / 1e6,
+		       d->copy_write_s, d->copy_s, d->copy_mbs);
 	printf("ratios:     export MB/s / raw %.0f MB/s: 1%% %.3f, 10%% %.3f "
 	       "(goal >= 0.5); full %.3f\n",
 	       d->raw_mbs, ratio(ex_mbs(a), d->raw_mbs),
 	       ratio(ex_mbs(b), d->raw_mbs),
 	       ratio(ex_mbs(&d->r[0]), d->raw_mbs));
+	if (!d->copy_note[0])
+		printf("            10%% export / its copy limit %.0f MB/s: "
+		       "%.3f\n",
+		       d->copy_mbs, ratio(ex_mbs(b), d->copy_mbs));
 	printf("            log records MB/s / raw: 1%% %.3f, 10%% %.3f\n",
 	       ratio(rec_mbs(d, a), d->raw_mbs),
 	       ratio(rec_mbs(d, b), d->raw_mbs));
@@ -962,10 +1037,12 @@ int cmd_delta(const struct bench_opts *o)
 	if (!o->quiet)
 		cli_note("raw sequential reads of %s", d.log);
 	for (int q = 0; q < 2 && !bench_stop; q++) {
-		raw_read(&d, d.log, d_qd[q], &d.raw[q]);
+		raw_read(&d, d.log, d_qd[q], 0, &d.raw[q]);
 		if (d.raw[q].mbs > d.raw_mbs)
 			d.raw_mbs = d.raw[q].mbs;
 	}
+	if (!bench_stop)
+		copy_limit(&d);
 	if (bench_stop) {
 		ret = -EINTR;
 		goto out;

@@ -31,44 +31,6 @@
 
 #define RAW_CHUNK (1u << 20)
 
-/* Sequential O_DIRECT writes of bytes into dir/raw-write.tmp and a
- * fdatasync; MB/s, or a negative errno. */
-static double raw_seq_write(const char *dir, uint64_t bytes)
-{
-	char path[4096];
-	void *buf = NULL;
-	double t0, t;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/raw-write.tmp", dir);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
-	if (fd < 0)
-		return -errno;
-	if (posix_memalign(&buf, 4096, RAW_CHUNK)) {
-		close(fd);
-		unlink(path);
-		return -ENOMEM;
-	}
-	memset(buf, 0x5a, RAW_CHUNK);
-	t0 = now_s();
-	for (uint64_t off = 0; off < bytes; off += RAW_CHUNK)
-		if (pwrite(fd, buf, RAW_CHUNK, (off_t)off) != RAW_CHUNK) {
-			t = -(errno ? errno : EIO);
-			goto out;
-		}
-	if (fdatasync(fd)) {
-		t = -errno;
-		goto out;
-	}
-	t = now_s() - t0;
-	t = (double)bytes / t / 1e6;
-out:
-	free(buf);
-	close(fd);
-	unlink(path);
-	return t;
-}
-
 /* Makes every slot of the DDR tier dirty with distinct rows; returns the
  * rows written. */
 static int fill_dirty(et_store *s, const int *sid, uint32_t ntab, uint64_t rows,

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "bench.h"
@@ -299,4 +301,44 @@ const char *opt_dims_str(const struct bench_opts *o, char *buf, size_t len)
 		at += (size_t)snprintf(buf + at, len - at, "%s%u", i ? "," : "",
 				       o->dims[i]);
 	return buf;
+}
+
+#define RAW_W_CHUNK (1u << 20)
+
+/* Sequential O_DIRECT writes of bytes into dir/raw-write.tmp and a
+ * fdatasync; MB/s, or a negative errno. */
+double raw_seq_write(const char *dir, uint64_t bytes)
+{
+	char path[4096];
+	void *buf = NULL;
+	double t0, t;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/raw-write.tmp", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+	if (fd < 0)
+		return -errno;
+	if (posix_memalign(&buf, 4096, RAW_W_CHUNK)) {
+		close(fd);
+		unlink(path);
+		return -ENOMEM;
+	}
+	memset(buf, 0x5a, RAW_W_CHUNK);
+	t0 = now_s();
+	for (uint64_t off = 0; off < bytes; off += RAW_W_CHUNK)
+		if (pwrite(fd, buf, RAW_W_CHUNK, (off_t)off) != RAW_W_CHUNK) {
+			t = -(errno ? errno : EIO);
+			goto out;
+		}
+	if (fdatasync(fd)) {
+		t = -errno;
+		goto out;
+	}
+	t = now_s() - t0;
+	t = (double)bytes / t / 1e6;
+out:
+	free(buf);
+	close(fd);
+	unlink(path);
+	return t;
 }
