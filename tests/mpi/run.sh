@@ -4,8 +4,8 @@
 # N/2 -> N -> 1), then embtier-train-mpi: the same weights checksum at 1, 2
 # and 4 ranks as the plain trainer with the same --slices, for both plans,
 # on Criteo TSV and with keyed tables (--keyed, resharded 2 -> 4 -> 1 too);
-# a checkpoint, kill -9 of one rank, resume; and the resumes that must be
-# refused; resharding to other rank counts and plans. Ends with "N passed,
+# a checkpoint, kill -9 of one rank, resume; deltas exported per shard
+# and applied to a copy of each; and the resumes that must be refused; resharding to other rank counts and plans. Ends with "N passed,
 # N failed".
 set -u
 B=${BUILD:-build}
@@ -204,6 +204,48 @@ for plan in table row; do
 		bad "$plan-wise kill/resume: '$got' (killed run exit $killed), want '$want'"
 	fi
 done
+
+# 3b. --export-delta at 2 ranks, keyed: each rank exports its shard's
+# deltas beside training; applied in order to a copy per shard, each copy
+# equals its shard, every stored id and its values byte for byte (a test
+# that fails if a delta is missing or wrong: the copies are compared)
+# shellcheck disable=SC2086
+run 2 "$B/embtier-train-mpi" $K $C --steps 60 --plan table --keep \
+	--dir "$T/dx" --export-delta "$T/dl" >"$T/o" 2>&1
+rc=$?
+same=0
+tables=0
+for r in 0 1; do
+	for f in $(ls "$T/dl/rank-$r" 2>/dev/null | sort -t- -k3 -n); do
+		"$B/embtier-build" --apply-delta "$T/dl/rank-$r/$f" \
+			--dir "$T/dcopy-$r" >/dev/null 2>&1 || same=-99
+	done
+	for t in "$T/dx/rank-$r"/*.et; do
+		[ -e "$t" ] || { same=-99; break; }
+		tables=$((tables + 1))
+		name=$(basename "$t")
+		for d in "dx/rank-$r" "dcopy-$r"; do
+			"$B/embtier-inspect" --force --export "$T/x.$r.npy" \
+				--written --ids "$T/x.$r.ids.npy" "$T/$d/$name" \
+				>/dev/null 2>&1
+			mv "$T/x.$r.npy" "$T/x.$r.${d##*/}.npy" 2>/dev/null
+			mv "$T/x.$r.ids.npy" "$T/x.$r.${d##*/}.ids.npy" 2>/dev/null
+		done
+		if cmp -s "$T/x.$r.rank-$r.npy" "$T/x.$r.dcopy-$r.npy" &&
+			cmp -s "$T/x.$r.rank-$r.ids.npy" "$T/x.$r.dcopy-$r.ids.npy"; then
+			same=$((same + 1))
+		fi
+	done
+done
+n=$(ls "$T/dl/rank-0" "$T/dl/rank-1" 2>/dev/null | grep -c '\.etd$')
+# (the table-wise plan: the 5 tables shared among the shards)
+if [ $rc -eq 0 ] && [ "$n" -eq 6 ] && [ "$tables" -eq 5 ] &&
+	[ "$same" -eq 5 ] && grep -q "each rank exports its own" "$T/o"; then
+	ok "--export-delta at 2 ranks: $n shard deltas, each copy equals its shard"
+else
+	tail -5 "$T/o"
+	bad "--export-delta at 2 ranks (exit $rc, $n deltas, $same of $tables tables equal)"
+fi
 
 # 4. resumes that must be refused, with the reason, changing nothing
 ls -R "$T/k-table" >"$T/before"

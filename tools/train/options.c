@@ -401,7 +401,9 @@ static const struct opt_def opt_defs[] = {
 	 "the last delta (the run's first: since nothing)\n"
 	 "to DIR/delta-FROM-TO.etd, for a serving copy:\n"
 	 "embtier-build --apply-delta applies them in\n"
-	 "order (needs --checkpoint-every)"),
+	 "order (needs --checkpoint-every); exported\n"
+	 "beside the next steps. Under MPI each rank its\n"
+	 "shard's, to DIR/rank-N/"),
      STRING(export_delta)},
     {OPT("resume", NULL, "continue from DIR's last checkpoint"), SET(resume)},
     {OPT("reshard-from", "SRC",
@@ -593,13 +595,6 @@ static int check_opts(const struct opts *o)
 		return -EINVAL;
 	}
 #ifdef ET_WITH_MPI
-	if (o->export_delta) {
-		cli_usage_error(
-		    "--export-delta: not under MPI yet (each rank's "
-		    "shard is a store of its own, DIR/rank-N: export "
-		    "each with embtier-inspect --delta-since)");
-		return -EINVAL;
-	}
 	if (o->lookahead) {
 		cli_usage_error("--lookahead: not under MPI yet (each rank "
 				"would need the ids it owns of K batches)");

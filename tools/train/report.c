@@ -573,12 +573,15 @@ static void report_store(const struct trainer *tr, const struct results *r,
 		       s->index_per_key, s->disk_per_key);
 	}
 	if (o->export_delta)
-		printf("deltas: %" PRIu64 " exported to %s, %" PRIu64
+		printf("deltas: %" PRIu64 " exported to %s%s, %" PRIu64
 		       " rows, %" PRIu64 " tombstones, %" PRIu64
 		       " bytes (%s) in %.2f s, beside training (which waited "
 		       "%.2f s for them)\n",
-		       tr->deltas, o->export_delta, tr->delta_rows,
-		       tr->delta_tombs, tr->delta_bytes,
+		       tr->deltas, tr->delta_out,
+		       o->nranks > 1 ? " (this rank's shard; each rank "
+				       "exports its own, to rank-N)"
+				     : "",
+		       tr->delta_rows, tr->delta_tombs, tr->delta_bytes,
 		       cli_human_bytes((double)tr->delta_bytes, b1, sizeof(b1)),
 		       tr->delta_s, tr->delta_wait_s);
 	printf("peak-memory: library %s, process max RSS %s\n",

@@ -99,6 +99,27 @@ static int make_delta_dir(const char *dir)
 	return 0;
 }
 
+/* --export-delta: what is exported and where to (made). Under MPI each
+ * rank exports its own shard, a store of its own, dir/rank-N, into
+ * EXPORT/rank-N. */
+static int delta_dirs(struct trainer *tr)
+{
+	const char *out = tr->o.export_delta;
+	size_t n = sizeof(tr->delta_src), m = sizeof(tr->delta_out);
+	int a, b;
+
+#ifdef ET_WITH_MPI
+	a = snprintf(tr->delta_src, n, "%s/rank-%d", tr->dir, tr->o.rank);
+	b = snprintf(tr->delta_out, m, "%s/rank-%d", out, tr->o.rank);
+#else
+	a = snprintf(tr->delta_src, n, "%s", tr->dir);
+	b = snprintf(tr->delta_out, m, "%s", out);
+#endif
+	if (a < 0 || (size_t)a >= n || b < 0 || (size_t)b >= m)
+		return fail(out, -ENAMETOOLONG);
+	return make_delta_dir(tr->delta_out);
+}
+
 /* Removes the directory we made and the files in it. */
 void remove_dir(struct trainer *tr)
 {
@@ -449,7 +470,7 @@ int setup(struct trainer *tr)
 		return ret;
 	ret = make_dir(tr);
 	if (!ret && o->export_delta)
-		ret = make_delta_dir(o->export_delta);
+		ret = delta_dirs(tr);
 	if (ret)
 		return ret;
 	ret = open_store(tr);

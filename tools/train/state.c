@@ -159,7 +159,8 @@ int checkpoint_write(struct trainer *tr)
  * --export-delta, right after a checkpoint: the delta of the store from
  * the last commit this process exported (0 before its first: every table
  * whole, which applies to any copy) to the checkpoint's commit, into
- * DIR/delta-FROM-TO.etd, on a thread of its own while training goes on.
+ * DIR/delta-FROM-TO.etd (under MPI each rank its shard's, into
+ * DIR/rank-N/), on a thread of its own while training goes on.
  * An export reads the directory as a read-only opener does, beside the
  * live store: the steps' write-backs never overwrite a record the last
  * commit needs. No commit may land before it ends (the file is named
@@ -171,7 +172,8 @@ static void *delta_main(void *arg)
 	struct delta_job *j = arg;
 	double t0 = cli_now();
 
-	j->ret = et_delta_export(j->tr->dir, j->since, j->path, 0, &j->di);
+	j->ret =
+	    et_delta_export(j->tr->delta_src, j->since, j->path, 0, &j->di);
 	if (j->ret)
 		snprintf(j->err, sizeof(j->err), "%s", et_errdetail());
 	j->secs = cli_now() - t0;
@@ -195,10 +197,10 @@ int delta_export(struct trainer *tr)
 				.to = ci.commit,
 				.step = tr->step};
 	n = snprintf(j->path, sizeof(j->path),
-		     "%s/delta-%" PRIu64 "-%" PRIu64 ".etd", tr->o.export_delta,
+		     "%s/delta-%" PRIu64 "-%" PRIu64 ".etd", tr->delta_out,
 		     j->since, j->to);
 	if (n < 0 || (size_t)n >= sizeof(j->path))
-		return fail(tr->o.export_delta, -ENAMETOOLONG);
+		return fail(tr->delta_out, -ENAMETOOLONG);
 	if (!pthread_create(&tr->delta_th, NULL, delta_main, j)) {
 		tr->delta_running = true;
 		return 0;

@@ -77,6 +77,10 @@ struct trainer {
 	 * one exported by this process, 0 before its first), and the totals
 	 * of the deltas exported */
 	uint64_t delta_since;
+	char delta_src[PATH_MAX]; /* the store directory exported: dir, or
+				   * under MPI this rank's shard, dir/rank-N */
+	char delta_out[PATH_MAX]; /* where its deltas go: --export-delta, or
+				   * under MPI its rank-N */
 	uint64_t deltas, delta_rows, delta_tombs, delta_bytes;
 	double delta_s;	     /* the exports' own time */
 	double delta_wait_s; /* training waited for them */
