@@ -71,14 +71,16 @@
  *              admit_after or the id is stored already; else its
  *              gradients are dropped. et_write_rows stores an id and lifts
  *              its count to admit_after (admitted from then on, erased or
- *              not, until the next open).
+ *              not).
  *   expiry     an id's stamp is the commit of the session its newest
  *              update or write goes into (checkpoints so far + 1); the
  *              c-th checkpoint of a session erases the stored ids whose
  *              stamp is c - expire_after or older. The final close expires
  *              nothing.
- *   reopen     counts restart at 0 and every stored id's stamp is 1 (as
- *              if updated just before the first commit after the open).
+ *   reopen     (a clean close, which commits) counts go on as they were
+ *              (the filter saved at the commit comes back with the
+ *              policy); every stored id's stamp is 1 (as if updated just
+ *              before the first commit after the open).
  *
  * The store's keys_dropped, keys_erased and keys_expired (per session)
  * must match the model's counts, a keyed table's log_index_rows after each
@@ -637,18 +639,17 @@ static void model_checkpoint(struct mtable *t)
 		}
 }
 
-/* Keyed: the store was closed and opened again, the policy set anew: the
- * filter's counts and the ages start over, a stored id's age from the
- * open (as if updated just before the first commit after it). */
+/* Keyed: the store was closed cleanly and opened again, the policy set
+ * anew with the same settings: the filter's counts come back as the close
+ * committed them; the ages start over, a stored id's age from the open
+ * (as if updated just before the first commit after it). */
 static void model_reopen(struct mtable *t)
 {
 	t->ck = 0;
 	t->dropped = t->erased = t->expired = 0;
-	for (size_t e = 0; e < t->n; e++) {
-		t->seen[e] = 0;
+	for (size_t e = 0; e < t->n; e++)
 		if (t->stored[e])
 			t->stamp[e] = 1;
-	}
 }
 
 static float *model_vals(struct mtable *t, uint64_t row)

@@ -843,7 +843,8 @@ static void test_keyed_resume(void **state)
 
 /* --admit 2: an id is stored from its second update call on, so the ids
  * updated once are not stored and their gradients are counted dropped;
- * the same bits through tiny tiers as all in DDR. */
+ * the same bits through tiny tiers as all in DDR, and resumed from a
+ * checkpoint halfway. */
 static void test_keyed_admit(void **state)
 {
 	const char *dir = store_dir("admit");
@@ -891,6 +892,23 @@ static void test_keyed_admit(void **state)
 	run_free(&r);
 	rm_store(dir);
 	assert_true(sum_tiny == sum_ddr);
+
+	/* checkpointed at step 12, stopped, resumed to 24: the filter's
+	 * counts come back with the commit, so the bits and the stored keys
+	 * are those of the run never stopped */
+	train(&r, "--keyed --admit 2 --steps 12 --checkpoint-every 12 --dir %s",
+	      dir);
+	expect_ok(&r);
+	run_free(&r);
+	train(&r,
+	      "--keyed --admit 2 --steps 24 --checkpoint-every 12 --resume "
+	      "--dir %s",
+	      dir);
+	expect_ok(&r);
+	assert_true(checksum(&r) == sum_ddr);
+	assert_true(count(&r, "keys-stored: ") == stored2);
+	run_free(&r);
+	rm_store(dir);
 }
 
 /* --expire-after 1: each checkpoint erases the ids not updated since the

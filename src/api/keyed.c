@@ -4,6 +4,7 @@
  * itself is applied by the updates (ops.c) through admit.h.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,8 +155,18 @@ int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
 	return 0;
 }
 
+/* DIR/NAME.et of table t. */
+static int table_path_of(const et_store *s, const struct table *t, char *buf,
+			 size_t cap)
+{
+	if ((size_t)snprintf(buf, cap, "%s/%s.et", s->dir, t->name) >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
 int et_key_policy_set(et_store *s, int table, const struct et_key_policy *kp)
 {
+	char path[4200];
 	struct table *t;
 	int ret;
 
@@ -189,7 +200,41 @@ int et_key_policy_set(et_store *s, int table, const struct et_key_policy *kp)
 			return err_set(ret, "the stamps of table %d's ids",
 				       table);
 	}
-	return keypol_set(&t->kp, kp);
+	ret = table_path_of(s, t, path, sizeof(path));
+	return ret ? ret : keypol_apply(&t->kp, kp, path, s->cm.ckpt);
+}
+
+int keyed_save(et_store *s, uint64_t commit)
+{
+	char path[4200];
+
+	for (uint32_t i = 0; i < s->reg.ntables; i++) {
+		struct table *t = &s->reg.tables[i];
+		int ret;
+
+		if (!t->g->keyed || t->kp.admit_after <= 1)
+			continue;
+		ret = table_path_of(s, t, path, sizeof(path));
+		if (!ret)
+			ret = keypol_save(&t->kp, path, commit);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void keyed_saved(et_store *s)
+{
+	for (uint32_t i = 0; i < s->reg.ntables; i++)
+		s->reg.tables[i].kp.counted = false;
+}
+
+bool keyed_counted(const et_store *s)
+{
+	for (uint32_t i = 0; i < s->reg.ntables; i++)
+		if (s->reg.tables[i].kp.counted)
+			return true;
+	return false;
 }
 
 int keyed_expire(et_store *s, uint64_t commit)

@@ -4,6 +4,7 @@
 #ifndef ET_KEYED_H
 #define ET_KEYED_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "embtier.h"
@@ -15,5 +16,13 @@ int keyed_expire(et_store *s, uint64_t commit);
 
 /* After a commit: rows written from now on are stamped with the next. */
 void keyed_next(et_store *s);
+
+/* Before the commit record of commit is written: each keyed table's
+ * admission filter saved as of that commit (admit.h, keypol_save);
+ * keyed_saved after the commit is in place. keyed_counted: whether a
+ * filter changed since (a clean close then commits, to keep it). */
+int keyed_save(et_store *s, uint64_t commit);
+void keyed_saved(et_store *s);
+bool keyed_counted(const et_store *s);
 
 #endif

@@ -421,7 +421,7 @@ static bool changed_since_commit(const et_store *s)
 	for (uint32_t i = 0; i < s->reg.ntables; i++)
 		if (tf_changed(s->reg.tables[i].tf))
 			return true;
-	return false;
+	return keyed_counted(s); /* an admission filter counted ids */
 }
 
 /*
@@ -450,7 +450,11 @@ static int close_commit(et_store *s)
 	r.commit = s->cm.ckpt + 1;
 	if (r.id)
 		r.flags |= CKPT_MOVED;
-	ret = commit_run(s, &r, dense, len);
+	ret = keyed_save(s, r.commit);
+	if (!ret)
+		ret = commit_run(s, &r, dense, len);
+	else
+		ckpt_rec_free(&r);
 	free(dense);
 	return ret;
 }
@@ -490,7 +494,12 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 	memset(&r, 0, sizeof(r));
 	r.commit = s->cm.ckpt + 1;
 	r.id = s->cm.ckpt_id + 1;
+	ret = keyed_save(s, r.commit); /* before the record names it */
+	if (ret)
+		return ret;
 	ret = commit_run(s, &r, dense, len);
+	if (!ret)
+		keyed_saved(s);
 	keyed_next(s);
 	return ret;
 }
