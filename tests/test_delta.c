@@ -24,7 +24,10 @@
  *    sync of an apply failing in turn leaves the old version (or, past
  *    its commit, the new), and applying again lands exactly;
  *  - export beside a live store committing in another thread: each delta
- *    is exactly one commit's tables (or the export says -EAGAIN).
+ *    is exactly one commit's tables (or the export says -EAGAIN);
+ *  - a delta of several chunks a table (written on the writer's thread
+ *    while the next is read) applies exactly; its writes failing in turn
+ *    fail the export and leave no file.
  */
 #include <errno.h>
 #include <limits.h>
@@ -976,6 +979,60 @@ static void test_kill_apply(void **state)
 	free(d1);
 }
 
+/*
+ * A delta of more than one chunk of rows (65,536) a table: the chunks are
+ * written by the writer's thread while the next is read. The copy still
+ * equals the source; a write failing on that thread fails the export,
+ * which leaves no file behind.
+ */
+static void test_many_chunks(void **state)
+{
+	struct src x;
+	char *copy = strdup(tu_path("copy")), *d0, *d1, tmp[PATH_MAX];
+	struct et_delta_info in;
+	int fails = 0;
+
+	(void)state;
+	src_new(&x, 21);
+	src_round(&x, 800);
+	src_commit(&x, false);
+	d0 = export_since(&x, 0, ET_DELTA_STATE, &in);
+	OK(et_delta_apply(d0, copy, NULL));
+	src_round(&x, 160000); /* 80,000 new keys written, as many updated */
+	src_commit(&x, false);
+	d1 = export_since(&x, 1, ET_DELTA_STATE, &in);
+	assert_true(in.rows > 2 * 65536);
+	assert_int_equal(in.whole, 0);
+	OK(et_delta_apply(d1, copy, NULL));
+	assert_true(same_tables(x.dir, copy, true));
+	/* the nth write of the export failing, n past the header's */
+	for (uint64_t k = 2; k <= 40; k += 6) {
+		char *p = strdup(tu_path("delta"));
+		int rc;
+
+		fio_fault_set(k, EIO);
+		rc = et_delta_export(x.dir, 1, p, ET_DELTA_STATE, &in);
+		if (fio_fault_fired()) {
+			assert_int_equal(rc, -EIO);
+			fails++;
+		} else {
+			OK(rc);
+		}
+		fio_fault_clear();
+		snprintf(tmp, sizeof(tmp), "%s.tmp", p);
+		assert_true(rc ? access(p, F_OK) != 0 : access(p, F_OK) == 0);
+		assert_true(access(tmp, F_OK) != 0);
+		unlink(p);
+		free(p);
+	}
+	assert_true(fails > 0);
+	src_free(&x);
+	tu_rmtree(copy);
+	free(copy);
+	free(d0);
+	free(d1);
+}
+
 /* A live store whose every commit k sets every dense row to k. */
 struct live {
 	struct src *x;
@@ -1067,6 +1124,7 @@ int main(void)
 	    cmocka_unit_test(test_copy_files),
 	    cmocka_unit_test(test_kill_apply),
 	    cmocka_unit_test(test_live_export),
+	    cmocka_unit_test(test_many_chunks),
 	};
 	const char *only = getenv("ET_TEST_FILTER");
 

@@ -42,7 +42,7 @@
 struct chunk {
 	uint64_t *ids;
 	float *vals, *state;
-	unsigned char *rec;
+	unsigned char *rec, *rec2; /* rec2: the second, while one is written */
 	uint32_t dim, sf, rec_bytes, vbytes, row_bytes;
 	et_dtype dt;
 	bool with_state;
@@ -63,7 +63,8 @@ static int chunk_init(struct chunk *c, const struct tf_geom *g, bool with_state)
 	c->vals = malloc(n * g->dim * sizeof(float));
 	c->state = malloc(n * (g->state_floats + 1) * sizeof(float));
 	c->rec = malloc(n * (8 + (size_t)c->rec_bytes));
-	return c->ids && c->vals && c->state && c->rec ? 0 : -ENOMEM;
+	c->rec2 = malloc(n * (8 + (size_t)c->rec_bytes));
+	return c->ids && c->vals && c->state && c->rec && c->rec2 ? 0 : -ENOMEM;
 }
 
 static void chunk_free(struct chunk *c)
@@ -72,6 +73,7 @@ static void chunk_free(struct chunk *c)
 	free(c->vals);
 	free(c->state);
 	free(c->rec);
+	free(c->rec2);
 }
 
 /* ------------------------------------------------------------- export */
@@ -117,21 +119,33 @@ static int put_log(struct df_writer *w, const char *path, struct chunk *c,
 	size_t live, n = 0;
 	int ret = rowlog_changes_order(ch->e, ch->n, &live);
 
+	bool async;
+
 	if (!ret && live)
 		ret = rowlog_creader_open(path, ch, c->row_bytes, &r);
+	/* more than one chunk: each is written by the writer's thread while
+	 * the next is read into the other buffer */
+	async = !ret && live > DF_CHUNK_ROWS && !df_async_start(w);
 	for (size_t i = 0; !ret && i < live; i += DF_CHUNK_ROWS) {
 		size_t k = live - i < DF_CHUNK_ROWS ? live - i : DF_CHUNK_ROWS;
+		unsigned char *buf =
+		    async && (i / DF_CHUNK_ROWS) % 2 ? c->rec2 : c->rec;
 
 		/* read straight into the record: id, then the row's first
 		 * rec_bytes as stored (values, then state) */
 		ret =
-		    rowlog_creader_read(r, ch->e + i, k, c->rec,
+		    rowlog_creader_read(r, ch->e + i, k, buf,
 					8 + (size_t)c->rec_bytes, c->rec_bytes);
 		if (!ret)
-			ret = df_record(w, DF_ROWS, (uint32_t)k, c->rec,
+			ret = df_record(w, DF_ROWS, (uint32_t)k, buf,
 					(uint64_t)k * (8 + c->rec_bytes));
 		if (!ret)
 			*rows += k;
+	}
+	if (async) {
+		int r2 = df_async_stop(w);
+
+		ret = ret ? ret : r2;
 	}
 	rowlog_creader_close(r);
 	/* the erased ids, packed over the entries (id n is written at or

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +126,8 @@ int df_create(struct df_writer *w, const char *path, const struct df_header *h)
 	return w_put(w, b, DF_HDR);
 }
 
-int df_record(struct df_writer *w, uint32_t kind, uint32_t n, const void *p,
-	      uint64_t bytes)
+static int record_now(struct df_writer *w, uint32_t kind, uint32_t n,
+		      const void *p, uint64_t bytes)
 {
 	unsigned char h[DF_REC_HDR], t[8];
 	int ret;
@@ -139,6 +140,121 @@ int df_record(struct df_writer *w, uint32_t kind, uint32_t n, const void *p,
 	if (!ret)
 		ret = w_put(w, p, bytes);
 	return ret ? ret : w_put(w, t, sizeof(t));
+}
+
+/* ---------------------------------------------------------- async */
+
+struct df_async {
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool busy, stop; /* a record handed over; the thread to end */
+	uint32_t kind, n;
+	const void *p;
+	uint64_t bytes;
+	int err;
+	char detail[256];
+};
+
+static void *async_main(void *arg)
+{
+	struct df_writer *w = arg;
+	struct df_async *a = w->a;
+
+	pthread_mutex_lock(&a->mu);
+	for (;;) {
+		int ret;
+
+		while (!a->busy && !a->stop)
+			pthread_cond_wait(&a->cv, &a->mu);
+		if (!a->busy)
+			break;
+		pthread_mutex_unlock(&a->mu);
+		ret = a->err ? 0 : record_now(w, a->kind, a->n, a->p, a->bytes);
+		pthread_mutex_lock(&a->mu);
+		if (ret && !a->err) {
+			a->err = ret;
+			snprintf(a->detail, sizeof(a->detail), "%s",
+				 et_errdetail());
+		}
+		a->busy = false;
+		pthread_cond_broadcast(&a->cv);
+	}
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+/* Waits for the record handed over (a->mu held); its error, if any. */
+static int async_wait(struct df_async *a)
+{
+	while (a->busy)
+		pthread_cond_wait(&a->cv, &a->mu);
+	return a->err;
+}
+
+int df_async_start(struct df_writer *w)
+{
+	struct df_async *a = calloc(1, sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	w->a = a;
+	if (pthread_create(&a->th, NULL, async_main, w)) {
+		w->a = NULL;
+		pthread_cond_destroy(&a->cv);
+		pthread_mutex_destroy(&a->mu);
+		free(a);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+int df_async_stop(struct df_writer *w)
+{
+	struct df_async *a = w->a;
+	int ret;
+
+	if (!a)
+		return 0;
+	pthread_mutex_lock(&a->mu);
+	ret = async_wait(a);
+	a->stop = true;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	pthread_join(a->th, NULL);
+	if (ret)
+		err_set(ret, "%s", a->detail);
+	w->a = NULL;
+	pthread_cond_destroy(&a->cv);
+	pthread_mutex_destroy(&a->mu);
+	free(a);
+	return ret;
+}
+
+int df_record(struct df_writer *w, uint32_t kind, uint32_t n, const void *p,
+	      uint64_t bytes)
+{
+	struct df_async *a = w->a;
+	int ret;
+
+	if (!a)
+		return record_now(w, kind, n, p, bytes);
+	pthread_mutex_lock(&a->mu);
+	ret = async_wait(a);
+	if (!ret) {
+		a->kind = kind;
+		a->n = n;
+		a->p = p;
+		a->bytes = bytes;
+		a->busy = true;
+		pthread_cond_broadcast(&a->cv);
+	}
+	pthread_mutex_unlock(&a->mu);
+	if (ret)
+		err_set(ret, "%s", a->detail);
+	return ret;
 }
 
 int df_table(struct df_writer *w, const struct df_table *t)
@@ -194,6 +310,7 @@ int df_finish(struct df_writer *w, uint64_t rows, uint64_t tombs,
 
 void df_abort(struct df_writer *w)
 {
+	(void)df_async_stop(w);
 	if (w->fd >= 0)
 		close(w->fd);
 	if (w->tmp)

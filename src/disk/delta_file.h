@@ -58,12 +58,15 @@ struct df_table {
 };
 
 /* Writing: to path.tmp, renamed to path by df_finish. */
+struct df_async;
+
 struct df_writer {
 	int fd;
 	char *path, *tmp;
 	unsigned char *buf;
 	size_t len, cap;
 	uint64_t off, seq;
+	struct df_async *a; /* df_async_start's thread, or NULL */
 };
 
 int df_create(struct df_writer *w, const char *path, const struct df_header *h);
@@ -78,6 +81,19 @@ int df_finish(struct df_writer *w, uint64_t rows, uint64_t tombs,
 	      uint64_t *bytes);
 /* Drops what was written (the temporary file). */
 void df_abort(struct df_writer *w);
+
+/*
+ * From df_async_start to df_async_stop, df_record hands each record to a
+ * thread of the writer's, which checksums and writes it while the caller
+ * goes on (one record at a time: df_record waits for the one before), so
+ * the caller must not change a payload until the record after it has been
+ * handed over, nor call any other writer function meanwhile. An error of
+ * the thread comes back from the next df_record or from df_async_stop.
+ * df_async_start failing leaves the writer as it was (records are written
+ * in the caller's thread).
+ */
+int df_async_start(struct df_writer *w);
+int df_async_stop(struct df_writer *w);
 
 /* Reading: every record is checked before it is handed out. */
 struct df_reader {
