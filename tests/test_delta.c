@@ -1048,7 +1048,8 @@ static void *live_run(void *arg)
 
 	for (uint64_t i = 0; i < 2000; i++)
 		ids[i] = i * 7;
-	while (!l->stop && l->commits < 400) {
+	while (!__atomic_load_n(&l->stop, __ATOMIC_ACQUIRE) &&
+	       l->commits < 400) {
 		uint64_t k = l->x->commit + 1;
 
 		for (size_t i = 0; i < 2000 * DIM; i++)
@@ -1102,7 +1103,7 @@ static void test_live_export(void **state)
 		free(p);
 		free(c);
 	}
-	l.stop = 1;
+	__atomic_store_n(&l.stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
 	print_message("beside %d live commits: %d exports whole, %d gave "
 		      "-EAGAIN\n",
