@@ -248,6 +248,8 @@ int main(int argc, char **argv)
 		ret = run(tr);
 	progress_end(&tr->prog);
 	status = ret ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+	if (delta_join(tr)) /* a failed run's export in flight, before the */
+		status = CLI_EXIT_FAIL; /* store's close commits */
 #ifdef ET_WITH_MPI
 	if (ret && !dist_agreed(ret)) {
 		/* a failure of this rank alone: the others may wait for it
@@ -263,8 +265,6 @@ int main(int argc, char **argv)
 		}
 	}
 #endif
-	if (delta_join(tr)) /* a failed run's export in flight */
-		status = CLI_EXIT_FAIL;
 	if (tr->store) {
 		ret = et_store_close(tr->store);
 		if (ret) {
