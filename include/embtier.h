@@ -667,8 +667,10 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * admit_after and filter_log2 (other settings, or a filter never saved:
  * counts from zero; set again mid-session with the same settings: the
  * counts go on), so a store reopened at its last commit admits as one
- * never closed; a saved filter that fails its checks is ET_EHDRSUM and
- * changes nothing. A clean close commits a filter that counted since the
+ * never closed; a saved filter that fails its checks (flipped, cut) is
+ * ET_EHDRSUM and changes nothing. The commit record does not name the
+ * filter files: one deleted, or replaced by the other slot's, reads as
+ * admission off at that commit (counts from zero). A clean close commits a filter that counted since the
  * last commit. Expiry ages are in memory only: they count from the open
  * (an id stored before is kept).
  *

@@ -1946,8 +1946,8 @@ static uint64_t sight(et_store *s, int t, const uint64_t *ids, size_t n)
  * closed. A clean close with dropped sightings alone commits them; the
  * sightings after the last commit are not kept by a crash (a child
  * _exit()s with the store open). The same settings set again mid-session
- * keep the counts; other settings start from zero. A damaged filter file
- * of the last commit is refused and changes nothing.
+ * keep the counts; other settings start from zero. A filter file of the
+ * last commit flipped, cut or zeroed is refused and changes nothing.
  */
 static void test_admission_reopen(void **state)
 {
@@ -2020,7 +2020,23 @@ static void test_admission_reopen(void **state)
 	assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
 	assert_int_equal(sight(s, t, &(uint64_t){12}, 1), 0); /* off */
 	assert_int_equal(tu_flip_byte(adm, 60, 0x10), 0);
-	OK(et_key_policy_set(s, t, &kp4)); /* C 3 of 4 */
+	{ /* cut, and its header zeroed: refused too */
+		int64_t sz = tu_file_size(adm);
+		unsigned char *keep = malloc((size_t)sz), zero[48] = {0};
+
+		assert_int_equal(tu_pread(adm, 0, keep, (size_t)sz), 0);
+		assert_int_equal(tu_truncate(adm, sz - 9), 0);
+		assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
+		assert_int_equal(tu_truncate(adm, 30), 0);
+		assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
+		assert_int_equal(tu_pwrite(adm, 0, keep, (size_t)sz), 0);
+		assert_int_equal(tu_pwrite(adm, 0, zero, sizeof(zero)), 0);
+		assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
+		assert_int_equal(tu_pwrite(adm, 0, keep, (size_t)sz), 0);
+		free(keep);
+	}
+	assert_int_equal(sight(s, t, &(uint64_t){13}, 1), 0); /* still off */
+	OK(et_key_policy_set(s, t, &kp4));		      /* C 3 of 4 */
 	assert_int_equal(sight(s, t, &C, 1), 0);
 }
 

@@ -200,14 +200,14 @@ static bool keys_are(const struct src *x, const float *out, uint32_t v)
 	return true;
 }
 
-/* The version sv serves, checked whole: both tables and the dense state
- * are of one version, returned (0 if not). */
-static uint32_t served(const struct src *x, et_serve *sv)
+/* The version sv's tables hold: the one their first row says, if every
+ * row of both tables is of it (else 0); *commit the source commit both
+ * lookups reported (0 if they differ). */
+static uint32_t tables_version(const struct src *x, et_serve *sv,
+			       uint64_t *commit)
 {
-	uint64_t *ids = malloc(ROWS * sizeof(*ids)), c1, c2, c3;
+	uint64_t *ids = malloc(ROWS * sizeof(*ids)), c1, c2;
 	float *out = malloc((size_t)ROWS * DIM * sizeof(float));
-	char dense[32], want[32];
-	size_t len;
 	uint32_t v;
 	int rt, kt;
 
@@ -216,43 +216,34 @@ static uint32_t served(const struct src *x, et_serve *sv)
 	OK(et_serve_table(sv, "rows", &rt, NULL));
 	OK(et_serve_table(sv, "keys", &kt, NULL));
 	OK(et_serve_lookup(sv, rt, ids, ROWS, out, &c1));
-	v = version_of(x, c1);
-	if (!rows_are(out, v))
+	v = (uint32_t)(out[0] / BASE);
+	if (v > NVER || !rows_are(out, v))
 		v = 0;
 	OK(et_serve_lookup(sv, kt, x->keys, NKEYS, out, &c2));
-	if (c2 != c1 || !keys_are(x, out, v))
+	if (!keys_are(x, out, v))
 		v = 0;
-	OK(et_serve_dense(sv, dense, sizeof(dense), &len, &c3));
-	snprintf(want, sizeof(want), "version %u", v);
-	if (c3 != c1 || len != strlen(want) + 1 || strcmp(dense, want))
-		v = 0;
+	*commit = c1 == c2 ? c1 : 0;
 	free(ids);
 	free(out);
 	return v;
 }
 
-/* The version sv's tables hold, whatever commit it reports: the one the
- * first row says, if every row of both tables is of it (else 0). */
-static uint32_t tables_version(const struct src *x, et_serve *sv)
+/* The version sv serves, checked whole: both tables, the commit their
+ * lookups report and the dense state are of one version, returned (0 if
+ * not). */
+static uint32_t served(const struct src *x, et_serve *sv)
 {
-	uint64_t *ids = malloc(ROWS * sizeof(*ids));
-	float *out = malloc((size_t)ROWS * DIM * sizeof(float));
-	uint32_t v;
-	int rt, kt;
+	char dense[32], want[32];
+	uint64_t c, c3;
+	size_t len;
+	uint32_t v = tables_version(x, sv, &c);
 
-	for (uint64_t r = 0; r < ROWS; r++)
-		ids[r] = r;
-	OK(et_serve_table(sv, "rows", &rt, NULL));
-	OK(et_serve_table(sv, "keys", &kt, NULL));
-	OK(et_serve_lookup(sv, rt, ids, ROWS, out, NULL));
-	v = (uint32_t)(out[0] / BASE);
-	if (v > NVER || !rows_are(out, v))
-		v = 0;
-	OK(et_serve_lookup(sv, kt, x->keys, NKEYS, out, NULL));
-	if (!keys_are(x, out, v))
-		v = 0;
-	free(ids);
-	free(out);
+	if (!v || version_of(x, c) != v)
+		return 0;
+	OK(et_serve_dense(sv, dense, sizeof(dense), &len, &c3));
+	snprintf(want, sizeof(want), "version %u", v);
+	if (c3 != c || len != strlen(want) + 1 || strcmp(dense, want))
+		return 0;
 	return v;
 }
 
@@ -531,7 +522,7 @@ static void test_failing_applies(void **state)
 			 * commit: DIR/DELTA, and with it the commit the
 			 * handle reports, may not have moved yet) */
 			fails++;
-			v = v ? v : tables_version(&x, sv);
+			v = v ? v : tables_version(&x, sv, &(uint64_t){0});
 			assert_true(v == 1 || v == 2);
 			rc = et_serve_apply(sv, x.delta[2], NULL);
 			assert_true(rc == 0 || (rc == ET_EMISMATCH && v == 2));

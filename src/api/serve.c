@@ -401,7 +401,7 @@ static int lookup(et_serve *sv, struct sv_ver *v, uint32_t tn,
 	struct sv_table *t = &v->t[tn];
 	const struct tf_geom *g = t->g;
 	struct scache *c = __atomic_load_n(&sv->cache, __ATOMIC_ACQUIRE);
-	unsigned char *row = NULL, *raw = NULL;
+	unsigned char *raw = NULL;
 	uint64_t *mids = NULL;
 	uint32_t *midx = NULL;
 	size_t nm = 0;
@@ -415,17 +415,17 @@ static int lookup(et_serve *sv, struct sv_ver *v, uint32_t tn,
 		pthread_mutex_unlock(&t->mu);
 		return ret;
 	}
-	row = malloc(g->value_bytes);
-	mids = malloc(n * sizeof(*mids));
-	midx = malloc(n * sizeof(*midx));
-	if (!row || !mids || !midx) {
-		ret = -ENOMEM;
-		goto out;
-	}
 	for (size_t i = 0; i < n; i++) {
-		if (sc_get(c, tn, ids[i], v->epoch, row, g->value_bytes)) {
-			dtype_decode(g->dtype, row, out + i * g->dim, g->dim);
+		if (sc_get(c, tn, ids[i], v->epoch, g->dtype, g->dim,
+			   out + i * g->dim))
 			continue;
+		if (!mids) { /* the first miss: room for the misses */
+			mids = malloc(n * sizeof(*mids));
+			midx = malloc(n * sizeof(*midx));
+			if (!mids || !midx) {
+				ret = -ENOMEM;
+				goto out;
+			}
 		}
 		mids[nm] = ids[i];
 		midx[nm++] = (uint32_t)i;
@@ -448,7 +448,6 @@ static int lookup(et_serve *sv, struct sv_ver *v, uint32_t tn,
 		sc_put(c, tn, mids[k], v->epoch, r, g->value_bytes);
 	}
 out:
-	free(row);
 	free(raw);
 	free(mids);
 	free(midx);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "embtier.h"
+#include "dtype.h"
 #include "error.h"
 #include "hash.h"
 #include "serve_cache.h"
@@ -85,7 +86,7 @@ static uint32_t next_stamp(const struct scache *c, uint64_t s)
 }
 
 bool sc_get(struct scache *c, uint32_t table, uint64_t id, uint32_t e,
-	    void *dst, uint32_t row_bytes)
+	    et_dtype dt, uint32_t dim, float *out)
 {
 	uint64_t s = set_of(c, table, id), slot;
 	pthread_mutex_t *mu = &c->mu[s % SC_STRIPES];
@@ -98,7 +99,8 @@ bool sc_get(struct scache *c, uint32_t table, uint64_t id, uint32_t e,
 	if (w >= 0) {
 		slot = s * SC_WAYS + (uint64_t)w;
 		if (c->epoch[slot] == e || (c->epoch[slot] < e && clean >= e)) {
-			memcpy(dst, c->data + slot * c->slot_bytes, row_bytes);
+			dtype_decode(dt, c->data + slot * c->slot_bytes, out,
+				     dim);
 			c->stamp[slot] = next_stamp(c, s);
 			hit = true;
 		}

@@ -20,6 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "embtier.h"
+
 #define SC_WAYS	   8
 #define SC_STRIPES 256
 
@@ -42,10 +44,10 @@ struct scache {
 int sc_init(struct scache *c, uint64_t bytes, uint32_t slot_bytes);
 void sc_free(struct scache *c);
 
-/* Copies table's row id as of epoch e into dst (row_bytes) and returns
- * true, or false on a miss. */
+/* Decodes table's row id as of epoch e (dim values of dtype dt, as
+ * stored) into out and returns true, or false on a miss. */
 bool sc_get(struct scache *c, uint32_t table, uint64_t id, uint32_t e,
-	    void *dst, uint32_t row_bytes);
+	    et_dtype dt, uint32_t dim, float *out);
 /* Puts table's row id read at epoch e (src, row_bytes). */
 void sc_put(struct scache *c, uint32_t table, uint64_t id, uint32_t e,
 	    const void *src, uint32_t row_bytes);
