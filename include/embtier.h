@@ -167,7 +167,7 @@ typedef enum et_init {
  * own, so two ids never share one. An id never written reads as its
  * initializer's value, a pure function of (seed, id), and costs nothing;
  * its first write or update stores it (in the table's row log, whose index
- * costs 13-20 bytes a stored id), and et_erase removes it again. Every
+ * costs 15-20 bytes a stored id), and et_erase removes it again. Every
  * call of this header takes keyed tables, where "row" means the id.
  * Offline writes (et_tfile_write_rows, et_tfile_write_range) do not:
  * a keyed table is written through a store, which commits its log.
@@ -776,7 +776,7 @@ ET_API int et_delta_apply(const char *path, const char *dir,
  * DIR/LOCK for the handle's life, as a store does: a store or another
  * serving handle on dir is ET_ELOCKED, and so is this open if one is
  * there. cfg may be NULL (the defaults). Its memory is the cache, each
- * table's row-log index (13-20 bytes a stored
+ * table's row-log index (15-20 bytes a stored
  * row, as a store's) and the dense state.
  *
  * et_serve_apply applies the delta at path as et_delta_apply does (the

@@ -300,7 +300,7 @@ ETM_API int etm_checkpoint_read(etm *m, uint64_t *step, void **dense,
  * whatever happens, and must be visible to every rank (one machine or a
  * shared file system). dir must not exist, or be empty. Memory: besides
  * its new store, a rank holds the row-log index of one old table file at
- * a time (13 to 20 bytes a logged row, plus 8 for a sorted copy of its
+ * a time (15 to 20 bytes a logged row, plus 8 for a sorted copy of its
  * ids).
  *
  * Once the old ranks' dense states are read (info->dense[r], without

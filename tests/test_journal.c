@@ -362,6 +362,103 @@ static void test_index(void **state)
 	free(rows);
 }
 
+/* Every entry's probe path from its home is full, and each cluster is in
+ * the order of its hashes (ties of home included): what lookups' early
+ * stop and a resize's one-pass layout rely on. */
+static void index_check(const struct rl_index *x)
+{
+	uint64_t n = 0;
+
+	for (uint64_t i = 0; i < x->cap; i++) {
+		uint64_t j = i + 1 == x->cap ? 0 : i + 1, h, hj, di, dj;
+
+		if (!x->keys[i])
+			continue;
+		n++;
+		h = rli_home(x->cap, x->keys[i] - 1);
+		di = i >= h ? i - h : i + x->cap - h;
+		if (di) /* the slot before is full */
+			assert_true(x->keys[i ? i - 1 : x->cap - 1] != 0);
+		if (!x->keys[j])
+			continue;
+		hj = rli_home(x->cap, x->keys[j] - 1);
+		dj = j >= hj ? j - hj : j + x->cap - hj;
+		assert_true(dj <= di + 1);
+		if (dj == di + 1)
+			assert_true(hash_mix(x->keys[j] - 1) >
+				    hash_mix(x->keys[i] - 1));
+	}
+	assert_int_equal(n + (x->has_max ? 1 : 0), x->count);
+}
+
+/* Random inserts, finds and deletes against a plain array, the index
+ * growing on the way: ids from a small pool (0 and UINT64_MAX in it), and
+ * a third of them hashing into the last slots, so clusters wrap. */
+static void test_index_model(void **state)
+{
+	enum { POOL = 6000, OPS = 300000 };
+	struct rl_index x = {0};
+	uint64_t *ids = tu_calloc(POOL, sizeof(*ids));
+	uint32_t *val = tu_calloc(POOL, sizeof(*val));
+	bool *in = tu_calloc(POOL, sizeof(*in));
+	uint64_t r = 7, live = 0;
+
+	(void)state;
+	ids[0] = 0;
+	ids[1] = UINT64_MAX;
+	for (uint64_t k = 2; k < POOL; k++) {
+		uint64_t id;
+
+		do {
+			r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+			id = r ^ (r >> 29);
+		} while (k % 3 == 0 && hash_mix(id) < (UINT64_MAX / 64) * 63);
+		ids[k] = id;
+	}
+	for (uint64_t op = 0; op < OPS; op++) {
+		uint64_t k, slot;
+		int64_t f;
+		bool isnew;
+
+		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+		k = (r >> 33) % POOL;
+		f = rli_find(&x, ids[k]);
+		assert_true((f >= 0) == in[k]);
+		if (f >= 0)
+			assert_int_equal(x.vals[f], val[k]);
+		/* more inserts than deletes while it fills */
+		if ((r >> 20) % 8 < (live < POOL / 2 ? 6u : 4u)) {
+			assert_int_equal(rli_slot(&x, ids[k], &slot, &isnew),
+					 0);
+			assert_true(isnew == !in[k]);
+			if (isnew)
+				live++;
+			in[k] = true;
+			val[k] = (uint32_t)op;
+			x.vals[slot] = (uint32_t)op;
+		} else if (f >= 0) {
+			rli_del(&x, (uint64_t)f);
+			in[k] = false;
+			live--;
+		}
+		if (op % 4096 == 0)
+			index_check(&x);
+	}
+	index_check(&x);
+	assert_int_equal(x.count, live);
+	for (uint64_t k = 0; k < POOL; k++) {
+		int64_t f = rli_find(&x, ids[k]);
+
+		assert_true((f >= 0) == in[k]);
+		if (f >= 0)
+			assert_int_equal(x.vals[f], val[k]);
+	}
+	rli_free(&x);
+	free(ids);
+	free(val);
+	free(in);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -370,6 +467,7 @@ int main(void)
 	    cmocka_unit_test(test_unnamed_and_norecord),
 	    cmocka_unit_test(test_snapshot_settles),
 	    cmocka_unit_test(test_index),
+	    cmocka_unit_test(test_index_model),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,7 +8,7 @@
 #include "rl_index.h"
 
 #define RLI_MIN	 1024
-#define RLI_LOAD 0.9
+#define RLI_LOAD 0.8
 
 /* How far the entry in slot i sits from its home. */
 static uint64_t rli_dist(const struct rl_index *x, uint64_t i)
@@ -34,56 +34,138 @@ int64_t rli_find(const struct rl_index *x, uint64_t row)
 	}
 }
 
-/* Places key (row + 1, absent) with val (and aux word a, if aux), starting
- * at slot i, d slots from its home, where the probe for it stopped;
- * entries nearer their home move along. Returns the slot where key went.
- * There is a free slot. */
-static uint64_t rli_put_at(uint64_t *keys, uint32_t *vals, uint32_t *aux,
-			   uint64_t cap, uint64_t i, uint64_t d, uint64_t key,
-			   uint32_t val, uint32_t a)
+/* Moves slots [i, j) one slot on (j is empty; cyclic, j may lie before
+ * i), then puts key with val (and aux word a) in slot i. */
+static void rli_shift_in(uint64_t *keys, uint32_t *vals, uint32_t *aux,
+			 uint64_t cap, uint64_t i, uint64_t j, uint64_t key,
+			 uint32_t val, uint32_t a)
 {
-	uint64_t at = UINT64_MAX;
-
-	for (;; d++) {
-		uint64_t h, di;
-
-		if (!keys[i]) {
-			keys[i] = key;
-			vals[i] = val;
-			if (aux)
-				aux[i] = a;
-			return at == UINT64_MAX ? i : at;
+	if (j < i) { /* the run wraps: [0, j) on by one, then [i, cap) */
+		memmove(&keys[1], &keys[0], j * sizeof(*keys));
+		memmove(&vals[1], &vals[0], j * sizeof(*vals));
+		keys[0] = keys[cap - 1];
+		vals[0] = vals[cap - 1];
+		if (aux) {
+			memmove(&aux[1], &aux[0], j * sizeof(*aux));
+			aux[0] = aux[cap - 1];
 		}
-		h = rli_home(cap, keys[i] - 1);
+		j = cap - 1;
+	}
+	memmove(&keys[i + 1], &keys[i], (j - i) * sizeof(*keys));
+	memmove(&vals[i + 1], &vals[i], (j - i) * sizeof(*vals));
+	if (aux)
+		memmove(&aux[i + 1], &aux[i], (j - i) * sizeof(*aux));
+	keys[i] = key;
+	vals[i] = val;
+	if (aux)
+		aux[i] = a;
+}
+
+/* Places key (row + 1, absent) with val (and aux word a, if aux) in slot
+ * i, where its probe stopped (an empty slot, or the first entry nearer its
+ * home than the probe had gone). A cluster is in the order of its homes,
+ * so the insert is a shift: the entries from i to the next empty slot
+ * move on by one, each then one slot further from its home (the order
+ * that Robin Hood's swaps along the run would give, less the hashing and
+ * the swapping per slot). There is a free slot. */
+static void rli_put_at(uint64_t *keys, uint32_t *vals, uint32_t *aux,
+		       uint64_t cap, uint64_t i, uint64_t key, uint32_t val,
+		       uint32_t a)
+{
+	uint64_t j = i;
+
+	while (keys[j])
+		if (++j == cap)
+			j = 0;
+	rli_shift_in(keys, vals, aux, cap, i, j, key, val, a);
+}
+
+/* The home of a hash: scaled to the slot count, so that homes are in
+ * the order of the hashes whatever the count. */
+static inline uint64_t rli_hhome(uint64_t cap, uint64_t hash)
+{
+	return (uint64_t)(((unsigned __int128)hash * cap) >> 64);
+}
+
+/* The probe for key (row + 1) with hash hk = hash_mix(row): the slot
+ * that holds key, or where key goes (*found false): the first slot from
+ * its home that is empty or holds an entry of a greater hash that is no
+ * further from its own home (a cluster is in the order of its hashes,
+ * ties of home included, so that a resize can lay entries out in one
+ * pass). */
+static uint64_t rli_probe(const uint64_t *keys, uint64_t cap, uint64_t key,
+			  uint64_t hk, bool *found)
+{
+	uint64_t i = rli_hhome(cap, hk);
+
+	*found = false;
+	for (uint64_t d = 0;; d++) {
+		uint64_t hr, h, di;
+
+		if (!keys[i])
+			return i;
+		if (keys[i] == key) {
+			*found = true;
+			return i;
+		}
+		hr = hash_mix(keys[i] - 1);
+		h = rli_hhome(cap, hr);
 		di = i >= h ? i - h : i + cap - h;
-		if (di < d) {
-			uint64_t k = keys[i];
-			uint32_t v = vals[i];
-
-			keys[i] = key;
-			vals[i] = val;
-			key = k;
-			val = v;
-			if (aux) {
-				uint32_t t = aux[i];
-
-				aux[i] = a;
-				a = t;
-			}
-			if (at == UINT64_MAX)
-				at = i;
-			d = di;
-		}
+		if (di < d || (di == d && hr > hk))
+			return i;
 		if (++i == cap)
 			i = 0;
 	}
 }
 
-static uint64_t rli_put(uint64_t *keys, uint32_t *vals, uint32_t *aux,
-			uint64_t cap, uint64_t key, uint32_t val, uint32_t a)
+static void rli_put(uint64_t *keys, uint32_t *vals, uint32_t *aux, uint64_t cap,
+		    uint64_t key, uint32_t val, uint32_t a)
 {
-	return rli_put_at(keys, vals, aux, cap, rli_home(cap, key - 1), 0, key,
-			  val, a);
+	bool found;
+	uint64_t i = rli_probe(keys, cap, key, hash_mix(key - 1), &found);
+
+	rli_put_at(keys, vals, aux, cap, i, key, val, a);
+}
+
+/* Lays the entries of the old slots out in the new ones. The old slots,
+ * walked from the first entry that has not wrapped past the end, give the
+ * entries in the order of their hashes, and homes keep that order at any
+ * slot count: each entry goes to its home or the slot after the previous
+ * one, whichever is further, with no probe. Once one would run past the
+ * end, the rest are inserted as any row is (they wrap to the start, where
+ * the entries there move on). */
+static void rli_relay(const uint64_t *ok, const uint32_t *ov,
+		      const uint32_t *oa, uint64_t ocap, uint64_t *nk,
+		      uint32_t *nv, uint32_t *na, uint64_t ncap)
+{
+	uint64_t start = 0, next = 0;
+	bool spill = false;
+
+	while (start < ocap &&
+	       (!ok[start] || rli_home(ocap, ok[start] - 1) > start))
+		start++;
+	if (start == ocap)
+		start = 0; /* only wrapped entries, or none */
+	for (uint64_t k = 0; k < ocap; k++) {
+		uint64_t i = start + k < ocap ? start + k : start + k - ocap;
+		uint64_t pos;
+
+		if (!ok[i])
+			continue;
+		pos = rli_hhome(ncap, hash_mix(ok[i] - 1));
+		if (pos < next)
+			pos = next;
+		if (spill || pos >= ncap) {
+			spill = true;
+			rli_put(nk, nv, na, ncap, ok[i], ov[i], oa ? oa[i] : 0);
+			continue;
+		}
+		nk[pos] = ok[i];
+		nv[pos] = ov[i];
+		if (na)
+			na[pos] = oa ? oa[i] : 0;
+		next = pos + 1;
+	}
 }
 
 static int rli_resize(struct rl_index *x, uint64_t ncap)
@@ -103,9 +185,7 @@ static int rli_resize(struct rl_index *x, uint64_t ncap)
 		mem_free(na, n4, 0);
 		return -ENOMEM;
 	}
-	for (uint64_t i = 0; i < ocap; i++)
-		if (ok[i])
-			rli_put(nk, nv, na, ncap, ok[i], ov[i], oa ? oa[i] : 0);
+	rli_relay(ok, ov, oa, ocap, nk, nv, na, ncap);
 	if (ocap) {
 		nv[ncap] = ov[ocap];
 		if (na && oa)
@@ -140,7 +220,7 @@ int rli_keep_aux(struct rl_index *x)
 
 static int rli_grow(struct rl_index *x)
 {
-	return rli_resize(x, x->cap ? x->cap + x->cap / 2 : RLI_MIN);
+	return rli_resize(x, x->cap ? x->cap + x->cap / 3 : RLI_MIN);
 }
 
 /* Room for want rows at a load of 3/4, made at once: a replay that knows
@@ -161,7 +241,8 @@ int rli_reserve(struct rl_index *x, uint64_t want)
  * may move other entries: slots found before it are stale after it. */
 int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew)
 {
-	uint64_t i, d;
+	uint64_t i;
+	bool found;
 
 	if (row == UINT64_MAX && x->cap) {
 		*isnew = !x->has_max;
@@ -190,20 +271,12 @@ int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew)
 			return rli_slot(x, row, slot, isnew);
 	}
 	/* one probe: the row, or where it goes */
-	for (i = rli_home(x->cap, row), d = 0;; d++) {
-		if (x->keys[i] == row + 1) {
-			*isnew = false;
-			*slot = i;
-			return 0;
-		}
-		if (!x->keys[i] || rli_dist(x, i) < d)
-			break;
-		if (++i == x->cap)
-			i = 0;
-	}
-	*isnew = true;
-	*slot =
-	    rli_put_at(x->keys, x->vals, x->aux, x->cap, i, d, row + 1, 0, 0);
+	i = rli_probe(x->keys, x->cap, row + 1, hash_mix(row), &found);
+	*isnew = !found;
+	*slot = i;
+	if (found)
+		return 0;
+	rli_put_at(x->keys, x->vals, x->aux, x->cap, i, row + 1, 0, 0);
 	x->count++;
 	return 0;
 }

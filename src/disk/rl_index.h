@@ -5,10 +5,13 @@
  * Open addressing with linear probing in Robin Hood order: an entry is
  * never further from its home slot than an entry it passed, so a lookup
  * of an absent row stops as soon as it meets an entry nearer its home than
- * the probe has gone. That keeps probes short at a load of 0.9, and the
- * table grows by half when it passes that (any slot count: the home is
- * the hash scaled to the count), so an index is 0.6 to 0.9 full: 12 bytes
- * a slot, 13 to 20 bytes a row.
+ * the probe has gone. A cluster is in the order of its entries' hashes,
+ * so an insert is a shift of the slots up to the next empty one, and a
+ * resize lays the entries out in one pass. The table grows by a third
+ * when it passes a load of 0.8 (any slot count: the home is the hash
+ * scaled to the count), so an index is 0.6 to 0.8 full: 12 bytes a slot,
+ * 15 to 20 bytes a row. (At 0.9, as it was, the run to the next empty slot
+ * that an insert moves is four times as long.)
  *
  * Rows are any u64 (a keyed table's keys): a slot holds row + 1, 0 being
  * empty, so the one row whose + 1 wraps, UINT64_MAX, has a slot of its

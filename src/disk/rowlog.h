@@ -190,7 +190,7 @@ struct rl_changes {
  * rowlog_recover) of a commit above since, in *c (rl_changes.c): the
  * batches at or below since skimmed, a row's last entry kept. Memory: 16
  * bytes an entry of the batches taken, and, when there are several, a
- * hash of their rows (13-20 bytes a row) for a moment; then 16 bytes a
+ * hash of their rows (15-20 bytes a row) for a moment; then 16 bytes a
  * changed row. rowlog_changes_free frees them. */
 int rowlog_changes(const char *tf_path, const struct jr_expect *x,
 		   uint64_t since, struct rl_changes *c);
