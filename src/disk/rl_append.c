@@ -187,6 +187,16 @@ static void window_span(const struct rowlog *l, uint64_t upto, uint64_t *a,
 	*b = align_up(upto, l->off_align);
 }
 
+/* Zeros the window from upto (the head: records lie below it) to b, the
+ * end of the block a write sends: the only bytes written that no record
+ * holds. A buffer is not cleared when it becomes the window, so a write
+ * never sends what an earlier window left there. */
+static void window_pad(struct rowlog *l, uint64_t upto, uint64_t b)
+{
+	if (b > upto)
+		memset(l->abuf + (upto - l->wb_off), 0, b - upto);
+}
+
 /* Sends the current window's bytes below upto (rounded up to the
  * alignment, from where the last write ended) without waiting, and makes
  * the other buffer, which now holds the block at upto, the window. */
@@ -201,6 +211,7 @@ static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
 		return ret;
 	window_span(l, upto, &a, &b);
 	if (b > a) {
+		window_pad(l, upto, b);
 		l->wreq = (struct io_req){.op = IO_WRITE,
 					  .fd = l->fd,
 					  .buf = l->abuf + (a - l->wb_off),
@@ -215,7 +226,6 @@ static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
 	}
 	next = l->bufs[l->cur ^ 1];
 	memcpy(next, l->abuf + (nb - l->wb_off), upto - nb);
-	memset(next + (upto - nb), 0, l->abuf_bytes - (upto - nb));
 	l->cur ^= 1;
 	l->abuf = next;
 	l->wb_off = nb;
@@ -237,6 +247,7 @@ int abuf_write(struct rowlog *l, io_ctx *io, uint64_t upto)
 	window_span(l, upto, &a, &b);
 	if (b <= a || upto <= l->done_off)
 		return 0;
+	window_pad(l, upto, b);
 	ret = rl_io(io, IO_WRITE, l->fd, l->abuf + (a - l->wb_off), b - a, a);
 	if (!ret) {
 		l->st.bytes_written += b - a;
@@ -423,6 +434,16 @@ int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 
 			__builtin_prefetch(&l->ix.keys[h]);
 			__builtin_prefetch(&l->ix.vals[h], 1);
+		}
+		/* and the rows themselves (cache slots, all over the tier):
+		 * the record's checksum is the first to read them */
+		if (i + 4 < n) {
+			const char *p =
+			    ptrs ? ptrs[i + 4]
+				 : (const char *)src + (i + 4) * l->row_bytes;
+
+			for (uint32_t b = 0; b < l->row_bytes; b += 64)
+				__builtin_prefetch(p + b);
 		}
 		ret = append_one(l, io, rows[i],
 				 ptrs ? ptrs[i]
