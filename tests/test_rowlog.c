@@ -109,22 +109,31 @@ static void check(struct rowlog *l, io_ctx *io, uint64_t n, uint32_t r3)
 	}
 }
 
+/* A new log at path (none before it, no record) and a ring for it; skips
+ * the test where io_uring or the file system cannot. */
+static void open_new(const char *path, struct rowlog **l, io_ctx **io)
+{
+	struct jr_expect x = {.mode = JR_UNNAMED};
+	int why;
+
+	if (io_open(64, io, &why))
+		skip();
+	if (rowlog_open(path, RB, ROWS, &x, false, l)) {
+		io_close(*io);
+		skip();
+	}
+}
+
 static void test_index_and_reopen(void **state)
 {
 	const char *path = tu_path("rowlog");
-	struct jr_expect x = {.mode = JR_UNNAMED};
+	struct jr_expect x;
 	struct jr_tail t1, t2;
 	struct rowlog *l;
 	io_ctx *io;
-	int why;
 
 	(void)state;
-	if (io_open(64, &io, &why))
-		skip();
-	if (rowlog_open(path, RB, ROWS, &x, false, &l)) {
-		io_close(io);
-		skip();
-	}
+	open_new(path, &l, &io);
 	/* commit 1: the first half; commit 2: the rest, and every third row
 	 * of all of it again */
 	append_range(l, io, 0, N / 2, 1, 1);
@@ -196,6 +205,41 @@ static int big_entries(void *arg, const struct jr_batch *b,
 
 /* A commit of 2^27 changed rows or more (one batch over 2 GiB) is written
  * whole and replayed whole: no length is cut to 31 or 32 bits. */
+/* A commit whose batch was written but whose record never was (the store
+ * retries such a commit under the same number): rows appended after it,
+ * some of them already in that batch, some not, are all in the retried
+ * batch, and a reopen at the retried commit reads every row's last
+ * values. */
+static void test_prepare_retried(void **state)
+{
+	const char *path = tu_path("rowlog");
+	struct jr_expect x;
+	struct jr_tail t;
+	struct rowlog *l;
+	io_ctx *io;
+
+	(void)state;
+	open_new(path, &l, &io);
+	append_range(l, io, 0, N / 2, 1, 1);
+	assert_int_equal(rowlog_commit_prepare(l, io, 1), 0);
+	rowlog_commit_done(l, 1, true);
+	append_range(l, io, N / 2, N, 1, 1);
+	assert_int_equal(rowlog_commit_prepare(l, io, 2), 0);
+	/* no record: commit 2 did not happen; every third row changes */
+	append_range(l, io, 0, N, 3, 2);
+	assert_int_equal(rowlog_commit_prepare(l, io, 2), 0);
+	rowlog_tail(l, &t);
+	rowlog_commit_done(l, 2, true);
+	check(l, io, N, 2);
+	rowlog_close(l);
+	x = (struct jr_expect){
+	    .mode = JR_NAMED, .commit = 2, .jlen = t.len, .jsum = t.sum};
+	assert_int_equal(rowlog_open(path, RB, ROWS, &x, true, &l), 0);
+	check(l, io, N, 2);
+	rowlog_close(l);
+	io_close(io);
+}
+
 static void test_journal_batch_over_2gib(void **state)
 {
 	const char *path = tu_path("bigidx"), *pnew = tu_path("bigidx.new");
@@ -450,6 +494,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_index_and_reopen),
+	    cmocka_unit_test(test_prepare_retried),
 	    cmocka_unit_test(test_journal_batch_over_2gib),
 	    cmocka_unit_test(test_keyed_erase_reopen),
 	    cmocka_unit_test(test_keyed_stamps),

@@ -71,6 +71,19 @@ rli_prefetch(const struct rl_index *x, uint64_t row)
 		__builtin_prefetch(&x->keys[rli_home(x->cap, row)]);
 }
 
+/* The same, and the line of its value, for a lookup that reads or sets
+ * it. */
+static inline __attribute__((always_inline)) void
+rli_prefetch_val(const struct rl_index *x, uint64_t row)
+{
+	if (x->cap) {
+		uint64_t h = rli_home(x->cap, row);
+
+		__builtin_prefetch(&x->keys[h]);
+		__builtin_prefetch(&x->vals[h], 1);
+	}
+}
+
 /* The slot of row, or -1. */
 int64_t rli_find(const struct rl_index *x, uint64_t row);
 

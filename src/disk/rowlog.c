@@ -181,23 +181,35 @@ uint64_t rowlog_count(const struct rowlog *l)
 /* ------------------------------------------------------------- journal */
 
 /* Entries of the batch being written: the rows changed since the last
- * commit, in the order they first changed. */
+ * commit, in the order they first changed. Each row's index entry loses
+ * its changed bit here, while its line is at hand, not in a second pass
+ * at rowlog_commit_done: should this commit fail, its rows stay in the
+ * list for the next one, and a row appended meanwhile is listed twice
+ * (its entries then say the same, as after an erase and a rewrite). */
 static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
 
 	for (size_t i = 0; i < n; i++, p += JR_ENT) {
 		uint64_t row = l->chg[first + i];
-		int64_t e = rli_find(&l->ix, row);
-		uint32_t rn = e >= 0 ? l->ix.vals[e] & RL_MAXREC : RL_TOMB;
+		uint32_t rn = RL_TOMB;
+		int64_t e;
 
+		if (first + i + RL_AHEAD < l->nchg)
+			rli_prefetch_val(&l->ix, l->chg[first + i + RL_AHEAD]);
+		e = rli_find(&l->ix, row);
+		if (e >= 0) {
+			rn = l->ix.vals[e] & RL_MAXREC;
+			l->ix.vals[e] = rn;
+		}
 		put64(p, row);
 		put32(p + 8, rn);
 		put32(p + 12, e >= 0 && l->ver >= 2 ? l->gen[rn / l->rps] : 0);
 	}
 }
 
-/* Entries of a snapshot: every row of the index, in slot order. */
+/* Entries of a snapshot: every row of the index, in slot order (each
+ * losing its changed bit, as in fill_changes). */
 static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
@@ -210,6 +222,7 @@ static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 		while (!rli_used(&l->ix, l->fill_at))
 			l->fill_at++;
 		rn = l->ix.vals[l->fill_at] & RL_MAXREC;
+		l->ix.vals[l->fill_at] = rn;
 		put64(p, rli_row(&l->ix, l->fill_at));
 		put32(p + 8, rn);
 		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
@@ -322,13 +335,7 @@ void rowlog_commit_done(struct rowlog *l, uint64_t commit, bool durable)
 {
 	if (l->rdonly)
 		return;
-	for (size_t i = 0; i < l->nchg; i++) {
-		int64_t e = rli_find(&l->ix, l->chg[i]);
-
-		if (e >= 0)
-			l->ix.vals[e] &= RL_MAXREC;
-	}
-	l->nchg = 0;
+	l->nchg = 0; /* their changed bits went as the batch was filled */
 	/* a large list of changes (a bulk write, a first fill) is not kept
 	 * beside the index it would add half to */
 	if (l->chgcap > RL_CHG_KEEP) {
