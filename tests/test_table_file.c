@@ -1163,6 +1163,33 @@ static void test_read_multi(void **state)
 	assert_err(tf_read_multi(rd, 2), 0);
 	assert_memory_equal(got[0], want[0], 700 * rb);
 	assert_memory_equal(got[1], want[1], 700 * rb);
+	/* The n-th read fails, for every n: at the start, across the halves
+	 * of the stage (the chunks of each file stream through them) and at
+	 * the end. Only its file's read fails, the other's rows are whole,
+	 * and the next call reads both. */
+	for (uint64_t n = 1;; n++) {
+		int ret;
+
+		memset(got[0], 0, 700 * rb);
+		memset(got[1], 0, 700 * rb);
+		io_fault_set(IO_READ, n, EIO, 0);
+		ret = tf_read_multi(rd, 2);
+		if (!io_fault_fired()) {
+			io_fault_clear();
+			assert_err(ret, 0);
+			assert_true(n > 10); /* several chunks a file */
+			break;
+		}
+		io_fault_clear();
+		assert_err(ret, -EIO);
+		assert_true((rd[0].result == -EIO) != (rd[1].result == -EIO));
+		for (int r = 0; r < 2; r++)
+			if (!rd[r].result)
+				assert_memory_equal(got[r], want[r], 700 * rb);
+		assert_err(tf_read_multi(rd, 2), 0);
+		assert_memory_equal(got[0], want[0], 700 * rb);
+		assert_memory_equal(got[1], want[1], 700 * rb);
+	}
 	/* the block of ids[1][350] goes bad */
 	assert_int_equal(
 	    tu_flip_byte(path2,

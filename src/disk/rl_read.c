@@ -150,6 +150,11 @@ int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r)
 	return (int)r->nq;
 }
 
+int rowlog_read_wait(struct rowlog *l, io_ctx *io, const struct rl_read *r)
+{
+	return io_wait_reqs(io, l->rreq, r->nq);
+}
+
 int rowlog_read_check(struct rowlog *l, struct rl_read *r)
 {
 	unsigned nq = r->nq, nrec = r->nrec;

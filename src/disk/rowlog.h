@@ -114,6 +114,8 @@ int rowlog_read_start(struct rowlog *l, io_ctx *io, struct rl_read *r,
 		      const uint64_t *rows, const uint32_t *idx, size_t n,
 		      void *dst);
 int rowlog_read_queue(struct rowlog *l, io_ctx *io, struct rl_read *r);
+/* Waits until the reads rowlog_read_queue queued have completed. */
+int rowlog_read_wait(struct rowlog *l, io_ctx *io, const struct rl_read *r);
 int rowlog_read_check(struct rowlog *l, struct rl_read *r);
 
 /* Reads and checks every record the index points to (row id and

@@ -68,10 +68,15 @@ struct tf_read {
 	void *dst;
 	int result;
 	/* private to tf_block.c */
-	struct ent *e;	 /* rows read from blocks, sorted by block */
-	size_t m, i, j;	 /* e[0..m); the chunk in flight: e[i..j) */
-	uint32_t nb, nr; /* its blocks and reads */
-	uint32_t *lidx;	 /* rows read from the row log */
+	struct ent *e;	/* rows read from blocks, sorted by block */
+	size_t m, next; /* e[0..m); e[next..m) not yet queued */
+	struct tf_half {
+		size_t i, j;	 /* its chunk of e: e[i..j) */
+		uint32_t nb, nr; /* its blocks and reads */
+		bool busy;	 /* queued, not yet checked */
+	} h[2];			 /* the two halves of the stage */
+	unsigned old;		 /* the half queued first */
+	uint32_t *lidx;		 /* rows read from the row log */
 	size_t nl;
 	bool lq; /* a batch of log records in flight */
 	struct rl_read lr;

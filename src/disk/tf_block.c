@@ -235,21 +235,24 @@ int tf_check_rows(const et_tfile *tf, const uint64_t *rows, size_t n)
 }
 
 /*
- * One chunk of a batch of ents (sorted by block): from e[i], up to
- * stage_blocks distinct blocks are put in the stage, the reads of those
- * that need one queued on io (consecutive blocks as one larger read). A
- * block not needing a read is filled with its initial contents; a torn
- * block with its kept image. Sets *j to the end of the chunk, *nb to its
- * blocks (tf->stage_blk), *nr to the reads queued (tf->reqs).
+ * One chunk of a batch of ents (sorted by block): from e[i], up to cap
+ * distinct blocks are put in the stage's slots from base, the reads of
+ * those that need one queued on io (consecutive blocks as one larger
+ * read). A block not needing a read is filled with its initial contents; a
+ * torn block with its kept image. Sets *j to the end of the chunk, *nb to
+ * its blocks (tf->stage_blk + base), *nr to the reads queued (tf->reqs +
+ * base).
  */
 typedef bool (*need_fn)(et_tfile *, const struct ent *, size_t, uint64_t);
 
 static void chunk_queue(et_tfile *tf, io_ctx *io, const struct ent *e, size_t i,
-			size_t n, need_fn need_read, size_t *jp, uint32_t *nbp,
-			uint32_t *nrp)
+			size_t n, need_fn need_read, uint32_t base,
+			uint32_t cap, size_t *jp, uint32_t *nbp, uint32_t *nrp)
 {
-	uint64_t *blocks = tf->stage_blk;
-	uint32_t cap = tf->stage_blocks;
+	uint64_t *blocks = tf->stage_blk + base;
+	uint8_t *hole = tf->stage_hole + base;
+	struct io_req *reqs = tf->reqs + base;
+	char *stage = tf->stage + (size_t)base * tf->g.block_size;
 	uint32_t nb = 0, nr = 0;
 	size_t j = i;
 
@@ -260,65 +263,66 @@ static void chunk_queue(et_tfile *tf, io_ctx *io, const struct ent *e, size_t i,
 		while (k < n && e[k].block == b)
 			k++;
 		unsigned char *buf =
-		    (unsigned char *)tf->stage + (size_t)nb * tf->g.block_size;
+		    (unsigned char *)stage + (size_t)nb * tf->g.block_size;
 		struct torn *tn = tf->ntorn ? torn_find(tf, b) : NULL;
 
 		if (tn) { /* the disk may hold half of it */
 			memcpy(buf, tn->img, tf->g.block_size);
-			tf->stage_hole[nb] = 0;
+			hole[nb] = 0;
 			blocks[nb++] = b;
 			j = k;
 			continue;
 		}
 		if (need_read(tf, e + j, k - j, b)) {
-			struct io_req *r = nr ? &tf->reqs[nr - 1] : NULL;
+			struct io_req *r = nr ? &reqs[nr - 1] : NULL;
 
 			/* Consecutive blocks: one larger read. */
 			if (r && (char *)r->buf + r->len == (char *)buf &&
 			    r->off + r->len == tf_block_off(tf, b)) {
 				r->len += tf->g.block_size;
-				tf->stage_hole[nb] = 0;
+				hole[nb] = 0;
 				blocks[nb++] = b;
 				j = k;
 				continue;
 			}
-			r = &tf->reqs[nr++];
+			r = &reqs[nr++];
 			memset(r, 0, sizeof(*r));
 			r->op = IO_READ;
 			r->fd = tf->fd;
 			r->buf = buf;
 			r->len = tf->g.block_size;
 			r->off = tf_block_off(tf, b);
-			r->arg = (void *)(uintptr_t)nb;
+			r->arg = (void *)(uintptr_t)(base + nb);
 		} else {
 			block_fill_init(tf, b, buf);
 		}
-		tf->stage_hole[nb] = !tf_map_test(&tf->map, b);
+		hole[nb] = !tf_map_test(&tf->map, b);
 		blocks[nb++] = b;
 		j = k;
 	}
 	for (uint32_t q = 0; q < nr; q++)
-		io_queue(io, &tf->reqs[q]);
+		io_queue(io, &reqs[q]);
 	*jp = j;
 	*nbp = nb;
 	*nrp = nr;
 }
 
-/* The nr reads of a chunk have completed: the first failed one's error,
- * else every block read is checked (an all-zero block reads as unwritten).
- * Returns 0 or the first error. */
-static int chunk_check(et_tfile *tf, uint32_t nr)
+/* The nr reads of a chunk (tf->reqs + base) have completed: the first
+ * failed one's error, else every block read is checked (an all-zero block
+ * reads as unwritten). Returns 0 or the first error. */
+static int chunk_check(et_tfile *tf, uint32_t base, uint32_t nr)
 {
+	const struct io_req *reqs = tf->reqs + base;
 	int ret;
 
 	for (uint32_t q = 0; q < nr; q++) {
-		ret = io_req_result(&tf->reqs[q]);
+		ret = io_req_result(&reqs[q]);
 		if (ret)
 			return ret;
 	}
 	for (uint32_t q = 0; q < nr; q++) {
-		uint32_t s0 = (uint32_t)(uintptr_t)tf->reqs[q].arg;
-		uint32_t cnt = tf->reqs[q].len / tf->g.block_size;
+		uint32_t s0 = (uint32_t)(uintptr_t)reqs[q].arg;
+		uint32_t cnt = reqs[q].len / tf->g.block_size;
 
 		for (uint32_t s = s0; s < s0 + cnt; s++) {
 			unsigned char *buf = (unsigned char *)tf->stage +
@@ -369,12 +373,13 @@ static int for_each_chunk(et_tfile *tf, const struct ent *e, size_t n,
 	while (i < n) {
 		uint32_t nb, nr;
 
-		chunk_queue(tf, io, e, i, n, need_read, &j, &nb, &nr);
+		chunk_queue(tf, io, e, i, n, need_read, 0, tf->stage_blocks, &j,
+			    &nb, &nr);
 		if (nr) {
 			ret = io_wait(io, nr);
 			if (ret < 0)
 				return ret;
-			ret = chunk_check(tf, nr);
+			ret = chunk_check(tf, 0, nr);
 			if (ret)
 				return ret;
 		}
@@ -410,21 +415,23 @@ static bool read_needed(et_tfile *tf, const struct ent *e, size_t n, uint64_t b)
 	return tf_map_test(&tf->map, b);
 }
 
-static int read_copy(et_tfile *tf, const struct ent *e, size_t n,
-		     const uint64_t *blocks, uint32_t nb, void *arg)
+/* Copies the rows of e[0..n) out of the nb blocks staged from slot base
+ * (the chunk of e that was read there) to their places in dst. */
+static void read_copy(et_tfile *tf, const struct ent *e, size_t n,
+		      uint32_t base, void *dst)
 {
-	unsigned char *dst = arg;
+	const uint64_t *blocks = tf->stage_blk + base;
+	const char *stage = tf->stage + (size_t)base * tf->g.block_size;
 	uint32_t s = 0;
 
 	for (size_t i = 0; i < n; i++) {
 		while (blocks[s] != e[i].block)
 			s++;
-		memcpy(dst + (size_t)e[i].idx * tf->g.row_bytes,
-		       tf->stage + (size_t)s * tf->g.block_size +
+		memcpy((char *)dst + (size_t)e[i].idx * tf->g.row_bytes,
+		       stage + (size_t)s * tf->g.block_size +
 			   (size_t)e[i].slot * tf->g.row_bytes,
 		       tf->g.row_bytes);
 	}
-	return 0;
 }
 
 /* Index lookups asked for this many rows ahead. */
@@ -507,52 +514,90 @@ static int rd_start(struct tf_read *rd)
 	return ret;
 }
 
-static bool rd_done(const struct tf_read *rd)
+/*
+ * A read streams its blocks through the two halves of the stage: while
+ * the reads of one half are in flight, those of the other are checked and
+ * copied out, and its next chunk queued behind them, so the ring stays
+ * full to the end of the call instead of draining at every chunk. Its
+ * records in the row log go a batch at a time through the log's own
+ * staging, beside the blocks.
+ */
+
+/* The slots of a half of the stage (all of it, if it has one slot). */
+static uint32_t rd_half_cap(const et_tfile *tf)
 {
-	return rd->i == rd->m && (!rd->nl || rd->lr.b == rd->lr.n);
+	return tf->stage_blocks >= 2 ? tf->stage_blocks / 2 : tf->stage_blocks;
 }
 
-/* Queues the next chunk of blocks and of log records; returns the reads
- * queued on rd->io, or an error. */
-static int rd_queue(struct tf_read *rd)
+/* Queues the next chunk of blocks into half k, which is free. */
+static void rd_queue_half(struct tf_read *rd, unsigned k)
 {
-	int q = 0;
+	struct tf_half *h = &rd->h[k];
+	uint32_t cap = rd_half_cap(rd->tf);
 
-	if (rd->i < rd->m) {
-		chunk_queue(rd->tf, rd->io, rd->e, rd->i, rd->m, read_needed,
-			    &rd->j, &rd->nb, &rd->nr);
-		q = (int)rd->nr;
-	}
-	if (rd->nl && rd->lr.b < rd->lr.n) {
+	h->i = rd->next;
+	chunk_queue(rd->tf, rd->io, rd->e, rd->next, rd->m, read_needed,
+		    k * cap, cap, &h->j, &h->nb, &h->nr);
+	h->busy = true;
+	rd->next = h->j;
+}
+
+/* Queues what fits of what is left: blocks into free halves, and the
+ * next batch of log records if none is in flight. */
+static void rd_queue(struct tf_read *rd)
+{
+	unsigned halves = rd_half_cap(rd->tf) < rd->tf->stage_blocks ? 2 : 1;
+
+	for (unsigned k = 0; k < halves && !rd->result; k++)
+		if (!rd->h[k].busy && rd->next < rd->m)
+			rd_queue_half(rd, k);
+	if (!rd->result && !rd->lq && rd->nl && rd->lr.b < rd->lr.n) {
 		int r = rowlog_read_queue(rd->tf->log, rd->io, &rd->lr);
 
 		if (r < 0)
-			return r;
-		q += r;
-		rd->lq = true;
+			rd->result = r;
+		else
+			rd->lq = true;
 	}
-	return q;
 }
 
-/* The reads queued by rd_queue have completed: checks them and copies the
- * rows out. */
-static int rd_check(struct tf_read *rd)
+static bool rd_busy(const struct tf_read *rd)
 {
-	int ret = 0;
+	return rd->h[0].busy || rd->h[1].busy || rd->lq;
+}
 
-	if (rd->j > rd->i) {
-		ret = chunk_check(rd->tf, rd->nr);
-		if (!ret)
-			ret = read_copy(rd->tf, rd->e + rd->i, rd->j - rd->i,
-					rd->tf->stage_blk, rd->nb, rd->dst);
-		rd->nr = 0;
-		rd->i = rd->j;
-	}
-	if (!ret && rd->lq) {
+/* Waits for the half queued first (or the log's batch, when no half is
+ * busy), checks it and copies its rows out, then queues what fits. A
+ * failed read is waited for like any other (the kernel may still be
+ * writing into the stage), and fails the read. */
+static void rd_step(struct tf_read *rd)
+{
+	et_tfile *tf = rd->tf;
+	unsigned k = rd->h[rd->old].busy ? rd->old : rd->old ^ 1;
+	int ret;
+
+	if (rd->h[k].busy) {
+		struct tf_half *h = &rd->h[k];
+		uint32_t base = k * rd_half_cap(tf);
+
+		ret = io_wait_reqs(rd->io, tf->reqs + base, h->nr);
+		if (!ret && !rd->result)
+			ret = chunk_check(tf, base, h->nr);
+		if (!ret && !rd->result)
+			read_copy(tf, rd->e + h->i, h->j - h->i, base, rd->dst);
+		if (ret && !rd->result)
+			rd->result = ret;
+		h->busy = false;
+		rd->old = k ^ 1;
+	} else if (rd->lq) {
+		ret = rowlog_read_wait(tf->log, rd->io, &rd->lr);
+		if (!ret && !rd->result)
+			ret = rowlog_read_check(tf->log, &rd->lr);
+		if (ret && !rd->result)
+			rd->result = ret;
 		rd->lq = false;
-		ret = rowlog_read_check(rd->tf->log, &rd->lr);
 	}
-	return ret;
+	rd_queue(rd);
 }
 
 static void rd_end(struct tf_read *rd)
@@ -563,77 +608,35 @@ static void rd_end(struct tf_read *rd)
 	rd->e = NULL;
 }
 
-/* Waits for the reads queued on rd[k].io by rd[k..nrd); an error fails
- * every one of them with reads on that ring. */
-static void rd_wait(struct tf_read *rd, size_t nrd, size_t k, int *nq)
-{
-	unsigned want = 0;
-	int ret;
-
-	for (size_t i = k; i < nrd; i++)
-		if (nq[i] && rd[i].io == rd[k].io)
-			want += (unsigned)nq[i];
-	ret = io_wait(rd[k].io, want);
-	for (size_t i = k; i < nrd; i++)
-		if (nq[i] && rd[i].io == rd[k].io) {
-			nq[i] = 0; /* waited for */
-			if (ret < 0 && !rd[i].result)
-				rd[i].result = ret;
-		}
-}
-
 int tf_read_multi(struct tf_read *rd, size_t nrd)
 {
-	enum { GROUP = 64 };
-	int nq[GROUP];
-	bool act[GROUP];
 	bool busy = true;
 	int ret = 0;
 
-	if (nrd > GROUP) { /* in groups, each one submission */
-		for (size_t k = 0; k < nrd; k += GROUP) {
-			int r = tf_read_multi(rd + k, nrd - k < GROUP ? nrd - k
-								      : GROUP);
-
-			if (r && !ret)
-				ret = r;
-		}
-		return ret;
-	}
 	for (size_t k = 0; k < nrd; k++) {
 		struct tf_read *r = &rd[k];
 
 		r->e = NULL;
 		r->lidx = NULL;
-		r->m = r->i = r->j = r->nl = 0;
-		r->nb = r->nr = 0;
+		r->m = r->next = r->nl = 0;
+		memset(r->h, 0, sizeof(r->h));
+		r->old = 0;
 		r->lq = false;
 		r->io = NULL;
 		r->result = rd_start(r);
 	}
-	/* Rounds: every file's next chunk of blocks and of log records
-	 * queued, all waited for together, then each checked and copied. */
+	/* every read's first chunks queued, then each stepped in turn:
+	 * the ring holds the others' reads while one is checked */
+	for (size_t k = 0; k < nrd; k++)
+		if (!rd[k].result)
+			rd_queue(&rd[k]);
 	while (busy) {
 		busy = false;
-		for (size_t k = 0; k < nrd; k++) {
-			nq[k] = 0;
-			act[k] = !rd[k].result && !rd_done(&rd[k]);
-			if (!act[k])
-				continue;
-			nq[k] = rd_queue(&rd[k]);
-			if (nq[k] < 0) {
-				rd[k].result = nq[k];
-				nq[k] = 0;
-				act[k] = false;
+		for (size_t k = 0; k < nrd; k++)
+			if (rd_busy(&rd[k])) {
+				rd_step(&rd[k]);
+				busy = true;
 			}
-			busy = true;
-		}
-		for (size_t k = 0; k < nrd; k++)
-			if (nq[k])
-				rd_wait(rd, nrd, k, nq);
-		for (size_t k = 0; k < nrd; k++)
-			if (act[k] && !rd[k].result)
-				rd[k].result = rd_check(&rd[k]);
 	}
 	for (size_t k = 0; k < nrd; k++) {
 		rd_end(&rd[k]);

@@ -166,7 +166,7 @@ unsigned io_pending(const io_ctx *io)
 void io_queue(io_ctx *io, struct io_req *req)
 {
 	req->next = NULL;
-	req->res = 0;
+	req->res = IO_PENDING;
 	if (io->tail)
 		io->tail->next = req;
 	else
@@ -417,6 +417,23 @@ int io_wait(io_ctx *io, unsigned min)
 	}
 	settle(io, ret);
 	return ret;
+}
+
+int io_wait_reqs(io_ctx *io, const struct io_req *reqs, unsigned n)
+{
+	int err = 0;
+
+	/* in the order queued: the first still pending is where to wait */
+	for (unsigned i = 0; i < n; i++)
+		while (reqs[i].res == IO_PENDING) {
+			int ret = io_wait(io, 1);
+
+			if (ret < 0 && !err)
+				err = ret;
+			if (ret <= 0 && reqs[i].res == IO_PENDING)
+				return ret ? ret : -EINVAL; /* not on io */
+		}
+	return err;
 }
 
 int io_req_result(const struct io_req *req)

@@ -65,7 +65,9 @@ int io_open(unsigned depth, io_ctx **out, int *why);
 void io_close(io_ctx *io);
 unsigned io_depth(const io_ctx *io);
 
-/* Appends req to the queue; nothing is sent until io_wait(). */
+/* Appends req to the queue; nothing is sent until io_wait(). Its res is
+ * IO_PENDING until it completes. */
+#define IO_PENDING INT32_MIN
 void io_queue(io_ctx *io, struct io_req *req);
 
 /* Sends queued requests (up to depth in flight) and reaps until at least
@@ -78,6 +80,12 @@ void io_queue(io_ctx *io, struct io_req *req);
  * the kernel's hands. Should the ring keep failing, the ctx is down for
  * good: every later request fails with -EIO and is never sent. */
 int io_wait(io_ctx *io, unsigned min);
+
+/* Sends and reaps (io_wait) until reqs[0..n), queued on io, have all
+ * completed, whatever else completes on the way. Returns 0 or, if
+ * io_uring itself failed, -errno (every request has completed then too,
+ * as after io_wait). */
+int io_wait_reqs(io_ctx *io, const struct io_req *reqs, unsigned n);
 
 /* Requests queued or in flight. */
 unsigned io_pending(const io_ctx *io);
