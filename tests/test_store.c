@@ -1188,6 +1188,70 @@ static void test_reopen_keeps_updates(void **state)
 	free(b);
 }
 
+/*
+ * A first write-back of a full tier: 150,000 rows of one table dirty in
+ * DDR (its index sized for them at once, rowlog_expect) and a few of
+ * another; then some of them updated and a few new, checkpointed, the
+ * store closed and reopened: every row reads what was written or updated.
+ */
+static void test_first_writeback_many(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_store_config c = {.ddr_bytes = 24u << 20};
+	struct et_update_params up = {.lr = 0.5f};
+	enum { N = 150000, FEW = 300, UPD = 5000 };
+	uint64_t *ids = tu_calloc(N, sizeof(*ids));
+	float *v = tu_calloc((size_t)N * 4, sizeof(float));
+	float *got = tu_calloc((size_t)N * 4, sizeof(float));
+	float few[FEW * 4];
+	struct tu_rng r;
+	et_store **s;
+	int t, t2;
+
+	p.rows = 1ULL << 34;
+	tu_rng_seed(&r, 11);
+	for (size_t i = 0; i < N; i++) {
+		ids[i] = (i * 0x9e3779b97f4a7c15ULL) >> 30; /* distinct */
+		for (int k = 0; k < 4; k++)
+			v[i * 4 + k] = (float)tu_rng_double(&r, -1.0, 1.0);
+	}
+	s = fx_open(f, &c);
+	assert_int_equal(et_table_create(*s, "big", &p, &t), 0);
+	assert_int_equal(et_table_create(*s, "few", &p, &t2), 0);
+	assert_int_equal(et_write_rows(*s, t, ids, N, v), 0);
+	assert_int_equal(et_write_rows(*s, t2, ids, FEW, v), 0);
+	memcpy(few, v, sizeof(few));
+	assert_true(stats_of(*s, -1).ddr.dirty_rows >= N / 2);
+	assert_int_equal(et_flush(*s), 0);
+	/* train on: rows updated (v follows), then a commit */
+	for (size_t i = 0; i < UPD; i++)
+		for (int k = 0; k < 4; k++)
+			got[i * 4 + k] = 1.0f;
+	assert_int_equal(et_update(*s, t, ids, UPD, got, &up), 0);
+	for (size_t i = 0; i < UPD * 4; i++)
+		v[i] -= 0.5f;
+	assert_int_equal(et_checkpoint(*s, NULL, 0), 0);
+	/* the index was sized once for the rows, at a load of 3/4 (12 bytes
+	 * a slot; the list of changes is gone with the commit): growing by a
+	 * third from 1024 slots would have ended at 242,263 */
+	assert_int_equal(stats_of(*s, t).log_index_rows, N);
+	assert_true(stats_of(*s, t).log_index_bytes <=
+		    12 * (N * 4 / 3 + 2) + 65536);
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	assert_int_equal(et_store_open(f->dirs[0], &c, s), 0);
+	assert_int_equal(et_table_open(*s, "big", &p, &t), 0);
+	assert_int_equal(et_table_open(*s, "few", &p, &t2), 0);
+	assert_int_equal(et_gather(*s, t, ids, N, got), 0);
+	assert_memory_equal(got, v, (size_t)N * 4 * sizeof(float));
+	assert_int_equal(et_gather(*s, t2, ids, FEW, got), 0);
+	assert_memory_equal(got, few, sizeof(few));
+	free(ids);
+	free(v);
+	free(got);
+}
+
 /* ------------------------------------------------------------------- stats */
 
 /* Big caches and an HBM: a known sequence determines the counters. */
@@ -1669,6 +1733,7 @@ int main(void)
 	    T(test_gather_and_pool),
 	    T(test_optimizers),
 	    T(test_reopen_keeps_updates),
+	    T(test_first_writeback_many),
 	    T(test_stats_exact),
 	    T(test_stats_demotion),
 	    T(test_stats_writeback),

@@ -58,7 +58,8 @@
 #define RL_SEG_DEFAULT (8u << 20)
 #define RL_ABUF	       (1u << 20) /* the append buffer's window, default */
 #define RL_REC_HDR     16
-#define RL_AHEAD       8 /* index lookups of a loop prefetched ahead */
+#define RL_AHEAD       8     /* index lookups of a loop prefetched ahead */
+#define RL_EXPECT_MIN  65536 /* rowlog_expect: fewer rows, no reserve */
 #define RL_DIRTY       0x80000000u
 #define RL_MAXREC      0x7fffffffu
 #define RL_TOMB	       0xffffffffu /* a journal entry's recno: erased */

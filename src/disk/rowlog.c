@@ -178,6 +178,13 @@ uint64_t rowlog_count(const struct rowlog *l)
 	return l ? l->ix.count : 0;
 }
 
+int rowlog_expect(struct rowlog *l, uint64_t n)
+{
+	if (!l || l->rdonly || n < RL_EXPECT_MIN || l->ix.count >= n / 4)
+		return 0;
+	return rli_reserve(&l->ix, l->ix.count + n);
+}
+
 /* ------------------------------------------------------------- journal */
 
 /* Entries of the batch being written: the rows changed since the last

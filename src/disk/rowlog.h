@@ -83,6 +83,14 @@ bool rowlog_has(const struct rowlog *l, uint64_t row);
 void rowlog_prefetch(const struct rowlog *l, uint64_t row);
 uint64_t rowlog_count(const struct rowlog *l);
 
+/* n rows are about to be appended, some perhaps stored already. An index
+ * that holds fewer than n / 4 rows (a first write-back of many rows) is
+ * sized for count + n at once, instead of growing by a third some dozen
+ * times on the way (each growth a copy into new, zeroed memory): at most
+ * 1.25 times what the rows it then holds need. A hint: -ENOMEM leaves the
+ * index as it was, to grow as it goes. */
+int rowlog_expect(struct rowlog *l, uint64_t n);
+
 /* Reads the rows at idx[0..n) of rows (each in the log) into
  * dst + idx[i] * row_bytes; every record is checked. */
 int rowlog_read(struct rowlog *l, io_ctx *io, const uint64_t *rows,

@@ -702,6 +702,12 @@ void tf_commit_done(et_tfile *tf, uint64_t commit, bool durable)
 		rowlog_commit_done(tf->log, commit, durable);
 }
 
+void tf_expect_rows(et_tfile *tf, uint64_t n)
+{
+	if (tf->log && tf->log_writes && !tf->rdonly)
+		(void)rowlog_expect(tf->log, n); /* a hint */
+}
+
 bool tf_changed(const et_tfile *tf)
 {
 	return tf->log && rowlog_changed(tf->log);

@@ -91,6 +91,9 @@ int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
  * append buffer. -EINVAL for a file writing blocks. */
 int tf_write_rows_ptrs(et_tfile *tf, const uint64_t *rows,
 		       const void *const *ptrs, size_t n);
+/* n rows are about to be written to a file writing to its row log
+ * (rowlog_expect); a hint, for a write-back of many rows. */
+void tf_expect_rows(et_tfile *tf, uint64_t n);
 
 /* The raw record of a row never written: its initial values, zero state. */
 void tf_init_row_raw(const et_tfile *tf, uint64_t row, void *dst);

@@ -343,6 +343,27 @@ static void dirty_group(et_store *s, const struct cache *c,
 	at[0] = 0;
 }
 
+/* Tells each table's file how many of c's rows it is about to take
+ * (at: scratch of ntables + 1), so that a table whose index holds few
+ * rows against them sizes it once (tf_expect_rows): a first write-back
+ * of a full tier. A pass over the tier's tags first, only for a tier of
+ * many slots. */
+static void dirty_expect(et_store *s, const struct cache *c, size_t *at)
+{
+	uint64_t n = cache_slots(c);
+	uint32_t nt = s->reg.ntables;
+
+	if (n < 4 * (uint64_t)DIRTY_CHUNK)
+		return;
+	memset(at, 0, ((size_t)nt + 1) * sizeof(*at));
+	for (uint64_t i = 0; i < n; i++)
+		if (cache_dirty(c, i))
+			at[cache_slot_table(c, i)]++;
+	for (uint32_t t = 0; t < nt; t++)
+		if (at[t])
+			tf_expect_rows(s->reg.tables[t].tf, at[t]);
+}
+
 int wb_write_dirty(et_store *s, struct cache *c)
 {
 	struct wbq *q = &s->wb;
@@ -365,6 +386,7 @@ int wb_write_dirty(et_store *s, struct cache *c)
 	at = q->count.p;
 	rows = q->rows.p;
 	ptrs = q->raw.p;
+	dirty_expect(s, c, at);
 	for (; (k = dirty_chunk(c, b, &e, slots)) > 0; b = e) {
 		dirty_group(s, c, slots, k, at, rows, ptrs);
 		for (uint32_t t = 0; t < nt; t++) {
