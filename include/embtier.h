@@ -663,16 +663,16 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * Zero fields: the policy is off. Set after et_table_create or
  * et_table_open: a reopened store needs it set again. The admission
  * filter's counts are saved at each commit (DIR/NAME.et.adm0 and .adm1,
+ * alternating; the commit record names the file and its checksum:
  * docs/FORMAT.md) and come back when admission is set again with the same
- * admit_after and filter_log2 (other settings, or a filter never saved:
- * counts from zero; set again mid-session with the same settings: the
- * counts go on), so a store reopened at its last commit admits as one
- * never closed; a saved filter that fails its checks (flipped, cut) is
- * ET_EHDRSUM and changes nothing. The commit record does not name the
- * filter files: one deleted, or replaced by the other slot's, reads as
- * admission off at that commit (counts from zero). A clean close commits a filter that counted since the
- * last commit. Expiry ages are in memory only: they count from the open
- * (an id stored before is kept).
+ * admit_after and filter_log2 (other settings, or no filter at the last
+ * commit: counts from zero; set again mid-session with the same settings:
+ * the counts go on), so a store reopened at its last commit admits as one
+ * never closed. The named file missing is ET_EMISSING; damaged, cut, or
+ * another commit's (the other slot's) ET_EHDRSUM; either changes nothing.
+ * A clean close commits a filter that counted since the last commit.
+ * Expiry ages are in memory only: they count from the open (an id stored
+ * before is kept).
  *
  * Admission: an update stores an id only once the id has been seen in
  * admit_after update calls (this one counted; each call counts an id once,

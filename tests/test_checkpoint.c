@@ -73,9 +73,10 @@ static const char *fresh_dir(const char *tag, char *ck)
 }
 
 static const struct ckpt_table tabs[3] = {
-    {"user_id", 4096, 0x1111222233334444ull},
-    {"item.v2-x", 123, 0xdeadbeefcafef00dull},
-    {"empty", 0, 0},
+    {"user_id", 4096, 0x1111222233334444ull, 0x5555666677778888ull,
+     7u << 1 | 1},
+    {"item.v2-x", 123, 0xdeadbeefcafef00dull, 0, 0},
+    {"empty", 0, 0, 0, 0},
 };
 
 static struct ckpt_rec rec(uint64_t commit, uint64_t id, uint32_t flags,
@@ -191,6 +192,8 @@ static void test_round_trip(void **state)
 			assert_string_equal(r.tables[i].name, tabs[i].name);
 			assert_int_equal(r.tables[i].jlen, tabs[i].jlen);
 			assert_int_equal(r.tables[i].jsum, tabs[i].jsum);
+			assert_int_equal(r.tables[i].asum, tabs[i].asum);
+			assert_int_equal(r.tables[i].aref, tabs[i].aref);
 		}
 		assert_non_null(d);
 		assert_int_equal(n, lens[k]);
@@ -327,10 +330,25 @@ static void test_bad_table_list(void **state)
 	build_v3(ck, names, jlen, jsum, 3);
 	refused(dir, ck, false, false);
 	/* ckpt_write does not check: a duplicate it writes is refused */
-	struct ckpt_table dup[2] = {{"same", 1, 1}, {"same", 2, 2}};
+	struct ckpt_table dup[2] = {{"same", 1, 1, 0, 0}, {"same", 2, 2, 0, 0}};
 	struct ckpt_rec w = {.commit = 1, .ntables = 2, .tables = dup};
 	write_ok(dir, &w, NULL, 0);
 	refused(dir, ck, false, false);
+	/* an admission filter's checksum without its file, the file
+	 * without a checksum, and a file of commit 0 */
+	{
+		static const uint64_t bad[3][2] = {{9, 0}, {0, 6}, {9, 1}};
+
+		for (int k = 0; k < 3; k++) {
+			struct ckpt_table one[1] = {
+			    {"t", 1, 1, bad[k][0], bad[k][1]}};
+
+			w = (struct ckpt_rec){
+			    .commit = 1, .ntables = 1, .tables = one};
+			write_ok(dir, &w, NULL, 0);
+			refused(dir, ck, false, false);
+		}
+	}
 }
 
 /* A version 1 (id, also the commit; length; XXH3 of [0, 24) and the

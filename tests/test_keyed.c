@@ -1949,6 +1949,31 @@ static uint64_t sight(et_store *s, int t, const uint64_t *ids, size_t n)
  * keep the counts; other settings start from zero. A filter file of the
  * last commit flipped, cut or zeroed is refused and changes nothing.
  */
+/* Of the table file tp's two saved filters (docs/FORMAT.md), the one of
+ * commit (its header's commit) into adm, the other slot's into other. */
+static void adm_of(const char *tp, uint64_t commit, char *adm, char *other)
+{
+	int found = -1;
+
+	for (int k = 0; k < 2; k++) {
+		char p[PATH_MAX + 8];
+		unsigned char h[8];
+
+		snprintf(p, sizeof(p), "%s.adm%s", tp, k ? "1" : "0");
+		if (tu_pread(p, 8, h, 8) == 0) {
+			uint64_t c = 0;
+
+			for (int b = 7; b >= 0; b--) /* little-endian */
+				c = c << 8 | h[b];
+			if (c == commit)
+				found = k;
+		}
+	}
+	assert_true(found >= 0);
+	snprintf(adm, PATH_MAX + 8, "%s.adm%s", tp, found ? "1" : "0");
+	snprintf(other, PATH_MAX + 8, "%s.adm%s", tp, found ? "0" : "1");
+}
+
 static void test_admission_reopen(void **state)
 {
 	struct fx *f = *state;
@@ -1959,8 +1984,9 @@ static void test_admission_reopen(void **state)
 	et_store *s = fx_open(f, d, &CFG_BIG);
 	const uint64_t A = 5, B = UINT64_MAX, C = 1ULL << 40, D = 0, E = 7,
 		       F = 8;
-	char tp[PATH_MAX], adm[PATH_MAX + 8];
+	char tp[PATH_MAX], adm[PATH_MAX + 8], other[PATH_MAX + 8];
 	struct et_checkpoint_info ci;
+	uint64_t saved;
 	pid_t pid;
 	int st;
 
@@ -2007,14 +2033,19 @@ static void test_admission_reopen(void **state)
 	/* other settings: counts from zero (C's 2 forgotten) */
 	OK(et_key_policy_set(s, t, &kp4));
 	assert_int_equal(sight(s, t, (uint64_t[]){C, C, C}, 3), 3);
+	OK(et_checkpoint_info(s, &ci));
+	saved = ci.commit + 1; /* the close's commit saves C's 3 */
 	fx_close(f, d);
-	/* the filter file of the last commit damaged: refused, and the
+	/* two commits with the table not open: its filter stays named */
+	s = fx_open(f, d, &CFG_BIG);
+	OK(et_checkpoint(s, NULL, 0));
+	fx_close(f, d);
+	/* the filter file of that commit damaged: refused, and the
 	 * policy (off after the reopen) unchanged */
 	s = fx_open(f, d, &CFG_BIG);
 	OK(et_table_open(s, "t", NULL, &t));
 	table_path(f, d, "t", tp);
-	OK(et_checkpoint_info(s, &ci));
-	snprintf(adm, sizeof(adm), "%s.adm%u", tp, (unsigned)(ci.commit % 2));
+	adm_of(tp, saved, adm, other);
 	assert_true(exists(adm));
 	assert_int_equal(tu_flip_byte(adm, 60, 0x10), 0);
 	assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
@@ -2034,6 +2065,20 @@ static void test_admission_reopen(void **state)
 		assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
 		assert_int_equal(tu_pwrite(adm, 0, keep, (size_t)sz), 0);
 		free(keep);
+	}
+	/* the file the record names deleted: ET_EMISSING; the other
+	 * slot's file in its place: refused */
+	{
+		char keep[PATH_MAX + 16];
+
+		snprintf(keep, sizeof(keep), "%s.keep", adm);
+		assert_int_equal(rename(adm, keep), 0);
+		assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EMISSING);
+		assert_true(exists(other));
+		assert_int_equal(link(other, adm), 0);
+		assert_int_equal(et_key_policy_set(s, t, &kp4), ET_EHDRSUM);
+		assert_int_equal(unlink(adm), 0);
+		assert_int_equal(rename(keep, adm), 0);
 	}
 	assert_int_equal(sight(s, t, &(uint64_t){13}, 1), 0); /* still off */
 	OK(et_key_policy_set(s, t, &kp4));		      /* C 3 of 4 */

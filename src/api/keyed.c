@@ -13,6 +13,15 @@
 #include "state.h"
 #include "error.h"
 
+/* The saved filter of table t that the last commit's record names. */
+static struct adm_ref adm_named(const et_store *s, const struct table *t)
+{
+	const struct ckpt_table *e = ckpt_find(&s->cm.rec, t->name);
+
+	return e ? (struct adm_ref){.sum = e->asum, .ref = e->aref}
+		 : (struct adm_ref){0};
+}
+
 /* A keyed table of s, or an error. */
 static int keyed_table(et_store *s, int table, const char *call,
 		       struct table **out)
@@ -166,6 +175,7 @@ static int table_path_of(const et_store *s, const struct table *t, char *buf,
 
 int et_key_policy_set(et_store *s, int table, const struct et_key_policy *kp)
 {
+	struct adm_ref named;
 	char path[4200];
 	struct table *t;
 	int ret;
@@ -200,8 +210,9 @@ int et_key_policy_set(et_store *s, int table, const struct et_key_policy *kp)
 			return err_set(ret, "the stamps of table %d's ids",
 				       table);
 	}
+	named = adm_named(s, t);
 	ret = table_path_of(s, t, path, sizeof(path));
-	return ret ? ret : keypol_apply(&t->kp, kp, path, s->cm.ckpt);
+	return ret ? ret : keypol_apply(&t->kp, kp, path, &named);
 }
 
 int keyed_save(et_store *s, uint64_t commit)
@@ -210,13 +221,16 @@ int keyed_save(et_store *s, uint64_t commit)
 
 	for (uint32_t i = 0; i < s->reg.ntables; i++) {
 		struct table *t = &s->reg.tables[i];
+		struct adm_ref named;
 		int ret;
 
+		t->kp.saved = (struct adm_ref){0};
 		if (!t->g->keyed || t->kp.admit_after <= 1)
 			continue;
+		named = adm_named(s, t);
 		ret = table_path_of(s, t, path, sizeof(path));
 		if (!ret)
-			ret = keypol_save(&t->kp, path, commit);
+			ret = keypol_save(&t->kp, path, commit, &named);
 		if (ret)
 			return ret;
 	}

@@ -74,6 +74,8 @@ int ckpt_write(const char *dir, const struct ckpt_rec *r, const void *dense,
 		memcpy(e, r->tables[i].name, strnlen(r->tables[i].name, 64));
 		put64(e + 64, r->tables[i].jlen);
 		put64(e + 72, r->tables[i].jsum);
+		put64(e + 80, r->tables[i].asum);
+		put64(e + 88, r->tables[i].aref);
 	}
 	put64(h + 48, hash_bytes2(h, 48, h + CK_HDR3, hl - CK_HDR3));
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -262,8 +264,11 @@ int ckpt_read(const char *dir, struct ckpt_rec *r, bool check_dense,
 		t->name[64] = 0;
 		t->jlen = get64(e + 64);
 		t->jsum = get64(e + 72);
+		t->asum = get64(e + 80);
+		t->aref = get64(e + 88);
 		r->ntables = (uint32_t)i; /* those before: no name twice */
 		if (!name_ok(t->name) || (!t->jlen) != (!t->jsum) ||
+		    (!t->asum) != (!t->aref) || (t->aref && t->aref < 2) ||
 		    ckpt_find(r, t->name)) {
 			ret = bad(fin, "table entry out of range",
 				  CK_HDR3 + i * CK_TABLE);

@@ -24,7 +24,10 @@
  *  48   8  XXH3-64 of bytes [0, 48) and the table list
  *  56      table list, 96 bytes a table: name (64, zero-padded), u64
  *          journal bytes, u64 XXH3 of the journal's last batch (0: none),
- *          u64 0, u64 0
+ *          u64 the header checksum of the keyed table's saved admission
+ *          filter (0: none), u64 which file: its commit << 1 | its slot
+ *          (NAME.et.adm0 or .adm1; 0: none). Records written before
+ *          these two were used hold zeros there.
  *  56+96n  dense state
  *
  * Versions 1 and 2 (no table list) are still read; the store's next
@@ -45,6 +48,8 @@ struct ckpt_table {
 	char name[CKPT_NAME_MAX + 1];
 	uint64_t jlen; /* committed bytes of NAME.et.idx */
 	uint64_t jsum; /* checksum of its last batch (0 when jlen is 0) */
+	uint64_t asum; /* header checksum of its admission filter (0: none) */
+	uint64_t aref; /* the filter's commit << 1 | slot (0: none) */
 };
 
 struct ckpt_rec {

@@ -72,9 +72,9 @@ void keypol_free(struct keypol *k)
  */
 #define ADM_HDR 48
 
-static void slot_path(char *buf, size_t cap, const char *path, uint64_t commit)
+static void slot_path(char *buf, size_t cap, const char *path, unsigned slot)
 {
-	snprintf(buf, cap, "%s.adm%u", path, (unsigned)(commit % 2));
+	snprintf(buf, cap, "%s.adm%u", path, slot);
 }
 
 static uint32_t log2_of(uint64_t x)
@@ -82,10 +82,12 @@ static uint32_t log2_of(uint64_t x)
 	return (uint32_t)(63 - __builtin_clzll(x));
 }
 
-int keypol_save(const struct keypol *k, const char *path, uint64_t commit)
+int keypol_save(struct keypol *k, const char *path, uint64_t commit,
+		const struct adm_ref *named)
 {
 	uint64_t nb = sketch_bytes(&k->filter), nw = nb / 8;
 	unsigned char *b = malloc(ADM_HDR + nb);
+	unsigned slot = named->ref ? (unsigned)(named->ref & 1) ^ 1 : 0;
 	bool made = false;
 	char p[4200];
 	int fd, ret;
@@ -101,7 +103,7 @@ int keypol_save(const struct keypol *k, const char *path, uint64_t commit)
 		put64(b + ADM_HDR + 8 * i, k->filter.w[i]);
 	put64(b + 32, hash_bytes(b + ADM_HDR, nb));
 	put64(b + 40, hash_bytes(b, 40));
-	slot_path(p, sizeof(p), path, commit);
+	slot_path(p, sizeof(p), path, slot);
 	fd = open(p, O_WRONLY | O_TRUNC | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) { /* its name synced too, once */
 		made = true;
@@ -114,6 +116,9 @@ int keypol_save(const struct keypol *k, const char *path, uint64_t commit)
 		close(fd);
 	if (!ret && made)
 		ret = fio_sync_dir(p, 0);
+	if (!ret)
+		k->saved = (struct adm_ref){.sum = get64(b + 40),
+					    .ref = commit << 1 | slot};
 	free(b);
 	if (ret)
 		return err_set(ret,
@@ -122,22 +127,27 @@ int keypol_save(const struct keypol *k, const char *path, uint64_t commit)
 	return 0;
 }
 
-int keypol_load(struct keypol *k, const char *path, uint64_t commit,
+int keypol_load(struct keypol *k, const char *path, const struct adm_ref *named,
 		bool *loaded)
 {
 	uint64_t nb = sketch_bytes(&k->filter), nw = nb / 8;
+	uint64_t commit = named->ref >> 1;
 	unsigned char h[ADM_HDR], *b = NULL;
 	char p[4200];
 	int fd, ret;
 
 	*loaded = false;
-	if (k->admit_after <= 1)
-		return 0;
-	slot_path(p, sizeof(p), path, commit);
+	if (k->admit_after <= 1 || !named->ref)
+		return 0; /* none named: admission was off at that commit */
+	slot_path(p, sizeof(p), path, (unsigned)(named->ref & 1));
 	fd = open(p, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return errno == ENOENT
-			   ? 0
+			   ? err_set(ET_EMISSING,
+				     "%s: missing; the commit record names "
+				     "it (the admission filter of commit "
+				     "%llu)",
+				     p, (unsigned long long)commit)
 			   : err_set(-errno, "%s: %s", p, strerror(errno));
 	ret = fio_pread_all(fd, h, ADM_HDR, 0);
 	if (ret == ET_ETRUNC || (!ret && (memcmp(h, "ETADM001", 8) ||
@@ -146,9 +156,15 @@ int keypol_load(struct keypol *k, const char *path, uint64_t commit,
 			      "%s: not an admission filter, or its header "
 			      "is damaged",
 			      p);
-	/* another commit's (admission was off at this one), or other
-	 * settings: counts from zero */
-	if (ret || get64(h + 8) != commit || get32(h + 16) != k->admit_after ||
+	else if (!ret &&
+		 (get64(h + 40) != named->sum || get64(h + 8) != commit))
+		ret = err_set(ET_EHDRSUM,
+			      "%s: the filter of commit %llu, not the one of "
+			      "commit %llu the commit record names",
+			      p, (unsigned long long)get64(h + 8),
+			      (unsigned long long)commit);
+	/* other settings: counts from zero */
+	if (ret || get32(h + 16) != k->admit_after ||
 	    get32(h + 20) != log2_of(k->filter.cols) || get64(h + 24) != nb)
 		goto out;
 	b = malloc(nb);
@@ -168,7 +184,7 @@ out:
 }
 
 int keypol_apply(struct keypol *k, const struct et_key_policy *p,
-		 const char *path, uint64_t commit)
+		 const char *path, const struct adm_ref *named)
 {
 	uint32_t lg = p->filter_log2 ? p->filter_log2 : ADMIT_LOG2_DEF;
 	struct keypol n = {0};
@@ -185,7 +201,7 @@ int keypol_apply(struct keypol *k, const struct et_key_policy *p,
 	}
 	ret = keypol_set(&n, p);
 	if (!ret)
-		ret = keypol_load(&n, path, commit, &loaded);
+		ret = keypol_load(&n, path, named, &loaded);
 	if (ret) {
 		keypol_free(&n);
 		return ret;

@@ -18,11 +18,20 @@
 #define ADMIT_LOG2_MIN 10
 #define ADMIT_LOG2_MAX 30
 
+/* A saved filter as a commit record names it (ckpt_table asum, aref):
+ * its header's checksum, and its commit << 1 | its slot; 0, 0: none. */
+struct adm_ref {
+	uint64_t sum;
+	uint64_t ref;
+};
+
 struct keypol {
 	uint32_t admit_after;  /* > 1: the filter is on */
 	uint32_t expire_after; /* commits; 0: off */
 	struct sketch filter;  /* sightings per id, one per update call */
 	bool counted;	       /* the filter changed since it was saved */
+	struct adm_ref saved;  /* what keypol_save wrote for the commit being
+				* made (0, 0: admission off at it) */
 	uint64_t dropped, erased, expired;
 };
 
@@ -35,25 +44,31 @@ int keypol_check(const struct et_key_policy *p);
 /*
  * The filter at a commit, in one of two files beside the table,
  * PATH.adm0 and PATH.adm1 (PATH the table file; docs/FORMAT.md,
- * "Admission filters"): commit c's goes to slot c % 2, written and synced
- * before the commit record that names c, so the slot of the record's
- * commit is never the one being written. keypol_save writes k's filter
- * as of commit (admission on). keypol_load, for a filter just made by
- * keypol_set with the same admit_after and filter_log2 as the file's,
- * takes the counts saved at commit: *loaded says whether it did (no file
- * of that commit, or other settings: the counts start at zero). A file of
- * that commit that fails its checks is ET_EHDRSUM or ET_EHEADER, the
- * detail naming it.
+ * "Admission filters"), and named by the commit record (struct adm_ref):
+ * a commit's filter goes to the slot the last record does not name,
+ * written and synced before the record that names it, so the file a
+ * record names is never the one being written.
+ *
+ * keypol_save writes k's filter as of commit (admission on) into the
+ * slot other than named's, and sets k->saved to what the next record
+ * is to name. keypol_load, for a filter just made by keypol_set, takes
+ * the counts of the file named (none named: admission was off at that
+ * commit, counts from zero; named, with other admit_after or filter_log2:
+ * counts from zero). The named file missing is ET_EMISSING; cut, damaged,
+ * or not the one named (the other slot's, another commit's) ET_EHDRSUM;
+ * the detail names it. *loaded says whether counts were taken.
  */
-int keypol_save(const struct keypol *k, const char *path, uint64_t commit);
-/* et_key_policy_set's part: p applied to k (a table's file at path, the
- * store's last commit commit). Admission turned on, or on with other
- * settings: a new filter, with the counts saved at commit if they were
- * saved with these settings; on with the same settings: the filter kept
- * as it is. On error (p's checks, a damaged file) nothing changes. */
+int keypol_save(struct keypol *k, const char *path, uint64_t commit,
+		const struct adm_ref *named);
+/* et_key_policy_set's part: p applied to k (a table's file at path; the
+ * last commit's record names named). Admission turned on, or on with
+ * other settings: a new filter, with the counts of the named file if
+ * they were saved with these settings; on with the same settings: the
+ * filter kept as it is. On error (p's checks, a missing or damaged file)
+ * nothing changes. */
 int keypol_apply(struct keypol *k, const struct et_key_policy *p,
-		 const char *path, uint64_t commit);
-int keypol_load(struct keypol *k, const char *path, uint64_t commit,
+		 const char *path, const struct adm_ref *named);
+int keypol_load(struct keypol *k, const char *path, const struct adm_ref *named,
 		bool *loaded);
 void keypol_free(struct keypol *k);
 

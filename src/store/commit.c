@@ -350,7 +350,8 @@ void commit_drop_lock(et_store *s)
 /* ---------------------------------------------------------------- commit */
 
 /* The record's list for the commit: the old one's, each open table's
- * entry replaced by its journal's tail now. */
+ * entry replaced by its journal's tail now and the admission filter
+ * keyed_save wrote for the commit. */
 static int tables_now(et_store *s, struct ckpt_rec *r)
 {
 	r->ntables = 0;
@@ -362,6 +363,9 @@ static int tables_now(et_store *s, struct ckpt_rec *r)
 
 		if (ret)
 			return ret;
+		/* a table not open keeps its filter (its file untouched) */
+		r->tables[r->ntables - 1].asum = s->cm.rec.tables[i].asum;
+		r->tables[r->ntables - 1].aref = s->cm.rec.tables[i].aref;
 	}
 	for (uint32_t i = 0; i < s->reg.ntables; i++) {
 		struct ckpt_table *e = NULL;
@@ -371,15 +375,19 @@ static int tables_now(et_store *s, struct ckpt_rec *r)
 		for (uint32_t k = 0; k < r->ntables; k++)
 			if (!strcmp(r->tables[k].name, s->reg.tables[i].name))
 				e = &r->tables[k];
-		if (e) {
-			e->jlen = t.len;
-			e->jsum = t.sum;
-		} else {
+		if (!e) {
 			int ret = rec_add(r, s->reg.tables[i].name, &t);
 
 			if (ret)
 				return ret;
+			e = &r->tables[r->ntables - 1];
 		}
+		e->jlen = t.len;
+		e->jsum = t.sum;
+		/* what keyed_save wrote for this commit (none: admission
+		 * off, or not a keyed table) */
+		e->asum = s->reg.tables[i].kp.saved.sum;
+		e->aref = s->reg.tables[i].kp.saved.ref;
 	}
 	return 0;
 }
