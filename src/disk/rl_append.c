@@ -153,11 +153,9 @@ int other_settle(struct rowlog *l, io_ctx *io)
 	int ret;
 
 	if (l->wstate == W_BUSY) {
-		while (l->wreq.res == INT_MIN) {
-			ret = io_wait(l->wio, 1);
-			if (ret < 0)
-				return ret;
-		}
+		ret = io_wait_reqs(l->wio, &l->wreq, 1);
+		if (ret < 0)
+			return ret;
 		ret = io_req_result(&l->wreq);
 		l->wstate = ret ? W_FAILED : W_FREE;
 		if (ret)
@@ -217,9 +215,8 @@ static int window_next(struct rowlog *l, io_ctx *io, uint64_t upto)
 					  .buf = l->abuf + (a - l->wb_off),
 					  .len = (uint32_t)(b - a),
 					  .off = a};
-		io_queue(l->wio, &l->wreq);
-		l->wreq.res = INT_MIN;	  /* until its completion says */
-		ret = io_wait(l->wio, 0); /* sends it */
+		io_queue(l->wio, &l->wreq); /* IO_PENDING until it completes */
+		ret = io_wait(l->wio, 0);   /* sends it */
 		l->wstate = W_BUSY;
 		if (ret < 0)
 			return ret; /* settled (written again) next time */
@@ -429,12 +426,8 @@ int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	}
 	for (size_t i = 0; i < n && !ret; i++) {
 		/* the index slots of rows a few ahead: random memory */
-		if (i + 8 < n && l->ix.cap) {
-			uint64_t h = rli_home(l->ix.cap, rows[i + 8]);
-
-			__builtin_prefetch(&l->ix.keys[h]);
-			__builtin_prefetch(&l->ix.vals[h], 1);
-		}
+		if (i + 8 < n)
+			rli_prefetch_val(&l->ix, rows[i + 8]);
 		/* and the rows themselves (cache slots, all over the tier):
 		 * the record's checksum is the first to read them */
 		if (i + 4 < n) {

@@ -80,13 +80,6 @@ static void rli_put_at(uint64_t *keys, uint32_t *vals, uint32_t *aux,
 	rli_shift_in(keys, vals, aux, cap, i, j, key, val, a);
 }
 
-/* The home of a hash: scaled to the slot count, so that homes are in
- * the order of the hashes whatever the count. */
-static inline uint64_t rli_hhome(uint64_t cap, uint64_t hash)
-{
-	return (uint64_t)(((unsigned __int128)hash * cap) >> 64);
-}
-
 /* The probe for key (row + 1) with hash hk = hash_mix(row): the slot
  * that holds key, or where key goes (*found false): the first slot from
  * its home that is empty or holds an entry of a greater hash that is no

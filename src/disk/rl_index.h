@@ -55,10 +55,17 @@ static inline uint64_t rli_row(const struct rl_index *x, uint64_t i)
 	return i < x->cap ? x->keys[i] - 1 : UINT64_MAX;
 }
 
-/* The slot where row's probe starts: the hash scaled to the count. */
+/* The home of a hash: scaled to the slot count, so that homes are in
+ * the order of the hashes whatever the count. */
+static inline uint64_t rli_hhome(uint64_t cap, uint64_t hash)
+{
+	return (uint64_t)(((unsigned __int128)hash * cap) >> 64);
+}
+
+/* The slot where row's probe starts. */
 static inline uint64_t rli_home(uint64_t cap, uint64_t row)
 {
-	return (uint64_t)(((unsigned __int128)hash_mix(row) * cap) >> 64);
+	return rli_hhome(cap, hash_mix(row));
 }
 
 /* Asks for the line where row's probe starts (a batch of lookups asks

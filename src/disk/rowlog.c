@@ -419,12 +419,8 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 
 		/* the slots of rows a few ahead: random memory (the index
 		 * was sized for the batch first, so they stay put) */
-		if (i + 8 < n) {
-			uint64_t h = rli_home(l->ix.cap, get64(e + 8 * JR_ENT));
-
-			__builtin_prefetch(&l->ix.keys[h]);
-			__builtin_prefetch(&l->ix.vals[h]);
-		}
+		if (i + 8 < n)
+			rli_prefetch_val(&l->ix, get64(e + 8 * JR_ENT));
 
 		if (rn == RL_TOMB && !l->rows) {
 			int64_t k = rli_find(&l->ix, row);
