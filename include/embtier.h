@@ -370,7 +370,8 @@ struct et_store_config {
 				   * thread. Results are the same bits. */
 };
 
-#define ET_SLOT_META_BYTES 20 /* row key 8, table tag 4, policy 4, pin 4 */
+#define ET_SLOT_META_BYTES                                                     \
+	21 /* digest 1, row key 8, table tag 4, policy 4, pin 4 */
 
 /* Opens (creating if needed) the store directory dir. The caches are
  * allocated by the first operation after tables are registered, within

@@ -20,6 +20,10 @@
  *     agrees with cache_pick;
  *   - dirty bits: counted once, lookups see through them and the
  *     prefetch flag, removal uncounts them;
+ *   - digests: in a set of 64 ways (and of 17, whose digests a probe
+ *     reads past), keys of two tables that all share one digest are each
+ *     found in their own way, a key of that digest never stored is not,
+ *     and emptied ways are taken again before any victim;
  *   - pins: a pinned way is never the victim, a set all pinned gives
  *     CACHE_NONE, new epochs or cache_unpin_all release them all.
  */
@@ -501,6 +505,63 @@ static void test_dirty(void **state)
 	cache_free(&c);
 }
 
+/* Keys with one digest fill a set: the probe must tell them apart by row
+ * and table, miss a key of the same digest that is not there, and see the
+ * ways emptied among them as free. ways 64 (the whole mask) and 17 (the
+ * set's digests read 16 at a time, past its end). */
+static void digest_set(uint32_t ways)
+{
+	enum { N = 64 };
+	struct cache c;
+	struct rkey k[N + 1];
+	uint64_t slot[N], base;
+	uint8_t d = 0;
+	int n = 0;
+
+	assert_int_equal(cache_init(&c, 2 * ways * PER, ways, SB, &policy_lru,
+				    &mem_tier_host),
+			 0);
+	assert_int_equal(c.nsets, 2);
+	base = c.ways; /* the second set: its digests end the array */
+	/* rows of tables 1 and 2 in that set sharing one digest, and one
+	 * more never stored */
+	for (uint64_t row = 0; n < (int)ways + 1; row++)
+		for (uint32_t t = 1; t <= 2 && n < (int)ways + 1; t++) {
+			if (set_of(&c, K(t, row)) != base)
+				continue;
+			if (!n)
+				d = cache_digest(t, row);
+			if (cache_digest(t, row) == d)
+				k[n++] = K(t, row);
+		}
+	for (uint32_t i = 0; i < ways; i++)
+		slot[i] = put(&c, k[i], false, i);
+	assert_int_equal(cache_match(&c, base, 0), 0); /* full */
+	for (uint32_t i = 0; i < ways; i++)
+		assert_int_equal(lookup(&c, k[i]), slot[i]);
+	assert_int_equal(lookup(&c, k[ways]), CACHE_NONE);
+	/* two ways emptied: they are the next picks, not a victim */
+	cache_remove(&c, slot[3], SB);
+	cache_remove(&c, slot[ways - 1], SB);
+	assert_int_equal(lookup(&c, k[3]), CACHE_NONE);
+	assert_int_equal(lookup(&c, k[ways - 1]), CACHE_NONE);
+	for (uint32_t i = 0; i < ways; i++)
+		if (i != 3 && i != ways - 1)
+			assert_int_equal(lookup(&c, k[i]), slot[i]);
+	assert_int_equal(put(&c, k[ways], false, 100), slot[3]);
+	assert_int_equal(lookup(&c, k[ways]), slot[3]);
+	assert_int_equal(put(&c, k[3], false, 101), slot[ways - 1]);
+	assert_int_equal(lookup(&c, k[3]), slot[ways - 1]);
+	cache_free(&c);
+}
+
+static void test_digests(void **state)
+{
+	(void)state;
+	digest_set(64);
+	digest_set(17);
+}
+
 static void test_pins(void **state)
 {
 	struct cache c;
@@ -553,6 +614,7 @@ int main(void)
 	    cmocka_unit_test(test_stream_bounded),
 	    cmocka_unit_test(test_lru_in_set),
 	    cmocka_unit_test(test_dirty),
+	    cmocka_unit_test(test_digests),
 	    cmocka_unit_test(test_pins),
 	};
 

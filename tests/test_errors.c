@@ -183,11 +183,11 @@ static void test_store_config(void **state)
 	    {{.ddr_bytes = 15, .ways = 1},
 	     ET_ECAPACITY,
 	     "et_store_config.ddr_bytes 15 holds fewer than ways (1) slots "
-	     "of 4 bytes (+20 of metadata)"},
+	     "of 4 bytes (+21 of metadata)"},
 	    {{.hbm_bytes = 4 * (64 + META) - 1, .ways = 4, .slot_bytes = 64},
 	     ET_ECAPACITY,
-	     "et_store_config.hbm_bytes 335 holds fewer than ways (4) slots "
-	     "of 64 bytes (+20 of metadata)"},
+	     "et_store_config.hbm_bytes 339 holds fewer than ways (4) slots "
+	     "of 64 bytes (+21 of metadata)"},
 	};
 	et_store *s = NULL;
 	FILE *fp;
@@ -231,7 +231,7 @@ static void test_capacity(void **state)
 	    0);
 	EXPECT(et_table_create(f->s, "big", &big, &id), ET_ECAPACITY,
 	       "et_store_config.ddr_bytes 100 cannot hold one set (1 ways) "
-	       "of each of the 1 row sizes: 276 bytes needed");
+	       "of each of the 1 row sizes: 277 bytes needed");
 	snprintf(path, sizeof(path), "%s/big.et", f->dir);
 	assert_false(exists(path));
 	et_store_close(f->s);

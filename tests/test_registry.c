@@ -337,8 +337,8 @@ static void test_slot_bytes(void **state)
 static void test_capacity(void **state)
 {
 	struct fx *f = *state;
-	/* LRU, 4 ways: one set of slot 32 is 4 x 52 bytes, of slot 400 is
-	 * 4 x 420, of slot 36 4 x 56: two classes fit in 2000 bytes of DDR,
+	/* LRU, 4 ways: one set of slot 32 is 4 x 53 bytes, of slot 400 is
+	 * 4 x 421, of slot 36 4 x 57: two classes fit in 2000 bytes of DDR,
 	 * not three */
 	const struct et_store_config c = {.ddr_bytes = 2000, .ways = 4};
 	et_store *s = fx_open(f, &c);
@@ -405,17 +405,17 @@ static void test_capacity_hbm(void **state)
 static void test_tier_fits(void **state)
 {
 	(void)state;
-	/* LRU: 52 bytes a slot of 32; TinyLFU 60 */
-	assert_int_equal(tier_fits("ddr_bytes", 16 * 52, 16, 32, ET_POLICY_LRU),
+	/* LRU: 53 bytes a slot of 32; TinyLFU 61 */
+	assert_int_equal(tier_fits("ddr_bytes", 16 * 53, 16, 32, ET_POLICY_LRU),
 			 0);
 	assert_int_equal(
-	    tier_fits("ddr_bytes", 16 * 52 - 1, 16, 32, ET_POLICY_LRU),
+	    tier_fits("ddr_bytes", 16 * 53 - 1, 16, 32, ET_POLICY_LRU),
 	    ET_ECAPACITY);
 	assert_non_null(strstr(et_errdetail(), "ddr_bytes"));
 	assert_int_equal(
-	    tier_fits("hbm_bytes", 16 * 60, 16, 32, ET_POLICY_TINYLFU), 0);
+	    tier_fits("hbm_bytes", 16 * 61, 16, 32, ET_POLICY_TINYLFU), 0);
 	assert_int_equal(
-	    tier_fits("hbm_bytes", 16 * 60 - 1, 16, 32, ET_POLICY_TINYLFU),
+	    tier_fits("hbm_bytes", 16 * 61 - 1, 16, 32, ET_POLICY_TINYLFU),
 	    ET_ECAPACITY);
 	assert_non_null(strstr(et_errdetail(), "hbm_bytes"));
 }

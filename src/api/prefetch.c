@@ -16,6 +16,7 @@
 #include "resolve.h"
 #include "pipeline.h"
 #include "state.h"
+#include "workers.h"
 
 /* Rows a prefetch's promotions look ahead: at PF_AHEAD the lines of the
  * row's top-tier set and its DDR copy are asked for, at half that the
@@ -115,9 +116,23 @@ static void pf_top_hits(struct pf_part *p)
 	et_store *s = p->s;
 	struct cache *top = p->top;
 
-	probe_top(s, p->t, top, p->m, p->tops);
+	if (!s->sc.o->probed || s->sc.o->probe_changes != top->changes) {
+		s->pf.stale += s->sc.o->probed;
+		probe_top(s, p->t, top, p->m, p->tops);
+	}
+	s->sc.o->probed = false;
 	for (size_t i = 0; i < p->m; i++) {
 		uint64_t slot = p->tops[i];
+
+		/* the words a hit writes, asked for ahead: a probe made
+		 * ahead on another thread left them in that core's cache */
+		if (i + PF_AHEAD < p->m &&
+		    p->tops[i + PF_AHEAD] != CACHE_NONE) {
+			__builtin_prefetch(&top->pstate[p->tops[i + PF_AHEAD]],
+					   1);
+			__builtin_prefetch(&top->pin[p->tops[i + PF_AHEAD]], 1);
+			__builtin_prefetch(&top->tags[p->tops[i + PF_AHEAD]]);
+		}
 
 		if (slot == CACHE_NONE) {
 			top->st.misses++;
@@ -149,12 +164,18 @@ static void pf_ddr_hits(struct pf_part *p)
 		tops[pend[j]] = cache_set_base(ddr, p->t, p->uniq[pend[j]]);
 	for (size_t j = 0; j < np && j < PF_AHEAD; j++)
 		cache_prefetch_set(ddr, tops[pend[j]]);
+	for (size_t j = 0; j < np && j < PF_AHEAD / 2; j++)
+		cache_prefetch_hit(ddr, tops[pend[j]], p->t, p->uniq[pend[j]]);
 	for (size_t j = 0; j < np; j++) {
 		uint32_t i = pend[j];
 		uint64_t slot;
 
 		if (j + PF_AHEAD < np)
 			cache_prefetch_set(ddr, tops[pend[j + PF_AHEAD]]);
+		if (j + PF_AHEAD / 2 < np)
+			cache_prefetch_hit(ddr, tops[pend[j + PF_AHEAD / 2]],
+					   p->t,
+					   p->uniq[pend[j + PF_AHEAD / 2]]);
 		slot = cache_lookup_at(ddr, tops[i], p->t, p->uniq[i]);
 		tops[i] = slot;
 		if (slot == CACHE_NONE) {
@@ -321,6 +342,70 @@ static void pf_scratch_turn(et_store *s)
 
 /* The work of et_prefetch on a checked batch: on the caller's thread, or
  * on the prefetch thread. */
+/*
+ * With the store's threads, a prefetch first deduplicates and probes the
+ * top tier for every table of the batch at once, a table an item (each
+ * with its own slice of the dedup hash), before any table is placed. The
+ * placements then go table by table as before, each using its probe if
+ * the top tier's changes count says no row came or went since; else (a
+ * table before it placed rows) probing again. So the rows found, and
+ * everything after, are what probing table by table finds. Memory is
+ * reserved first, on the store's thread; the items only read the caches.
+ * A prefetch whose tables mostly had to probe again (misses being
+ * placed) makes the next ones probe table by table, trying ahead again
+ * every PROBE_RETRY prefetches.
+ */
+#define PROBE_RETRY 16
+
+struct pf_ahead {
+	et_store *s;
+	const struct et_batch_ids *b;
+	size_t cap; /* u32 entries of a thread's slice of the hash */
+};
+
+static void probe_item(void *arg, size_t k, unsigned thread)
+{
+	const struct pf_ahead *a = arg;
+	et_store *s = a->s;
+	struct opscr *o = &s->pf.scr[k];
+	const struct table *tb = &s->reg.tables[a->b[k].table];
+	const struct cache *top = top_of(&s->reg, &s->reg.cls[tb->cls]);
+
+	dedup_into(s, o, (uint32_t *)s->sc.tmap.p + thread * a->cap,
+		   a->b[k].ids, a->b[k].n);
+	probe_rows(top, (uint32_t)a->b[k].table, o->uniq.p, o->dm, o->slots.p);
+	o->probed = true;
+	o->probe_changes = top->changes;
+}
+
+static void pf_probe_all(et_store *s, const struct et_batch_ids *b, size_t nt)
+{
+	struct pf_ahead a = {s, b, 0};
+	unsigned threads = s->cfg.threads;
+
+	for (size_t k = 0; k < nt; k++)
+		s->pf.scr[k].probed = false;
+	if (!s->wk || nt < 2)
+		return;
+	if (s->pf.ahead && 2 * s->pf.stale > s->pf.ahead &&
+	    ++s->pf.skips % PROBE_RETRY)
+		return;
+	s->pf.ahead = s->pf.stale = 0;
+	for (size_t k = 0; k < nt; k++) {
+		struct opscr *o = &s->pf.scr[k];
+
+		if (dedup_cap(b[k].n) > a.cap)
+			a.cap = dedup_cap(b[k].n);
+		if (dedup_reserve(s, o, b[k].n) ||
+		    sbuf_reserve(&o->slots, b[k].n * sizeof(uint64_t)))
+			return; /* table by table: it fails there */
+	}
+	if (sbuf_reserve(&s->sc.tmap, threads * a.cap * sizeof(uint32_t)))
+		return;
+	workers_run(s->wk, nt, probe_item, &a);
+	s->pf.ahead = (uint32_t)nt;
+}
+
 static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	struct pl_job *jobs = NULL, **tail = &jobs, *wjobs = NULL, *j;
@@ -342,6 +427,7 @@ static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 	s->pf.calls++;
 	/* A new batch: its pins and the last batch's hold; older go. */
 	pins_batch_begin(s);
+	pf_probe_all(s, batch, ntables);
 	for (size_t k = 0; k < ntables && !ret; k++) {
 		scratch_use(
 		    s,

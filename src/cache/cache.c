@@ -73,6 +73,7 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	c->clock_div = 1;
 	if (pol->scaled_clock && n / POLICY_SCALE > 1) /* else unscaled */
 		c->clock_div = (uint32_t)(n / POLICY_SCALE);
+	c->fps = big_alloc(n + CACHE_FP_PAD); /* zeroed: all empty */
 	c->keys = big_alloc(n * sizeof(*c->keys));
 	c->tags = big_alloc(n * sizeof(*c->tags)); /* zeroed: all empty */
 	c->pstate = big_alloc(n * sizeof(*c->pstate));
@@ -83,7 +84,8 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 		cache_free(c);
 		return -ENOMEM;
 	}
-	if (!c->keys || !c->tags || !c->pstate || !c->pin || !c->data) {
+	if (!c->fps || !c->keys || !c->tags || !c->pstate || !c->pin ||
+	    !c->data) {
 		cache_free(c);
 		return -ENOMEM;
 	}
@@ -94,6 +96,8 @@ void cache_free(struct cache *c)
 {
 	uint64_t n = cache_slots(c);
 
+	if (c->fps)
+		big_free(c->fps, n + CACHE_FP_PAD);
 	big_free(c->keys, n * sizeof(*c->keys));
 	big_free(c->tags, n * sizeof(*c->tags));
 	big_free(c->pstate, n * sizeof(*c->pstate));
@@ -154,22 +158,21 @@ static unsigned window_victim(struct cache *c, uint64_t base, uint64_t eligible,
 static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
 				 const struct pinset *ps, uint64_t *eligible)
 {
-	const uint32_t *g = c->tags + base, *pin = c->pin + base;
-	uint64_t empty = 0, pinned = 0;
+	const uint32_t *pin = c->pin + base;
+	uint64_t empty = cache_match(c, base, 0), pinned = 0;
 
-	/* Without branches, way by way: a full set is the common case, and
-	 * the compiler can do the ways side by side. */
-	for (uint32_t w = 0; w < c->ways; w++) {
-		uint32_t p = pin[w];
-
-		empty |= (uint64_t)((g[w] & CACHE_TAG_TABLE) == 0) << w;
-		pinned |= (uint64_t)(p != 0 && (p == ps->e[0] ||
-						p == ps->e[1] || p == ps->e[2]))
-			  << w;
-	}
 	if (empty) {
 		*eligible = 0;
 		return base + (uint64_t)__builtin_ctzll(empty);
+	}
+	/* Without branches, way by way: the compiler can do the ways side
+	 * by side. */
+	for (uint32_t w = 0; w < c->ways; w++) {
+		uint32_t p = pin[w];
+
+		pinned |= (uint64_t)(p != 0 && (p == ps->e[0] ||
+						p == ps->e[1] || p == ps->e[2]))
+			  << w;
 	}
 	*eligible = ~pinned & (c->ways == 64 ? ~0ULL : (1ULL << c->ways) - 1);
 	return CACHE_NONE;
@@ -246,6 +249,8 @@ void cache_set_dirty(struct cache *c, uint64_t slot)
 void cache_fill(struct cache *c, uint64_t slot, uint32_t t, uint64_t row,
 		bool dirty, const void *src, uint32_t row_bytes, uint64_t now)
 {
+	c->changes++;
+	c->fps[slot] = cache_digest(t, row);
 	c->keys[slot] = row;
 	c->tags[slot] = cache_tag(t) | (dirty ? CACHE_TAG_DIRTY : 0);
 	c->used++;
@@ -271,6 +276,8 @@ void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes)
 		    &c->sk,
 		    cache_hkey(cache_slot_table(c, slot), c->keys[slot]),
 		    c->pol->freq(c->pstate[slot], cache_clock(c, c->last_now)));
+	c->changes++;
+	c->fps[slot] = 0;
 	c->keys[slot] = 0;
 	c->tags[slot] = 0;
 	c->used--;

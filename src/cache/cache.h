@@ -3,12 +3,13 @@
  * are both instances.
  *
  * Layout: the set of a key (table, row) is chosen by hashing the pair
- * (key.h); each set has `ways` slots. Metadata lives in four compact
- * arrays apart from the row data, so a lookup reads the set's rows
- * (ways * 8 bytes: two cache lines at the default 16 ways), the tag of a
- * way only if its row matches (the set's tags: one more line), and
- * touches row data only on a hit. Per slot:
+ * (key.h); each set has `ways` slots. Metadata lives in five compact
+ * arrays apart from the row data. A lookup reads the set's digests (one
+ * byte a way: one cache line for up to 64 ways), then the row and tag of
+ * each way whose digest matches (almost always the key's own way, or
+ * none), and touches row data only on a hit. Per slot:
  *
+ *   fps    [nsets * ways] u8    the key's digest, 1..255 (0: empty)
  *   keys   [nsets * ways] u64   the row, any u64 (valid if its tag is)
  *   tags   [nsets * ways] u32   table + 1 (bits 0-29; 0 = empty)
  *                               | PF << 30 | DIRTY << 31
@@ -16,10 +17,15 @@
  *   pin    [nsets * ways] u32   epoch of the batch that pinned it
  *   data   [nsets * ways] slot_bytes each, from the tier's memory
  *
+ * The digest is 8 bits of the same hash that picks the set (bits the set
+ * choice hardly uses), so a way of another key matches with odds 1/255; a
+ * probe with 32 ways reads about 3 lines where scanning the rows and tags
+ * read 6, and a placement finds an empty way in the same line.
+ *
  * All slots of one instance have one size: the store keeps one instance
  * per size class of rows in each tier (see struct sclass in registry.h).
  *
- * 20 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
+ * 21 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
  * frequency admission adds one sketch per instance (2 bytes a column, as
  * many columns as slots rounded up to a power of two). A slot is pinned while
  * its pin word equals one of the (non-zero) pin epochs the caller passes
@@ -34,6 +40,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "hash.h"
 #include "key.h"
@@ -65,6 +75,7 @@ struct cache {
 	uint32_t ways;
 	uint32_t slot_bytes;
 	uint64_t nsets;
+	uint8_t *fps;	/* digests (0: empty), CACHE_FP_PAD bytes past */
 	uint64_t *keys; /* rows */
 	uint32_t *tags; /* table + 1 and flags (key.h) */
 	uint32_t *pstate;
@@ -74,6 +85,7 @@ struct cache {
 	uint64_t used;	    /* valid slots */
 	uint64_t dirty;	    /* dirty slots */
 	uint64_t row_bytes; /* bytes of the rows in valid slots, as stored */
+	uint64_t changes;   /* fills and removals: what a probe finds moved */
 	struct sketch sk;   /* frequency policies: recent counts (else empty) */
 	const struct lookahead *la; /* the store's window, or NULL */
 	uint64_t last_now;	    /* the access count at the last pick */
@@ -107,6 +119,10 @@ static inline uint64_t cache_slots(const struct cache *c)
 	return c->nsets * c->ways;
 }
 
+/* Bytes the digest array holds past its last set, so that a set's
+ * digests are read 16 at a time. */
+#define CACHE_FP_PAD 64
+
 /* Slot holding row of table t, or CACHE_NONE. Does not touch the
  * policy. */
 uint64_t cache_lookup(const struct cache *c, uint32_t t, uint64_t row);
@@ -121,47 +137,103 @@ static inline uint64_t cache_set_base(const struct cache *c, uint32_t t,
 	return (uint64_t)(((unsigned __int128)h * c->nsets) >> 64) * c->ways;
 }
 
+/* The digest of (t, row): the hash's low byte (the set comes from its
+ * high bits), 0 made 1, as 0 marks an empty way. */
+static inline uint8_t cache_digest(uint32_t t, uint64_t row)
+{
+	uint8_t d = (uint8_t)hash_mix(cache_hkey(t, row));
+
+	return d ? d : 1;
+}
+
+/* The ways of the set at base whose digest is d, as a bit mask (d = 0:
+ * the empty ways). */
+static inline uint64_t cache_match(const struct cache *c, uint64_t base,
+				   uint8_t d)
+{
+	const uint8_t *f = c->fps + base;
+	uint64_t m = 0;
+
+#ifdef __SSE2__
+	__m128i x = _mm_set1_epi8((char)d);
+
+	for (uint32_t w = 0; w < c->ways; w += 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(f + w));
+
+		m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, x))
+		     << w;
+	}
+	if (c->ways < 64)
+		m &= (1ULL << c->ways) - 1;
+#else
+	for (uint32_t w = 0; w < c->ways; w++)
+		m |= (uint64_t)(f[w] == d) << w;
+#endif
+	return m;
+}
+
 /* cache_lookup in the set starting at base (cache_set_base(c, t, row)): a
- * batch hashes its keys and asks for their sets first, then probes. The
- * rows are compared first; a way whose row matches is the key's if its
- * tag names t (an empty way's tag names no table). */
+ * batch hashes its keys and asks for their sets first, then probes. Only
+ * the ways whose digest matches are compared: the row, then the tag (an
+ * empty way's digest matches no key). */
 static inline uint64_t cache_lookup_at(const struct cache *c, uint64_t base,
 				       uint32_t t, uint64_t row)
 {
-	const uint64_t *k = c->keys + base;
-	const uint32_t *g = c->tags + base;
+	uint64_t m = cache_match(c, base, cache_digest(t, row));
 	uint32_t tag = cache_tag(t);
 
-	for (uint32_t w = 0; w < c->ways; w++)
-		if (k[w] == row && (g[w] & CACHE_TAG_TABLE) == tag)
-			return base + w;
+	for (; m; m &= m - 1) {
+		uint64_t slot = base + (uint64_t)__builtin_ctzll(m);
+
+		if (c->keys[slot] == row &&
+		    (c->tags[slot] & CACHE_TAG_TABLE) == tag)
+			return slot;
+	}
 	return CACHE_NONE;
 }
 
-/* Asks for the cache lines of the set starting at base: its rows and its
- * tags. */
+/* Asks for the cache lines of the set starting at base that a probe reads
+ * first: its digests. */
 static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
 {
-	const char *p = (const char *)(c->keys + base);
-	const char *g = (const char *)(c->tags + base);
+	const char *f = (const char *)(c->fps + base);
 
-	for (uint32_t off = 0; off < c->ways * 8u; off += 64)
-		__builtin_prefetch(p + off);
-	for (uint32_t off = 0; off < c->ways * 4u; off += 64)
-		__builtin_prefetch(g + off);
+	__builtin_prefetch(f);
+	if (((uintptr_t)f & 63) + c->ways > 64)
+		__builtin_prefetch(f + 63);
+}
+
+/* Once the set's digests are in (cache_prefetch_set), asks for what a
+ * probe of (t, row) reads next and a hit then writes: the row, tag,
+ * policy and pin words of each way whose digest matches. */
+static inline void cache_prefetch_hit(const struct cache *c, uint64_t base,
+				      uint32_t t, uint64_t row)
+{
+	for (uint64_t m = cache_match(c, base, cache_digest(t, row)); m;
+	     m &= m - 1) {
+		uint64_t slot = base + (uint64_t)__builtin_ctzll(m);
+
+		__builtin_prefetch(&c->keys[slot]);
+		__builtin_prefetch(&c->tags[slot]);
+		__builtin_prefetch(&c->pstate[slot], 1);
+		__builtin_prefetch(&c->pin[slot], 1);
+	}
 }
 
 /* Asks for what placing a row in the set starting at base reads: its
- * rows, tags, pins and policy words. */
+ * digests (a probe's, and where the empty ways are), its pins and policy
+ * words (a full set's victim) and its tags. */
 static inline void cache_prefetch_place(const struct cache *c, uint64_t base)
 {
 	const char *p = (const char *)(c->pin + base);
 	const char *q = (const char *)(c->pstate + base);
+	const char *g = (const char *)(c->tags + base);
 
 	cache_prefetch_set(c, base);
 	for (uint32_t off = 0; off < c->ways * 4u; off += 64) {
 		__builtin_prefetch(p + off, 1);
 		__builtin_prefetch(q + off, 1);
+		__builtin_prefetch(g + off, 1);
 	}
 }
 

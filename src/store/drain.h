@@ -29,6 +29,10 @@ struct pf_state {
 				  * batch runs while the last one is read */
 	uint32_t nprev;		/* entries of prev */
 	uint64_t calls, rows, reads, hits, late, skipped, wait_ns;
+	/* tables of the last prefetch probed ahead on the store's threads
+	 * (pf_probe_all), and of them those probed again as rows had moved:
+	 * when most were, the next prefetch probes table by table */
+	uint32_t ahead, stale, skips;
 };
 
 /* Installs what the I/O thread read for earlier prefetches and takes back

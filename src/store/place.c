@@ -180,35 +180,38 @@ void *where_row(struct sclass *cl, uint8_t where, uint64_t slot)
 	return NULL;
 }
 
-/* Sets a batch asks for ahead of probing them. */
-
 /*
  * The top-tier slot of each of the m unique rows of table t (s->sc.o->uniq)
  * in slots, or CACHE_NONE: every key hashed to its set first, then the
- * sets probed, each asked for PROBE_AHEAD rows before its probe, and a
- * hit's policy and pin words asked for as it is found. Reads the cache
- * only.
+ * sets probed in two stages ahead of each probe, so that the memory system
+ * works on many rows at once: PROBE_AHEAD rows before it the set's digests
+ * are asked for, half that before, the ways they match (the row, tag,
+ * policy and pin words a hit reads and writes). Reads the cache only.
  */
 void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 	       uint64_t *slots)
 {
-	const uint64_t *uniq = s->sc.o->uniq.p;
+	probe_rows(top, t, s->sc.o->uniq.p, m, slots);
+}
+
+void probe_rows(const struct cache *top, uint32_t t, const uint64_t *uniq,
+		size_t m, uint64_t *slots)
+{
+	const size_t half = PROBE_AHEAD / 2;
 
 	for (size_t i = 0; i < m; i++)
 		slots[i] = cache_set_base(top, t, uniq[i]);
 	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
 		cache_prefetch_set(top, slots[i]);
+	for (size_t i = 0; i < m && i < half; i++)
+		cache_prefetch_hit(top, slots[i], t, uniq[i]);
 	for (size_t i = 0; i < m; i++) {
-		uint64_t slot;
-
 		if (i + PROBE_AHEAD < m)
 			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
-		slot = cache_lookup_at(top, slots[i], t, uniq[i]);
-		if (slot != CACHE_NONE) {
-			__builtin_prefetch(&top->pstate[slot], 1);
-			__builtin_prefetch(&top->pin[slot], 1);
-		}
-		slots[i] = slot;
+		if (i + half < m)
+			cache_prefetch_hit(top, slots[i + half], t,
+					   uniq[i + half]);
+		slots[i] = cache_lookup_at(top, slots[i], t, uniq[i]);
 	}
 }
 

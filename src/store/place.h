@@ -42,6 +42,10 @@ static inline struct pinset pins_of(const struct pins *p)
  * scratch's uniq) in slots, or CACHE_NONE. Reads the cache only. */
 void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 	       uint64_t *slots);
+/* The same for the m rows at uniq: reads nothing but top, so that the
+ * parts of a batch may be probed on several threads. */
+void probe_rows(const struct cache *top, uint32_t t, const uint64_t *uniq,
+		size_t m, uint64_t *slots);
 /* Pins slot for the operation, unless a live batch pins it already. */
 void pin_op(et_store *s, struct cache *c, uint64_t slot);
 /* A top-tier hit used by an operation, its ids naming the row n times:

@@ -231,8 +231,10 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			if (!to_place(s, kind[b]))
 				continue;
 			g = cache_guess(top, t, uniq[b], s->pins.now, &ps);
-			if (g != CACHE_NONE)
+			if (g != CACHE_NONE) { /* and a victim's row word */
+				__builtin_prefetch(&top->keys[g]);
 				prefetch_bytes(cache_row(top, g), rb);
+			}
 			bhead++;
 		}
 		bhead--;

@@ -92,53 +92,58 @@ bool scratch_holds(const struct opscr *o, const uint64_t *ids, size_t n)
 	return o->dn == n && (!n || !memcmp(o->dids.p, ids, n * sizeof(*ids)));
 }
 
+/* The slots of dedup's hash for n ids: a power of two, at least 2n. */
+size_t dedup_cap(size_t n)
+{
+	size_t cap = 16;
+
+	while (cap < 2 * n)
+		cap *= 2;
+	return cap;
+}
+
+int dedup_reserve(const et_store *s, struct opscr *o, size_t n)
+{
+	int ret = sbuf_reserve(&o->dids, n * sizeof(uint64_t));
+
+	if (!ret)
+		ret = sbuf_reserve(&o->uniq, n * sizeof(uint64_t));
+	if (!ret)
+		ret = sbuf_reserve(&o->inv, n * sizeof(uint32_t));
+	if (!ret)
+		ret = sbuf_reserve(&o->last, n * sizeof(uint32_t));
+	if (!ret && s->reg.count_draws)
+		ret = sbuf_reserve(&o->draws, n * sizeof(uint32_t));
+	return ret;
+}
+
 /*
  * Distinct ids of a batch in order of first appearance: uniq[0..m), and
  * for each input i the index inv[i] of its id in uniq, and for each unique
  * the index of its last appearance and, if the store's policies count
- * accesses, how many inputs name it (draws). Open addressing, table of at
- * least 2n.
+ * accesses, how many inputs name it (draws). Open addressing in ht, of
+ * dedup_cap(n) entries; o's room is reserved (dedup_reserve). Touches
+ * nothing of the store but reads whether it counts draws, so the parts of
+ * a batch may be deduplicated on several threads, each with its own ht.
  */
-int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
+void dedup_into(const et_store *s, struct opscr *o, uint32_t *ht,
+		const uint64_t *ids, size_t n)
 {
-	size_t cap = 16, m = 0;
-	uint32_t *ht, *inv, *last, *draws = NULL;
-	bool pre;
+	size_t cap = dedup_cap(n), m = 0;
+	uint32_t *inv, *last, *draws = NULL;
 	uint64_t *uniq;
-	int ret;
+	bool pre;
 
-	/* The same ids as this scratch's last dedup (a multi-table update
-	 * after the gather of its batch): the result stands. */
-	if (n && scratch_holds(s->sc.o, ids, n)) {
-		*m_out = s->sc.o->dm;
-		return 0;
-	}
-	s->sc.o->dn = 0;
-	s->sc.o->memo = false;
-	while (cap < 2 * n)
-		cap *= 2;
-	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
-	ret = sbuf_reserve(&s->sc.map, cap * sizeof(uint32_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->dids, n * sizeof(*ids));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->uniq, n * sizeof(uint64_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->inv, n * sizeof(uint32_t));
-	if (!ret)
-		ret = sbuf_reserve(&s->sc.o->last, n * sizeof(uint32_t));
-	if (!ret && s->reg.count_draws)
-		ret = sbuf_reserve(&s->sc.o->draws, n * sizeof(uint32_t));
-	if (ret)
-		return ret;
-	ht = s->sc.map.p;
+	o->dn = 0;
+	o->memo = false;
+	o->probed = false;
 	memset(ht, 0, cap * sizeof(*ht));
-	uniq = s->sc.o->uniq.p;
-	inv = s->sc.o->inv.p;
-	last = s->sc.o->last.p;
-	s->sc.o->counted = s->reg.count_draws;
+	uniq = o->uniq.p;
+	inv = o->inv.p;
+	last = o->last.p;
+	o->counted = s->reg.count_draws;
 	if (s->reg.count_draws)
-		draws = s->sc.o->draws.p;
+		draws = o->draws.p;
 	/* the hashes first (inv holds them until the second loop), which
 	 * the compiler can pipeline, then the probes */
 	pre = cap - 1 <= UINT32_MAX;
@@ -162,10 +167,33 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 		last[ht[h] - 1] = (uint32_t)i;
 	}
 	if (n)
-		memcpy(s->sc.o->dids.p, ids, n * sizeof(*ids));
-	s->sc.o->dn = n;
-	s->sc.o->dm = m;
-	*m_out = m;
+		memcpy(o->dids.p, ids, n * sizeof(*ids));
+	o->dn = n;
+	o->dm = m;
+}
+
+int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
+{
+	struct opscr *o = s->sc.o;
+	int ret;
+
+	/* The same ids as this scratch's last dedup (a multi-table update
+	 * after the gather of its batch): the result stands. */
+	if (n && scratch_holds(o, ids, n)) {
+		*m_out = o->dm;
+		return 0;
+	}
+	o->dn = 0;
+	o->memo = false;
+	o->probed = false;
+	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
+	ret = sbuf_reserve(&s->sc.map, dedup_cap(n) * sizeof(uint32_t));
+	if (!ret)
+		ret = dedup_reserve(s, o, n);
+	if (ret)
+		return ret;
+	dedup_into(s, o, s->sc.map.p, ids, n);
+	*m_out = o->dm;
 	return 0;
 }
 
@@ -182,5 +210,6 @@ void scratch_free(struct scratch *sc)
 	mem_free(sc->multi, sc->nmulti * sizeof(*sc->multi), 0);
 	sbuf_free(&sc->trow);
 	sbuf_free(&sc->map);
+	sbuf_free(&sc->tmap);
 	sbuf_free(&sc->rds);
 }

@@ -66,6 +66,11 @@ struct opscr {
 	struct sbuf dids; /* u64: the ids uniq, inv and last are of */
 	size_t dn, dm;	  /* their count, and the unique rows among them */
 	bool counted;	  /* draws holds their counts */
+	/* a prefetch's probe of the top tier for these ids, made before its
+	 * tables were placed (pf_probe_all): slots holds it, valid while the
+	 * top tier's changes count is still probe_changes */
+	bool probed;
+	uint64_t probe_changes;
 	/* The memo of the last resolve into this scratch: if memo is set,
 	 * every unique row of table memo_t was put in the top tier at
 	 * slots[i] (kind[i] the top's, ptrs[i] its bytes) by a resolve or
@@ -95,6 +100,7 @@ struct scratch {
 	uint32_t nmulti;     /* entries of multi */
 	struct sbuf trow;    /* f32 per thread: decoded rows */
 	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
+	struct sbuf tmap;    /* the same, a slice per worker thread */
 	struct sbuf rds;     /* resolve_read: a tf_read and tf_stats a table */
 };
 
@@ -118,5 +124,12 @@ void scratch_free(struct scratch *sc);
 /* Dedups a batch into the current scratch: uniq, inv, last (and draws);
  * *m_out unique rows. */
 int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out);
+/* Its parts, for dedups on several threads: the u32 entries of the hash
+ * for n ids, the room in o, and the work into o with the hash ht (which
+ * changes nothing else). */
+size_t dedup_cap(size_t n);
+int dedup_reserve(const et_store *s, struct opscr *o, size_t n);
+void dedup_into(const et_store *s, struct opscr *o, uint32_t *ht,
+		const uint64_t *ids, size_t n);
 
 #endif
