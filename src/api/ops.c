@@ -174,6 +174,7 @@ static void admit_undo(struct opscr *o)
 
 /* Marks the resolved rows of t dirty in whichever tier holds them (but
  * those admission dropped). */
+#define DIRTY_AHEAD 16
 static void mark_dirty(et_store *s, const struct table *t, size_t m)
 {
 	const uint8_t *kind = s->sc.o->kind.p;
@@ -182,6 +183,17 @@ static void mark_dirty(et_store *s, const struct table *t, size_t m)
 	struct sclass *cl = &s->reg.cls[t->cls];
 
 	for (size_t i = 0; i < m; i++) {
+		/* the tag words, asked for ahead: the rows' lines are long
+		 * out of the cache when the tags of many are set */
+		if (i + DIRTY_AHEAD < m) {
+			uint8_t k = kind[i + DIRTY_AHEAD] & ~K_CONFLICT;
+
+			if (k == K_HBM || k == K_DDR)
+				__builtin_prefetch(
+				    &(k == K_HBM ? &cl->hbm : &cl->ddr)
+					 ->tags[slots[i + DIRTY_AHEAD]],
+				    1);
+		}
 		if (drop && drop[i])
 			continue;
 		switch (kind[i] & ~K_CONFLICT) {
