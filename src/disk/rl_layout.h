@@ -110,8 +110,10 @@ struct rowlog {
 	char *bufs[2];
 	int cur;
 	uint64_t wb_off;
-	uint64_t done_off; /* bytes below it are written, or being written */
-	io_ctx *wio;	   /* the log's own ring, for the window in flight */
+	uint64_t done_off;  /* bytes below it are written, or being written */
+	uint64_t alloc_end; /* the head segment is allocated below it (0:
+			     * not known, after an open) */
+	io_ctx *wio;	    /* the log's own ring, for the window in flight */
 	struct io_req wreq;
 	int wstate; /* W_* of the other buffer */
 	/* rows changed since the last commit */
