@@ -66,6 +66,7 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	if (c->nsets == 0)
 		return ET_ECAPACITY;
 	c->ways = ways;
+	c->wmul = ways > 1 ? UINT64_MAX / ways + 1 : 0;
 	c->slot_bytes = slot_bytes;
 	c->pol = pol;
 	c->mem = mem;

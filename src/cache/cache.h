@@ -74,6 +74,7 @@ struct cache {
 	const struct mem_tier *mem;
 	uint32_t ways;
 	uint32_t slot_bytes;
+	uint64_t wmul; /* ceil(2^64 / ways): slot / ways as a multiply */
 	uint64_t nsets;
 	uint8_t *fps;	/* digests (0: empty), CACHE_FP_PAD bytes past */
 	uint64_t *keys; /* rows */
@@ -237,9 +238,20 @@ static inline void cache_prefetch_place(const struct cache *c, uint64_t base)
 	}
 }
 
+/* A slot's row bytes. The data is laid out way by way (way w of every
+ * set, then way w + 1), not set by set: a set's first empty way is the
+ * one filled, so a tier holding fewer rows than its slots keeps them in
+ * the front of its memory, and a gather over them touches fewer pages
+ * (and TLB entries) than the whole tier. */
 static inline void *cache_row(const struct cache *c, uint64_t slot)
 {
-	return c->data + slot * c->slot_bytes;
+	uint64_t set =
+	    c->ways == 1
+		? slot
+		: (uint64_t)(((unsigned __int128)slot * c->wmul) >> 64);
+	uint64_t way = slot - set * c->ways;
+
+	return c->data + (way * c->nsets + set) * c->slot_bytes;
 }
 
 static inline bool cache_valid(const struct cache *c, uint64_t slot)

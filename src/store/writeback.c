@@ -303,18 +303,26 @@ void wb_free(struct wbq *q)
  * to fill their windows, few enough to bound the scratch. */
 #define DIRTY_CHUNK 4096
 
-/* Dirty slots [b, *e) of c, at most DIRTY_CHUNK of them, into slots;
- * returns how many. */
+/* The dirty slots of the sets from slot b on (b a set's first slot), as
+ * many sets as DIRTY_CHUNK slots hold (at least one), into slots, way by
+ * way: in the order of their rows in memory (cache_row), so that the
+ * copies read a few runs of consecutive rows. *e: the first slot after
+ * the sets; returns how many. */
 static size_t dirty_chunk(const struct cache *c, uint64_t b, uint64_t *e,
 			  uint64_t *slots)
 {
-	uint64_t n = cache_slots(c), i = b;
+	uint64_t n = cache_slots(c), sets = DIRTY_CHUNK / c->ways;
+	uint64_t end;
 	size_t k = 0;
 
-	for (; i < n && k < DIRTY_CHUNK; i++)
-		if (cache_dirty(c, i))
-			slots[k++] = i;
-	*e = i;
+	if (!sets)
+		sets = 1;
+	end = b + sets * c->ways < n ? b + sets * c->ways : n;
+	for (uint32_t w = 0; w < c->ways; w++)
+		for (uint64_t i = b + w; i < end; i += c->ways)
+			if (cache_dirty(c, i))
+				slots[k++] = i;
+	*e = end;
 	return k;
 }
 
@@ -387,7 +395,10 @@ int wb_write_dirty(et_store *s, struct cache *c)
 	rows = q->rows.p;
 	ptrs = q->raw.p;
 	dirty_expect(s, c, at);
-	for (; (k = dirty_chunk(c, b, &e, slots)) > 0; b = e) {
+	for (; b < cache_slots(c); b = e) {
+		k = dirty_chunk(c, b, &e, slots);
+		if (!k)
+			continue;
 		dirty_group(s, c, slots, k, at, rows, ptrs);
 		for (uint32_t t = 0; t < nt; t++) {
 			struct table *tb = &s->reg.tables[t];
