@@ -20,6 +20,9 @@
  *     agrees with cache_pick;
  *   - dirty bits: counted once, lookups see through them and the
  *     prefetch flag, removal uncounts them;
+ *   - row bytes: every slot has its own slot_bytes in the data, for any
+ *     ways (1, 3, 16, 17, 64); way w of every set comes before way w + 1,
+ *     so rows in the first ways of their sets lie in the front;
  *   - digests: in a set of 64 ways (and of 17, whose digests a probe
  *     reads past), keys of two tables that all share one digest are each
  *     found in their own way, a key of that digest never stored is not,
@@ -505,6 +508,41 @@ static void test_dirty(void **state)
 	cache_free(&c);
 }
 
+/* cache_row is a bijection of the slots onto the data's rows, way by way:
+ * way w of set s at row w * nsets + s. */
+static void test_row_layout(void **state)
+{
+	const uint32_t ways[] = {1, 3, 16, 17, 64};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ways) / sizeof(ways[0]); i++) {
+		struct cache c;
+		uint64_t n;
+		uint8_t *seen;
+
+		assert_int_equal(cache_init(&c, 37 * ways[i] * PER, ways[i], SB,
+					    &policy_lru, &mem_tier_host),
+				 0);
+		assert_int_equal(c.nsets, 37);
+		n = cache_slots(&c);
+		seen = calloc(n, 1);
+		assert_non_null(seen);
+		for (uint64_t slot = 0; slot < n; slot++) {
+			uint64_t off =
+			    (uint64_t)((char *)cache_row(&c, slot) - c.data);
+
+			assert_int_equal(off % SB, 0);
+			assert_true(off / SB < n);
+			assert_int_equal(off / SB, (slot % ways[i]) * c.nsets +
+						       slot / ways[i]);
+			assert_false(seen[off / SB]);
+			seen[off / SB] = 1;
+		}
+		free(seen);
+		cache_free(&c);
+	}
+}
+
 /* Keys with one digest fill a set: the probe must tell them apart by row
  * and table, miss a key of the same digest that is not there, and see the
  * ways emptied among them as free. ways 64 (the whole mask) and 17 (the
@@ -614,6 +652,7 @@ int main(void)
 	    cmocka_unit_test(test_stream_bounded),
 	    cmocka_unit_test(test_lru_in_set),
 	    cmocka_unit_test(test_dirty),
+	    cmocka_unit_test(test_row_layout),
 	    cmocka_unit_test(test_digests),
 	    cmocka_unit_test(test_pins),
 	};
