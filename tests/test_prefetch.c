@@ -1892,6 +1892,145 @@ static void test_two_stores_in_threads(void **state)
 	compare_files(th[0].dir, th[1].dir, "b", ids, 4000);
 }
 
+/*
+ * The prefetch's work on the store's threads (prefetch.c, pf_probe_all):
+ * batches whose rows are all in DDR are probed, and their hits touched
+ * and pinned, a table an item; batches with misses are placed table by
+ * table. The policy words must come out as one thread leaves them: after
+ * steps of all-hit batches (4 tables, one of them named twice in some
+ * batches) and then of batches with new rows (misses whose placements
+ * evict by those words), a store with 1 thread and one with 3 have the
+ * same counters, hit for hit and eviction for eviction, and the same
+ * rows.
+ */
+#define TS_TABLES 4
+#define TS_ROWS	  512
+#define TS_DIM	  8
+#define TS_BATCH  TS_ROWS
+
+static void threads_run(const char *dir, uint32_t threads, struct et_stats *out,
+			float *rows)
+{
+	/* 1.5 slots a row of tables 0-3 in sets of 64 ways: all of them
+	 * fit; table 4's new rows then evict */
+	const struct et_store_config c = {.ddr_bytes =
+					      3 * TS_TABLES * TS_ROWS / 2 *
+					      (TS_DIM * 4 + ET_SLOT_META_BYTES),
+					  .ways = 64,
+					  .threads = threads};
+	struct et_update_params up = {.lr = 0.5f};
+	static uint64_t ids[2][TS_TABLES + 1][TS_BATCH], all[TS_ROWS * 8];
+	static uint64_t offs[TS_BATCH + 1];
+	static float vals[TS_ROWS * 8 * TS_DIM];
+	static float out_b[TS_TABLES + 1][TS_BATCH * TS_DIM];
+	static float grads[TS_BATCH * TS_DIM];
+	struct et_table_batch tb[TS_TABLES + 1];
+	struct et_batch_ids bi[TS_TABLES + 1];
+	struct tu_rng r;
+	et_store *s;
+	int t[TS_TABLES + 1], ntab[2];
+
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	for (int k = 0; k <= TS_TABLES; k++) {
+		struct et_table_params p = {.rows = k < TS_TABLES ? TS_ROWS
+								  : 1 << 20,
+					    .dim = TS_DIM,
+					    .dtype = ET_F32,
+					    .optim = ET_OPT_SGD,
+					    .init = ET_INIT_UNIFORM,
+					    .seed = 7 + (uint64_t)k};
+		char name[8];
+
+		snprintf(name, sizeof(name), "t%d", k);
+		assert_int_equal(et_table_create(s, name, &p, &t[k]), 0);
+	}
+	for (uint64_t i = 0; i < TS_ROWS; i++)
+		all[i] = i;
+	for (int k = 0; k < TS_TABLES; k++) /* every row in DDR */
+		assert_int_equal(et_gather(s, t[k], all, TS_ROWS, vals), 0);
+	for (int b = 0; b <= TS_BATCH; b++)
+		offs[b] = (uint64_t)b;
+	for (int i = 0; i < TS_BATCH * TS_DIM; i++)
+		grads[i] = (float)((i % 7) - 3) / 8.0f;
+	tu_rng_seed(&r, 99);
+	/* 30 steps of all-hit batches, then 30 with table 4's new rows */
+	/* 6 steps whose batches are every row of tables 0-3 in a new order
+	 * (the last policy words of every row are theirs), then 3 that add
+	 * 512 new rows of table 4 each, and the rows of 0-3 they evict are
+	 * the ones those words make the oldest */
+	for (int step = 0; step < 10; step++) {
+		int nx = step & 1, cur = nx ^ 1;
+		size_t nb = 0;
+		int nt;
+
+		ntab[nx] = nt = step < 6 ? TS_TABLES : TS_TABLES + 1;
+		for (int k = 0; k < nt; k++) {
+			for (int i = 0; i < TS_BATCH; i++)
+				ids[nx][k][i] =
+				    k < TS_TABLES
+					? (step < 6 ? (uint64_t)i
+						    : tu_rng_below(&r, 16))
+					: tu_rng_below(&r, 1 << 20);
+			if (k < TS_TABLES && step < 6)
+				tu_shuffle_u64(&r, ids[nx][k], TS_BATCH);
+		}
+		for (int k = 0; k < nt; k++)
+			bi[nb++] = (struct et_batch_ids){
+			    .table = t[k], .ids = ids[nx][k], .n = TS_BATCH};
+		if (step == 3) /* a table twice: table by table */
+			bi[nb++] = bi[0];
+		assert_int_equal(et_prefetch(s, bi, nb), 0);
+		if (!step)
+			continue;
+		nt = ntab[cur]; /* the batch prefetched the step before */
+		for (int k = 0; k < nt; k++)
+			tb[k] = (struct et_table_batch){.table = t[k],
+							.ids = ids[cur][k],
+							.offsets = offs,
+							.nbags = TS_BATCH,
+							.out = out_b[k],
+							.grads = grads};
+		/* one call, as the prefetch named the tables: the
+		 * operations use its memo and touch nothing again */
+		assert_int_equal(
+		    et_gather_pooled_multi(s, tb, (size_t)nt, ET_POOL_SUM), 0);
+		assert_int_equal(
+		    et_update_pooled_multi(s, tb, (size_t)nt, ET_POOL_SUM, &up),
+		    0);
+	}
+	/* rows 0-199 of each table read back: how many of them the new
+	 * rows evicted says which rows the policy words made the oldest */
+	for (int k = 0; k < TS_TABLES; k++)
+		assert_int_equal(et_gather(s, t[k], all, 200, vals), 0);
+	assert_int_equal(et_get_stats(s, -1, out), 0);
+	for (int k = 0; k < TS_TABLES; k++)
+		assert_int_equal(et_gather(s, t[k], all, TS_ROWS,
+					   rows + (size_t)k * TS_ROWS * TS_DIM),
+				 0);
+	assert_int_equal(et_store_close(s), 0);
+}
+
+static void test_threads_same_policy_words(void **state)
+{
+	struct fx *f = *state;
+	struct et_stats a, b;
+	float *ra = tu_calloc((size_t)TS_TABLES * TS_ROWS * TS_DIM, 4);
+	float *rb = tu_calloc((size_t)TS_TABLES * TS_ROWS * TS_DIM, 4);
+
+	threads_run(f->dirs[fx_new(f)], 1, &a, ra);
+	threads_run(f->dirs[fx_new(f)], 3, &b, rb);
+	assert_true(a.ddr.evictions > 0); /* the words decided something */
+	assert_int_equal(a.ddr.hits, b.ddr.hits);
+	assert_int_equal(a.ddr.misses, b.ddr.misses);
+	assert_int_equal(a.ddr.evictions, b.ddr.evictions);
+	assert_int_equal(a.unique_misses, b.unique_misses);
+	assert_int_equal(a.writebacks, b.writebacks);
+	assert_int_equal(a.prefetch_hits, b.prefetch_hits);
+	assert_memory_equal(ra, rb, (size_t)TS_TABLES * TS_ROWS * TS_DIM * 4);
+	free(ra);
+	free(rb);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -1920,6 +2059,7 @@ int main(void)
 	    T(test_memo_after_moves),
 	    T(test_stats_prefetch),
 	    T(test_two_stores_in_threads),
+	    T(test_threads_same_policy_words),
 	    T(test_fault_write_narrow_rows),
 	    T(test_install_conflict_narrow_rows),
 	};

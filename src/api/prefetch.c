@@ -116,6 +116,13 @@ static void pf_top_hits(struct pf_part *p)
 	et_store *s = p->s;
 	struct cache *top = p->top;
 
+	if (s->sc.o->hits_done) { /* every row a hit, used ahead */
+		s->sc.o->hits_done = s->sc.o->probed = false;
+		s->pins.now += p->m;
+		top->st.hits += p->m;
+		p->npfl = s->sc.o->npfl_ahead;
+		return;
+	}
 	if (!s->sc.o->probed || s->sc.o->probe_changes != top->changes) {
 		s->pf.stale += s->sc.o->probed;
 		probe_top(s, p->t, top, p->m, p->tops);
@@ -354,13 +361,22 @@ static void pf_scratch_turn(et_store *s)
  * A prefetch whose tables mostly had to probe again (misses being
  * placed) makes the next ones probe table by table, trying ahead again
  * every PROBE_RETRY prefetches.
+ *
+ * When every row of every table was found (and no table appears twice),
+ * nothing will be placed: the hits are then touched and pinned on the
+ * threads too, table k's i-th unique row with the access count the pass
+ * table by table gives it (the count before the batch, plus the unique
+ * rows of the tables before k, plus i + 1), so policy words, pins and
+ * counters come out as that pass leaves them. Each table writes only the
+ * words of its own rows' slots.
  */
 #define PROBE_RETRY 16
 
 struct pf_ahead {
 	et_store *s;
 	const struct et_batch_ids *b;
-	size_t cap; /* u32 entries of a thread's slice of the hash */
+	size_t cap;	    /* u32 entries of a thread's slice of the hash */
+	const uint64_t *at; /* hits: the access count before table k's */
 };
 
 static void probe_item(void *arg, size_t k, unsigned thread)
@@ -376,15 +392,88 @@ static void probe_item(void *arg, size_t k, unsigned thread)
 	probe_rows(top, (uint32_t)a->b[k].table, o->uniq.p, o->dm, o->slots.p);
 	o->probed = true;
 	o->probe_changes = top->changes;
+	o->probe_misses = 0;
+	for (size_t i = 0; i < o->dm; i++)
+		o->probe_misses +=
+		    ((const uint64_t *)o->slots.p)[i] == CACHE_NONE;
+}
+
+/* What pf_top_hits does for table k's part, every row a hit. */
+static void hits_item(void *arg, size_t k, unsigned thread)
+{
+	const struct pf_ahead *a = arg;
+	et_store *s = a->s;
+	struct opscr *o = &s->pf.scr[k];
+	const struct table *tb = &s->reg.tables[a->b[k].table];
+	struct cache *top = top_of(&s->reg, &s->reg.cls[tb->cls]);
+	const uint64_t *slots = o->slots.p;
+	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
+	uint8_t *kind = o->kind.p;
+	void **ptrs = o->ptrs.p;
+	uint32_t *pfl = o->pfl.p;
+	size_t npfl = 0;
+
+	(void)thread;
+	for (size_t i = 0; i < o->dm; i++) {
+		uint64_t slot = slots[i];
+
+		if (i + PF_AHEAD < o->dm) {
+			__builtin_prefetch(&top->pstate[slots[i + PF_AHEAD]],
+					   1);
+			__builtin_prefetch(&top->pin[slots[i + PF_AHEAD]], 1);
+			__builtin_prefetch(&top->tags[slots[i + PF_AHEAD]]);
+		}
+		cache_touch_n(top, slot, a->at[k] + i + 1, op_draws(o, i));
+		cache_pin(top, slot, s->pins.bcur);
+		kind[i] = top_kind;
+		ptrs[i] = cache_row(top, slot);
+		if (cache_is_pf(top, slot))
+			pfl[npfl++] = (uint32_t)i;
+	}
+	o->npfl_ahead = npfl;
+	o->hits_done = true;
+}
+
+/* After the probes ahead: if every table's rows were all found and no
+ * table is twice in the batch, their hits used on the threads too. */
+static void pf_hits_ahead(et_store *s, struct pf_ahead *a, size_t nt)
+{
+	uint64_t *at;
+	uint8_t *seen;
+
+	for (size_t k = 0; k < nt; k++)
+		if (s->pf.scr[k].probe_misses)
+			return;
+	if (sbuf_reserve(&s->sc.map,
+			 s->reg.ntables + 7 + (nt + 1) * sizeof(*at)))
+		return;
+	seen = s->sc.map.p;
+	at = (uint64_t *)(void *)((char *)s->sc.map.p +
+				  ((s->reg.ntables + 7) & ~(size_t)7));
+	memset(seen, 0, s->reg.ntables);
+	at[0] = s->pins.now;
+	for (size_t k = 0; k < nt; k++) {
+		struct opscr *o = &s->pf.scr[k];
+
+		if (seen[a->b[k].table]++)
+			return;
+		if (sbuf_reserve(&o->kind, o->dm) ||
+		    sbuf_reserve(&o->ptrs, o->dm * sizeof(void *)) ||
+		    sbuf_reserve(&o->pfl, o->dm * sizeof(uint32_t)))
+			return;
+		at[k + 1] = at[k] + o->dm;
+	}
+	a->at = at;
+	workers_run(s->wk, nt, hits_item, a);
 }
 
 static void pf_probe_all(et_store *s, const struct et_batch_ids *b, size_t nt)
 {
-	struct pf_ahead a = {s, b, 0};
+	struct pf_ahead a = {s, b, 0, NULL};
 	unsigned threads = s->cfg.threads;
 
 	for (size_t k = 0; k < nt; k++)
-		s->pf.scr[k].probed = false;
+		s->pf.scr[k].probed = s->pf.scr[k].hits_done = false;
 	if (!s->wk || nt < 2)
 		return;
 	if (s->pf.ahead && 2 * s->pf.stale > s->pf.ahead &&
@@ -404,6 +493,7 @@ static void pf_probe_all(et_store *s, const struct et_batch_ids *b, size_t nt)
 		return;
 	workers_run(s->wk, nt, probe_item, &a);
 	s->pf.ahead = (uint32_t)nt;
+	pf_hits_ahead(s, &a, nt);
 }
 
 static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)

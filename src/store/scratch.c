@@ -136,7 +136,7 @@ void dedup_into(const et_store *s, struct opscr *o, uint32_t *ht,
 
 	o->dn = 0;
 	o->memo = false;
-	o->probed = false;
+	o->probed = o->hits_done = false;
 	memset(ht, 0, cap * sizeof(*ht));
 	uniq = o->uniq.p;
 	inv = o->inv.p;
@@ -185,7 +185,7 @@ int dedup(et_store *s, const uint64_t *ids, size_t n, size_t *m_out)
 	}
 	o->dn = 0;
 	o->memo = false;
-	o->probed = false;
+	o->probed = o->hits_done = false;
 	/* the hash holds unique index + 1 (0: empty), 4 bytes an entry */
 	ret = sbuf_reserve(&s->sc.map, dedup_cap(n) * sizeof(uint32_t));
 	if (!ret)

@@ -71,6 +71,12 @@ struct opscr {
 	 * top tier's changes count is still probe_changes */
 	bool probed;
 	uint64_t probe_changes;
+	size_t probe_misses; /* rows the probe did not find */
+	/* ... and every row of the batch was found, so its hits were
+	 * touched and pinned ahead as well (pf_hits_ahead): npfl_ahead of
+	 * them in pfl */
+	bool hits_done;
+	size_t npfl_ahead;
 	/* The memo of the last resolve into this scratch: if memo is set,
 	 * every unique row of table memo_t was put in the top tier at
 	 * slots[i] (kind[i] the top's, ptrs[i] its bytes) by a resolve or
