@@ -1436,9 +1436,11 @@ static void test_tool_delta(void **state)
 	assert_non_null(strstr(p, ", QD 8: "));
 	raw = after(r.out, "\nratios:     export MB/s / raw ");
 	assert_true(raw > 0);
+	/* printed (to 3 decimals: a small delta's export under a
+	 * sanitizer can print 0.000 against a fast raw read) */
 	r1 = after(r.out, " MB/s: 1% ");
 	r10 = after(strstr(r.out, "\nratios:     "), ", 10% ");
-	assert_true(r1 > 0 && r10 > 0);
+	assert_true(r1 >= 0 && r10 >= 0);
 	bytes = after(r.out, "\n            10% / 1%: bytes ");
 	assert_true(bytes > 9 && bytes < 10.5);
 	assert_non_null(strstr(r.out, "\ncheck:      after each apply, the "
