@@ -347,8 +347,6 @@ static void pf_scratch_turn(et_store *s)
 	s->pf.nscr = n;
 }
 
-/* The work of et_prefetch on a checked batch: on the caller's thread, or
- * on the prefetch thread. */
 /*
  * With the store's threads, a prefetch first deduplicates and probes the
  * top tier for every table of the batch at once, a table an item (each
@@ -496,6 +494,8 @@ static void pf_probe_all(et_store *s, const struct et_batch_ids *b, size_t nt)
 	pf_hits_ahead(s, &a, nt);
 }
 
+/* The work of et_prefetch on a checked batch: on the caller's thread, or
+ * on the prefetch thread. */
 static int pf_run(et_store *s, const struct et_batch_ids *batch, size_t ntables)
 {
 	struct pl_job *jobs = NULL, **tail = &jobs, *wjobs = NULL, *j;

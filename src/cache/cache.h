@@ -40,7 +40,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
