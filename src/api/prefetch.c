@@ -109,6 +109,24 @@ static int pf_reserve(et_store *s, struct pf_part *p)
 	return 0;
 }
 
+/* Hit i of a part's m unique rows (slots: their top-tier slots) used by
+ * a prefetch: touched at access count now and pinned for the batch, the
+ * words of hit i + PF_AHEAD asked for (a probe made ahead on another
+ * thread left them in that core's cache). Whether a prefetch placed it
+ * and no operation used it yet. */
+static bool pf_hit(struct cache *top, const uint64_t *slots, size_t i, size_t m,
+		   uint64_t now, uint32_t draws, uint32_t pin)
+{
+	if (i + PF_AHEAD < m && slots[i + PF_AHEAD] != CACHE_NONE) {
+		__builtin_prefetch(&top->pstate[slots[i + PF_AHEAD]], 1);
+		__builtin_prefetch(&top->pin[slots[i + PF_AHEAD]], 1);
+		__builtin_prefetch(&top->tags[slots[i + PF_AHEAD]]);
+	}
+	cache_touch_n(top, slots[i], now, draws);
+	cache_pin(top, slots[i], pin);
+	return cache_is_pf(top, slots[i]);
+}
+
 /* Pass 1: top-tier hits, touched and pinned for the batch; the rest
  * listed in pend. */
 static void pf_top_hits(struct pf_part *p)
@@ -131,16 +149,6 @@ static void pf_top_hits(struct pf_part *p)
 	for (size_t i = 0; i < p->m; i++) {
 		uint64_t slot = p->tops[i];
 
-		/* the words a hit writes, asked for ahead: a probe made
-		 * ahead on another thread left them in that core's cache */
-		if (i + PF_AHEAD < p->m &&
-		    p->tops[i + PF_AHEAD] != CACHE_NONE) {
-			__builtin_prefetch(&top->pstate[p->tops[i + PF_AHEAD]],
-					   1);
-			__builtin_prefetch(&top->pin[p->tops[i + PF_AHEAD]], 1);
-			__builtin_prefetch(&top->tags[p->tops[i + PF_AHEAD]]);
-		}
-
 		if (slot == CACHE_NONE) {
 			top->st.misses++;
 			p->kind[i] = 0;
@@ -148,13 +156,12 @@ static void pf_top_hits(struct pf_part *p)
 			continue;
 		}
 		s->pins.now++;
-		cache_touch_n(top, slot, s->pins.now, op_draws(s->sc.o, i));
-		cache_pin(top, slot, s->pins.bcur);
 		top->st.hits++;
 		p->kind[i] = p->top_kind;
 		p->ptrs[i] = cache_row(top, slot);
-		if (cache_is_pf(top, slot)) /* placed, not used yet */
-			p->pfl[p->npfl++] = (uint32_t)i;
+		if (pf_hit(top, p->tops, i, p->m, s->pins.now,
+			   op_draws(s->sc.o, i), s->pins.bcur))
+			p->pfl[p->npfl++] = (uint32_t)i; /* not used yet */
 	}
 }
 
@@ -413,19 +420,10 @@ static void hits_item(void *arg, size_t k, unsigned thread)
 
 	(void)thread;
 	for (size_t i = 0; i < o->dm; i++) {
-		uint64_t slot = slots[i];
-
-		if (i + PF_AHEAD < o->dm) {
-			__builtin_prefetch(&top->pstate[slots[i + PF_AHEAD]],
-					   1);
-			__builtin_prefetch(&top->pin[slots[i + PF_AHEAD]], 1);
-			__builtin_prefetch(&top->tags[slots[i + PF_AHEAD]]);
-		}
-		cache_touch_n(top, slot, a->at[k] + i + 1, op_draws(o, i));
-		cache_pin(top, slot, s->pins.bcur);
 		kind[i] = top_kind;
-		ptrs[i] = cache_row(top, slot);
-		if (cache_is_pf(top, slot))
+		ptrs[i] = cache_row(top, slots[i]);
+		if (pf_hit(top, slots, i, o->dm, a->at[k] + i + 1,
+			   op_draws(o, i), s->pins.bcur))
 			pfl[npfl++] = (uint32_t)i;
 	}
 	o->npfl_ahead = npfl;

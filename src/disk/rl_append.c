@@ -267,9 +267,8 @@ static int prealloc(struct rowlog *l, uint64_t off, bool rest)
 
 	if (!rest && len > l->abuf_bytes)
 		len = l->abuf_bytes;
-	if (off + len <= l->alloc_end && off >= end - l->seg_bytes &&
-	    l->alloc_end <= end)
-		return 0; /* done already */
+	if (off + len <= l->alloc_end) /* the head segment's, done already */
+		return 0;
 	if (fallocate(l->fd, 0, (off_t)off, (off_t)len) && errno != EOPNOTSUPP)
 		return -errno;
 	l->alloc_end = off + len;
