@@ -337,7 +337,11 @@ typedef enum et_hbm_backend {
  * up to 4 bytes, or slot_bytes if larger). A class gets one set of slots
  * at least, and the rest of the tier in proportion to the bytes its
  * tables would take if every row were cached (a keyed table counting as
- * 2^24 rows). The split is made again
+ * 2^24 rows). A class whose share has a slot for every row of its
+ * tables (none keyed) is direct-mapped in that tier: row r of a table has
+ * one slot of its own (et_tier_stats.direct_rows counts them), a lookup
+ * reads that slot's tag alone, nothing is ever evicted and ways do not
+ * apply. The split is made again
  * when a table is created or opened; if the caches hold rows by then,
  * dirty rows are written back (as by et_flush) and the caches start
  * empty. A table whose class cannot get one set in each tier (beside one
@@ -636,6 +640,9 @@ struct et_tier_stats {
 	uint64_t row_bytes;	      /* bytes of the rows cached now, as
 				       * stored (no padding, no metadata) */
 	uint64_t capacity_rows;	      /* slots, all size classes */
+	uint64_t direct_rows;	      /* rows with a slot of their own:
+				       * those of direct-mapped classes
+				       * (see et_store_config) */
 	uint64_t resident_rows;	      /* slots in use now */
 	uint64_t dirty_rows;	      /* of which dirty */
 	uint64_t hits, misses;	      /* distinct-row lookups that reached the

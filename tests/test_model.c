@@ -36,7 +36,9 @@
  *
  * Transparency: one sequence of operations on four stores at once (all in
  * DDR; tiny HBM and DDR; tiny DDR alone; tiny HBM and DDR with prefetch)
- * gives identical gathers and, after close, identical table files; once
+ * gives identical gathers and, after close, identical table files (once
+ * more with two tables that fit, where the all-in-DDR store and a tiny HBM
+ * over a DDR of the same size are direct-mapped: a slot a row); once
  * with two tables, once with four of dims 4, 256, 16 and 128 (each row size
  * a size class of its own, or two joined by slot_bytes), so that the tiers
  * are divided among classes (each with a keyed table as well). Most cases
@@ -140,7 +142,7 @@
 #include "rowlog.h"
 #include "util.h"
 
-#define DEFAULT_OPS  200000ULL
+#define DEFAULT_OPS  212000ULL
 #define NT	     5	/* tables per store at most */
 #define MAXST	     4	/* stores run side by side */
 #define MAXB	     64 /* ids per batch at most */
@@ -352,6 +354,23 @@ static const struct mcase dims_transparency_case = {
 	  { "k", 0, 16, ET_F16, ADA, NRM, 0.3f, 99, KEY, 2, 1 } },
 };
 
+/* Tables that fit: a DDR with a slot for every row of both (no keyed
+ * table: its class would weigh 2^24 rows) is direct-mapped (one slot a
+ * row, never an eviction); the first store is that DDR alone, with
+ * prefetch and threads, the fourth a small HBM over it. */
+static const struct mcase direct_transparency_case = {
+	"direct_transparency", 0x2004, 3, 4,
+	{ { "ddr-direct/prefetch/threads2", 0, 1 << 17, 0, LRU, 16, 0, true,
+	    2, 0, false },
+	  { "hbm64-lfu/ddr256-lru/w4/threads2", HBM_SLOTS, DDR_SLOTS,
+	    LFU, LRU, 4, 0, false, 2, 0, false },
+	  { "ddr128-lfu/w1/threads3", 0, 128, 0, LFU, 1, 0, false, 3, 0, false },
+	  { "hbm64-lru/ddr-direct/prefetch-thread/threads3", HBM_SLOTS, 1 << 17,
+	    LRU, LFU, 4, 0, true, 3, 0, true } },
+	{ { "a", 60000, 16, ET_F32, ADA, UNI, 0.5f, 161 },
+	  { "b", 40000, 8, ET_BF16, SGD, NRM, 0, 162 } },
+};
+
 static const struct mcase memory_case = {
 	"memory", 0x3001, 2, 1,
 	{ { "hbm64-tinylfu/ddr256-wtinylfu/w4/la8", HBM_SLOTS, DDR_SLOTS,
@@ -366,7 +385,8 @@ static const struct mcase memory_case = {
 static unsigned total_shares(void)
 {
 	unsigned s = transparency_case.share + dims_transparency_case.share +
-		     policy_transparency_case.share + memory_case.share;
+		     policy_transparency_case.share +
+		     direct_transparency_case.share + memory_case.share;
 
 	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
 	     i++)
@@ -2126,6 +2146,17 @@ static void test_transparency(void **state)
 	assert_true(st[1].writebacks > 0);
 	assert_true(st[2].ddr.evictions > 0);
 	assert_true(st[2].writebacks > 0);
+	if (mc == &direct_transparency_case) { /* direct: a slot a row */
+		uint64_t rows = 0;
+
+		for (int k = 0; k < h->nt; k++)
+			rows += mc->t[k].rows;
+		assert_int_equal(st[0].ddr.direct_rows, rows);
+		assert_int_equal(st[3].ddr.direct_rows, rows);
+		assert_int_equal(st[1].ddr.direct_rows, 0);
+		assert_int_equal(st[3].ddr.evictions, 0);
+		assert_true(st[3].hbm.evictions > 0);
+	}
 	h->opname = "final close";
 	for (int s = 0; s < h->nst; s++) {
 		h_rc(h, &h->st[s], et_store_close(h->st[s].s));
@@ -2333,7 +2364,7 @@ static void test_bounded_memory_flush(void **state)
 int main(void)
 {
 	struct CMUnitTest
-	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 5];
+	    tests[sizeof(model_cases) / sizeof(model_cases[0]) + 6];
 	const char *only = getenv("ET_TEST_FILTER"); /* e.g. "lfu_w16_f32" */
 	size_t n = 0;
 
@@ -2364,6 +2395,9 @@ int main(void)
 	tests[n] = tests[n - 1];
 	tests[n].name = policy_transparency_case.name;
 	tests[n++].initial_state = (void *)&policy_transparency_case;
+	tests[n] = tests[n - 1];
+	tests[n].name = direct_transparency_case.name;
+	tests[n++].initial_state = (void *)&direct_transparency_case;
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(
 	    test_bounded_memory, teardown);
 	tests[n++] = (struct CMUnitTest)cmocka_unit_test_teardown(

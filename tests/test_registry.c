@@ -143,6 +143,8 @@ static void check_plan(const et_store *s)
 	}
 	for (uint32_t i = 0; i < r->ncls; i++) {
 		double w = 0;
+		uint64_t rows = 0;
+		uint32_t keyed = 0;
 		bool used = false;
 
 		for (uint32_t k = i + 1; k < r->ncls; k++)
@@ -153,10 +155,14 @@ static void check_plan(const et_store *s)
 				w +=
 				    (double)r->tables[k].g->rows *
 				    (r->cls[i].slot_bytes + ET_SLOT_META_BYTES);
+				rows += r->tables[k].g->rows;
+				keyed += r->tables[k].g->keyed;
 				used = true;
 			}
 		assert_true(used);
 		assert_true(r->cls[i].weight == w);
+		assert_int_equal(r->cls[i].rows, rows);
+		assert_int_equal(r->cls[i].keyed, keyed);
 		wsum += w;
 	}
 	assert_int_equal(r->has_hbm, s->cfg.hbm_bytes != 0);
@@ -222,11 +228,29 @@ static void check_caches(et_store *s)
 	for (uint32_t i = 0; i < r->ncls; i++) {
 		const struct sclass *c = &r->cls[i];
 
-		assert_int_equal(c->ddr.nsets, c->nsets[1]);
-		assert_int_equal(c->ddr.ways, s->cfg.ways);
+		/* a share with a slot for every row: direct, its tables
+		 * one after another */
+		for (int tier = r->has_hbm ? 0 : 1; tier < 2; tier++) {
+			const struct cache *k = tier ? &c->ddr : &c->hbm;
+			uint64_t next = 0;
+
+			assert_int_equal(c->direct[tier],
+					 !c->keyed &&
+					     c->rows <=
+						 c->nsets[tier] * s->cfg.ways);
+			assert_int_equal(k->direct, c->direct[tier]);
+			assert_int_equal(k->ways, k->direct ? 1 : s->cfg.ways);
+			assert_int_equal(k->nsets * k->ways,
+					 c->nsets[tier] * s->cfg.ways);
+			for (uint32_t t = 0; t < r->ntables && k->direct; t++)
+				if (r->tables[t].cls == i) {
+					assert_int_equal(k->tbase[t], next);
+					next += r->tables[t].g->rows;
+				}
+			assert_int_equal(k->dnext, next);
+		}
 		assert_int_equal(c->ddr.slot_bytes, c->slot_bytes);
 		if (r->has_hbm) {
-			assert_int_equal(c->hbm.nsets, c->nsets[0]);
 			assert_int_equal(c->hbm.slot_bytes, c->slot_bytes);
 		} else {
 			assert_null(c->hbm.keys);

@@ -364,11 +364,13 @@ static void dims_run(struct fx *f, const uint32_t *dims, int ndims)
 		dims_check(*s, id[k], k, &p);
 	}
 	/* All in DDR (256 MiB by default), each row in a slot of its own
-	 * size: the resident bytes are the rows' own. */
+	 * size: the resident bytes are the rows' own. Every class has a
+	 * slot for each of its rows: direct-mapped. */
 	st = stats_of(*s, -1);
 	assert_int_equal(st.ddr.resident_rows, (uint64_t)nt * DIMS_IDS);
 	assert_int_equal(st.ddr.row_bytes, rows_bytes);
 	assert_int_equal(st.ddr.capacity_bytes, 256u << 20);
+	assert_int_equal(st.ddr.direct_rows, (uint64_t)nt * DIMS_ROWS);
 	assert_true(st.ddr.alloc_bytes <= st.ddr.capacity_bytes);
 	assert_true(st.ddr.alloc_bytes > st.ddr.capacity_bytes / 100 * 99);
 	assert_int_equal(st.writebacks, 0);
@@ -419,23 +421,27 @@ static void test_slot_sizing(void **state)
 	st = stats_of(*s, -1);
 	assert_int_equal(st.ddr.row_bytes, 16 + 256);
 	assert_true(st.ddr.alloc_bytes <= 1 << 20);
+	/* each class's share holds all its 1000 rows: direct-mapped */
+	assert_int_equal(st.ddr.direct_rows, 2000);
 
-	/* With slot_bytes 256, both share slots of 256 bytes. */
-	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20,
+	/* With slot_bytes 256, both share slots of 256 bytes (a tier
+	 * smaller than their rows: 16-way sets). */
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 256 << 10,
 						 .slot_bytes = 256});
 	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
 	assert_int_equal(et_table_create(*s, "big", &big, &b), 0);
 	assert_int_not_equal(a, b);
 	st = stats_of(*s, -1);
 	assert_int_equal(st.ddr.capacity_rows,
-			 (1 << 20) / (256 + META) / 16 * 16);
+			 (256 << 10) / (256 + META) / 16 * 16);
+	assert_int_equal(st.ddr.direct_rows, 0);
 	/* With slot_bytes 16, they are classes of their own. */
-	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 1 << 20,
+	s = fx_open(f, &(struct et_store_config){.ddr_bytes = 256 << 10,
 						 .slot_bytes = 16});
 	assert_int_equal(et_table_create(*s, "small", &small, &a), 0);
 	assert_int_equal(et_table_create(*s, "big", &big, &b), 0);
 	st = stats_of(*s, -1);
-	assert_true(st.ddr.capacity_rows > (1 << 20) / (256 + META));
+	assert_true(st.ddr.capacity_rows > (256 << 10) / (256 + META));
 
 	/* ways 1, 100 bytes of DDR: fine for 20-byte slots, but the first
 	 * table has 256-byte rows. */

@@ -13,6 +13,7 @@
 static void tier_stats(const struct cache *c, struct et_tier_stats *ts)
 {
 	ts->capacity_rows += cache_slots(c);
+	ts->direct_rows += c->dnext;
 	ts->resident_rows += c->used;
 	ts->dirty_rows += c->dirty;
 	ts->row_bytes += c->row_bytes;

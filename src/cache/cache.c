@@ -93,9 +93,48 @@ int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	return 0;
 }
 
+int cache_init_direct(struct cache *c, uint64_t slots, uint32_t slot_bytes,
+		      const struct policy_ops *pol, const struct mem_tier *mem)
+{
+	int ret;
+
+	if (!slots)
+		return ET_ECONFIG;
+	ret = cache_init(c, slots * cache_slot_cost(slot_bytes, pol), 1,
+			 slot_bytes, pol, mem);
+	if (!ret)
+		c->direct = true;
+	return ret;
+}
+
+int cache_direct_add(struct cache *c, uint32_t t, uint64_t rows)
+{
+	if (!c->direct || rows > c->nsets - c->dnext)
+		return ET_ECAPACITY;
+	if (t >= c->ntb) {
+		uint32_t n = t + 1 > c->ntb * 2 ? t + 1 : c->ntb * 2;
+		uint64_t *b = mem_alloc(n * sizeof(*b), 0);
+
+		if (!b)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < n; i++)
+			b[i] = i < c->ntb ? c->tbase[i] : UINT64_MAX;
+		if (c->tbase)
+			mem_free(c->tbase, c->ntb * sizeof(*c->tbase), 0);
+		c->tbase = b;
+		c->ntb = n;
+	}
+	c->tbase[t] = c->dnext;
+	c->dnext += rows;
+	return 0;
+}
+
 void cache_free(struct cache *c)
 {
 	uint64_t n = cache_slots(c);
+
+	if (c->tbase)
+		mem_free(c->tbase, c->ntb * sizeof(*c->tbase), 0);
 
 	if (c->fps)
 		big_free(c->fps, n + CACHE_FP_PAD);

@@ -25,6 +25,14 @@
  * All slots of one instance have one size: the store keeps one instance
  * per size class of rows in each tier (see struct sclass in registry.h).
  *
+ * Direct instances (cache_init_direct): when an instance has a slot for
+ * every row of its tables, row r of table t lives in slot tbase[t] + r,
+ * one way a set, the tables one after another in the order they were
+ * added (cache_direct_add). A key has one place, so a probe reads its tag
+ * alone, nothing is ever evicted, and the rows lie at the front of the
+ * instance's memory. Everything else (fill, dirty bits, pins, the
+ * policy's words) is as in any instance.
+ *
  * 21 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
  * frequency admission adds one sketch per instance (2 bytes a column, as
  * many columns as slots rounded up to a power of two). A slot is pinned while
@@ -75,9 +83,13 @@ struct cache {
 	uint32_t slot_bytes;
 	uint64_t wmul; /* ceil(2^64 / ways): slot / ways as a multiply */
 	uint64_t nsets;
-	uint8_t *fps;	/* digests (0: empty), CACHE_FP_PAD bytes past */
-	uint64_t *keys; /* rows */
-	uint32_t *tags; /* table + 1 and flags (key.h) */
+	bool direct;	 /* one slot a row (cache_init_direct) */
+	uint64_t *tbase; /* direct: table t's first slot (UINT64_MAX: none) */
+	uint32_t ntb;	 /* direct: entries of tbase */
+	uint64_t dnext;	 /* direct: the first slot no table has */
+	uint8_t *fps;	 /* digests (0: empty), CACHE_FP_PAD bytes past */
+	uint64_t *keys;	 /* rows */
+	uint32_t *tags;	 /* table + 1 and flags (key.h) */
 	uint32_t *pstate;
 	uint32_t *pin;
 	char *data;
@@ -112,6 +124,13 @@ static inline uint64_t cache_slot_cost(uint32_t slot_bytes,
 int cache_init(struct cache *c, uint64_t bytes, uint32_t ways,
 	       uint32_t slot_bytes, const struct policy_ops *pol,
 	       const struct mem_tier *mem);
+/* A direct instance of `slots` slots (one way a set), holding no table
+ * yet. */
+int cache_init_direct(struct cache *c, uint64_t slots, uint32_t slot_bytes,
+		      const struct policy_ops *pol, const struct mem_tier *mem);
+/* Gives table t of `rows` rows the next rows slots of a direct instance:
+ * ET_ECAPACITY if they are not there, -ENOMEM; nothing changed then. */
+int cache_direct_add(struct cache *c, uint32_t t, uint64_t rows);
 void cache_free(struct cache *c);
 
 static inline uint64_t cache_slots(const struct cache *c)
@@ -128,11 +147,15 @@ static inline uint64_t cache_slots(const struct cache *c)
 uint64_t cache_lookup(const struct cache *c, uint32_t t, uint64_t row);
 
 /* The first slot of the set of (t, row): multiply-shift maps the hash
- * onto [0, nsets) without a division. */
+ * onto [0, nsets) without a division (a direct instance: its slot). */
 static inline uint64_t cache_set_base(const struct cache *c, uint32_t t,
 				      uint64_t row)
 {
-	uint64_t h = hash_mix(cache_hkey(t, row));
+	uint64_t h;
+
+	if (c->direct)
+		return c->tbase[t] + row;
+	h = hash_mix(cache_hkey(t, row));
 
 	return (uint64_t)(((unsigned __int128)h * c->nsets) >> 64) * c->ways;
 }
@@ -179,9 +202,13 @@ static inline uint64_t cache_match(const struct cache *c, uint64_t base,
 static inline uint64_t cache_lookup_at(const struct cache *c, uint64_t base,
 				       uint32_t t, uint64_t row)
 {
-	uint64_t m = cache_match(c, base, cache_digest(t, row));
+	uint64_t m;
 	uint32_t tag = cache_tag(t);
 
+	if (c->direct) /* the slot is the key's alone */
+		return (c->tags[base] & CACHE_TAG_TABLE) == tag ? base
+								: CACHE_NONE;
+	m = cache_match(c, base, cache_digest(t, row));
 	for (; m; m &= m - 1) {
 		uint64_t slot = base + (uint64_t)__builtin_ctzll(m);
 
@@ -198,6 +225,10 @@ static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
 {
 	const char *f = (const char *)(c->fps + base);
 
+	if (c->direct) { /* its tag */
+		__builtin_prefetch(&c->tags[base]);
+		return;
+	}
 	__builtin_prefetch(f);
 	if (((uintptr_t)f & 63) + c->ways > 64)
 		__builtin_prefetch(f + 63);
@@ -209,6 +240,11 @@ static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
 static inline void cache_prefetch_hit(const struct cache *c, uint64_t base,
 				      uint32_t t, uint64_t row)
 {
+	if (c->direct) { /* the tag was asked for by cache_prefetch_set */
+		__builtin_prefetch(&c->pstate[base], 1);
+		__builtin_prefetch(&c->pin[base], 1);
+		return;
+	}
 	for (uint64_t m = cache_match(c, base, cache_digest(t, row)); m;
 	     m &= m - 1) {
 		uint64_t slot = base + (uint64_t)__builtin_ctzll(m);

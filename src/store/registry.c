@@ -115,10 +115,23 @@ static int plan(et_store *s, uint32_t n)
 			if (upto < prev)
 				upto = prev;
 			c->nsets[tier] = 1 + (upto - prev) / per / s->cfg.ways;
+			c->direct[tier] =
+			    !c->keyed &&
+			    c->rows <= c->nsets[tier] * s->cfg.ways;
 			prev = upto;
 		}
 	}
 	return 0;
+}
+
+/* Whether instance k of class c in tier is as planned. */
+static bool as_planned(const et_store *s, const struct cache *k,
+		       const struct sclass *c, int tier)
+{
+
+	if (c->direct[tier])
+		return k->direct && k->nsets == c->nsets[tier] * s->cfg.ways;
+	return !k->direct && k->nsets == c->nsets[tier];
 }
 
 /* Whether the allocated caches differ from the plan. */
@@ -127,8 +140,8 @@ static bool plan_changed(const et_store *s)
 	for (uint32_t i = 0; i < s->reg.ncls; i++) {
 		const struct sclass *c = &s->reg.cls[i];
 
-		if ((s->reg.has_hbm && c->hbm.nsets != c->nsets[0]) ||
-		    c->ddr.nsets != c->nsets[1])
+		if ((s->reg.has_hbm && !as_planned(s, &c->hbm, c, 0)) ||
+		    !as_planned(s, &c->ddr, c, 1))
 			return true;
 	}
 	return false;
@@ -153,6 +166,30 @@ void caches_drop(et_store *s)
 	s->reg.gen++; /* the memos' slots are void */
 }
 
+/* Allocates tier (0: HBM, 1: DDR) of class i as planned: set-associative,
+ * or direct with the class's tables in the order they came. */
+static int class_init(et_store *s, uint32_t i, int tier,
+		      const struct mem_tier *mem)
+{
+	struct sclass *c = &s->reg.cls[i];
+	struct cache *k = tier ? &c->ddr : &c->hbm;
+	const struct policy_ops *pol =
+	    policy_get(tier ? s->cfg.ddr_policy : s->cfg.hbm_policy);
+	int ret;
+
+	if (!c->direct[tier])
+		return cache_init(k,
+				  c->nsets[tier] * s->cfg.ways *
+				      slot_cost(s, tier, c->slot_bytes),
+				  s->cfg.ways, c->slot_bytes, pol, mem);
+	ret = cache_init_direct(k, c->nsets[tier] * s->cfg.ways, c->slot_bytes,
+				pol, mem);
+	for (uint32_t t = 0; t < s->reg.ntables && !ret; t++)
+		if (s->reg.tables[t].cls == i)
+			ret = cache_direct_add(k, t, s->reg.tables[t].g->rows);
+	return ret;
+}
+
 /* Allocates the caches as planned, if they are not. Called by every entry
  * point that touches rows; tables are usually all registered by then, so
  * the caches are allocated once. */
@@ -174,22 +211,15 @@ int caches_ensure(et_store *s)
 	ret = 0;
 	for (uint32_t i = 0; i < s->reg.ncls && !ret; i++) {
 		struct sclass *c = &s->reg.cls[i];
-		uint64_t per = slot_cost(s, 0, c->slot_bytes);
 
 		if (s->reg.has_hbm) {
-			ret =
-			    cache_init(&c->hbm, c->nsets[0] * s->cfg.ways * per,
-				       s->cfg.ways, c->slot_bytes,
-				       policy_get(s->cfg.hbm_policy), hm);
+			ret = class_init(s, i, 0, hm);
 			if (ret)
 				break;
 			c->hbm.st = c->kept[0];
 			c->hbm.la = &s->la;
 		}
-		per = slot_cost(s, 1, c->slot_bytes);
-		ret = cache_init(&c->ddr, c->nsets[1] * s->cfg.ways * per,
-				 s->cfg.ways, c->slot_bytes,
-				 policy_get(s->cfg.ddr_policy), &mem_tier_host);
+		ret = class_init(s, i, 1, &mem_tier_host);
 		if (!ret) {
 			c->ddr.st = c->kept[1];
 			c->ddr.la = &s->la;
@@ -260,6 +290,8 @@ int reg_class_plan(et_store *s, const struct tf_geom *g, uint32_t *cls,
 		r->ncls++;
 	}
 	r->cls[i].weight += class_weight(s, g);
+	r->cls[i].rows += g->keyed ? 0 : g->rows;
+	r->cls[i].keyed += g->keyed;
 	ret = plan(s, r->ncls);
 	if (ret) {
 		reg_class_undo(s, g, i);
@@ -279,6 +311,8 @@ void reg_class_undo(et_store *s, const struct tf_geom *g, uint32_t cls)
 	bool used = false;
 
 	r->cls[cls].weight -= class_weight(s, g);
+	r->cls[cls].rows -= g->keyed ? 0 : g->rows;
+	r->cls[cls].keyed -= g->keyed;
 	for (uint32_t k = 0; k < r->ntables && !used; k++)
 		used = r->tables[k].cls == cls;
 	if (!used && cls + 1 == r->ncls)
@@ -292,7 +326,20 @@ int reg_table_add(et_store *s, et_tfile *tf, const char *name, uint32_t cls,
 {
 	struct registry *r = &s->reg;
 	struct table *t = &r->tables[r->ntables]; /* room: reg_class_plan */
+	struct sclass *c = &r->cls[cls];
 
+	uint64_t hnext = c->hbm.dnext;
+	int ret = 0;
+
+	/* caches kept (the plan as it was): a direct one takes it in */
+	if (r->caches_ready && c->hbm.direct)
+		ret = cache_direct_add(&c->hbm, r->ntables, tf_geom(tf)->rows);
+	if (!ret && r->caches_ready && c->ddr.direct)
+		ret = cache_direct_add(&c->ddr, r->ntables, tf_geom(tf)->rows);
+	if (ret) {
+		c->hbm.dnext = hnext;
+		return ret;
+	}
 	memset(t, 0, sizeof(*t));
 	t->tf = tf;
 	t->g = tf_geom(tf);
