@@ -117,11 +117,8 @@ static int pf_reserve(et_store *s, struct pf_part *p)
 static bool pf_hit(struct cache *top, const uint64_t *slots, size_t i, size_t m,
 		   uint64_t now, uint32_t draws, uint32_t pin)
 {
-	if (i + PF_AHEAD < m && slots[i + PF_AHEAD] != CACHE_NONE) {
-		__builtin_prefetch(&top->pstate[slots[i + PF_AHEAD]], 1);
-		__builtin_prefetch(&top->pin[slots[i + PF_AHEAD]], 1);
-		__builtin_prefetch(&top->tags[slots[i + PF_AHEAD]]);
-	}
+	if (i + PF_AHEAD < m && slots[i + PF_AHEAD] != CACHE_NONE)
+		cache_prefetch_use(top, slots[i + PF_AHEAD]);
 	cache_touch_n(top, slots[i], now, draws);
 	cache_pin(top, slots[i], pin);
 	return cache_is_pf(top, slots[i]);

@@ -305,12 +305,24 @@ static inline uint64_t cache_slot_row(const struct cache *c, uint64_t slot)
 	return c->keys[slot];
 }
 
-/* Whether slot holds row of table t. */
+/* Whether slot holds row of table t (a direct slot holds its own key or
+ * nothing: the tag tells). */
 static inline bool cache_holds(const struct cache *c, uint64_t slot, uint32_t t,
 			       uint64_t row)
 {
-	return c->keys[slot] == row &&
+	return (c->direct || c->keys[slot] == row) &&
 	       (c->tags[slot] & CACHE_TAG_TABLE) == cache_tag(t);
+}
+
+/* Asks for what cache_holds reads of slot and a hit then writes. */
+static inline void cache_prefetch_use(const struct cache *c, uint64_t slot)
+{
+	__builtin_prefetch(&c->tags[slot]);
+	if (c->direct)
+		return;
+	__builtin_prefetch(&c->keys[slot]);
+	__builtin_prefetch(&c->pstate[slot], 1);
+	__builtin_prefetch(&c->pin[slot], 1);
 }
 
 static inline bool cache_dirty(const struct cache *c, uint64_t slot)
@@ -337,8 +349,12 @@ static inline uint32_t cache_clock(const struct cache *c, uint64_t now)
 	return (uint32_t)((now + c->drift.warp) / c->clock_div);
 }
 
+/* The policy's word of a hit slot (a direct instance, which never
+ * chooses a victim, keeps none up to date; nor its pins). */
 static inline void cache_touch(struct cache *c, uint64_t slot, uint64_t now)
 {
+	if (c->direct)
+		return;
 	c->pol->on_hit(&c->pstate[slot], cache_clock(c, now));
 }
 
@@ -347,6 +363,8 @@ static inline void cache_touch(struct cache *c, uint64_t slot, uint64_t now)
 static inline void cache_touch_n(struct cache *c, uint64_t slot, uint64_t now,
 				 uint32_t n)
 {
+	if (c->direct)
+		return;
 	if (n > 1 && c->pol->on_hits)
 		c->pol->on_hits(&c->pstate[slot], cache_clock(c, now), n);
 	else
@@ -355,6 +373,8 @@ static inline void cache_touch_n(struct cache *c, uint64_t slot, uint64_t now,
 
 static inline void cache_pin(struct cache *c, uint64_t slot, uint32_t epoch)
 {
+	if (c->direct)
+		return;
 	c->pin[slot] = epoch;
 }
 

@@ -342,19 +342,11 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 		top->st.hits += m;
 		return true;
 	}
-	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++) {
-		__builtin_prefetch(&top->keys[slots[i]]);
-		__builtin_prefetch(&top->tags[slots[i]]);
-	}
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		cache_prefetch_use(top, slots[i]);
 	for (size_t i = 0; i < m; i++) {
-		if (i + PROBE_AHEAD < m) {
-			uint64_t a = slots[i + PROBE_AHEAD];
-
-			__builtin_prefetch(&top->keys[a]);
-			__builtin_prefetch(&top->tags[a]);
-			__builtin_prefetch(&top->pstate[a], 1);
-			__builtin_prefetch(&top->pin[a], 1);
-		}
+		if (i + PROBE_AHEAD < m)
+			cache_prefetch_use(top, slots[i + PROBE_AHEAD]);
 		if (!cache_holds(top, slots[i], t, uniq[i])) {
 			o->memo = false;
 			return false;
