@@ -1908,6 +1908,25 @@ static void test_two_stores_in_threads(void **state)
 #define TS_DIM	  8
 #define TS_BATCH  TS_ROWS
 
+/* n tables of TS_DIM (f32, SGD): TS_ROWS rows each, the one after
+ * TS_TABLES 2^20; seeds from seed on. */
+static void ts_tables(et_store *s, int n, uint64_t seed, int *t)
+{
+	for (int k = 0; k < n; k++) {
+		struct et_table_params p = {.rows = k < TS_TABLES ? TS_ROWS
+								  : 1 << 20,
+					    .dim = TS_DIM,
+					    .dtype = ET_F32,
+					    .optim = ET_OPT_SGD,
+					    .init = ET_INIT_UNIFORM,
+					    .seed = seed + (uint64_t)k};
+		char name[8];
+
+		snprintf(name, sizeof(name), "t%d", k);
+		assert_int_equal(et_table_create(s, name, &p, &t[k]), 0);
+	}
+}
+
 static void threads_run(const char *dir, uint32_t threads, struct et_stats *out,
 			float *rows)
 {
@@ -1931,19 +1950,7 @@ static void threads_run(const char *dir, uint32_t threads, struct et_stats *out,
 	int t[TS_TABLES + 1], ntab[2];
 
 	assert_int_equal(et_store_open(dir, &c, &s), 0);
-	for (int k = 0; k <= TS_TABLES; k++) {
-		struct et_table_params p = {.rows = k < TS_TABLES ? TS_ROWS
-								  : 1 << 20,
-					    .dim = TS_DIM,
-					    .dtype = ET_F32,
-					    .optim = ET_OPT_SGD,
-					    .init = ET_INIT_UNIFORM,
-					    .seed = 7 + (uint64_t)k};
-		char name[8];
-
-		snprintf(name, sizeof(name), "t%d", k);
-		assert_int_equal(et_table_create(s, name, &p, &t[k]), 0);
-	}
+	ts_tables(s, TS_TABLES + 1, 7, t);
 	for (uint64_t i = 0; i < TS_ROWS; i++)
 		all[i] = i;
 	for (int k = 0; k < TS_TABLES; k++) /* every row in DDR */
@@ -2031,6 +2038,133 @@ static void test_threads_same_policy_words(void **state)
 	free(rb);
 }
 
+/*
+ * A DDR with a slot for every row is direct-mapped (a slot a row): a
+ * prefetch of all tables at once then finds each row by its tag alone
+ * and, with threads, readies the batch's hits on them (the rows a
+ * prefetch placed and nothing used yet listed as well: prefetch_hits). Steps of prefetch,
+ * pooled gather and update over four tables (every row read into DDR
+ * first) give the same outputs at every step and the same rows with
+ * 1 and 3 threads as a store whose class is not direct (a fifth table of
+ * 2^20 rows, never used, in the same class: set-associative, 16 ways).
+ */
+#define DR_STEPS 8
+
+static void direct_run(const char *dir, uint32_t threads, bool assoc,
+		       struct et_stats *st, uint64_t *pf1, float *outs,
+		       float *rows)
+{
+	const struct et_store_config c = {.ddr_bytes =
+					      2 * TS_TABLES * TS_ROWS *
+					      (TS_DIM * 4 + ET_SLOT_META_BYTES),
+					  .threads = threads};
+	struct et_update_params up = {.lr = 0.25f};
+	static uint64_t ids[2][TS_TABLES][TS_BATCH], all[TS_ROWS];
+	static uint64_t offs[TS_BATCH / 4 + 1];
+	static float grads[TS_BATCH / 4 * TS_DIM];
+	struct et_table_batch tb[TS_TABLES];
+	struct et_batch_ids bi[TS_TABLES];
+	struct tu_rng r;
+	et_store *s;
+	int t[TS_TABLES + 1];
+
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	ts_tables(s, TS_TABLES + assoc, 31, t);
+	for (uint64_t i = 0; i < TS_ROWS; i++)
+		all[i] = i;
+	for (int b = 0; b <= TS_BATCH / 4; b++)
+		offs[b] = (uint64_t)b * 4; /* bags of 4 ids */
+	for (int i = 0; i < TS_BATCH / 4 * TS_DIM; i++)
+		grads[i] = (float)((i % 5) - 2) / 16.0f;
+	/* every row in DDR but the first half of the last table's: the
+	 * first batch's prefetch places those (and no table after it probes
+	 * again); prefetched once more, every row is then a hit, some not
+	 * used since a prefetch placed them */
+	for (int k = 0; k < TS_TABLES; k++)
+		assert_int_equal(
+		    et_gather(s, t[k],
+			      all + (k + 1 < TS_TABLES ? 0 : TS_ROWS / 2),
+			      k + 1 < TS_TABLES ? TS_ROWS : TS_ROWS / 2, rows),
+		    0);
+	tu_rng_seed(&r, 5);
+	for (int step = 0; step <= DR_STEPS; step++) {
+		int nx = step & 1, cur = nx ^ 1;
+
+		/* ids repeat within a batch: duplicates in the bags */
+		for (int k = 0; k < TS_TABLES; k++) {
+			for (int i = 0; i < TS_BATCH; i++)
+				ids[nx][k][i] = tu_rng_below(&r, TS_ROWS);
+			bi[k] = (struct et_batch_ids){
+			    .table = t[k], .ids = ids[nx][k], .n = TS_BATCH};
+		}
+		assert_int_equal(et_prefetch(s, bi, TS_TABLES), 0);
+		if (!step) {
+			assert_int_equal(et_prefetch(s, bi, TS_TABLES), 0);
+			continue;
+		}
+		for (int k = 0; k < TS_TABLES; k++)
+			tb[k] = (struct et_table_batch){
+			    .table = t[k],
+			    .ids = ids[cur][k],
+			    .offsets = offs,
+			    .nbags = TS_BATCH / 4,
+			    .out = outs + (((size_t)step - 1) * TS_TABLES + k) *
+					      TS_BATCH / 4 * TS_DIM,
+			    .grads = grads};
+		assert_int_equal(
+		    et_gather_pooled_multi(s, tb, TS_TABLES, ET_POOL_SUM), 0);
+		assert_int_equal(
+		    et_update_pooled_multi(s, tb, TS_TABLES, ET_POOL_SUM, &up),
+		    0);
+		if (step == 1) { /* the placed rows' first use counted */
+			assert_int_equal(et_get_stats(s, -1, st), 0);
+			*pf1 = st->prefetch_hits;
+		}
+	}
+	assert_int_equal(et_get_stats(s, -1, st), 0);
+	for (int k = 0; k < TS_TABLES; k++)
+		assert_int_equal(et_gather(s, t[k], all, TS_ROWS,
+					   rows + (size_t)k * TS_ROWS * TS_DIM),
+				 0);
+	assert_int_equal(et_store_close(s), 0);
+}
+
+static void test_direct_threads_same_rows(void **state)
+{
+	struct fx *f = *state;
+	size_t no = (size_t)DR_STEPS * TS_TABLES * TS_BATCH / 4 * TS_DIM,
+	       nr = (size_t)TS_TABLES * TS_ROWS * TS_DIM;
+	float *o[3], *rw[3];
+	struct et_stats st[3];
+	uint64_t pf1[3];
+
+	for (int v = 0; v < 3; v++) {
+		o[v] = tu_calloc(no, sizeof(float));
+		rw[v] = tu_calloc(nr, sizeof(float));
+		direct_run(f->dirs[fx_new(f)], v ? 3 : 1, v == 2, &st[v],
+			   &pf1[v], o[v], rw[v]);
+	}
+	assert_int_equal(st[0].ddr.direct_rows, TS_TABLES * TS_ROWS);
+	assert_int_equal(st[1].ddr.direct_rows, TS_TABLES * TS_ROWS);
+	assert_int_equal(st[2].ddr.direct_rows, 0);
+	for (int v = 0; v < 3; v++) {
+		assert_int_equal(st[v].ddr.evictions, 0);
+		assert_true(pf1[v] > 0);
+	}
+	for (int v = 1; v < 3; v++) {
+		assert_int_equal(st[v].ddr.hits, st[0].ddr.hits);
+		assert_int_equal(st[v].ddr.misses, st[0].ddr.misses);
+		assert_int_equal(st[v].prefetch_hits, st[0].prefetch_hits);
+		assert_int_equal(pf1[v], pf1[0]);
+		assert_memory_equal(o[v], o[0], no * sizeof(float));
+		assert_memory_equal(rw[v], rw[0], nr * sizeof(float));
+	}
+	for (int v = 0; v < 3; v++) {
+		free(o[v]);
+		free(rw[v]);
+	}
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -2060,6 +2194,7 @@ int main(void)
 	    T(test_stats_prefetch),
 	    T(test_two_stores_in_threads),
 	    T(test_threads_same_policy_words),
+	    T(test_direct_threads_same_rows),
 	    T(test_fault_write_narrow_rows),
 	    T(test_install_conflict_narrow_rows),
 	};

@@ -124,6 +124,40 @@ static bool pf_hit(struct cache *top, const uint64_t *slots, size_t i, size_t m,
 	return cache_is_pf(top, slots[i]);
 }
 
+/* Pass 1 on a direct top tier: the row's slot is its own, its tag says
+ * whether the row is in, and a hit is neither touched nor pinned. */
+static void pf_top_direct(struct pf_part *p)
+{
+	struct cache *top = p->top;
+	const uint64_t *uniq = p->s->sc.o->uniq.p, base = top->tbase[p->t];
+	uint32_t tag = cache_tag(p->t);
+
+	for (size_t i = 0; i < p->m && i < PF_AHEAD; i++)
+		__builtin_prefetch(&top->tags[base + uniq[i]]);
+	for (size_t i = 0; i < p->m; i++) {
+		uint64_t slot = base + uniq[i];
+		uint32_t g = top->tags[slot];
+
+		if (i + PF_AHEAD < p->m)
+			__builtin_prefetch(
+			    &top->tags[base + uniq[i + PF_AHEAD]]);
+		if ((g & CACHE_TAG_TABLE) != tag) {
+			top->st.misses++;
+			p->tops[i] = CACHE_NONE;
+			p->kind[i] = 0;
+			p->pend[p->np++] = (uint32_t)i;
+			continue;
+		}
+		p->s->pins.now++;
+		top->st.hits++;
+		p->tops[i] = slot;
+		p->kind[i] = p->top_kind;
+		p->ptrs[i] = cache_row(top, slot);
+		if (g & CACHE_TAG_PF)
+			p->pfl[p->npfl++] = (uint32_t)i; /* not used yet */
+	}
+}
+
 /* Pass 1: top-tier hits, touched and pinned for the batch; the rest
  * listed in pend. */
 static void pf_top_hits(struct pf_part *p)
@@ -140,6 +174,11 @@ static void pf_top_hits(struct pf_part *p)
 	}
 	if (!s->sc.o->probed || s->sc.o->probe_changes != top->changes) {
 		s->pf.stale += s->sc.o->probed;
+		if (top->direct) { /* probed and used in one pass */
+			s->sc.o->probed = false;
+			pf_top_direct(p);
+			return;
+		}
 		probe_top(s, p->t, top, p->m, p->tops);
 	}
 	s->sc.o->probed = false;
@@ -370,7 +409,9 @@ static void pf_scratch_turn(et_store *s)
  * table by table gives it (the count before the batch, plus the unique
  * rows of the tables before k, plus i + 1), so policy words, pins and
  * counters come out as that pass leaves them. Each table writes only the
- * words of its own rows' slots.
+ * words of its own rows' slots. A direct top tier (cache.h) needs none of
+ * that: its hits are neither touched nor pinned, so its probe readies
+ * them (probe_direct) in the same pass, each row's tag read once.
  */
 #define PROBE_RETRY 16
 
@@ -380,6 +421,45 @@ struct pf_ahead {
 	size_t cap;	    /* u32 entries of a thread's slice of the hash */
 	const uint64_t *at; /* hits: the access count before table k's */
 };
+
+/* probe_rows on a direct top tier, and what hits_item does for the
+ * hits in the same pass: a direct slot is the row's, its tag says
+ * whether the row is in, and its hits are neither touched nor pinned.
+ * The misses, counted. */
+static size_t probe_direct(const struct cache *top, uint32_t t,
+			   uint8_t top_kind, struct opscr *o)
+{
+	const uint64_t *uniq = o->uniq.p, *base = top->tbase + t;
+	uint64_t *slots = o->slots.p;
+	uint8_t *kind = o->kind.p;
+	void **ptrs = o->ptrs.p;
+	uint32_t *pfl = o->pfl.p, tag = cache_tag(t);
+	size_t misses = 0, npfl = 0;
+
+	for (size_t i = 0; i < o->dm && i < PF_AHEAD; i++)
+		__builtin_prefetch(&top->tags[*base + uniq[i]]);
+	for (size_t i = 0; i < o->dm; i++) {
+		uint64_t slot = *base + uniq[i];
+		uint32_t g = top->tags[slot];
+
+		if (i + PF_AHEAD < o->dm)
+			__builtin_prefetch(
+			    &top->tags[*base + uniq[i + PF_AHEAD]]);
+		if ((g & CACHE_TAG_TABLE) != tag) {
+			slots[i] = CACHE_NONE;
+			misses++;
+			continue;
+		}
+		slots[i] = slot;
+		kind[i] = top_kind;
+		ptrs[i] = cache_row(top, slot);
+		if (g & CACHE_TAG_PF)
+			pfl[npfl++] = (uint32_t)i;
+	}
+	o->npfl_ahead = npfl;
+	o->hits_ready = !misses;
+	return misses;
+}
 
 static void probe_item(void *arg, size_t k, unsigned thread)
 {
@@ -391,9 +471,16 @@ static void probe_item(void *arg, size_t k, unsigned thread)
 
 	dedup_into(s, o, (uint32_t *)s->sc.tmap.p + thread * a->cap,
 		   a->b[k].ids, a->b[k].n);
-	probe_rows(top, (uint32_t)a->b[k].table, o->uniq.p, o->dm, o->slots.p);
 	o->probed = true;
 	o->probe_changes = top->changes;
+	o->hits_ready = false;
+	if (top->direct) {
+		o->probe_misses =
+		    probe_direct(top, (uint32_t)a->b[k].table,
+				 s->reg.has_hbm ? K_HBM : K_DDR, o);
+		return;
+	}
+	probe_rows(top, (uint32_t)a->b[k].table, o->uniq.p, o->dm, o->slots.p);
 	o->probe_misses = 0;
 	for (size_t i = 0; i < o->dm; i++)
 		o->probe_misses +=
@@ -416,6 +503,10 @@ static void hits_item(void *arg, size_t k, unsigned thread)
 	size_t npfl = 0;
 
 	(void)thread;
+	if (o->hits_ready) { /* probe_direct did it */
+		o->hits_done = true;
+		return;
+	}
 	for (size_t i = 0; i < o->dm; i++) {
 		kind[i] = top_kind;
 		ptrs[i] = cache_row(top, slots[i]);
@@ -450,10 +541,6 @@ static void pf_hits_ahead(et_store *s, struct pf_ahead *a, size_t nt)
 
 		if (seen[a->b[k].table]++)
 			return;
-		if (sbuf_reserve(&o->kind, o->dm) ||
-		    sbuf_reserve(&o->ptrs, o->dm * sizeof(void *)) ||
-		    sbuf_reserve(&o->pfl, o->dm * sizeof(uint32_t)))
-			return;
 		at[k + 1] = at[k] + o->dm;
 	}
 	a->at = at;
@@ -479,7 +566,10 @@ static void pf_probe_all(et_store *s, const struct et_batch_ids *b, size_t nt)
 		if (dedup_cap(b[k].n) > a.cap)
 			a.cap = dedup_cap(b[k].n);
 		if (dedup_reserve(s, o, b[k].n) ||
-		    sbuf_reserve(&o->slots, b[k].n * sizeof(uint64_t)))
+		    sbuf_reserve(&o->slots, b[k].n * sizeof(uint64_t)) ||
+		    sbuf_reserve(&o->kind, b[k].n) ||
+		    sbuf_reserve(&o->ptrs, b[k].n * sizeof(void *)) ||
+		    sbuf_reserve(&o->pfl, b[k].n * sizeof(uint32_t)))
 			return; /* table by table: it fails there */
 	}
 	if (sbuf_reserve(&s->sc.tmap, threads * a.cap * sizeof(uint32_t)))

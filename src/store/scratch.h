@@ -77,6 +77,9 @@ struct opscr {
 	 * them in pfl */
 	bool hits_done;
 	size_t npfl_ahead;
+	/* a direct top tier's probe also filled kind, ptrs and pfl (its
+	 * hits need no touch or pin): the hits are ready to use */
+	bool hits_ready;
 	/* The memo of the last resolve into this scratch: if memo is set,
 	 * every unique row of table memo_t was put in the top tier at
 	 * slots[i] (kind[i] the top's, ptrs[i] its bytes) by a resolve or
