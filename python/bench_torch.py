@@ -75,12 +75,15 @@ row work) and torch.set_num_threads.  --json prints one JSON object instead
 of the table.
 
 Memory: shape A is 1.7 GB of f32 weights a side, plus the store's DDR
-tier (--ddr-factor, 2, x the slots every row takes: 3.7 GB for A, 4.4 GB
-for B; --ways 32, so that hardly any row finds its set full: about 85 of
-A's 6.8 M rows do, printed, and are served from the initializer when
-used) and, for Adagrad, torch's state (1.7 GB for A, 2.1 GB for B).  The
-configurations run one after the other, each store closed and deleted
-before the next.
+tier (--ddr-factor, 1, x the bytes of a slot for every row, its row and
+ET_SLOT_META_BYTES of metadata: 1.9 GB for A, 2.2 GB for B) and, for
+Adagrad, torch's state (1.7 GB for A, 2.1 GB for B).  A tier with a slot
+for every row is direct-mapped (a slot a row: no probe of a set, no
+eviction; et_tier_stats.direct_rows, printed); a factor below 1 makes it
+set-associative, --ways (32) to a set, and the rows that find their set
+full are evicted (printed) and served from the initializer when used.
+The configurations run one after the other, each store closed and
+deleted before the next.
 """
 
 import argparse
@@ -159,7 +162,8 @@ def make_batches(sh, nbatches, seed):
 def open_store(d, sh, threads, optim, a):
     """A store whose DDR tier holds every row, its tables created."""
     T, R, D = sh["tables"], sh["rows"], sh["dim"]
-    slot = D * 4 + (4 if optim == "rowwise_adagrad" else 0) + 16
+    # the row, its optimizer state and ET_SLOT_META_BYTES (21) of metadata
+    slot = D * 4 + (4 if optim == "rowwise_adagrad" else 0) + 21
     s = embtier.Store(d, ddr_bytes=int(T * R * slot * a.ddr_factor),
                       ways=a.ways, threads=threads,
                       prefetch_thread=int(a.prefetch_thread))
@@ -366,6 +370,7 @@ def run_config(sh, threads, optim, weights, batches, G, a, tmp):
         st = s.stats()["ddr"]
         res["ddr"] = dict(capacity_bytes=st["capacity_bytes"],
                           resident_rows=st["resident_rows"],
+                          direct_rows=st["direct_rows"],
                           evictions=st["evictions"])
         if st["evictions"]:
             log(f"  note: {st['evictions']} of {sh['tables'] * sh['rows']} "
@@ -373,7 +378,8 @@ def run_config(sh, threads, optim, weights, batches, G, a, tmp):
                 f"again from the initializer when used): --ddr-factor or "
                 f"--ways higher for none")
         log(f"  threads {threads} {optim}: store open, rows loaded in "
-            f"{time.monotonic() - t0:.1f} s")
+            f"{time.monotonic() - t0:.1f} s, {st['direct_rows']} of "
+            f"{sh['tables'] * sh['rows']} rows direct-mapped")
         mstep = module_side(s, tables, lr, batches, G, a.prefetch_at)
         tstep, opt = torch_side(weights, optim, lr, batches, G,
                                 a.torch_stack)
@@ -563,7 +569,7 @@ def parse_args(argv=None):
     ap.add_argument("--torch-stack", action="store_true",
                     help="torch's forward stacks its outputs into [T, B, D]")
     ap.add_argument("--ways", type=int, default=32)
-    ap.add_argument("--ddr-factor", type=float, default=2.0,
+    ap.add_argument("--ddr-factor", type=float, default=1.0,
                     help="DDR bytes over the slots every row takes")
     ap.add_argument("--clock", choices=("wall", "process"), default="wall")
     ap.add_argument("--procs", type=int, default=1,
