@@ -1927,6 +1927,17 @@ static void ts_tables(et_store *s, int n, uint64_t seed, int *t)
 	}
 }
 
+/* The n tables ts_tables made, in a reopened store. */
+static void ts_tables_open(et_store *s, int n, int *t)
+{
+	for (int k = 0; k < n; k++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "t%d", k);
+		assert_int_equal(et_table_open(s, name, NULL, &t[k]), 0);
+	}
+}
+
 static void threads_run(const char *dir, uint32_t threads, struct et_stats *out,
 			float *rows)
 {
@@ -2165,6 +2176,86 @@ static void test_direct_threads_same_rows(void **state)
 	}
 }
 
+/*
+ * An update after a prefetch on a direct tier marks dirty only the rows
+ * the prefetch found clean, unless a dirty bit was cleared since. Here
+ * every row is dirty when prefetched, a flush (or a checkpoint) then
+ * writes them all back and cleans them, and the update that follows must
+ * mark them dirty again: what the update wrote is what a reopened store
+ * reads, and a second flush writes every updated row.
+ */
+static void test_direct_dirty_after_flush(void **state)
+{
+	struct fx *f = *state;
+	const char *dir = f->dirs[fx_new(f)];
+	const struct et_store_config c = {.ddr_bytes =
+					      2 * TS_TABLES * TS_ROWS *
+					      (TS_DIM * 4 + ET_SLOT_META_BYTES),
+					  .threads = 2};
+	struct et_update_params up = {.lr = 0.5f};
+	static uint64_t ids[TS_TABLES][TS_BATCH], all[TS_ROWS];
+	static uint64_t offs[TS_BATCH + 1];
+	static float v[TS_ROWS * TS_DIM], out[TS_TABLES][TS_BATCH * TS_DIM];
+	static float grads[TS_BATCH * TS_DIM],
+	    want[TS_TABLES][TS_ROWS * TS_DIM];
+	struct et_table_batch tb[TS_TABLES];
+	struct et_batch_ids bi[TS_TABLES];
+	struct et_stats st0, st1;
+	et_store *s;
+	int t[TS_TABLES];
+
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	ts_tables(s, TS_TABLES, 51, t);
+	for (uint64_t i = 0; i < TS_ROWS; i++)
+		all[i] = i;
+	for (int i = 0; i < TS_ROWS * TS_DIM; i++)
+		v[i] = (float)(i % 13) - 6.0f;
+	for (int i = 0; i < TS_BATCH * TS_DIM; i++)
+		grads[i] = 0.25f;
+	for (int b = 0; b <= TS_BATCH; b++)
+		offs[b] = (uint64_t)b;
+	for (int flush = 0; flush < 2; flush++) {
+		for (int k = 0; k < TS_TABLES; k++) { /* every row dirty */
+			assert_int_equal(
+			    et_write_rows(s, t[k], all, TS_ROWS, v), 0);
+			for (int i = 0; i < TS_BATCH; i++)
+				ids[k][i] = (uint64_t)(i * 7 + k) % TS_ROWS;
+			bi[k] = (struct et_batch_ids){
+			    .table = t[k], .ids = ids[k], .n = TS_BATCH};
+			tb[k] = (struct et_table_batch){.table = t[k],
+							.ids = ids[k],
+							.offsets = offs,
+							.nbags = TS_BATCH,
+							.out = out[k],
+							.grads = grads};
+		}
+		assert_int_equal(et_prefetch(s, bi, TS_TABLES), 0);
+		assert_int_equal(
+		    flush ? et_flush(s) : et_checkpoint(s, NULL, 0), 0);
+		assert_int_equal(et_get_stats(s, -1, &st0), 0);
+		assert_int_equal(st0.ddr.dirty_rows, 0);
+		assert_int_equal(
+		    et_gather_pooled_multi(s, tb, TS_TABLES, ET_POOL_SUM), 0);
+		assert_int_equal(
+		    et_update_pooled_multi(s, tb, TS_TABLES, ET_POOL_SUM, &up),
+		    0);
+		assert_int_equal(et_get_stats(s, -1, &st1), 0);
+		assert_int_equal(st1.ddr.dirty_rows, TS_TABLES * TS_ROWS);
+		for (int k = 0; k < TS_TABLES; k++)
+			assert_int_equal(
+			    et_gather(s, t[k], all, TS_ROWS, want[k]), 0);
+		assert_int_equal(et_store_close(s), 0);
+		assert_int_equal(et_store_open(dir, &c, &s), 0);
+		ts_tables_open(s, TS_TABLES, t);
+		for (int k = 0; k < TS_TABLES; k++) {
+			assert_int_equal(et_gather(s, t[k], all, TS_ROWS, v),
+					 0);
+			assert_memory_equal(v, want[k], sizeof(v));
+		}
+	}
+	assert_int_equal(et_store_close(s), 0);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -2195,6 +2286,7 @@ int main(void)
 	    T(test_two_stores_in_threads),
 	    T(test_threads_same_policy_words),
 	    T(test_direct_threads_same_rows),
+	    T(test_direct_dirty_after_flush),
 	    T(test_fault_write_narrow_rows),
 	    T(test_install_conflict_narrow_rows),
 	};

@@ -173,19 +173,27 @@ static void admit_undo(struct opscr *o)
 }
 
 /* Marks the resolved rows of t dirty in whichever tier holds them (but
- * those admission dropped). */
+ * those admission dropped). With the memo of a prefetch on a direct top
+ * tier and no dirty bit cleared in it since, the rows it found dirty are
+ * left alone: their tag words are not read again. */
 #define DIRTY_AHEAD 16
 static void mark_dirty(et_store *s, const struct table *t, size_t m)
 {
-	const uint8_t *kind = s->sc.o->kind.p;
-	const uint64_t *slots = s->sc.o->slots.p;
-	const uint8_t *drop = s->sc.o->ndrop ? s->sc.o->drop.p : NULL;
+	const struct opscr *o = s->sc.o;
+	const uint8_t *kind = o->kind.p;
+	const uint64_t *slots = o->slots.p;
+	const uint8_t *drop = o->ndrop ? o->drop.p : NULL;
 	struct sclass *cl = &s->reg.cls[t->cls];
+	const struct cache *top = top_of(&s->reg, cl);
+	const uint8_t *was =
+	    o->memo && o->memo_dirty && top->cleans == o->dirty_cleans
+		? o->wasdirty.p
+		: NULL;
 
 	for (size_t i = 0; i < m; i++) {
 		/* the tag words, asked for ahead: the rows' lines are long
 		 * out of the cache when the tags of many are set */
-		if (i + DIRTY_AHEAD < m) {
+		if (i + DIRTY_AHEAD < m && !(was && was[i + DIRTY_AHEAD])) {
 			uint8_t k = kind[i + DIRTY_AHEAD] & ~K_CONFLICT;
 
 			if (k == K_HBM || k == K_DDR)
@@ -194,7 +202,7 @@ static void mark_dirty(et_store *s, const struct table *t, size_t m)
 					 ->tags[slots[i + DIRTY_AHEAD]],
 				    1);
 		}
-		if (drop && drop[i])
+		if ((drop && drop[i]) || (was && was[i]))
 			continue;
 		switch (kind[i] & ~K_CONFLICT) {
 		case K_HBM:

@@ -70,8 +70,10 @@ struct pf_part {
 	uint32_t *pend;	      /* uniques missing from the top tier */
 	uint32_t *pfl;	      /* uniques placed by a prefetch, not used */
 	uint8_t *kind;
+	uint8_t *wasdirty; /* per unique: dirty when found (direct tops) */
 	void **ptrs;
 	size_t m, nm, np, npfl;
+	bool dirty_known; /* wasdirty filled by the pass of the hits */
 };
 
 /* The scratch of a part of m unique rows, and room for the victims its
@@ -94,6 +96,8 @@ static int pf_reserve(et_store *s, struct pf_part *p)
 	if (!ret)
 		ret = sbuf_reserve(&o->pfl, m * sizeof(uint32_t));
 	if (!ret)
+		ret = sbuf_reserve(&o->wasdirty, m);
+	if (!ret)
 		ret = sbuf_reserve(&o->mbuf, p->rb);
 	if (!ret)
 		ret = wb_reserve(s, 2 * m);
@@ -106,6 +110,7 @@ static int pf_reserve(et_store *s, struct pf_part *p)
 	p->pend = o->midx.p;
 	p->ptrs = o->ptrs.p;
 	p->pfl = o->pfl.p;
+	p->wasdirty = o->wasdirty.p;
 	return 0;
 }
 
@@ -132,6 +137,8 @@ static void pf_top_direct(struct pf_part *p)
 	const uint64_t *uniq = p->s->sc.o->uniq.p, base = top->tbase[p->t];
 	uint32_t tag = cache_tag(p->t);
 
+	p->dirty_known = true;
+	p->s->sc.o->dirty_cleans = top->cleans;
 	for (size_t i = 0; i < p->m && i < PF_AHEAD; i++)
 		__builtin_prefetch(&top->tags[base + uniq[i]]);
 	for (size_t i = 0; i < p->m; i++) {
@@ -141,6 +148,7 @@ static void pf_top_direct(struct pf_part *p)
 		if (i + PF_AHEAD < p->m)
 			__builtin_prefetch(
 			    &top->tags[base + uniq[i + PF_AHEAD]]);
+		p->wasdirty[i] = (g & CACHE_TAG_DIRTY) != 0;
 		if ((g & CACHE_TAG_TABLE) != tag) {
 			top->st.misses++;
 			p->tops[i] = CACHE_NONE;
@@ -166,6 +174,7 @@ static void pf_top_hits(struct pf_part *p)
 	struct cache *top = p->top;
 
 	if (s->sc.o->hits_done) { /* every row a hit, used ahead */
+		p->dirty_known = s->sc.o->hits_ready; /* probe_direct's */
 		s->sc.o->hits_done = s->sc.o->probed = false;
 		s->pins.now += p->m;
 		top->st.hits += p->m;
@@ -358,8 +367,12 @@ static int pf_table(et_store *s, uint32_t t, const uint64_t *ids, size_t n,
 	s->sc.o->m = p.m;
 	s->sc.o->nbypass = 0;
 	memo_set(s, s->sc.o, t, s->pins.bcur);
-	if (s->sc.o->memo)
+	if (s->sc.o->memo) {
 		s->sc.o->npfl = p.npfl;
+		/* every row a hit when found (a miss placed now is in the
+		 * memo too, its wasdirty 0) */
+		s->sc.o->memo_dirty = p.dirty_known;
+	}
 	if (p.nm) {
 		struct pl_job *j = pl_job_new(PL_READ, p.tb->tf, t, p.nm, p.rb);
 
@@ -434,8 +447,10 @@ static size_t probe_direct(const struct cache *top, uint32_t t,
 	uint8_t *kind = o->kind.p;
 	void **ptrs = o->ptrs.p;
 	uint32_t *pfl = o->pfl.p, tag = cache_tag(t);
+	uint8_t *wasdirty = o->wasdirty.p;
 	size_t misses = 0, npfl = 0;
 
+	o->dirty_cleans = top->cleans;
 	for (size_t i = 0; i < o->dm && i < PF_AHEAD; i++)
 		__builtin_prefetch(&top->tags[*base + uniq[i]]);
 	for (size_t i = 0; i < o->dm; i++) {
@@ -445,6 +460,7 @@ static size_t probe_direct(const struct cache *top, uint32_t t,
 		if (i + PF_AHEAD < o->dm)
 			__builtin_prefetch(
 			    &top->tags[*base + uniq[i + PF_AHEAD]]);
+		wasdirty[i] = (g & CACHE_TAG_DIRTY) != 0;
 		if ((g & CACHE_TAG_TABLE) != tag) {
 			slots[i] = CACHE_NONE;
 			misses++;
@@ -569,7 +585,8 @@ static void pf_probe_all(et_store *s, const struct et_batch_ids *b, size_t nt)
 		    sbuf_reserve(&o->slots, b[k].n * sizeof(uint64_t)) ||
 		    sbuf_reserve(&o->kind, b[k].n) ||
 		    sbuf_reserve(&o->ptrs, b[k].n * sizeof(void *)) ||
-		    sbuf_reserve(&o->pfl, b[k].n * sizeof(uint32_t)))
+		    sbuf_reserve(&o->pfl, b[k].n * sizeof(uint32_t)) ||
+		    sbuf_reserve(&o->wasdirty, b[k].n))
 			return; /* table by table: it fails there */
 	}
 	if (sbuf_reserve(&s->sc.tmap, threads * a.cap * sizeof(uint32_t)))

@@ -309,8 +309,10 @@ void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes)
 {
 	if (!cache_valid(c, slot))
 		return;
-	if (c->tags[slot] & CACHE_TAG_DIRTY)
+	if (c->tags[slot] & CACHE_TAG_DIRTY) {
 		c->dirty--;
+		c->cleans++;
+	}
 	if (c->pol->halve_ticks) /* its count, for when it comes back */
 		sketch_raise(
 		    &c->sk,

@@ -98,6 +98,7 @@ struct cache {
 	uint64_t dirty;	    /* dirty slots */
 	uint64_t row_bytes; /* bytes of the rows in valid slots, as stored */
 	uint64_t changes;   /* fills and removals: what a probe finds moved */
+	uint64_t cleans;    /* dirty bits cleared (cache_clean, removals) */
 	struct sketch sk;   /* frequency policies: recent counts (else empty) */
 	const struct lookahead *la; /* the store's window, or NULL */
 	uint64_t last_now;	    /* the access count at the last pick */
@@ -386,6 +387,7 @@ static inline void cache_clean(struct cache *c, uint64_t slot)
 	if (c->tags[slot] & CACHE_TAG_DIRTY) {
 		c->tags[slot] &= ~CACHE_TAG_DIRTY;
 		c->dirty--;
+		c->cleans++;
 	}
 }
 

@@ -298,6 +298,7 @@ void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin)
 	const uint8_t *kind = o->kind.p;
 
 	o->memo = false;
+	o->memo_dirty = false;
 	o->npfl = 0;
 	if (o->nbypass)
 		return;

@@ -80,6 +80,10 @@ struct opscr {
 	/* a direct top tier's probe also filled kind, ptrs and pfl (its
 	 * hits need no touch or pin): the hits are ready to use */
 	bool hits_ready;
+	/* ... and wasdirty (u8 a unique row: its slot was dirty), which
+	 * holds while the tier's cleans count is dirty_cleans */
+	struct sbuf wasdirty;
+	uint64_t dirty_cleans;
 	/* The memo of the last resolve into this scratch: if memo is set,
 	 * every unique row of table memo_t was put in the top tier at
 	 * slots[i] (kind[i] the top's, ptrs[i] its bytes) by a resolve or
@@ -94,6 +98,10 @@ struct opscr {
 	uint64_t memo_gen;
 	struct sbuf pfl; /* u32 unique indexes */
 	size_t npfl;
+	/* with the memo of a prefetch on a direct top tier: wasdirty says
+	 * which of its rows were dirty then (an update marks the others
+	 * only), while the tier's cleans count is dirty_cleans */
+	bool memo_dirty;
 	/* an update's unique rows admission dropped (ops.c): drop, u8 per
 	 * unique; their own ptrs while the kernel runs on zeroed rows of
 	 * djunk instead */
