@@ -26,6 +26,11 @@
  * operations in the same order as the plain scalar loop.
  */
 #define PREFETCH_AHEAD 16
+/* An update reads and writes each row: fewer rows ahead leave the line
+ * fill buffers to its misses and write-backs (the torch benchmark's shape
+ * B, 512-byte rows: 4 ahead took about 3% less time than 16 at 1 thread,
+ * 7% at 2; shape A, 256-byte Zipf rows, within the noise). */
+#define UPD_AHEAD 4
 
 /* The kernels are built twice on x86-64, for AVX2 and for any CPU, and
  * the loader picks one (an ifunc). Not under ThreadSanitizer, whose
@@ -38,13 +43,14 @@
 #endif
 
 /* The rows a kernel's range starts with, asked for at once: the loop
- * asks PREFETCH_AHEAD inputs ahead, so the first ones of each range
+ * asks `ahead` inputs ahead, so the first ones of each range
  * (an item of a multi-table call is 32 bags or 64 rows) would otherwise
  * be read one miss at a time. idx: each input's row index (NULL: i). */
 static inline void prefetch_first(void *const *ptrs, const uint32_t *idx,
-				  size_t i0, size_t i1, uint32_t bytes)
+				  size_t i0, size_t i1, uint32_t bytes,
+				  size_t ahead)
 {
-	for (size_t i = i0; i < i1 && i < i0 + PREFETCH_AHEAD; i++)
+	for (size_t i = i0; i < i1 && i < i0 + ahead; i++)
 		prefetch_bytes(ptrs[idx ? idx[i] : i], bytes);
 }
 
@@ -152,7 +158,7 @@ static inline void row_axpy(float *w, float mul, const float *g, uint32_t dim)
 void kern_gather(const struct tf_geom *g, void *const *ptrs,
 		 const uint32_t *inv, size_t i0, size_t i1, float *out)
 {
-	prefetch_first(ptrs, inv, i0, i1, g->value_bytes);
+	prefetch_first(ptrs, inv, i0, i1, g->value_bytes, PREFETCH_AHEAD);
 	for (size_t i = i0; i < i1; i++) {
 		if (i + PREFETCH_AHEAD < i1)
 			prefetch_bytes(ptrs[inv[i + PREFETCH_AHEAD]],
@@ -175,7 +181,8 @@ static KERN_CLONES void pool_bags(const struct tf_geom *g, void *const *ptrs,
 	uint32_t dim = g->dim;
 	size_t end = offsets[b1];
 
-	prefetch_first(ptrs, inv, offsets[b0], end, g->value_bytes);
+	prefetch_first(ptrs, inv, offsets[b0], end, g->value_bytes,
+		       PREFETCH_AHEAD);
 	for (size_t b = b0; b < b1; b++) {
 		float *o = out + (b - b0) * dim;
 		uint64_t len = offsets[b + 1] - offsets[b];
@@ -324,15 +331,15 @@ static KERN_CLONES void update_rows(const struct tf_geom *g, void *const *ptrs,
 	uint32_t dim = g->dim;
 	float w[256], sum[UPD_GROUP];
 
-	prefetch_first(ptrs, NULL, u0, u1, g->row_bytes);
+	prefetch_first(ptrs, NULL, u0, u1, g->row_bytes, UPD_AHEAD);
 	for (size_t i0 = u0; i0 < u1; i0 += UPD_GROUP) {
 		size_t k = u1 - i0 < UPD_GROUP ? u1 - i0 : UPD_GROUP;
 
 		for (size_t r = 0; r < k; r++) {
 			size_t i = i0 + r;
 
-			if (i + PREFETCH_AHEAD < u1)
-				prefetch_bytes(ptrs[i + PREFETCH_AHEAD],
+			if (i + UPD_AHEAD < u1)
+				prefetch_bytes(ptrs[i + UPD_AHEAD],
 					       g->row_bytes);
 			grad_sum(i, list, start, grads, offsets, mean, dim,
 				 gsum + r * dim);
