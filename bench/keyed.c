@@ -8,7 +8,7 @@
  * factor 0.5 and 1.0 of its capacity. Here (--keys, --ddr, --dim):
  *
  *   capacity        the slots of the DDR tier (et_stats ddr.capacity_rows:
- *                   what --ddr holds of rows of this size, 20 bytes of
+ *                   what --ddr holds of rows of this size, 21 bytes of
  *                   metadata a slot), printed in keys;
  *   load factor     DDR slots in use / capacity. A fill writes fresh
  *                   random keys (et_write_rows, values of our own) until
