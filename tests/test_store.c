@@ -453,6 +453,73 @@ static void test_slot_sizing(void **state)
 }
 
 /*
+ * Tables of one row size created one after another while rows are cached
+ * and dirty: while the tier has a slot for every row of them it stays
+ * direct-mapped and keeps what it holds (the new table takes the next
+ * slots: nothing is written back); a table that does not fit makes the
+ * class set-associative, which writes the dirty rows back first. Every
+ * row reads back as written, before and after a reopen.
+ */
+static void test_direct_tables_added(void **state)
+{
+	struct fx *f = *state;
+	const struct et_store_config c = {.ddr_bytes = 1 << 20};
+	struct et_table_params p = small_params(4, ET_OPT_SGD);
+	struct et_table_params big = small_params(4, ET_OPT_SGD);
+	static uint64_t ids[1000];
+	static float v[2][1000 * 4], got[1000 * 4];
+	struct et_stats st;
+	et_store **s;
+	int t[3];
+
+	big.rows = 1 << 20;
+	for (int i = 0; i < 1000; i++)
+		ids[i] = (uint64_t)i;
+	for (int i = 0; i < 1000 * 4; i++) {
+		v[0][i] = (float)i * 0.5f;
+		v[1][i] = -(float)i;
+	}
+	s = fx_open(f, &c);
+	assert_int_equal(et_table_create(*s, "a", &p, &t[0]), 0);
+	assert_int_equal(et_write_rows(*s, t[0], ids, 1000, v[0]), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.direct_rows, 1000);
+	assert_int_equal(st.ddr.dirty_rows, 1000);
+
+	/* b fits beside a: the cache stays, a's dirty rows with it */
+	assert_int_equal(et_table_create(*s, "b", &p, &t[1]), 0);
+	assert_int_equal(et_write_rows(*s, t[1], ids, 1000, v[1]), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.direct_rows, 2000);
+	assert_int_equal(st.ddr.dirty_rows, 2000);
+	assert_int_equal(st.writebacks, 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(et_gather(*s, t[k], ids, 1000, got), 0);
+		assert_memory_equal(got, v[k], sizeof(got));
+	}
+
+	/* 2^20 rows more do not fit: set-associative, written back first */
+	assert_int_equal(et_table_create(*s, "big", &big, &t[2]), 0);
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.direct_rows, 0);
+	assert_int_equal(st.ddr.dirty_rows, 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(et_gather(*s, t[k], ids, 1000, got), 0);
+		assert_memory_equal(got, v[k], sizeof(got));
+	}
+	assert_int_equal(et_store_close(*s), 0);
+	assert_int_equal(et_store_open(f->dirs[f->ndirs - 1], &c, s), 0);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(et_table_open(*s, k ? "b" : "a", NULL, &t[k]),
+				 0);
+		assert_int_equal(et_gather(*s, t[k], ids, 1000, got), 0);
+		assert_memory_equal(got, v[k], sizeof(got));
+	}
+	st = stats_of(*s, -1);
+	assert_int_equal(st.ddr.direct_rows, 2000); /* big not opened */
+}
+
+/*
  * A table of a new size class after rows are cached and dirty: the tiers
  * are divided again, the dirty rows written back first; nothing is lost,
  * and a class that cannot get a set is refused with nothing changed.
@@ -1726,6 +1793,7 @@ int main(void)
 	    T(test_open_bad_config),
 	    T(test_open_good_config),
 	    T(test_slot_sizing),
+	    T(test_direct_tables_added),
 	    T(test_mixed_dims),
 	    T(test_new_class_later),
 	    T(test_new_class_with_queue),
