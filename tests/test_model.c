@@ -1034,7 +1034,8 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 	    st.ddr.dirty_rows > st.ddr.resident_rows)
 		h_fail(h, "store %s: residency exceeds capacity",
 		       ms->cfg->name);
-	/* Capacities count a slot's row bytes and metadata, in whole sets,
+	/* Capacities count a slot's row bytes and metadata, in whole sets
+	 * (a direct-mapped class: its share's bytes in slots),
 	 * at least one set per size class (a class per row size, rounded
 	 * to 4, unless slot_bytes joins them), within the tier's bytes;
 	 * the bytes of the rows resident lie between their count times the
@@ -1062,7 +1063,7 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 		}
 		if (ts->capacity_bytes != bytes || ts->alloc_bytes > bytes ||
 		    ts->capacity_rows * (rmin + ET_SLOT_META_BYTES) > bytes ||
-		    ts->capacity_rows % ways ||
+		    (ts->capacity_rows % ways && !ts->direct_rows) ||
 		    (bytes && ts->capacity_rows < (uint64_t)ways * ncls) ||
 		    ts->row_bytes < ts->resident_rows * rmin ||
 		    ts->row_bytes > ts->resident_rows * rb)

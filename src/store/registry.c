@@ -115,9 +115,11 @@ static int plan(et_store *s, uint32_t n)
 			if (upto < prev)
 				upto = prev;
 			c->nsets[tier] = 1 + (upto - prev) / per / s->cfg.ways;
+			/* the share's bytes: one set, and upto - prev */
 			c->direct[tier] =
-			    !c->keyed &&
-			    c->rows <= c->nsets[tier] * s->cfg.ways;
+			    (s->cfg.ways * per + (upto - prev)) / per;
+			if (c->keyed || c->rows > c->direct[tier])
+				c->direct[tier] = 0;
 			prev = upto;
 		}
 	}
@@ -130,7 +132,7 @@ static bool as_planned(const et_store *s, const struct cache *k,
 {
 
 	if (c->direct[tier])
-		return k->direct && k->nsets == c->nsets[tier] * s->cfg.ways;
+		return k->direct && k->nsets == c->direct[tier];
 	return !k->direct && k->nsets == c->nsets[tier];
 }
 
@@ -182,8 +184,7 @@ static int class_init(et_store *s, uint32_t i, int tier,
 				  c->nsets[tier] * s->cfg.ways *
 				      slot_cost(s, tier, c->slot_bytes),
 				  s->cfg.ways, c->slot_bytes, pol, mem);
-	ret = cache_init_direct(k, c->nsets[tier] * s->cfg.ways, c->slot_bytes,
-				pol, mem);
+	ret = cache_init_direct(k, c->direct[tier], c->slot_bytes, pol, mem);
 	for (uint32_t t = 0; t < s->reg.ntables && !ret; t++)
 		if (s->reg.tables[t].cls == i)
 			ret = cache_direct_add(k, t, s->reg.tables[t].g->rows);

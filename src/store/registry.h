@@ -40,8 +40,9 @@ struct sclass {
 	uint64_t rows;	    /* sum over its row-indexed tables */
 	uint32_t keyed;	    /* keyed tables in it */
 	uint64_t nsets[2];  /* sets of its HBM, DDR instance: its share */
-	uint64_t direct[2]; /* rows, if that share holds them all: the
-			     * instance is direct, of these slots (else 0) */
+	uint64_t direct[2]; /* slots of that share's bytes, if they are one
+			     * for every row: the instance is direct, of
+			     * these slots (else 0) */
 	struct cache hbm, ddr;
 	struct cache_stats kept[2]; /* counters while the caches are down */
 };
