@@ -135,7 +135,6 @@ void cache_free(struct cache *c)
 
 	if (c->tbase)
 		mem_free(c->tbase, c->ntb * sizeof(*c->tbase), 0);
-
 	if (c->fps)
 		big_free(c->fps, n + CACHE_FP_PAD);
 	big_free(c->keys, n * sizeof(*c->keys));

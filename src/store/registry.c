@@ -127,10 +127,8 @@ static int plan(et_store *s, uint32_t n)
 }
 
 /* Whether instance k of class c in tier is as planned. */
-static bool as_planned(const et_store *s, const struct cache *k,
-		       const struct sclass *c, int tier)
+static bool as_planned(const struct cache *k, const struct sclass *c, int tier)
 {
-
 	if (c->direct[tier])
 		return k->direct && k->nsets == c->direct[tier];
 	return !k->direct && k->nsets == c->nsets[tier];
@@ -142,8 +140,8 @@ static bool plan_changed(const et_store *s)
 	for (uint32_t i = 0; i < s->reg.ncls; i++) {
 		const struct sclass *c = &s->reg.cls[i];
 
-		if ((s->reg.has_hbm && !as_planned(s, &c->hbm, c, 0)) ||
-		    !as_planned(s, &c->ddr, c, 1))
+		if ((s->reg.has_hbm && !as_planned(&c->hbm, c, 0)) ||
+		    !as_planned(&c->ddr, c, 1))
 			return true;
 	}
 	return false;
@@ -328,7 +326,6 @@ int reg_table_add(et_store *s, et_tfile *tf, const char *name, uint32_t cls,
 	struct registry *r = &s->reg;
 	struct table *t = &r->tables[r->ntables]; /* room: reg_class_plan */
 	struct sclass *c = &r->cls[cls];
-
 	uint64_t hnext = c->hbm.dnext;
 	int ret = 0;
 
