@@ -29,9 +29,10 @@
  * every row of its tables, row r of table t lives in slot tbase[t] + r,
  * one way a set, the tables one after another in the order they were
  * added (cache_direct_add). A key has one place, so a probe reads its tag
- * alone, nothing is ever evicted, and the rows lie at the front of the
- * instance's memory. Everything else (fill, dirty bits, pins, the
- * policy's words) is as in any instance.
+ * alone, nothing is ever evicted (a hit keeps no policy word or pin up to
+ * date: cache_touch and cache_pin do nothing there), and the rows lie at
+ * the front of the instance's memory. Fills, removals and dirty bits are
+ * as in any instance.
  *
  * 21 bytes of metadata a slot (ET_SLOT_META_BYTES); a policy with
  * frequency admission adds one sketch per instance (2 bytes a column, as
@@ -241,11 +242,8 @@ static inline void cache_prefetch_set(const struct cache *c, uint64_t base)
 static inline void cache_prefetch_hit(const struct cache *c, uint64_t base,
 				      uint32_t t, uint64_t row)
 {
-	if (c->direct) { /* the tag was asked for by cache_prefetch_set */
-		__builtin_prefetch(&c->pstate[base], 1);
-		__builtin_prefetch(&c->pin[base], 1);
+	if (c->direct) /* its tag, asked for by cache_prefetch_set, is all */
 		return;
-	}
 	for (uint64_t m = cache_match(c, base, cache_digest(t, row)); m;
 	     m &= m - 1) {
 		uint64_t slot = base + (uint64_t)__builtin_ctzll(m);
