@@ -342,9 +342,10 @@ typedef enum et_hbm_backend {
  * one slot of its own (et_tier_stats.direct_rows counts them), a lookup
  * reads that slot's tag alone, nothing is ever evicted and ways do not
  * apply. The split is made again
- * when a table is created or opened; if the caches hold rows by then,
- * dirty rows are written back (as by et_flush) and the caches start
- * empty. A table whose class cannot get one set in each tier (beside one
+ * when a table is created or opened; if it changes while the caches hold
+ * rows, dirty rows are written back (as by et_flush) and the caches start
+ * empty (a table joining a direct-mapped class that has slots for its
+ * rows changes nothing). A table whose class cannot get one set in each tier (beside one
  * set of every other class) is refused with ET_ECAPACITY.
  */
 struct et_store_config {
