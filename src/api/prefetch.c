@@ -129,40 +129,64 @@ static bool pf_hit(struct cache *top, const uint64_t *slots, size_t i, size_t m,
 	return cache_is_pf(top, slots[i]);
 }
 
-/* Pass 1 on a direct top tier: the row's slot is its own, its tag says
- * whether the row is in, and a hit is neither touched nor pinned. */
-static void pf_top_direct(struct pf_part *p)
+/* probe_rows on a direct top tier, and what hits_item does for the
+ * hits in the same pass: a direct slot is the row's, its tag says
+ * whether the row is in, and its hits are neither touched nor pinned.
+ * The misses, counted. */
+static size_t probe_direct(const struct cache *top, uint32_t t,
+			   uint8_t top_kind, struct opscr *o)
 {
-	struct cache *top = p->top;
-	const uint64_t *uniq = p->s->sc.o->uniq.p, base = top->tbase[p->t];
-	uint32_t tag = cache_tag(p->t);
+	const uint64_t *uniq = o->uniq.p, *base = top->tbase + t;
+	uint64_t *slots = o->slots.p;
+	uint8_t *kind = o->kind.p;
+	void **ptrs = o->ptrs.p;
+	uint32_t *pfl = o->pfl.p, tag = cache_tag(t);
+	uint8_t *wasdirty = o->wasdirty.p;
+	size_t misses = 0, npfl = 0;
 
-	p->dirty_known = true;
-	p->s->sc.o->dirty_cleans = top->cleans;
-	for (size_t i = 0; i < p->m && i < PF_AHEAD; i++)
-		__builtin_prefetch(&top->tags[base + uniq[i]]);
-	for (size_t i = 0; i < p->m; i++) {
-		uint64_t slot = base + uniq[i];
+	o->dirty_cleans = top->cleans;
+	for (size_t i = 0; i < o->dm && i < PF_AHEAD; i++)
+		__builtin_prefetch(&top->tags[*base + uniq[i]]);
+	for (size_t i = 0; i < o->dm; i++) {
+		uint64_t slot = *base + uniq[i];
 		uint32_t g = top->tags[slot];
 
-		if (i + PF_AHEAD < p->m)
+		if (i + PF_AHEAD < o->dm)
 			__builtin_prefetch(
-			    &top->tags[base + uniq[i + PF_AHEAD]]);
-		p->wasdirty[i] = (g & CACHE_TAG_DIRTY) != 0;
+			    &top->tags[*base + uniq[i + PF_AHEAD]]);
+		wasdirty[i] = (g & CACHE_TAG_DIRTY) != 0;
 		if ((g & CACHE_TAG_TABLE) != tag) {
-			top->st.misses++;
-			p->tops[i] = CACHE_NONE;
+			slots[i] = CACHE_NONE;
+			misses++;
+			continue;
+		}
+		slots[i] = slot;
+		kind[i] = top_kind;
+		ptrs[i] = cache_row(top, slot);
+		if (g & CACHE_TAG_PF)
+			pfl[npfl++] = (uint32_t)i;
+	}
+	o->npfl_ahead = npfl;
+	o->hits_ready = !misses;
+	return misses;
+}
+
+/* Pass 1 on a direct top tier: probe_direct, then the misses listed in
+ * pend and the hits counted (the access count moving as in pass 1). */
+static void pf_top_direct(struct pf_part *p)
+{
+	probe_direct(p->top, p->t, p->top_kind, p->s->sc.o);
+	p->dirty_known = true;
+	p->npfl = p->s->sc.o->npfl_ahead;
+	for (size_t i = 0; i < p->m; i++) {
+		if (p->tops[i] == CACHE_NONE) {
+			p->top->st.misses++;
 			p->kind[i] = 0;
 			p->pend[p->np++] = (uint32_t)i;
 			continue;
 		}
 		p->s->pins.now++;
-		top->st.hits++;
-		p->tops[i] = slot;
-		p->kind[i] = p->top_kind;
-		p->ptrs[i] = cache_row(top, slot);
-		if (g & CACHE_TAG_PF)
-			p->pfl[p->npfl++] = (uint32_t)i; /* not used yet */
+		p->top->st.hits++;
 	}
 }
 
@@ -434,48 +458,6 @@ struct pf_ahead {
 	size_t cap;	    /* u32 entries of a thread's slice of the hash */
 	const uint64_t *at; /* hits: the access count before table k's */
 };
-
-/* probe_rows on a direct top tier, and what hits_item does for the
- * hits in the same pass: a direct slot is the row's, its tag says
- * whether the row is in, and its hits are neither touched nor pinned.
- * The misses, counted. */
-static size_t probe_direct(const struct cache *top, uint32_t t,
-			   uint8_t top_kind, struct opscr *o)
-{
-	const uint64_t *uniq = o->uniq.p, *base = top->tbase + t;
-	uint64_t *slots = o->slots.p;
-	uint8_t *kind = o->kind.p;
-	void **ptrs = o->ptrs.p;
-	uint32_t *pfl = o->pfl.p, tag = cache_tag(t);
-	uint8_t *wasdirty = o->wasdirty.p;
-	size_t misses = 0, npfl = 0;
-
-	o->dirty_cleans = top->cleans;
-	for (size_t i = 0; i < o->dm && i < PF_AHEAD; i++)
-		__builtin_prefetch(&top->tags[*base + uniq[i]]);
-	for (size_t i = 0; i < o->dm; i++) {
-		uint64_t slot = *base + uniq[i];
-		uint32_t g = top->tags[slot];
-
-		if (i + PF_AHEAD < o->dm)
-			__builtin_prefetch(
-			    &top->tags[*base + uniq[i + PF_AHEAD]]);
-		wasdirty[i] = (g & CACHE_TAG_DIRTY) != 0;
-		if ((g & CACHE_TAG_TABLE) != tag) {
-			slots[i] = CACHE_NONE;
-			misses++;
-			continue;
-		}
-		slots[i] = slot;
-		kind[i] = top_kind;
-		ptrs[i] = cache_row(top, slot);
-		if (g & CACHE_TAG_PF)
-			pfl[npfl++] = (uint32_t)i;
-	}
-	o->npfl_ahead = npfl;
-	o->hits_ready = !misses;
-	return misses;
-}
 
 static void probe_item(void *arg, size_t k, unsigned thread)
 {
