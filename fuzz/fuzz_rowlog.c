@@ -58,7 +58,9 @@
  * ROWS ids are spread over all of u64 (0 and UINT64_MAX among them), and
  * each session also erases some of them, so that the journal holds
  * tombstones (recno 0xffffffff) and an erased id's value at a commit is
- * its initializer's again. Seeds: fuzz/corpus/rowlog_keyed/.
+ * its initializer's again; and its expiry is on (expire_after 1000: no
+ * id expires), so the batches are stamped. Seeds:
+ * fuzz/corpus/rowlog_keyed/.
  */
 #include <errno.h>
 
@@ -345,6 +347,13 @@ static int setup(void)
 	if (ret)
 		return ret;
 	ret = et_table_create(s, "t", &tparams, &t);
+#ifdef FUZZ_KEYED
+	/* expiry on, too long to expire anything: the journal's batches are
+	 * stamped (a stamp after each entry), its first a snapshot */
+	if (!ret)
+		ret = et_key_policy_set(
+		    s, t, &(struct et_key_policy){.expire_after = 1000});
+#endif
 	if (!ret)
 		ret = et_gather(s, t, all_ids, ROWS, hist[H_INIT]);
 	if (!ret)
@@ -436,12 +445,14 @@ static void fix_checksums(uint8_t *buf, size_t size, uint64_t *len,
 	*sum = 0;
 	while (off + 32 + 40 <= size) {
 		uint64_t n = le64(buf + off + 16);
-		size_t t;
+		/* a stamped batch's entries are 20 bytes */
+		size_t ent = memcmp(buf + off, "ETIDXH03", 8) ? 16 : 20, t;
 
-		if (n > (size - off - 72) / 16)
+		if (n > (size - off - 72) / ent)
 			break;
-		t = off + 32 + (size_t)n * 16;
-		if (!memcmp(buf + off, "ETIDXH02", 8))
+		t = off + 32 + (size_t)n * ent;
+		if (!memcmp(buf + off, "ETIDXH02", 8) ||
+		    !memcmp(buf + off, "ETIDXH03", 8))
 			wr64(buf + off + 24, *sum);
 		*sum = XXH3_64bits(buf + off, t + 32 - off);
 		wr64(buf + t + 32, *sum);

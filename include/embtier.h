@@ -680,8 +680,9 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * never closed. The named file missing is ET_EMISSING; damaged, cut, or
  * another commit's (the other slot's) ET_EHDRSUM; either changes nothing.
  * A clean close commits a filter that counted since the last commit.
- * Expiry ages are in memory only: they count from the open (an id stored
- * before is kept).
+ * Expiry ages are committed with the ids (the table's journal holds each
+ * id's stamp), so they too come back at the last commit, whatever the
+ * expire_after set again.
  *
  * Admission: an update stores an id only once the id has been seen in
  * admit_after update calls (this one counted; each call counts an id once,
@@ -698,6 +699,9 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * the table's last expire_after commits, itself counted (expire_after 1:
  * those not updated since the last checkpoint), counted in
  * et_stats.keys_expired. The commit of a clean close expires nothing.
+ * Set on a table whose ids are already committed, expiry counts their
+ * ages from the next commit, which then also writes every id's stamp
+ * (the whole index, once: docs/KEYED.md).
  */
 struct et_key_policy {
 	uint32_t admit_after;  /* 0 or 1: off; 2 .. 15 */

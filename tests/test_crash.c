@@ -47,8 +47,9 @@
  *     stored ids (et_tfile_rows, rows_logged: the same ids in both, each
  *     one named), and every named id not stored, erased or expired or
  *     never admitted, reads as the initializer's value with state 0;
- *     since admission counts and expiry ages restart when a store opens,
- *     the reference goes through the same sessions as the killed store: it
+ *     since expiry ages count commits (the filter and the ages come back
+ *     with a commit, and a clean close that wrote anything is one), the
+ *     reference goes through the same sessions as the killed store: it
  *     is opened, its policy set, and closed where the child and the
  *     parent open and close the other (the parent's open and close of 1.,
  *     which write nothing, aside), and checkpoints on the same K grid (and

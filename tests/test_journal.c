@@ -15,6 +15,8 @@
  *   - a snapshot in PATH.idx.new is installed when the record names it
  *     and removed when it does not; a read-only open uses it in place
  *     and jr_settle finishes the job;
+ *   - stamped batches (20-byte entries) among plain ones: their stamps
+ *     replay, and a stamp's byte flipped is ET_EJOURNAL;
  *   - the index: inserts, finds, a reserve before a batch of rows that
  *     arrive in hash order (a snapshot's), clear.
  */
@@ -44,6 +46,7 @@
 struct sink {
 	uint64_t batches, entries, sum_rows;
 	uint64_t last_commit;
+	uint64_t stamped, sum_stamps; /* stamped batches, their stamps */
 };
 
 static int sk_begin(void *arg, const struct jr_batch *b)
@@ -51,6 +54,7 @@ static int sk_begin(void *arg, const struct jr_batch *b)
 	struct sink *k = arg;
 
 	k->batches++;
+	k->stamped += b->stamped;
 	k->last_commit = b->commit;
 	return 0;
 }
@@ -60,24 +64,37 @@ static int sk_entries(void *arg, const struct jr_batch *b,
 {
 	struct sink *k = arg;
 
-	(void)b;
-	for (size_t i = 0; i < n; i++, e += JR_ENT) {
+	for (size_t i = 0; i < n; i++, e += jr_ent_bytes(b)) {
 		k->entries++;
 		k->sum_rows += get64(e);
+		if (b->stamped)
+			k->sum_stamps += get32(e + 16);
 	}
 	return 0;
 }
 
-/* Entries of batch `commit`: rows commit * 1000 + i. */
-static void fill(void *arg, unsigned char *p, uint64_t first, size_t n)
+/* Entries of batch `commit`: rows commit * 1000 + i; stamped, entry i's
+ * stamp is commit * 100 + i. */
+static void fill_ents(uint64_t commit, unsigned char *p, uint64_t first,
+		      size_t n, bool stamped)
 {
-	uint64_t commit = *(const uint64_t *)arg;
-
-	for (size_t i = 0; i < n; i++, p += JR_ENT) {
+	for (size_t i = 0; i < n; i++, p += stamped ? JR_ENT_ST : JR_ENT) {
 		put64(p, commit * 1000 + first + i);
 		put32(p + 8, (uint32_t)(first + i));
 		put32(p + 12, 1);
+		if (stamped)
+			put32(p + 16, (uint32_t)(commit * 100 + first + i));
 	}
+}
+
+static void fill(void *arg, unsigned char *p, uint64_t first, size_t n)
+{
+	fill_ents(*(const uint64_t *)arg, p, first, n, false);
+}
+
+static void fill_st(void *arg, unsigned char *p, uint64_t first, size_t n)
+{
+	fill_ents(*(const uint64_t *)arg, p, first, n, true);
 }
 
 static struct jr_batch batch(uint64_t commit, uint64_t n, uint32_t flags)
@@ -241,6 +258,52 @@ static void test_named_refuses_damage(void **state)
 	/* and a record naming nothing of a missing journal is fine */
 	assert_int_equal(open_as(&p, JR_NAMED, 3, &tails[0], false, &k, &got),
 			 0);
+}
+
+/* Commits 1 and 2 plain, 3 and 4 stamped: all four replay, the stamps
+ * with them; one stamp's byte flipped fails its batch. */
+static void test_stamped_batches(void **state)
+{
+	struct paths p = fresh("jr-stamped");
+	struct jr_tail tails[5], got, t = {0};
+	uint64_t want = 0;
+	struct sink k;
+	io_ctx *io;
+	int why, fd;
+
+	(void)state;
+	if (io_open(8, &io, &why))
+		skip();
+	fd = open(p.idx, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	for (uint64_t c = 1; c <= 4; c++) {
+		struct jr_batch b = batch(c, 4 + c, 0);
+
+		b.stamped = c >= 3;
+		assert_int_equal(
+		    jr_append(io, fd, &b, b.stamped ? fill_st : fill, &c, &t),
+		    0);
+		tails[c] = t;
+		for (uint64_t i = 0; b.stamped && i < 4 + c; i++)
+			want += c * 100 + i;
+	}
+	close(fd);
+	io_close(io);
+	assert_int_equal(tails[4].len - tails[3].len,
+			 JR_HDR + 8 * JR_ENT_ST + JR_TRL);
+	assert_int_equal(open_as(&p, JR_NAMED, 4, &tails[4], true, &k, &got),
+			 0);
+	assert_int_equal(k.batches, 4);
+	assert_int_equal(k.stamped, 2);
+	assert_int_equal(k.entries, 5 + 6 + 7 + 8);
+	assert_int_equal(k.sum_stamps, want);
+	assert_int_equal(got.len, tails[4].len);
+	/* the stamp of commit 3's first entry */
+	assert_int_equal(
+	    tu_flip_byte(p.idx, (off_t)tails[2].len + JR_HDR + 16, 0x01), 0);
+	assert_int_equal(open_as(&p, JR_NAMED, 4, &tails[4], true, &k, &got),
+			 ET_EJOURNAL);
+	assert_non_null(strstr(et_errdetail(), "checksum"));
 }
 
 static void test_unnamed_and_norecord(void **state)
@@ -464,6 +527,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_named_replays_exactly),
 	    cmocka_unit_test(test_named_refuses_damage),
+	    cmocka_unit_test(test_stamped_batches),
 	    cmocka_unit_test(test_unnamed_and_norecord),
 	    cmocka_unit_test(test_snapshot_settles),
 	    cmocka_unit_test(test_index),

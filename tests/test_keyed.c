@@ -2196,10 +2196,11 @@ static void test_expiry(void **state)
 	same_rows("expiry, tiny vs big DDR", NULL, a, b, 4);
 }
 
-/* A clean close is a commit, and expires as a checkpoint does: A, updated
- * before commit 1 only, goes at commit 3, here the close. After the
- * reopen, B's age counts from the open: kept at the first commit, gone a
- * few commits later. */
+/* A clean close is a commit, but expires nothing: only et_checkpoint
+ * does. A, updated before commit 1 only, would have gone at commit 3,
+ * the close; it goes at the first checkpoint after the reopen. B, updated
+ * last before the close (commit 3), keeps its age across the reopen: kept
+ * at commit 4, gone at commit 5, the second checkpoint after the open. */
 static void test_expiry_close(void **state)
 {
 	struct fx *f = *state;
@@ -2253,7 +2254,159 @@ static void test_expiry_close(void **state)
 	print_message("expiry: B, not updated since the open, went at "
 		      "commit %d after it\n",
 		      gone);
-	assert_true(gone > 1 && gone <= 3);
+	assert_int_equal(gone, 2);
+}
+
+/* The commit the store stands at. */
+static uint64_t commit_of(et_store *s)
+{
+	struct et_checkpoint_info ci;
+
+	OK(et_checkpoint_info(s, &ci));
+	return ci.commit;
+}
+
+/* Whether id of table t still reads other than its initial value ini. */
+static bool kept1(et_store *s, int t, uint64_t id, const float *ini)
+{
+	float x[DIM];
+
+	gat1(s, t, id, x);
+	return !row_eq(x, ini);
+}
+
+/* Checkpoints from commit first to last, each checked to be that commit;
+ * gone_at[k]: the commit after which ids[k] first read as ini[k] (0:
+ * kept to the end). Then closes the store. */
+static void expire_until(struct fx *f, int d, et_store *s, int t,
+			 const uint64_t *ids, float (*ini)[DIM], uint64_t first,
+			 uint64_t last, int gone_at[3])
+{
+	for (int k = 0; k < 3; k++)
+		gone_at[k] = 0;
+	for (uint64_t c = first; c <= last; c++) {
+		OK(et_checkpoint(s, NULL, 0));
+		assert_int_equal(commit_of(s), c);
+		for (int k = 0; k < 3; k++)
+			if (!gone_at[k] && !kept1(s, t, ids[k], ini[k]))
+				gone_at[k] = (int)c;
+	}
+	fx_close(f, d);
+}
+
+/*
+ * Expiry ages survive a reopen, as the rows do: a stamp (the commit a
+ * row's record went into) is journaled with it. ids[k] is updated before
+ * commit k + 1 only; with expire_after 3 it goes at commit k + 4, whether
+ * the store was closed and opened between (reopen) or not. With stamps
+ * that restarted at the open, all three would go together, three commits
+ * after it. Tiny tiers, so the rows go to the log before the commits.
+ */
+static void expiry_across(struct fx *f, bool reopen, int gone_at[3])
+{
+	const uint64_t ids[3] = {7, UINT64_MAX, 1ULL << 63};
+	const struct et_key_policy kp = {.expire_after = 3};
+	struct et_update_params up = {.lr = 0.5f};
+	struct et_table_params p = kparams(ET_OPT_SGD, 23);
+	int d = fx_new(f), t;
+	et_store *s = fx_open(f, d, &CFG_TINY);
+	float ini[3][DIM], g[DIM];
+
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 0.125f * (float)(j + 1);
+	OK(et_table_create(s, "t", &p, &t));
+	for (int k = 0; k < 3; k++)
+		gat1(s, t, ids[k], ini[k]);
+	OK(et_key_policy_set(s, t, &kp));
+	for (int k = 0; k < 3; k++) {
+		upd1(s, t, ids[k], g, &up);
+		OK(et_checkpoint(s, NULL, 0)); /* commit k + 1 */
+		assert_int_equal(commit_of(s), k + 1);
+	}
+	if (reopen) {
+		fx_close(f, d); /* nothing written: no commit */
+		s = fx_open(f, d, &CFG_TINY);
+		OK(et_table_open(s, "t", NULL, &t));
+		assert_int_equal(commit_of(s), 3);
+		OK(et_key_policy_set(s, t, &kp));
+	}
+	expire_until(f, d, s, t, ids, ini, 4, 8, gone_at);
+}
+
+static void test_expiry_reopen(void **state)
+{
+	struct fx *f = *state;
+	int straight[3], reopened[3];
+
+	expiry_across(f, false, straight);
+	expiry_across(f, true, reopened);
+	print_message("expiry: gone at commits %d %d %d straight, %d %d %d "
+		      "across a reopen\n",
+		      straight[0], straight[1], straight[2], reopened[0],
+		      reopened[1], reopened[2]);
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(straight[k], k + 4);
+		assert_int_equal(reopened[k], k + 4);
+	}
+}
+
+/*
+ * Expiry turned on for a table whose rows are already committed: their
+ * stamps (the next commit) exist only in memory until a commit journals
+ * them all (a snapshot of the index), so that a reopen finds them. A and
+ * B, committed before expiry was set (commit 1), are stamped 2 when it is
+ * set; C is updated before commit 2. With expire_after 2, all three go at
+ * commit 4, across a reopen after commit 2 or not. Had the reopen
+ * stamped A and B anew (3), they would go at commit 5.
+ */
+static void expiry_turned_on(struct fx *f, bool reopen, int gone_at[3])
+{
+	const uint64_t ids[3] = {11, 12, UINT64_MAX - 1};
+	const struct et_key_policy kp = {.expire_after = 2};
+	struct et_update_params up = {.lr = 0.5f};
+	struct et_table_params p = kparams(ET_OPT_SGD, 29);
+	int d = fx_new(f), t;
+	et_store *s = fx_open(f, d, &CFG_TINY);
+	float ini[3][DIM], g[DIM];
+
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 0.5f - 0.0625f * (float)j;
+	OK(et_table_create(s, "t", &p, &t));
+	for (int k = 0; k < 3; k++)
+		gat1(s, t, ids[k], ini[k]);
+	upd1(s, t, ids[0], g, &up);
+	upd1(s, t, ids[1], g, &up);
+	OK(et_checkpoint(s, NULL, 0)); /* 1 */
+	OK(et_key_policy_set(s, t, &kp));
+	upd1(s, t, ids[2], g, &up);
+	OK(et_checkpoint(s, NULL, 0)); /* 2 */
+	assert_int_equal(commit_of(s), 2);
+	if (reopen) {
+		fx_close(f, d);
+		s = fx_open(f, d, &CFG_TINY);
+		OK(et_table_open(s, "t", NULL, &t));
+		OK(et_key_policy_set(s, t, &kp));
+	}
+	for (int k = 0; k < 3; k++)
+		assert_true(kept1(s, t, ids[k], ini[k]));
+	expire_until(f, d, s, t, ids, ini, 3, 6, gone_at);
+}
+
+static void test_expiry_turned_on(void **state)
+{
+	struct fx *f = *state;
+	int straight[3], reopened[3];
+
+	expiry_turned_on(f, false, straight);
+	expiry_turned_on(f, true, reopened);
+	print_message("expiry set late: gone at commits %d %d %d straight, "
+		      "%d %d %d across a reopen\n",
+		      straight[0], straight[1], straight[2], reopened[0],
+		      reopened[1], reopened[2]);
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(straight[k], 4);
+		assert_int_equal(reopened[k], 4);
+	}
 }
 
 /* -------------------------------------------------- 8. multi and prefetch */
@@ -2458,6 +2611,8 @@ int main(void)
 	    T(test_admission_after_writes),
 	    T(test_admission_reopen),
 	    T(test_expiry_close),
+	    T(test_expiry_reopen),
+	    T(test_expiry_turned_on),
 	    T(test_multi_prefetch),
 	/* clang-format on */
 #undef T

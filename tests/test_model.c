@@ -74,15 +74,16 @@
  *              gradients are dropped. et_write_rows stores an id and lifts
  *              its count to admit_after (admitted from then on, erased or
  *              not).
- *   expiry     an id's stamp is the commit of the session its newest
- *              update or write goes into (checkpoints so far + 1); the
- *              c-th checkpoint of a session erases the stored ids whose
- *              stamp is c - expire_after or older. The final close expires
+ *   expiry     an id's stamp is the commit its newest update or write
+ *              goes into (the store's commits so far + 1); a checkpoint,
+ *              commit c, erases the stored ids whose stamp is
+ *              c - expire_after or older. The final close expires
  *              nothing.
  *   reopen     (a clean close, which commits) counts go on as they were
  *              (the filter saved at the commit comes back with the
- *              policy); every stored id's stamp is 1 (as if updated just
- *              before the first commit after the open).
+ *              policy), and so do the stamps (journaled with the rows):
+ *              the commits go on from the store's own count after the
+ *              open (et_checkpoint_info), every store's the same.
  *
  * The store's keys_dropped, keys_erased and keys_expired (per session)
  * must match the model's counts, a keyed table's log_index_rows after each
@@ -428,11 +429,11 @@ struct mtable {
 			  * neither erased nor expired since) */
 	uint8_t *seen;	 /* update calls that named it since the policy was
 			  * set (the filter's count, 0..KCOUNT_MAX) */
-	uint32_t *stamp; /* the commit of this session its newest value
-			  * goes into (1: the first) */
+	uint32_t *stamp; /* the commit its newest value goes into */
 	size_t n, ecap;
 	size_t nstored;	  /* keyed: entries stored */
 	uint32_t ck;	  /* keyed: checkpoints since the open */
+	uint32_t cbase;	  /* keyed: the store's commits at the open */
 	uint64_t dropped; /* keyed, since the open: ids admission dropped */
 	uint64_t erased;  /* ... stored ids et_erase removed */
 	uint64_t expired; /* ... stored ids expiry removed */
@@ -602,7 +603,7 @@ static void model_store(struct mtable *t, size_t e)
 		t->stored[e] = 1;
 		t->nstored++;
 	}
-	t->stamp[e] = t->ck + 1;
+	t->stamp[e] = t->cbase + t->ck + 1;
 }
 
 /* Keyed: entry e forgotten (et_erase, expiry). */
@@ -645,9 +646,10 @@ static uint64_t model_erase(struct mtable *t, const uint64_t *ids, size_t n)
  * whose stamp is expire_after or more commits old leave. */
 static void model_checkpoint(struct mtable *t)
 {
-	uint32_t c = t->ck + 1;
+	uint32_t c;
 
-	t->ck = c;
+	t->ck++;
+	c = t->cbase + t->ck;
 	t->ckpts++;
 	if (!t->keyed || !t->sp->expire)
 		return;
@@ -659,17 +661,14 @@ static void model_checkpoint(struct mtable *t)
 		}
 }
 
-/* Keyed: the store was closed cleanly and opened again, the policy set
- * anew with the same settings: the filter's counts come back as the close
- * committed them; the ages start over, a stored id's age from the open
- * (as if updated just before the first commit after it). */
-static void model_reopen(struct mtable *t)
+/* Keyed: the store was closed cleanly and opened again (commit: its
+ * commits then), the policy set anew with the same settings: the
+ * filter's counts and the stamps come back as the close committed them. */
+static void model_reopen(struct mtable *t, uint64_t commit)
 {
 	t->ck = 0;
+	t->cbase = (uint32_t)commit;
 	t->dropped = t->erased = t->expired = 0;
-	for (size_t e = 0; e < t->n; e++)
-		if (t->stored[e])
-			t->stamp[e] = 1;
 }
 
 static float *model_vals(struct mtable *t, uint64_t row)
@@ -1673,9 +1672,26 @@ static void op_reopen(struct harness *h)
 		ms->s = NULL;
 		store_open(h, ms, false);
 	}
-	for (int k = 0; k < h->nt; k++)
-		if (h->t[k].keyed)
-			model_reopen(&h->t[k]);
+	{
+		struct et_checkpoint_info ci, cj;
+
+		h->opname = "checkpoint_info";
+		h_rc(h, &h->st[0], et_checkpoint_info(h->st[0].s, &ci));
+		for (int s = 1; s < h->nst; s++) {
+			h_rc(h, &h->st[s], et_checkpoint_info(h->st[s].s, &cj));
+			if (cj.commit != ci.commit)
+				h_fail(h,
+				       "after the reopen, store %s stands at "
+				       "commit %llu, store %s at %llu",
+				       h->st[0].cfg->name,
+				       (unsigned long long)ci.commit,
+				       h->st[s].cfg->name,
+				       (unsigned long long)cj.commit);
+		}
+		for (int k = 0; k < h->nt; k++)
+			if (h->t[k].keyed)
+				model_reopen(&h->t[k], ci.commit);
+	}
 	sweep(h, 4096);
 }
 
@@ -2372,11 +2388,15 @@ int main(void)
 	if (only && *only)
 		cmocka_set_test_filter(only);
 	/* Small segments and a tight space bound: every case also runs the
-	 * row log's cleaner (ET_MODEL_SEGMENT=0 keeps the defaults). */
+	 * row log's cleaner; and journals that pass 4 KiB (and twice their
+	 * index) become snapshots, stamps and all (ET_MODEL_SEGMENT=0 keeps
+	 * the defaults). */
 	small_segments =
 	    !getenv("ET_MODEL_SEGMENT") || atoi(getenv("ET_MODEL_SEGMENT"));
-	if (small_segments)
+	if (small_segments) {
 		rowlog_set_tuning(1.2, 8u << 10);
+		rowlog_set_snapshot_min(4096);
+	}
 	for (size_t i = 0; i < sizeof(model_cases) / sizeof(model_cases[0]);
 	     i++) {
 		tests[n] = (struct CMUnitTest)cmocka_unit_test_setup_teardown(

@@ -912,7 +912,10 @@ static void test_keyed_admit(void **state)
 }
 
 /* --expire-after 1: each checkpoint erases the ids not updated since the
- * one before, so fewer are stored at the end than without it. */
+ * one before, so fewer are stored at the end than without it. With
+ * --expire-after 2, a run checkpointed at step 12, stopped and resumed to
+ * 24 ends on the bits and stored keys of one never stopped: the ages come
+ * back with the commit. */
 static void test_keyed_expire(void **state)
 {
 	const char *dir = store_dir("expire");
@@ -946,6 +949,49 @@ static void test_keyed_expire(void **state)
 	assert_true(n == stored);
 	assert_true(expired > 0);
 	assert_true(stored < kept);
+
+	{
+		uint64_t sum, stored2, expired2;
+
+		train(
+		    &r,
+		    "--keyed --expire-after 2 --steps 24 --checkpoint-every 4 "
+		    "--dir %s",
+		    dir);
+		expect_ok(&r);
+		sum = checksum(&r);
+		stored = count(&r, "keys-stored: ");
+		expired = count(&r, "keys-expired: ");
+		run_free(&r);
+		rm_store(dir);
+		train(
+		    &r,
+		    "--keyed --expire-after 2 --steps 12 --checkpoint-every 4 "
+		    "--dir %s",
+		    dir);
+		expect_ok(&r);
+		expired2 = count(&r, "keys-expired: ");
+		run_free(&r);
+		train(
+		    &r,
+		    "--keyed --expire-after 2 --steps 24 --checkpoint-every 4 "
+		    "--resume --dir %s",
+		    dir);
+		expect_ok(&r);
+		stored2 = count(&r, "keys-stored: ");
+		expired2 += count(&r, "keys-expired: ");
+		fprintf(stderr,
+			"--expire-after 2: %" PRIu64 " stored, %" PRIu64
+			" expired; resumed at 12: %" PRIu64 " stored, %" PRIu64
+			" expired\n",
+			stored, expired, stored2, expired2);
+		assert_true(checksum(&r) == sum);
+		assert_true(stored2 == stored);
+		assert_true(expired2 == expired);
+		assert_true(expired > 0);
+		run_free(&r);
+		rm_store(dir);
+	}
 }
 
 /* Criteo with keyed tables: a categorical value's key is a hash of its

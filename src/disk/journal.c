@@ -17,7 +17,14 @@
 #include "journal.h"
 #include "mem_host.h"
 
-#define JR_CHUNK_BYTES ((size_t)JR_ENT_CHUNK * JR_ENT)
+/* The scratch of a read or write: a chunk of the widest entries. A
+ * batch goes a chunk of its own entries (jr_ent_chunk) at a time. */
+#define JR_CHUNK_BYTES ((size_t)JR_ENT_CHUNK * JR_ENT_ST)
+
+static size_t jr_ent_chunk(size_t ent)
+{
+	return (size_t)JR_ENT_CHUNK * ent;
+}
 
 /* A journal being read. */
 struct scan {
@@ -43,9 +50,10 @@ struct bad {
 };
 
 static void decode(const unsigned char *h, const unsigned char *t, int ver,
-		   struct jr_batch *b)
+		   bool stamped, struct jr_batch *b)
 {
 	b->ver = ver;
+	b->stamped = stamped;
 	b->commit = get64(h + 8);
 	b->n = get64(h + 16);
 	b->hseg = get32(t + 8);
@@ -68,26 +76,27 @@ static void decode(const unsigned char *h, const unsigned char *t, int ver,
  * used.
  */
 static int batch_skim(struct scan *s, uint64_t off, uint64_t limit,
-		      const unsigned char *h, struct jr_batch *b, uint64_t *sum,
-		      uint64_t *next, struct bad *why)
+		      const unsigned char *h, bool stamped, struct jr_batch *b,
+		      uint64_t *sum, uint64_t *next, struct bad *why)
 {
+	size_t ent = stamped ? JR_ENT_ST : JR_ENT;
 	unsigned char t[JR_TRL];
 	uint64_t n = get64(h + 16);
 	int ret;
 
-	if (n > (limit - off - JR_HDR - JR_TRL) / JR_ENT) {
+	if (n > (limit - off - JR_HDR - JR_TRL) / ent) {
 		why->why = "names more entries than the bytes hold";
 		return 1;
 	}
-	ret = fio_pread_all(s->fd, t, JR_TRL, off + JR_HDR + n * JR_ENT);
+	ret = fio_pread_all(s->fd, t, JR_TRL, off + JR_HDR + n * ent);
 	if (ret)
 		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
-	if (memcmp(t, "ETIDXT02", 8)) {
-		why->at = off + JR_HDR + n * JR_ENT;
+	if (memcmp(t, stamped ? "ETIDXT03" : "ETIDXT02", 8)) {
+		why->at = off + JR_HDR + n * ent;
 		why->why = "has no batch trailer";
 		return 1;
 	}
-	decode(h, t, 2, b);
+	decode(h, t, 2, stamped, b);
 	b->skimmed = true;
 	if (!b->rec_bytes || b->seg_bytes < b->rec_bytes ||
 	    (s->rec_bytes && b->rec_bytes != s->rec_bytes) ||
@@ -97,7 +106,7 @@ static int batch_skim(struct scan *s, uint64_t off, uint64_t limit,
 		return 1;
 	}
 	*sum = get64(t + 32);
-	*next = off + JR_HDR + n * JR_ENT + JR_TRL;
+	*next = off + JR_HDR + n * ent + JR_TRL;
 	return 0;
 }
 
@@ -111,8 +120,10 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		       struct bad *why)
 {
 	unsigned char h[JR_HDR], t[JR_TRL];
+	bool stamped = false;
 	XXH3_state_t st;
 	uint64_t n, eb;
+	size_t ent, chunk;
 	int ver, ret;
 
 	why->at = off;
@@ -125,6 +136,8 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
 	if (!memcmp(h, "ETIDXH02", 8))
 		ver = 2;
+	else if (!memcmp(h, "ETIDXH03", 8))
+		ver = 2, stamped = true;
 	else if (!memcmp(h, "ETIDXH01", 8))
 		ver = 1;
 	else {
@@ -136,17 +149,23 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		return 1;
 	}
 	if (ver == 2 && s->skip && get64(h + 8) <= s->skip_upto)
-		return batch_skim(s, off, limit, h, b, sum, next, why);
+		return batch_skim(s, off, limit, h, stamped, b, sum, next, why);
+	ent = stamped ? JR_ENT_ST : JR_ENT;
+	chunk = jr_ent_chunk(ent);
 	n = get64(h + 16);
-	if (n > (limit - off - JR_HDR - JR_TRL) / JR_ENT) {
+	if (n > (limit - off - JR_HDR - JR_TRL) / ent) {
 		why->why = "names more entries than the bytes hold";
 		return 1;
 	}
-	eb = n * JR_ENT;
+	eb = n * ent;
 	ret = fio_pread_all(s->fd, t, JR_TRL, off + JR_HDR + eb);
 	if (ret)
 		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
-	if (memcmp(t, ver == 2 ? "ETIDXT02" : "ETIDXT01", 8)) {
+	if (memcmp(t,
+		   stamped    ? "ETIDXT03"
+		   : ver == 2 ? "ETIDXT02"
+			      : "ETIDXT01",
+		   8)) {
 		why->at = off + JR_HDR + eb;
 		why->why = "has no batch trailer";
 		return 1;
@@ -155,8 +174,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 	XXH3_64bits_update(&st, h, JR_HDR);
 	s->buf_from = UINT64_MAX;
 	for (uint64_t at = 0; at < eb;) {
-		size_t k = eb - at < JR_CHUNK_BYTES ? (size_t)(eb - at)
-						    : JR_CHUNK_BYTES;
+		size_t k = eb - at < chunk ? (size_t)(eb - at) : chunk;
 
 		ret = fio_pread_all(s->fd, s->buf, k, off + JR_HDR + at);
 		if (ret)
@@ -165,7 +183,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		XXH3_64bits_update(&st, s->buf, k);
 		at += k;
 	}
-	if (eb <= JR_CHUNK_BYTES)
+	if (eb <= chunk)
 		s->buf_from = off;
 	XXH3_64bits_update(&st, t, 32);
 	*sum = XXH3_64bits_digest(&st);
@@ -173,7 +191,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		why->why = "fails its checksum";
 		return 1;
 	}
-	decode(h, t, ver, b);
+	decode(h, t, ver, stamped, b);
 	if (!b->rec_bytes || b->seg_bytes < b->rec_bytes ||
 	    (s->rec_bytes && b->rec_bytes != s->rec_bytes) ||
 	    (s->ver && ver != s->ver)) {
@@ -190,18 +208,18 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 static int batch_apply(struct scan *s, uint64_t off, const struct jr_batch *b,
 		       const struct jr_sink *k)
 {
-	uint64_t eb = b->skimmed ? 0 : b->n * JR_ENT;
+	size_t ent = jr_ent_bytes(b), chunk = jr_ent_chunk(ent);
+	uint64_t eb = b->skimmed ? 0 : b->n * ent;
 	int ret = k->begin ? k->begin(k->arg, b) : 0;
 
 	for (uint64_t at = 0; !ret && at < eb;) {
-		size_t n = eb - at < JR_CHUNK_BYTES ? (size_t)(eb - at)
-						    : JR_CHUNK_BYTES;
+		size_t n = eb - at < chunk ? (size_t)(eb - at) : chunk;
 
 		if (s->buf_from != off)
 			ret =
 			    fio_pread_all(s->fd, s->buf, n, off + JR_HDR + at);
 		if (!ret)
-			ret = k->entries(k->arg, b, s->buf, n / JR_ENT);
+			ret = k->entries(k->arg, b, s->buf, n / ent);
 		at += n;
 	}
 	if (!ret && k->end)
@@ -516,7 +534,11 @@ static int ring_write(io_ctx *io, int fd, const void *buf, size_t len,
 static void encode_hdr(const struct jr_batch *b, unsigned char *h)
 {
 	memset(h, 0, JR_HDR);
-	memcpy(h, b->ver >= 2 ? "ETIDXH02" : "ETIDXH01", 8);
+	memcpy(h,
+	       b->ver < 2   ? "ETIDXH01"
+	       : b->stamped ? "ETIDXH03"
+			    : "ETIDXH02",
+	       8);
 	put64(h + 8, b->commit);
 	put64(h + 16, b->n);
 	put64(h + 24, b->ver >= 2 ? b->prev : 0);
@@ -525,7 +547,11 @@ static void encode_hdr(const struct jr_batch *b, unsigned char *h)
 static void encode_trl(const struct jr_batch *b, unsigned char *t)
 {
 	memset(t, 0, JR_TRL);
-	memcpy(t, b->ver >= 2 ? "ETIDXT02" : "ETIDXT01", 8);
+	memcpy(t,
+	       b->ver < 2   ? "ETIDXT01"
+	       : b->stamped ? "ETIDXT03"
+			    : "ETIDXT02",
+	       8);
 	put32(t + 8, b->hseg);
 	put32(t + 12, b->hslot);
 	put32(t + 16, b->flags);
@@ -541,7 +567,7 @@ static int batch_write(io_ctx *io, int fd, uint64_t off,
 		       uint64_t *end, uint64_t *sum)
 {
 	unsigned char h[JR_HDR], *buf;
-	size_t cap = JR_CHUNK_BYTES + JR_HDR + JR_TRL;
+	size_t cap = JR_CHUNK_BYTES + JR_HDR + JR_TRL, ent = jr_ent_bytes(b);
 	XXH3_state_t st;
 	uint64_t at = off;
 	int ret = 0;
@@ -562,8 +588,8 @@ static int batch_write(io_ctx *io, int fd, uint64_t off,
 
 			if (n) {
 				fill(arg, buf + used, i, n);
-				XXH3_64bits_update(&st, buf + used, n * JR_ENT);
-				used += n * JR_ENT;
+				XXH3_64bits_update(&st, buf + used, n * ent);
+				used += n * ent;
 				i += n;
 			}
 			if (i == b->n) { /* the trailer goes with the last */

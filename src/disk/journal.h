@@ -14,6 +14,12 @@
  *                generation, u64 XXH3-64 of header, entries and the
  *                trailer's first 32 bytes
  *
+ * A stamped batch ("ETIDXH03"/"ETIDXT03", written while the log keeps
+ * stamps: a keyed table with expiry) is a version 2 batch whose entries
+ * are 20 bytes: the 16 above and a u32 stamp, the commit in which the
+ * row's record was first committed (0: unknown). A journal may hold both
+ * kinds of version 2 batch.
+ *
  * Each batch names the one before it, so the checksum of the last batch
  * covers the whole chain. Version 1 ("ETIDXH01"/"ETIDXT01", no chain,
  * generation fields 0, records bound to their row only) is still read,
@@ -46,6 +52,7 @@
 
 #define JR_HDR	     32
 #define JR_ENT	     16
+#define JR_ENT_ST    20 /* an entry of a stamped batch */
 #define JR_TRL	     40
 #define JR_SNAPSHOT  0x1u
 #define JR_NONE	     0xffffffffu /* no head segment */
@@ -72,13 +79,20 @@ struct jr_expect {
 
 /* A batch's header and trailer. */
 struct jr_batch {
-	int ver; /* 1 or 2 */
+	int ver;      /* 1 or 2 */
+	bool stamped; /* version 2: each entry ends in a u32 stamp */
 	uint64_t commit, n;
 	uint32_t hseg, hslot, flags, rec_bytes, seg_bytes, hgen;
 	uint64_t prev; /* the checksum of the batch before (0: none, or a
 			* snapshot; version 1: always 0) */
 	bool skimmed;  /* jr_sink.skip: only begin and end hear of it */
 };
+
+/* The bytes of one of b's entries. */
+static inline size_t jr_ent_bytes(const struct jr_batch *b)
+{
+	return b->stamped ? JR_ENT_ST : JR_ENT;
+}
 
 /* Where a journal's committed bytes end: what the next record names. */
 struct jr_tail {

@@ -101,7 +101,7 @@ static int ch_entries(void *arg, const struct jr_batch *b,
 	if (b->commit <= k->since || !c->complete)
 		return 0;
 	ret = ch_grow(k, n);
-	for (size_t i = 0; !ret && i < n; i++, p += JR_ENT)
+	for (size_t i = 0; !ret && i < n; i++, p += jr_ent_bytes(b))
 		c->e[c->n++] =
 		    (struct rl_chg){get64(p), get32(p + 8), get32(p + 12)};
 	return ret;

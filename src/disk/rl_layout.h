@@ -136,8 +136,17 @@ struct rowlog {
 	uint64_t *ord;	/* a read's records in log order */
 	size_t ordcap;
 	uint64_t epoch; /* rowlog_epoch */
-	uint32_t tick;	/* rowlog_stamps: the stamp of rows appended now */
+	uint32_t tick;	/* the stamp of rows appended now: the commit to
+			 * come */
 	bool in_clean;	/* the cleaner's appends keep their rows' stamps */
+	/* Stamps (ix.aux, kept once a keyed table has expiry, or once the
+	 * journal has stamped batches) go into the journal, each entry's
+	 * beside it (stamped batches, journal.h). */
+	bool stamp_unknown; /* some stamps are 0: rows a replay found in
+			     * unstamped batches, stamped at rowlog_stamps */
+	bool stamp_snap;    /* stamps began in memory: the next commit
+			     * journals every row's (a snapshot) */
+	bool jstamped;	    /* the batch being written is stamped */
 	struct rowlog_stats st;
 };
 

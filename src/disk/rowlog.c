@@ -123,16 +123,38 @@ int rowlog_erase(struct rowlog *l, const uint64_t *rows, size_t n,
 	return 0;
 }
 
+/* Keeps a stamp beside each index entry from now on, those there now
+ * stamped with. */
+static int stamps_keep(struct rowlog *l, uint32_t with)
+{
+	int ret;
+
+	if (l->ix.keep_aux)
+		return 0;
+	ret = rli_keep_aux(&l->ix);
+	for (uint64_t i = 0; !ret && l->ix.aux && i < rli_end(&l->ix); i++)
+		l->ix.aux[i] = with;
+	return ret;
+}
+
 int rowlog_stamps(struct rowlog *l, uint32_t tick)
 {
 	int ret;
 
 	l->tick = tick;
-	if (l->ix.keep_aux)
+	if (l->ix.keep_aux) {
+		/* from the journal: only rows it had no stamp for */
+		for (uint64_t i = 0; l->stamp_unknown && i < rli_end(&l->ix);
+		     i++)
+			if (rli_used(&l->ix, i) && !l->ix.aux[i])
+				l->ix.aux[i] = tick;
+		l->stamp_unknown = false;
 		return 0;
-	ret = rli_keep_aux(&l->ix);
-	for (uint64_t i = 0; !ret && i < rli_end(&l->ix); i++)
-		l->ix.aux[i] = tick;
+	}
+	ret = stamps_keep(l, tick);
+	/* the journal has none of them yet */
+	if (!ret && !l->rdonly && l->ver >= 2)
+		l->stamp_snap = true;
 	return ret;
 }
 
@@ -196,8 +218,9 @@ int rowlog_expect(struct rowlog *l, uint64_t n)
 static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
+	size_t ent = l->jstamped ? JR_ENT_ST : JR_ENT;
 
-	for (size_t i = 0; i < n; i++, p += JR_ENT) {
+	for (size_t i = 0; i < n; i++, p += ent) {
 		uint64_t row = l->chg[first + i];
 		uint32_t rn = RL_TOMB;
 		int64_t e;
@@ -212,6 +235,8 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 		put64(p, row);
 		put32(p + 8, rn);
 		put32(p + 12, e >= 0 && l->ver >= 2 ? l->gen[rn / l->rps] : 0);
+		if (l->jstamped)
+			put32(p + 16, e >= 0 ? l->ix.aux[e] : 0);
 	}
 }
 
@@ -220,10 +245,11 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
+	size_t ent = l->jstamped ? JR_ENT_ST : JR_ENT;
 
 	if (!first)
 		l->fill_at = 0;
-	for (size_t i = 0; i < n; i++, p += JR_ENT) {
+	for (size_t i = 0; i < n; i++, p += ent) {
 		uint32_t rn;
 
 		while (!rli_used(&l->ix, l->fill_at))
@@ -233,6 +259,8 @@ static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 		put64(p, rli_row(&l->ix, l->fill_at));
 		put32(p + 8, rn);
 		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
+		if (l->jstamped)
+			put32(p + 16, l->ix.aux[l->fill_at]);
 		l->fill_at++;
 	}
 }
@@ -297,20 +325,26 @@ int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
 		if (unlink(l->pnew) && errno != ENOENT)
 			return -errno;
 	}
-	if (!l->nchg)
+	if (l->stamp_snap && !l->ix.count)
+		l->stamp_snap = false; /* no row to stamp */
+	if (!l->nchg && !l->stamp_snap)
 		return 0; /* nothing changed: earlier batches say it all */
 	ret = rowlog_sync(l, io);
 	if (ret)
 		return ret;
-	ibytes = l->ix.count * JR_ENT + JR_HDR + JR_TRL;
+	l->jstamped = l->ver >= 2 && l->ix.keep_aux && l->ix.aux;
+	ibytes =
+	    l->ix.count * (l->jstamped ? JR_ENT_ST : JR_ENT) + JR_HDR + JR_TRL;
 	b = (struct jr_batch){.ver = l->ver,
+			      .stamped = l->jstamped,
 			      .commit = commit,
 			      .hseg = l->head_ok ? l->hseg : JR_NONE,
 			      .hslot = l->hslot,
 			      .rec_bytes = l->rec_bytes,
 			      .seg_bytes = l->seg_bytes,
 			      .hgen = l->head_ok ? l->gen[l->hseg] : 0};
-	if (l->jt.len > l->snap_min && l->jt.len > 2 * ibytes) {
+	if (l->stamp_snap ||
+	    (l->jt.len > l->snap_min && l->jt.len > 2 * ibytes)) {
 		b.n = l->ix.count;
 		b.flags = JR_SNAPSHOT;
 		ret = jr_write_new(io, l->pnew, &b, fill_index, l, &l->snap_t);
@@ -350,8 +384,11 @@ void rowlog_commit_done(struct rowlog *l, uint64_t commit, bool durable)
 		l->chg = NULL;
 		l->chgcap = 0;
 	}
-	if (l->snap == SNAP_PREPARED && l->snap_commit == commit)
+	if (l->snap == SNAP_PREPARED && l->snap_commit == commit) {
 		l->snap = SNAP_COMMITTED;
+		l->stamp_snap = false; /* every stamp is in it */
+	}
+	l->tick = (uint32_t)(commit + 1);
 	/* The rename waits for a durable record (the old record, should
 	 * it come back, names the old journal); a rename that fails is
 	 * tried again by the next prepare, and finished by an open. */
@@ -409,10 +446,18 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 {
 	struct replay *r = arg;
 	struct rowlog *l = r->l;
+	size_t ent = jr_ent_bytes(b);
 	int ret;
 
-	(void)b;
-	for (size_t i = 0; i < n; i++, e += JR_ENT) {
+	/* A stamped batch: the log keeps stamps from here on, rows of the
+	 * batches before it unknown (0) until rowlog_stamps */
+	if (b->stamped && !l->ix.keep_aux) {
+		ret = stamps_keep(l, 0);
+		if (ret)
+			return ret;
+		l->stamp_unknown = l->ix.count != 0;
+	}
+	for (size_t i = 0; i < n; i++, e += ent) {
 		uint64_t row = get64(e), slot, seg;
 		uint32_t rn = get32(e + 8);
 		bool isnew;
@@ -420,7 +465,7 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 		/* the slots of rows a few ahead: random memory (the index
 		 * was sized for the batch first, so they stay put) */
 		if (i + 8 < n)
-			rli_prefetch_val(&l->ix, get64(e + 8 * JR_ENT));
+			rli_prefetch_val(&l->ix, get64(e + 8 * ent));
 
 		if (rn == RL_TOMB && !l->rows) {
 			int64_t k = rli_find(&l->ix, row);
@@ -449,6 +494,10 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 			return ret;
 		l->ix.vals[slot] = rn;
 		l->gen[seg] = get32(e + 12);
+		if (l->ix.aux) {
+			l->ix.aux[slot] = b->stamped ? get32(e + 16) : 0;
+			l->stamp_unknown |= !l->ix.aux[slot];
+		}
 	}
 	return 0;
 }
@@ -566,6 +615,7 @@ int rowlog_open(const char *tf_path, uint32_t row_bytes, uint64_t rows,
 		goto err;
 	if (l->jt.ver)
 		l->ver = l->jt.ver;
+	l->tick = (uint32_t)(x->commit + 1); /* rows appended now */
 	if (l->ix.count || l->head_ok) {
 		uint32_t ns = l->head_ok ? l->hseg + 1 : 0;
 		uint64_t need;
