@@ -393,6 +393,22 @@ struct et_store_config {
 ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
 			 et_store **out);
 
+/*
+ * Tables that fit in memory, direct-mapped: the smallest capacity (to
+ * within a few bytes of the split's rounding) of tier 1 (ddr_bytes) or 0
+ * (hbm_bytes) with which a store of config cfg (NULL: the defaults; its
+ * ways, slot_bytes and that tier's policy count, its capacities do not)
+ * gives every row of the n row-indexed tables p[0..n) a slot of its own
+ * in that tier, were they its only tables (et_store_config above). A
+ * direct-mapped tier is the fastest: a lookup reads the row's own slot,
+ * nothing is evicted. Tables added later, or keyed ones, need more.
+ * ET_ECONFIG for a keyed table, parameters et_table_create refuses, a
+ * config et_store_open refuses, or a tier other than 0 and 1.
+ */
+ET_API int et_direct_bytes(const struct et_store_config *cfg,
+			   const struct et_table_params *p, size_t n, int tier,
+			   uint64_t *bytes);
+
 /* Writes back every dirty row, syncs, commits (see "durability" below) and
  * frees the store. Returns the first error met while flushing or
  * committing; the store is freed whatever happens. Every write that a call

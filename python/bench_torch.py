@@ -75,8 +75,9 @@ row work) and torch.set_num_threads.  --json prints one JSON object instead
 of the table.
 
 Memory: shape A is 1.7 GB of f32 weights a side, plus the store's DDR
-tier (--ddr-factor, 1, x the bytes of a slot for every row, its row and
-ET_SLOT_META_BYTES of metadata: 1.9 GB for A, 2.2 GB for B) and, for
+tier (--ddr-factor, 1, x embtier.direct_bytes of the tables: a slot for
+every row, its row and ET_SLOT_META_BYTES of metadata: 1.9 GB for A,
+2.2 GB for B) and, for
 Adagrad, torch's state (1.7 GB for A, 2.1 GB for B).  A tier with a slot
 for every row is direct-mapped (a slot a row: no probe of a set, no
 eviction; et_tier_stats.direct_rows, printed); a factor below 1 makes it
@@ -162,14 +163,15 @@ def make_batches(sh, nbatches, seed):
 def open_store(d, sh, threads, optim, a):
     """A store whose DDR tier holds every row, its tables created."""
     T, R, D = sh["tables"], sh["rows"], sh["dim"]
-    # the row, its optimizer state and ET_SLOT_META_BYTES (21) of metadata
-    slot = D * 4 + (4 if optim == "rowwise_adagrad" else 0) + 21
-    s = embtier.Store(d, ddr_bytes=int(T * R * slot * a.ddr_factor),
+    params = [dict(rows=R, dim=D, optim=optim, init="uniform",
+                   seed=a.seed + t) for t in range(T)]
+    # what gives every row a slot of its own: the row, its optimizer state
+    # and ET_SLOT_META_BYTES of metadata a row (et_direct_bytes)
+    direct = embtier.direct_bytes(params, ways=a.ways)
+    s = embtier.Store(d, ddr_bytes=int(direct * a.ddr_factor),
                       ways=a.ways, threads=threads,
                       prefetch_thread=int(a.prefetch_thread))
-    tables = [s.create_table(f"t{t}", rows=R, dim=D, optim=optim,
-                             init="uniform", seed=a.seed + t)
-              for t in range(T)]
+    tables = [s.create_table(f"t{t}", **p) for t, p in enumerate(params)]
     return s, tables
 
 

@@ -40,9 +40,11 @@
 #define META ET_SLOT_META_BYTES
 
 /* Store directories made by a test, removed by the teardown. */
+#define FX_DIRS 8
+
 struct fx {
-	char *dirs[4];
-	et_store *s[4];
+	char *dirs[FX_DIRS];
+	et_store *s[FX_DIRS];
 	int ndirs;
 };
 
@@ -68,7 +70,7 @@ static int teardown(void **state)
 /* A fresh store directory path (not created). */
 static const char *fx_dir(struct fx *f)
 {
-	assert_true(f->ndirs < 4);
+	assert_true(f->ndirs < FX_DIRS);
 	f->dirs[f->ndirs] = strdup(tu_path("store"));
 	assert_non_null(f->dirs[f->ndirs]);
 	return f->dirs[f->ndirs++];
@@ -460,6 +462,87 @@ static void test_slot_sizing(void **state)
  * class set-associative, which writes the dirty rows back first. Every
  * row reads back as written, before and after a reopen.
  */
+/* The tables' direct rows in tier (0: HBM) of a store of config c with
+ * the tables p[0..n) created in it. */
+static uint64_t direct_in(struct fx *f, const struct et_store_config *c,
+			  const struct et_table_params *p, size_t n, int tier)
+{
+	et_store **s = fx_open(f, c);
+	char name[16];
+	struct et_stats st;
+	int t;
+
+	for (size_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "t%zu", i);
+		assert_int_equal(et_table_create(*s, name, &p[i], &t), 0);
+	}
+	st = stats_of(*s, -1);
+	assert_int_equal(et_store_close(*s), 0);
+	*s = NULL;
+	return tier ? st.ddr.direct_rows : st.hbm.direct_rows;
+}
+
+/* et_direct_bytes: a tier of that size holds the tables direct-mapped,
+ * 1% less does not; with other ways, a policy with more metadata a slot,
+ * shared slots, and for HBM. Bad arguments are refused. */
+static void test_direct_bytes(void **state)
+{
+	struct fx *f = *state;
+	struct et_table_params p[3] = {small_params(16, ET_OPT_SGD),
+				       small_params(32, ET_OPT_ROWWISE_ADAGRAD),
+				       small_params(16, ET_OPT_SGD)};
+	const struct et_store_config cfgs[3] = {
+	    {0},
+	    {.ways = 4, .ddr_policy = ET_POLICY_TINYLFU},
+	    {.slot_bytes = 256, .ddr_policy = ET_POLICY_LFU}};
+	const uint64_t rows = 1000 + 3000 + 500;
+	uint64_t b, h;
+
+	p[1].rows = 3000;
+	p[2].rows = 500;
+	p[2].dtype = ET_F16;
+	for (int k = 0; k < 3; k++) {
+		struct et_store_config c = cfgs[k];
+
+		assert_int_equal(et_direct_bytes(k ? &c : NULL, p, 3, 1, &b),
+				 0);
+		c.ddr_bytes = b;
+		assert_int_equal(direct_in(f, &c, p, 3, 1), rows);
+		c.ddr_bytes = b - b / 100;
+		assert_true(direct_in(f, &c, p, 3, 1) < rows);
+		print_message("direct DDR of config %d: %llu bytes for %llu "
+			      "rows\n",
+			      k, (unsigned long long)b,
+			      (unsigned long long)rows);
+	}
+	/* HBM: a store with both tiers */
+	assert_int_equal(et_direct_bytes(NULL, p, 3, 0, &h), 0);
+	{
+		struct et_store_config c = {.hbm_bytes = h,
+					    .ddr_bytes = 1 << 20};
+
+		assert_int_equal(direct_in(f, &c, p, 3, 0), rows);
+	}
+	/* refused */
+	p[2].flags = ET_TABLE_KEYED;
+	p[2].rows = 0;
+	assert_int_equal(et_direct_bytes(NULL, p, 3, 1, &b), ET_ECONFIG);
+	assert_non_null(strstr(et_errdetail(), "keyed"));
+	p[2].flags = 0;
+	p[2].rows = 500;
+	p[2].dim = 0;
+	assert_int_equal(et_direct_bytes(NULL, p, 3, 1, &b), ET_ECONFIG);
+	p[2].dim = 16;
+	assert_int_equal(et_direct_bytes(NULL, p, 3, 2, &b), ET_ECONFIG);
+	assert_int_equal(et_direct_bytes(NULL, p, 3, 1, NULL), -EINVAL);
+	{
+		struct et_store_config c = {.ways = 65};
+
+		assert_int_equal(et_direct_bytes(&c, p, 3, 1, &b), ET_ECONFIG);
+	}
+	assert_int_equal(et_direct_bytes(NULL, p, 0, 1, &b), 0);
+}
+
 static void test_direct_tables_added(void **state)
 {
 	struct fx *f = *state;
@@ -1794,6 +1877,7 @@ int main(void)
 	    T(test_open_good_config),
 	    T(test_slot_sizing),
 	    T(test_direct_tables_added),
+	    T(test_direct_bytes),
 	    T(test_mixed_dims),
 	    T(test_new_class_later),
 	    T(test_new_class_with_queue),

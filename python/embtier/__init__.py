@@ -17,8 +17,8 @@ ET_ENOTABLE, ...) are read from include/embtier.h at import.
 
 from . import _abi
 from .store import (EmbtierError, Serving, Store, Table, apply_delta, as_ids,
-                    checkpoint_info, error_name, export_delta, read_rows,
-                    strerror)
+                    checkpoint_info, direct_bytes, error_name, export_delta,
+                    read_rows, strerror)
 
 __version__ = _abi.LIB_VERSION
 LIB_PATH = _abi.LIB_PATH
@@ -28,6 +28,7 @@ globals().update({k: v for k, v in _abi.CONSTS.items()
                   if k.startswith("ET_")})
 
 __all__ = ["EmbtierError", "Serving", "Store", "Table", "apply_delta", "as_ids",
-           "checkpoint_info", "error_name", "export_delta", "read_rows",
+           "checkpoint_info", "direct_bytes", "error_name", "export_delta",
+           "read_rows",
            "strerror", "LIB_PATH", "HEADER_PATH"] + \
     [k for k in _abi.CONSTS if k.startswith("ET_")]

@@ -269,6 +269,7 @@ FUNCTIONS = {
     "et_strerror": (ctypes.c_char_p, [_I]),
     "et_errdetail": (ctypes.c_char_p, []),
     "et_store_open": (_I, [ctypes.c_char_p, _P, _P]),
+    "et_direct_bytes": (_I, [_P, _P, _Z, _I, _P]),
     "et_store_close": (_I, [_P]),
     "et_table_create": (_I, [_P, ctypes.c_char_p, _P, _P]),
     "et_table_open": (_I, [_P, ctypes.c_char_p, _P, _P]),

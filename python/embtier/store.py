@@ -226,6 +226,27 @@ def _ptr(a):
 # ----------------------------------------------------------------- store
 
 
+def direct_bytes(tables, tier="ddr", **config):
+    """et_direct_bytes: the bytes of tier ('ddr' or 'hbm') that give every
+    row of the row-indexed tables a slot of its own (direct-mapped, the
+    fastest: nothing evicted), in a store of config (Store's keywords;
+    its capacities do not count).  tables: a list of dicts of
+    create_table's keywords.  For Store(dir, ddr_bytes=direct_bytes(...))
+    before the tables are created."""
+    tiers = {"hbm": 0, "ddr": 1}
+    if tier not in tiers:
+        raise _einval("et_direct_bytes", f"tier {tier!r}: 'ddr' or 'hbm'")
+    cfg = _struct("et_store_config", config, "et_direct_bytes")
+    arr = (_abi.struct_class("et_table_params") * max(len(tables), 1))()
+    for i, t in enumerate(tables):
+        arr[i] = _struct("et_table_params", t, "et_direct_bytes")
+    out = ctypes.c_uint64()
+    _check(lib.et_direct_bytes(ctypes.byref(cfg), arr, len(tables),
+                               tiers[tier], ctypes.byref(out)),
+           "et_direct_bytes")
+    return out.value
+
+
 def checkpoint_info(path):
     """et_checkpoint_read_dir: the last checkpoint of the store directory
     path, read without opening the store: a dict of et_checkpoint_info's

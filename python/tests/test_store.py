@@ -192,6 +192,22 @@ def test_stats_is_every_field(store_dir):
         assert st["mem_bytes"] > 0
 
 
+def test_direct_bytes_sizes_a_direct_tier(store_dir):
+    tables = [dict(rows=1000, dim=16), dict(rows=300, dim=8, dtype="f16"),
+              dict(rows=700, dim=16, optim="rowwise_adagrad")]
+    b = embtier.direct_bytes(tables, ways=8)
+    with embtier.Store(store_dir, ddr_bytes=b, ways=8) as s:
+        for i, t in enumerate(tables):
+            s.create_table(f"t{i}", **t)
+        assert s.stats()["ddr"]["direct_rows"] == 2000
+    with pytest.raises(embtier.EmbtierError) as e:
+        embtier.direct_bytes(tables, tier="l3")
+    assert e.value.code == -22
+    with pytest.raises(embtier.EmbtierError) as e:
+        embtier.direct_bytes([dict(dim=8, flags=embtier.ET_TABLE_KEYED)])
+    assert e.value.code == embtier.ET_ECONFIG
+
+
 def test_checkpoint(store_dir):
     dense = np.arange(1000, dtype=np.float32)
     with open_store(store_dir) as s:

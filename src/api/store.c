@@ -375,6 +375,47 @@ err_free:
 	return ret;
 }
 
+int et_direct_bytes(const struct et_store_config *cfg,
+		    const struct et_table_params *p, size_t n, int tier,
+		    uint64_t *bytes)
+{
+	struct et_store_config c = cfg ? *cfg : (struct et_store_config){0};
+	uint32_t *rb = NULL;
+	uint64_t *rows = NULL;
+	int ret;
+
+	err_clear();
+	if ((!p && n) || !bytes)
+		return err_set(-EINVAL, "p or bytes is NULL");
+	if (tier != 0 && tier != 1)
+		return err_set(ET_ECONFIG, "tier %d: 0 (HBM) or 1 (DDR)", tier);
+	/* its capacities are what is asked for */
+	c.hbm_bytes = 0;
+	c.ddr_bytes = (uint64_t)1 << 62;
+	ret = config_check(&c);
+	if (ret)
+		return ret;
+	rb = malloc((n ? n : 1) * sizeof(*rb));
+	rows = malloc((n ? n : 1) * sizeof(*rows));
+	if (!rb || !rows)
+		ret = -ENOMEM;
+	for (size_t i = 0; !ret && i < n; i++) {
+		ret = tf_params_check(&p[i]);
+		if (!ret && (p[i].flags & ET_TABLE_KEYED))
+			ret = err_set(ET_ECONFIG,
+				      "table %zu is keyed: it has no number "
+				      "of rows to give slots to",
+				      i);
+		rb[i] = tf_params_row_bytes(&p[i]);
+		rows[i] = p[i].rows;
+	}
+	if (!ret)
+		ret = reg_direct_bytes(&c, rb, rows, n, tier, bytes);
+	free(rb);
+	free(rows);
+	return ret;
+}
+
 int et_store_open(const char *dir, const struct et_store_config *cfg,
 		  et_store **out)
 {

@@ -83,6 +83,11 @@ struct tf_read {
 	io_ctx *io;
 };
 
+/* Whether p would make a table (et_table_create's checks of the file:
+ * ET_ECONFIG naming the field), and the bytes of its rows as stored. */
+int tf_params_check(const struct et_table_params *p);
+uint32_t tf_params_row_bytes(const struct et_table_params *p);
+
 int tf_read_multi(struct tf_read *rd, size_t nrd);
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 		      const void *src);

@@ -95,7 +95,6 @@ void tf_header_encode(const struct tf_geom *g, unsigned char *h);
 int tf_header_decode(const unsigned char *h, size_t n, struct tf_geom *g);
 uint32_t tf_state_floats_of(et_optim o);
 bool tf_geom_derive(struct tf_geom *g);
-int tf_params_check(const struct et_table_params *p);
 
 /* tf_block.c */
 int tf_stage(et_tfile *tf);

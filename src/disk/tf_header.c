@@ -79,6 +79,14 @@ bool tf_geom_derive(struct tf_geom *g)
 	return true;
 }
 
+uint32_t tf_params_row_bytes(const struct et_table_params *p)
+{
+	et_dtype dt = p->dtype ? p->dtype : ET_F32;
+
+	return p->dim * (uint32_t)dtype_size(dt) +
+	       4 * tf_state_floats_of(p->optim);
+}
+
 /* The checks of tf_geom_derive on a caller's parameters, before anything is
  * created, each failure with its own message; the device's alignment of
  * block_size is checked once the file is open. */

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -56,74 +57,166 @@ static uint64_t slot_cost(const et_store *s, int tier, uint32_t slot)
 
 /* Rows are stored in slots rounded to 4 bytes (the state is f32), and at
  * least cfg.slot_bytes big: rows up to that share one class. */
-static uint32_t slot_for(const et_store *s, uint32_t row_bytes)
+static uint32_t slot_of(uint32_t cfg_slot, uint32_t row_bytes)
 {
 	uint32_t slot = (row_bytes + 3) & ~3u;
-	uint32_t min = (s->cfg.slot_bytes + 3) & ~3u;
+	uint32_t min = (cfg_slot + 3) & ~3u;
 
 	return slot > min ? slot : min;
 }
 
+static uint32_t slot_for(const et_store *s, uint32_t row_bytes)
+{
+	return slot_of(s->cfg.slot_bytes, row_bytes);
+}
+
+/* ET_ECAPACITY unless a tier of bytes (0: HBM, 1: DDR; policy pol, ways
+ * a set) holds one set of each of the n classes cls[0..n). */
+static int plan_fits(const struct sclass *cls, uint32_t n, int tier,
+		     uint64_t bytes, uint32_t ways, et_policy pol)
+{
+	uint64_t need = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		need += (uint64_t)ways *
+			cache_slot_cost(cls[i].slot_bytes, policy_get(pol));
+	if (need <= bytes)
+		return 0;
+	return err_set(ET_ECAPACITY,
+		       "et_store_config.%s %llu cannot hold one set (%u ways) "
+		       "of each of the %u row sizes: %llu bytes needed",
+		       tier ? "ddr_bytes" : "hbm_bytes",
+		       (unsigned long long)bytes, ways, n,
+		       (unsigned long long)need);
+}
+
 /*
- * Plans the split of each tier among the first n classes into their
- * nsets: one set each, then the rest of the tier's bytes in proportion to
+ * Plans the split of a tier that plan_fits among the n classes into their
+ * nsets[tier]: one set each, then the rest of the bytes in proportion to
  * the classes' weights (by cumulative sums, so the shares add up to the
- * tier exactly). ET_ECAPACITY if a tier cannot give every class one set;
- * nothing is changed then.
+ * tier exactly); and direct[tier], the slots of a share that has one for
+ * every row of its class (0: not direct). Reads the classes' slot_bytes,
+ * weight, rows and keyed only: et_direct_bytes plans with it too.
  */
+static void plan_tier(struct sclass *cls, uint32_t n, int tier, uint64_t bytes,
+		      uint32_t ways, et_policy pol)
+{
+	uint64_t rest = bytes, prev = 0;
+	double wsum = 0, wcum = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		rest -= (uint64_t)ways *
+			cache_slot_cost(cls[i].slot_bytes, policy_get(pol));
+		wsum += cls[i].weight;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct sclass *c = &cls[i];
+		uint64_t per = cache_slot_cost(c->slot_bytes, policy_get(pol));
+		uint64_t upto;
+
+		wcum += c->weight;
+		upto = i + 1 == n ? rest
+				  : (uint64_t)((double)rest * (wcum / wsum));
+		if (upto > rest)
+			upto = rest;
+		if (upto < prev)
+			upto = prev;
+		c->nsets[tier] = 1 + (upto - prev) / per / ways;
+		/* the share's bytes: one set, and upto - prev */
+		c->direct[tier] = (ways * per + (upto - prev)) / per;
+		if (c->keyed || c->rows > c->direct[tier])
+			c->direct[tier] = 0;
+		prev = upto;
+	}
+}
+
+/* Plans the split of each tier among the first n classes (plan_tier).
+ * ET_ECAPACITY if a tier cannot give every class one set; nothing is
+ * changed then. */
 static int plan(et_store *s, uint32_t n)
 {
-	uint64_t bytes[2] = {s->cfg.hbm_bytes, s->cfg.ddr_bytes};
-	double wsum = 0;
+	const et_policy pol[2] = {s->cfg.hbm_policy, s->cfg.ddr_policy};
+	const uint64_t bytes[2] = {s->cfg.hbm_bytes, s->cfg.ddr_bytes};
+	int first = s->reg.has_hbm ? 0 : 1;
 
-	for (int tier = s->reg.has_hbm ? 0 : 1; tier < 2; tier++) {
-		uint64_t need = 0;
+	for (int tier = first; tier < 2; tier++) {
+		int ret = plan_fits(s->reg.cls, n, tier, bytes[tier],
+				    s->cfg.ways, pol[tier]);
 
-		for (uint32_t i = 0; i < n; i++)
-			need += (uint64_t)s->cfg.ways *
-				slot_cost(s, tier, s->reg.cls[i].slot_bytes);
-		if (need > bytes[tier])
-			return err_set(ET_ECAPACITY,
-				       "et_store_config.%s %llu cannot hold "
-				       "one set (%u ways) of each of the %u "
-				       "row sizes: %llu bytes needed",
-				       tier ? "ddr_bytes" : "hbm_bytes",
-				       (unsigned long long)bytes[tier],
-				       s->cfg.ways, n,
-				       (unsigned long long)need);
+		if (ret)
+			return ret;
 	}
-	for (uint32_t i = 0; i < n; i++)
-		wsum += s->reg.cls[i].weight;
-	for (int tier = s->reg.has_hbm ? 0 : 1; tier < 2; tier++) {
-		uint64_t rest = bytes[tier], prev = 0;
-		double wcum = 0;
-
-		for (uint32_t i = 0; i < n; i++)
-			rest -= (uint64_t)s->cfg.ways *
-				slot_cost(s, tier, s->reg.cls[i].slot_bytes);
-		for (uint32_t i = 0; i < n; i++) {
-			struct sclass *c = &s->reg.cls[i];
-			uint64_t per = slot_cost(s, tier, c->slot_bytes);
-			uint64_t upto;
-
-			wcum += c->weight;
-			upto = i + 1 == n
-				   ? rest
-				   : (uint64_t)((double)rest * (wcum / wsum));
-			if (upto > rest)
-				upto = rest;
-			if (upto < prev)
-				upto = prev;
-			c->nsets[tier] = 1 + (upto - prev) / per / s->cfg.ways;
-			/* the share's bytes: one set, and upto - prev */
-			c->direct[tier] =
-			    (s->cfg.ways * per + (upto - prev)) / per;
-			if (c->keyed || c->rows > c->direct[tier])
-				c->direct[tier] = 0;
-			prev = upto;
-		}
-	}
+	for (int tier = first; tier < 2; tier++)
+		plan_tier(s->reg.cls, n, tier, bytes[tier], s->cfg.ways,
+			  pol[tier]);
 	return 0;
+}
+
+/* Whether every class of cls[0..n) is direct in a tier of bytes. */
+static bool all_direct(struct sclass *cls, uint32_t n, int tier, uint64_t bytes,
+		       uint32_t ways, et_policy pol)
+{
+	uint64_t need = 0;
+
+	for (uint32_t i = 0; i < n; i++) /* plan_fits, quietly */
+		need += (uint64_t)ways *
+			cache_slot_cost(cls[i].slot_bytes, policy_get(pol));
+	if (need > bytes)
+		return false;
+	plan_tier(cls, n, tier, bytes, ways, pol);
+	for (uint32_t i = 0; i < n; i++)
+		if (!cls[i].direct[tier])
+			return false;
+	return true;
+}
+
+int reg_direct_bytes(const struct et_store_config *c, const uint32_t *row_bytes,
+		     const uint64_t *rows, size_t n, int tier, uint64_t *bytes)
+{
+	et_policy pol = tier ? c->ddr_policy : c->hbm_policy;
+	struct sclass *cls = calloc(n ? n : 1, sizeof(*cls));
+	uint64_t lo = 0, hi = 0;
+	uint32_t ncls = 0;
+	int ret = 0;
+
+	if (!cls)
+		return -ENOMEM;
+	for (size_t t = 0; t < n; t++) {
+		uint32_t sl = slot_of(c->slot_bytes, row_bytes[t]), i;
+
+		for (i = 0; i < ncls && cls[i].slot_bytes != sl; i++)
+			;
+		ncls += i == ncls;
+		cls[i].slot_bytes = sl;
+		cls[i].weight += (double)rows[t] * (sl + ET_SLOT_META_BYTES);
+		cls[i].rows += rows[t];
+		hi += rows[t] * cache_slot_cost(sl, policy_get(pol));
+	}
+	/* hi: doubled until it holds them all; then the least that does
+	 * (to within the split's rounding: a share is not monotone in the
+	 * tier's bytes by a byte or so), by bisection */
+	while (!all_direct(cls, ncls, tier, hi, c->ways, pol)) {
+		if (hi > UINT64_MAX / 4) {
+			ret = err_set(ET_ECAPACITY,
+				      "no tier size holds these tables "
+				      "direct-mapped");
+			goto out;
+		}
+		lo = hi;
+		hi *= 2;
+	}
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (all_direct(cls, ncls, tier, mid, c->ways, pol))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	*bytes = hi;
+out:
+	free(cls);
+	return ret;
 }
 
 /* Whether instance k of class c in tier is as planned. */

@@ -94,6 +94,10 @@ int tier_fits(const char *field, uint64_t bytes, uint32_t ways, uint32_t slot,
  * plans the tiers again and says in *moves whether allocated caches
  * must be freed for the new plan (after a flush: reg_class_undo if that
  * fails). The store's slot is then *slot at least. */
+/* et_direct_bytes of a checked config c (its defaults taken) and n
+ * row-indexed tables of these row bytes and rows. */
+int reg_direct_bytes(const struct et_store_config *c, const uint32_t *row_bytes,
+		     const uint64_t *rows, size_t n, int tier, uint64_t *bytes);
 int reg_class_plan(et_store *s, const struct tf_geom *g, uint32_t *cls,
 		   bool *moves, uint32_t *slot);
 void reg_class_undo(et_store *s, const struct tf_geom *g, uint32_t cls);
