@@ -718,11 +718,19 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * Set on a table whose ids are already committed, expiry counts their
  * ages from the next commit, which then also writes every id's stamp
  * (the whole index, once: docs/KEYED.md).
+ *
+ * A bound: with max_keys, each et_checkpoint, after expiry, erases the
+ * stored ids updated or written longest ago (by commit, as expiry counts
+ * ages; among ids of one commit, the smallest first) until at most
+ * max_keys are stored (HierarchicalKV's epoch-LRU eviction), counted in
+ * et_stats.keys_evicted; so the table's index and disk stay bounded
+ * after each checkpoint. Between checkpoints the table may hold more.
  */
 struct et_key_policy {
 	uint32_t admit_after;  /* 0 or 1: off; 2 .. 15 */
 	uint32_t filter_log2;  /* 0: 20 (2 MiB); 10 .. 30 */
 	uint32_t expire_after; /* commits; 0: off */
+	uint64_t max_keys;     /* ids kept at most; 0: no bound */
 };
 
 ET_API int et_key_policy_set(et_store *s, int table,
@@ -924,6 +932,7 @@ struct et_stats {
 	uint64_t keys_dropped; /* ids whose update admission dropped */
 	uint64_t keys_erased;  /* stored ids et_erase removed */
 	uint64_t keys_expired; /* stored ids expiry removed */
+	uint64_t keys_evicted; /* stored ids et_key_policy.max_keys removed */
 };
 
 /* Fills st for table (or all tables with table = -1). Tier capacity and

@@ -2409,6 +2409,89 @@ static void test_expiry_turned_on(void **state)
 	}
 }
 
+/*
+ * max_keys 5: a checkpoint leaves at most 5 ids, the ones updated longest
+ * ago leaving first, among ids of one commit the smallest (as u64). A0..A3
+ * are updated before commit 1, B0..B3 before commit 2, C0, C1 before
+ * commit 3. At commit 2, three of the A leave (the smallest); at commit 3,
+ * the last A and the smallest B. The same across a reopen after commit 2,
+ * and through tiny tiers as through large ones.
+ */
+static void bound_run(struct fx *f, const struct et_store_config *c,
+		      bool reopen, uint64_t evicted[3], bool kept[10])
+{
+	static const uint64_t ids[10] = {5,
+					 UINT64_MAX,
+					 0,
+					 1ULL << 63, /* A */
+					 UINT64_MAX - 1,
+					 7,
+					 3,
+					 (1ULL << 63) - 1, /* B */
+					 9,
+					 2}; /* C */
+	const struct et_key_policy kp = {.max_keys = 5};
+	struct et_update_params up = {.lr = 0.5f};
+	struct et_table_params p = kparams(ET_OPT_SGD, 31);
+	int d = fx_new(f), t;
+	et_store *s = fx_open(f, d, c);
+	float ini[10][DIM], g[DIM];
+
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 0.25f + 0.125f * (float)j;
+	OK(et_table_create(s, "t", &p, &t));
+	for (int k = 0; k < 10; k++)
+		gat1(s, t, ids[k], ini[k]);
+	OK(et_key_policy_set(s, t, &kp));
+	for (int c3 = 0; c3 < 3; c3++) {
+		int lo = 4 * c3, hi = c3 < 2 ? lo + 4 : 10;
+
+		for (int k = lo; k < hi; k++)
+			upd1(s, t, ids[k], g, &up);
+		OK(et_checkpoint(s, NULL, 0));
+		evicted[c3] = stats_of(s, t).keys_evicted;
+		assert_true(info_of(s, t).rows_logged <= 5);
+		if (reopen && c3 == 1) {
+			fx_close(f, d);
+			s = fx_open(f, d, c);
+			OK(et_table_open(s, "t", NULL, &t));
+			OK(et_key_policy_set(s, t, &kp));
+		}
+	}
+	for (int k = 0; k < 10; k++)
+		kept[k] = kept1(s, t, ids[k], ini[k]);
+	fx_close(f, d);
+}
+
+static void test_max_keys(void **state)
+{
+	struct fx *f = *state;
+	/* A: 0 and 5 and 2^63 leave at commit 2 (UINT64_MAX stays), then
+	 * UINT64_MAX and B's smallest, 3 */
+	static const bool want[10] = {false, false, false, false, true,
+				      true,  false, true,  true,  true};
+	const struct et_store_config *cfg[2] = {&CFG_TINY, &CFG_BIG};
+	uint64_t ev[3];
+	bool kept[10];
+
+	for (int r = 0; r < 4; r++) {
+		bound_run(f, cfg[r % 2], r >= 2, ev, kept);
+		print_message(
+		    "max_keys 5 (%s, %s): evicted %llu, %llu, %llu\n",
+		    r % 2 ? "big DDR" : "tiny tiers",
+		    r >= 2 ? "reopened" : "straight", (unsigned long long)ev[0],
+		    (unsigned long long)ev[1], (unsigned long long)ev[2]);
+		assert_int_equal(ev[0], 0);
+		/* keys_evicted counts since the open */
+		assert_int_equal(ev[1], 3);
+		assert_int_equal(ev[2], r >= 2 ? 2 : 5);
+		for (int k = 0; k < 10; k++)
+			if (kept[k] != want[k])
+				fail_msg("run %d: id %d %s", r, k,
+					 kept[k] ? "kept" : "gone");
+	}
+}
+
 /* -------------------------------------------------- 8. multi and prefetch */
 
 #define MSTEPS 24
@@ -2613,6 +2696,7 @@ int main(void)
 	    T(test_expiry_close),
 	    T(test_expiry_reopen),
 	    T(test_expiry_turned_on),
+	    T(test_max_keys),
 	    T(test_multi_prefetch),
 	/* clang-format on */
 #undef T

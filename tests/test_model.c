@@ -182,6 +182,7 @@ struct tspec {
 	uint32_t flags;	 /* ET_TABLE_KEYED (then rows is 0) or 0 */
 	uint32_t admit;	 /* keyed: et_key_policy.admit_after (0: off) */
 	uint32_t expire; /* keyed: et_key_policy.expire_after (0: off) */
+	uint32_t maxk;	 /* keyed: et_key_policy.max_keys (0: off) */
 };
 
 struct scfg {
@@ -210,7 +211,7 @@ struct mcase {
  * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch, threads,
  * lookahead batches, prefetch on the store's thread}, then tables
  * {name, rows, dim, dtype, optimizer, init, scale, seed} and, for a keyed
- * table, {..., KEY, admit_after, expire_after} with rows 0. */
+ * table, {..., KEY, admit_after, expire_after, max_keys} with rows 0. */
 #define LRU ET_POLICY_LRU
 #define LFU ET_POLICY_LFU
 #define TLF ET_POLICY_TINYLFU
@@ -232,7 +233,7 @@ static const struct mcase model_cases[] = {
 	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2, 0, true } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
 	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 },
-	    { "k", 0, 16, ET_F32, SGD, UNI, 0.5f, 13, KEY, 2, 1 } } },
+	    { "k", 0, 16, ET_F32, SGD, UNI, 0.5f, 13, KEY, 2, 1, 60 } } },
 	{ "lfu_w16_f16", 0x1002, 3, 1,
 	  { { "hbm64-lfu/ddr256-lfu/w16", HBM_SLOTS, DDR_SLOTS,
 	      LFU, LFU, 16, 0, false, 0, 0, false } },
@@ -244,7 +245,7 @@ static const struct mcase model_cases[] = {
 	      LRU, LFU, 1, 0, false, 0, 0, false } },
 	  { { "a", 300000, 12, ET_BF16, ADA, NRM, 0.25f, 31 },
 	    { "b", 100000, 5, ET_F32, SGD, UNI, 0, 32 },
-	    { "k", 0, 12, ET_BF16, ADA, NRM, 0.25f, 33, KEY, 2, 3 } } },
+	    { "k", 0, 12, ET_BF16, ADA, NRM, 0.25f, 33, KEY, 2, 3, 40 } } },
 	{ "mixed_w4_f16_slot256", 0x1004, 2, 1,
 	  { { "hbm16-lru/ddr256-lfu/w4/slot256/prefetch", 16, DDR_SLOTS,
 	      LRU, LFU, 4, 256, true, 0, 0, false } },
@@ -256,7 +257,7 @@ static const struct mcase model_cases[] = {
 	      4, 0, true, 3, 0, true } },
 	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
 	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 },
-	    { "k", 0, 20, ET_F16, SGD, ZRO, 0, 53, KEY, 2, 2 } } },
+	    { "k", 0, 20, ET_F16, SGD, ZRO, 0, 53, KEY, 2, 2, 80 } } },
 	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
 	  { { "ddr256-lfu/w16", 0, DDR_SLOTS, 0, LFU, 16, 0, false, 0, 0, false } },
 	  { { "a", 1000000, 32, ET_BF16, SGD, UNI, 0.3f, 61 },
@@ -266,7 +267,7 @@ static const struct mcase model_cases[] = {
 	  { { "ddr256-lfu/w1", 0, DDR_SLOTS, 0, LFU, 1, 0, false, 0, 0, false } },
 	  { { "a", 120000, 9, ET_F32, ADA, UNI, 0.2f, 71 },
 	    { "b", 100000, 3, ET_F16, SGD, UNI, 0.4f, 72 },
-	    { "k", 0, 9, ET_F32, ADA, UNI, 0.2f, 73, KEY, 2, 0 } } },
+	    { "k", 0, 9, ET_F32, ADA, UNI, 0.2f, 73, KEY, 2, 0, 50 } } },
 	{ "dims_w16_f32", 0x1009, 2, 1,
 	  { { "hbm64-lfu/ddr256-lru/w16/prefetch/threads4", HBM_SLOTS,
 	      DDR_SLOTS, LFU, LRU, 16, 0, true, 4, 0, false } },
@@ -280,7 +281,7 @@ static const struct mcase model_cases[] = {
 	      DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4, false } },
 	  { { "a", 200000, 16, ET_F32, ADA, UNI, 0.5f, 111 },
 	    { "b", 300000, 12, ET_BF16, SGD, NRM, 0, 112 },
-	    { "k", 0, 16, ET_F32, ADA, UNI, 0.5f, 113, KEY, 2, 3 } } },
+	    { "k", 0, 16, ET_F32, ADA, UNI, 0.5f, 113, KEY, 2, 3, 70 } } },
 	{ "nohbm_tinylfu_w16_la16", 0x100b, 2, 1,
 	  { { "ddr256-tinylfu/w16/la16", 0, DDR_SLOTS, 0, TLF, 16, 0, false,
 	      0, 16, false } },
@@ -317,7 +318,7 @@ static const struct mcase transparency_case = {
 	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8, 0, true } },
 	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 },
-	  { "k", 0, 16, ET_F16, ADA, UNI, 0.5f, 93, KEY, 2, 2 } },
+	  { "k", 0, 16, ET_F16, ADA, UNI, 0.5f, 93, KEY, 2, 2, 50 } },
 };
 
 /* The same against TinyLFU, W-TinyLFU and lookahead windows (1, 4 and 16
@@ -437,8 +438,9 @@ struct mtable {
 	uint64_t dropped; /* keyed, since the open: ids admission dropped */
 	uint64_t erased;  /* ... stored ids et_erase removed */
 	uint64_t expired; /* ... stored ids expiry removed */
+	uint64_t evicted; /* ... stored ids the bound (max_keys) removed */
 	/* keyed, over all sessions: checkpoints, dropped, erased, expired */
-	uint64_t ckpts, dropped_all, erased_all, expired_all;
+	uint64_t ckpts, dropped_all, erased_all, expired_all, evicted_all;
 	int nfixed; /* hot rows that move_hot keeps */
 	uint64_t hot[NHOT];
 };
@@ -661,6 +663,25 @@ static void model_checkpoint(struct mtable *t)
 		}
 }
 
+/* Keyed, at a checkpoint after expiry: beyond max_keys stored ids, the
+ * oldest stamps leave, among equal stamps the smallest ids. */
+static void model_bound(struct mtable *t)
+{
+	while (t->keyed && t->sp->maxk && t->nstored > t->sp->maxk) {
+		size_t worst = SIZE_MAX;
+
+		for (size_t e = 0; e < t->n; e++)
+			if (t->stored[e] && (worst == SIZE_MAX ||
+					     t->stamp[e] < t->stamp[worst] ||
+					     (t->stamp[e] == t->stamp[worst] &&
+					      t->rows[e] < t->rows[worst])))
+				worst = e;
+		model_forget(t, worst);
+		t->evicted++;
+		t->evicted_all++;
+	}
+}
+
 /* Keyed: the store was closed cleanly and opened again (commit: its
  * commits then), the policy set anew with the same settings: the
  * filter's counts and the stamps come back as the close committed them. */
@@ -668,7 +689,7 @@ static void model_reopen(struct mtable *t, uint64_t commit)
 {
 	t->ck = 0;
 	t->cbase = (uint32_t)commit;
-	t->dropped = t->erased = t->expired = 0;
+	t->dropped = t->erased = t->expired = t->evicted = 0;
 }
 
 static float *model_vals(struct mtable *t, uint64_t row)
@@ -811,6 +832,7 @@ static void key_policy(const struct tspec *sp, struct et_key_policy *kp)
 	kp->admit_after = sp->admit;
 	kp->filter_log2 = KFILTER_LOG2;
 	kp->expire_after = sp->expire;
+	kp->max_keys = sp->maxk;
 }
 
 static void store_open(struct harness *h, struct mstore *ms, bool create)
@@ -971,17 +993,21 @@ static void h_check_stats(struct harness *h, struct mstore *ms)
 			       (unsigned long long)ms->unique[k]);
 		if (tst.keys_dropped != h->t[k].dropped ||
 		    tst.keys_erased != h->t[k].erased ||
-		    tst.keys_expired != h->t[k].expired)
+		    tst.keys_expired != h->t[k].expired ||
+		    tst.keys_evicted != h->t[k].evicted)
 			h_fail(h,
-			       "store %s table %s: keys dropped/erased/expired "
-			       "%llu/%llu/%llu, model %llu/%llu/%llu",
+			       "store %s table %s: keys dropped/erased/expired/"
+			       "evicted %llu/%llu/%llu/%llu, model "
+			       "%llu/%llu/%llu/%llu",
 			       ms->cfg->name, h->t[k].sp->name,
 			       (unsigned long long)tst.keys_dropped,
 			       (unsigned long long)tst.keys_erased,
 			       (unsigned long long)tst.keys_expired,
+			       (unsigned long long)tst.keys_evicted,
 			       (unsigned long long)h->t[k].dropped,
 			       (unsigned long long)h->t[k].erased,
-			       (unsigned long long)h->t[k].expired);
+			       (unsigned long long)h->t[k].expired,
+			       (unsigned long long)h->t[k].evicted);
 		calls += ms->calls[k];
 		req += ms->requested[k];
 		uniq += ms->unique[k];
@@ -1623,8 +1649,10 @@ static void op_checkpoint(struct harness *h)
 	uint64_t d = h->op;
 
 	h->opname = "checkpoint";
-	for (int k = 0; k < h->nt; k++)
+	for (int k = 0; k < h->nt; k++) {
 		model_checkpoint(&h->t[k]);
+		model_bound(&h->t[k]);
+	}
 	for (int s = 0; s < h->nst; s++) {
 		struct mstore *ms = &h->st[s];
 
@@ -2006,15 +2034,17 @@ static void print_keyed(const struct harness *h)
 		if (!t->keyed)
 			continue;
 		print_message("%s: keyed table %s (admit_after %u, "
-			      "expire_after %u): %zu ids touched, %zu stored "
-			      "at the end; %llu checkpoints; %llu dropped, "
-			      "%llu erased, %llu expired\n",
+			      "expire_after %u, max_keys %u): %zu ids touched, "
+			      "%zu stored at the end; %llu checkpoints; %llu "
+			      "dropped, %llu erased, %llu expired, %llu "
+			      "evicted\n",
 			      h->mc->name, t->sp->name, t->sp->admit,
-			      t->sp->expire, t->n, t->nstored,
+			      t->sp->expire, t->sp->maxk, t->n, t->nstored,
 			      (unsigned long long)t->ckpts,
 			      (unsigned long long)t->dropped_all,
 			      (unsigned long long)t->erased_all,
-			      (unsigned long long)t->expired_all);
+			      (unsigned long long)t->expired_all,
+			      (unsigned long long)t->evicted_all);
 	}
 }
 

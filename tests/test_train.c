@@ -992,6 +992,43 @@ static void test_keyed_expire(void **state)
 		run_free(&r);
 		rm_store(dir);
 	}
+	/* --max-keys 200: at most 200 ids a table after each checkpoint,
+	 * the same when resumed */
+	{
+		uint64_t sum, evicted, tables = 26;
+
+		train(&r,
+		      "--keyed --max-keys 200 --steps 24 --checkpoint-every 4 "
+		      "--dir %s",
+		      dir);
+		expect_ok(&r);
+		sum = checksum(&r);
+		stored = count(&r, "keys-stored: ");
+		evicted = count(&r, "keys-evicted: ");
+		run_free(&r);
+		rm_store(dir);
+		fprintf(stderr,
+			"--max-keys 200: %" PRIu64 " stored, %" PRIu64
+			" evicted\n",
+			stored, evicted);
+		assert_true(stored <= 200 * tables);
+		assert_true(evicted > 0);
+		train(&r,
+		      "--keyed --max-keys 200 --steps 12 --checkpoint-every 4 "
+		      "--dir %s",
+		      dir);
+		expect_ok(&r);
+		run_free(&r);
+		train(&r,
+		      "--keyed --max-keys 200 --steps 24 --checkpoint-every 4 "
+		      "--resume --dir %s",
+		      dir);
+		expect_ok(&r);
+		assert_true(checksum(&r) == sum);
+		assert_true(count(&r, "keys-stored: ") == stored);
+		run_free(&r);
+		rm_store(dir);
+	}
 }
 
 /* Criteo with keyed tables: a categorical value's key is a hash of its

@@ -739,8 +739,10 @@ class Store:
         then its gradients are dropped, stats' keys_dropped), counted in a
         filter of 2**filter_log2 x 4 counters; each checkpoint erases the
         ids not updated or written in the last expire_after commits
-        (keys_expired).  Kept in memory only: set it again after a
-        reopen."""
+        (keys_expired), then, with max_keys=M among the keywords, the ids
+        updated longest ago beyond M (keys_evicted).  Set it again after
+        a reopen: the filter's counts and the ids' ages come back as last
+        committed."""
         self._dim(table, "et_key_policy_set")
         kp = _struct("et_key_policy", dict(admit_after=admit_after,
                                            filter_log2=filter_log2,

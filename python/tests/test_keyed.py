@@ -148,7 +148,8 @@ def test_keyed_store(store_dir):
         np.testing.assert_array_equal(k.gather(probe), ref_k)
         np.testing.assert_array_equal(f.gather(fid), ref_f)
         # expiry: a checkpoint erases the ids not updated since the last
-        # one (the ids stored before the open count as updated at it)
+        # one (the ids stored before expiry was set count as updated in
+        # the next commit)
         k.key_policy(expire_after=1)
         for expired in (0, len(stored) - 1):
             k.update(np.array([-7]), np.zeros((1, DIM)), lr=LR)
@@ -156,6 +157,17 @@ def test_keyed_store(store_dir):
             assert s.stats(k)["keys_expired"] == expired
         np.testing.assert_array_equal(k.gather(EDGE), init)
         np.testing.assert_array_equal(k.gather([-7]), ref_k[[len(EDGE)]])
+        # a bound of one id: the oldest (-7) leaves, then of -8 and -9
+        # (one commit) the smaller as u64, -9
+        before = k.gather([-7, -8, -9])
+        k.key_policy(max_keys=1)
+        k.update(np.array([-8, -9]), np.ones((2, DIM)), lr=LR)
+        s.checkpoint()
+        assert s.stats(k)["keys_evicted"] == 2
+        after = k.gather([-7, -8, -9])
+        assert not np.array_equal(after[0], before[0])  # back to initial
+        assert not np.array_equal(after[1], before[1])  # kept, updated
+        np.testing.assert_array_equal(after[2], before[2])  # gone: initial
 
 
 def test_module_on_keyed_tables_against_dense(store_dir, calls):

@@ -203,8 +203,9 @@ int et_key_policy_set(et_store *s, int table, const struct et_key_policy *kp)
 		if (ret)
 			return ret;
 	}
-	/* ages count in commits, from the one to come */
-	if (kp->expire_after) {
+	/* ages count in commits, from the one to come (expiry, and the
+	 * bound's order) */
+	if (kp->expire_after || kp->max_keys) {
 		ret = tf_stamps(t->tf, (uint32_t)(s->cm.ckpt + 1));
 		if (ret)
 			return err_set(ret, "the stamps of table %d's ids",
@@ -251,24 +252,42 @@ bool keyed_counted(const et_store *s)
 	return false;
 }
 
+/* Erases the rows of table i that a listing (ret, rows[0..n), freed
+ * here) gave, adding to *count how many were stored. */
+static int erase_listed(et_store *s, uint32_t i, int ret, uint64_t *rows,
+			size_t n, uint64_t *count)
+{
+	uint64_t k = 0;
+
+	if (!ret && n)
+		ret = erase_rows(s, i, rows, n, &k);
+	free(rows);
+	if (!ret)
+		*count += k;
+	return ret;
+}
+
 int keyed_expire(et_store *s, uint64_t commit)
 {
 	for (uint32_t i = 0; i < s->reg.ntables; i++) {
 		struct table *t = &s->reg.tables[i];
-		uint64_t *rows, k = 0;
+		uint64_t *rows;
 		size_t n;
-		int ret;
+		int ret = 0;
 
-		if (!t->g->keyed || !t->kp.expire_after)
-			continue;
-		ret = tf_expired(t->tf, (uint32_t)commit, t->kp.expire_after,
-				 &rows, &n);
-		if (!ret && n)
-			ret = erase_rows(s, i, rows, n, &k);
-		free(rows);
+		if (t->g->keyed && t->kp.expire_after) {
+			ret = tf_expired(t->tf, (uint32_t)commit,
+					 t->kp.expire_after, &rows, &n);
+			ret = erase_listed(s, i, ret, rows, n,
+					   &t->st.keys_expired);
+		}
+		if (!ret && t->g->keyed && t->kp.max_keys) { /* oldest first */
+			ret = tf_over(t->tf, t->kp.max_keys, &rows, &n);
+			ret = erase_listed(s, i, ret, rows, n,
+					   &t->st.keys_evicted);
+		}
 		if (ret)
 			return ret;
-		t->st.keys_expired += k;
 	}
 	return 0;
 }
@@ -278,7 +297,7 @@ void keyed_next(et_store *s)
 	for (uint32_t i = 0; i < s->reg.ntables; i++) {
 		struct table *t = &s->reg.tables[i];
 
-		if (t->g->keyed && t->kp.expire_after)
+		if (t->g->keyed && (t->kp.expire_after || t->kp.max_keys))
 			(void)tf_stamps(t->tf, (uint32_t)(s->cm.ckpt + 1));
 	}
 }

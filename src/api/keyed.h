@@ -9,9 +9,10 @@
 
 #include "embtier.h"
 
-/* Expiry, once every dirty row is written back and before the commit is
- * made: erases each keyed table's ids not written in its last
- * expire_after commits, commit counted. */
+/* Expiry and the bound, once every dirty row is written back and before
+ * the commit is made: erases each keyed table's ids not written in its
+ * last expire_after commits, commit counted, then the ids written longest
+ * ago beyond its max_keys. */
 int keyed_expire(et_store *s, uint64_t commit);
 
 /* After a commit: rows written from now on are stamped with the next. */

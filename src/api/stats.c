@@ -41,6 +41,7 @@ static void add_table(struct et_stats *st, const struct table *t)
 	st->keys_dropped += t->st.keys_dropped;
 	st->keys_erased += t->st.keys_erased;
 	st->keys_expired += t->st.keys_expired;
+	st->keys_evicted += t->st.keys_evicted;
 	st->nvme_rows_read += t->st.nvme_rows_read;
 	st->rows_lazy += t->st.rows_lazy;
 	st->rows_overwritten += t->st.rows_overwritten;

@@ -528,7 +528,7 @@ int et_checkpoint(et_store *s, const void *dense, size_t len)
 			       !s ? "s is NULL"
 				  : "dense is NULL, len is not 0");
 	ret = store_flush(s); /* drains, writes back, syncs every file */
-	if (!ret)	      /* keyed tables' ids not written lately leave */
+	if (!ret) /* keyed tables' ids not written lately, or too many, leave */
 		ret = keyed_expire(s, s->cm.ckpt + 1);
 	if (ret)
 		return ret;

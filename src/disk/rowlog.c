@@ -190,6 +190,103 @@ int rowlog_expired(const struct rowlog *l, uint32_t tick, uint32_t after,
 	return 0;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+#define OVER_HIST_MAX (1u << 22) /* stamps counted in a histogram */
+
+/* The stamp th at which the excess oldest rows end: fewer than excess
+ * have an older stamp (*below of them), excess or more one up to th. */
+static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
+			  uint64_t *below)
+{
+	uint32_t lo = UINT32_MAX, hi = 0;
+	uint64_t cum = 0;
+
+	for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+		if (rli_used(&l->ix, i)) {
+			lo = l->ix.aux[i] < lo ? l->ix.aux[i] : lo;
+			hi = l->ix.aux[i] > hi ? l->ix.aux[i] : hi;
+		}
+	if ((uint64_t)hi - lo < OVER_HIST_MAX) {
+		uint64_t *cnt = calloc((size_t)(hi - lo) + 1, sizeof(*cnt));
+
+		if (!cnt)
+			return -ENOMEM;
+		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+			if (rli_used(&l->ix, i))
+				cnt[l->ix.aux[i] - lo]++;
+		for (uint32_t d = 0;; d++) {
+			if (cum + cnt[d] >= excess) {
+				*th = lo + d;
+				break;
+			}
+			cum += cnt[d];
+		}
+		free(cnt);
+	} else { /* stamps far apart: sorted */
+		uint32_t *st = malloc(l->ix.count * sizeof(*st));
+		uint64_t k = 0;
+
+		if (!st)
+			return -ENOMEM;
+		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
+			if (rli_used(&l->ix, i))
+				st[k++] = l->ix.aux[i];
+		qsort(st, k, sizeof(*st), cmp_u32);
+		*th = st[excess - 1];
+		while (cum < k && st[cum] < *th)
+			cum++;
+		free(st);
+	}
+	*below = cum;
+	return 0;
+}
+
+int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
+		size_t *n)
+{
+	uint64_t excess, below, k = 0, ne = 0, *rows, *eq;
+	uint32_t th;
+	int ret;
+
+	*out = NULL;
+	*n = 0;
+	if (!l->ix.aux || l->ix.count <= keep)
+		return 0;
+	excess = l->ix.count - keep;
+	ret = over_threshold(l, excess, &th, &below);
+	if (ret)
+		return ret;
+	rows = malloc(excess * sizeof(*rows));
+	eq = malloc((l->ix.count - below) * sizeof(*eq));
+	if (!rows || !eq) {
+		free(rows);
+		free(eq);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < rli_end(&l->ix); i++) {
+		if (!rli_used(&l->ix, i) || l->ix.aux[i] > th)
+			continue;
+		if (l->ix.aux[i] < th)
+			rows[k++] = rli_row(&l->ix, i);
+		else
+			eq[ne++] = rli_row(&l->ix, i);
+	}
+	/* of the rows of stamp th, the smallest */
+	qsort(eq, ne, sizeof(*eq), cmp_u64);
+	for (uint64_t i = 0; k < excess; i++)
+		rows[k++] = eq[i];
+	free(eq);
+	*out = rows;
+	*n = (size_t)k;
+	return 0;
+}
+
 uint64_t rowlog_epoch(const struct rowlog *l)
 {
 	return l ? l->epoch : 0;

@@ -73,6 +73,12 @@ int rowlog_stamps(struct rowlog *l, uint32_t tick);
 int rowlog_expired(const struct rowlog *l, uint32_t tick, uint32_t after,
 		   uint64_t **out, size_t *n);
 
+/* The rows to forget so that at most keep stay: the oldest stamps first,
+ * among equal stamps the smallest rows, in a malloc()ed array (NULL if
+ * none). */
+int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
+		size_t *n);
+
 /* A number that changes whenever the index's set of rows may have. */
 uint64_t rowlog_epoch(const struct rowlog *l);
 

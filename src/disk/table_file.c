@@ -664,6 +664,13 @@ int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
 	return tf->log ? rowlog_expired(tf->log, tick, after, rows, n) : 0;
 }
 
+int tf_over(const et_tfile *tf, uint64_t keep, uint64_t **rows, size_t *n)
+{
+	*rows = NULL;
+	*n = 0;
+	return tf->log ? rowlog_over(tf->log, keep, rows, n) : 0;
+}
+
 bool tf_row_logged(const et_tfile *tf, uint64_t row)
 {
 	return rowlog_has(tf->log, row);

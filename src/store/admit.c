@@ -49,6 +49,7 @@ int keypol_set(struct keypol *k, const struct et_key_policy *p)
 	k->filter = f;
 	k->admit_after = p->admit_after;
 	k->expire_after = p->expire_after;
+	k->max_keys = p->max_keys;
 	return 0;
 }
 
@@ -195,8 +196,10 @@ int keypol_apply(struct keypol *k, const struct et_key_policy *p,
 
 	if (same) { /* the counts go on */
 		ret = keypol_check(p);
-		if (!ret)
+		if (!ret) {
 			k->expire_after = p->expire_after;
+			k->max_keys = p->max_keys;
+		}
 		return ret;
 	}
 	ret = keypol_set(&n, p);
@@ -210,6 +213,7 @@ int keypol_apply(struct keypol *k, const struct et_key_policy *p,
 	k->filter = n.filter;
 	k->admit_after = n.admit_after;
 	k->expire_after = n.expire_after;
+	k->max_keys = n.max_keys;
 	k->counted = false;
 	return 0;
 }

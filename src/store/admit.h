@@ -28,6 +28,7 @@ struct adm_ref {
 struct keypol {
 	uint32_t admit_after;  /* > 1: the filter is on */
 	uint32_t expire_after; /* commits; 0: off */
+	uint64_t max_keys;     /* 0: no bound */
 	struct sketch filter;  /* sightings per id, one per update call */
 	bool counted;	       /* the filter changed since it was saved */
 	struct adm_ref saved;  /* what keypol_save wrote for the commit being

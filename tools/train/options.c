@@ -360,6 +360,10 @@ static const struct opt_def opt_defs[] = {
 	 "in the last T checkpoints (needs --checkpoint-every:\n"
 	 "without checkpoints nothing expires)"),
      U64(expire_after, 1, UINT32_MAX)},
+    {OPT("max-keys", "M",
+	 "--keyed: each checkpoint leaves at most M ids in\n"
+	 "each table, those updated longest ago leaving first"),
+     U64(max_keys, 1, UINT64_MAX / 2)},
     {OPT("dir", "DIR",
 	 "store directory (default: a fresh one under\n"
 	 "/var/tmp, removed at the end unless --keep)"),
@@ -583,10 +587,12 @@ static int check_opts(const struct opts *o)
 		cli_usage_error("--eval-data needs --data");
 		return -EINVAL;
 	}
-	if ((o->admit || o->expire_after) && !o->keyed) {
+	if ((o->admit || o->expire_after || o->max_keys) && !o->keyed) {
 		cli_usage_error("%s needs --keyed (a row-indexed table keeps "
 				"every row)",
-				o->admit ? "--admit" : "--expire-after");
+				o->admit	  ? "--admit"
+				: o->expire_after ? "--expire-after"
+						  : "--max-keys");
 		return -EINVAL;
 	}
 	if (o->export_delta && !o->ckpt_every) {

@@ -48,6 +48,7 @@ struct opts {
 	bool keyed;	       /* keyed tables (ET_TABLE_KEYED) */
 	int admit;	       /* et_key_policy.admit_after; 0: not given */
 	uint64_t expire_after; /* et_key_policy.expire_after; 0: off */
+	uint64_t max_keys;     /* et_key_policy.max_keys; 0: off */
 	enum model_optim mlp_optim;
 	int bot[MODEL_MAX_LAYERS - 1], nbot;
 	int top[MODEL_MAX_LAYERS - 1], ntop;

@@ -434,9 +434,10 @@ static void report_json(const struct trainer *tr, const struct results *r,
 	if (o->keyed) {
 		printf("\"keyed\":true,\"keys_stored\":%" PRIu64
 		       ",\"keys_dropped\":%" PRIu64 ",\"keys_expired\":%" PRIu64
-		       ",\"keys_erased\":%" PRIu64 ",",
+		       ",\"keys_erased\":%" PRIu64 ",\"keys_evicted\":%" PRIu64
+		       ",",
 		       r->keys_stored, st->keys_dropped, st->keys_expired,
-		       st->keys_erased);
+		       st->keys_erased, st->keys_evicted);
 		json_num("index_bytes_per_key", s->index_per_key, true);
 		json_num("disk_bytes_per_key", s->disk_per_key, true);
 	}
@@ -568,6 +569,8 @@ static void report_store(const struct trainer *tr, const struct results *r,
 		       "admitted)\n",
 		       st->keys_dropped);
 		printf("keys-expired: %" PRIu64 "\n", st->keys_expired);
+		printf("keys-evicted: %" PRIu64 " (beyond --max-keys)\n",
+		       st->keys_evicted);
 		printf("keys-erased: %" PRIu64 "\n", st->keys_erased);
 		printf("bytes-per-stored-key: index %.1f, disk %.1f\n",
 		       s->index_per_key, s->disk_per_key);

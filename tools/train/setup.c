@@ -200,20 +200,20 @@ static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 }
 #endif
 
-/* --admit, --expire-after: table t's policy, which the store keeps in
- * memory only, so it is set again on every open (its filter and ages then
- * start over). */
+/* --admit, --expire-after, --max-keys: table t's policy, set again on
+ * every open (the filter and the ages come back as last committed). */
 static int key_policy(struct trainer *tr, int t, const char *name)
 {
 	const struct opts *o = &tr->o;
 	struct et_key_policy kp = {
 	    .admit_after = (uint32_t)o->admit,
 	    .expire_after = (uint32_t)o->expire_after,
+	    .max_keys = o->max_keys,
 	};
 	char what[96];
 	int ret;
 
-	if (!o->keyed || (o->admit <= 1 && !o->expire_after))
+	if (!o->keyed || (o->admit <= 1 && !o->expire_after && !o->max_keys))
 		return 0;
 	ret = et_key_policy_set(tr->store, tr->tid[t], &kp);
 	if (ret) {
