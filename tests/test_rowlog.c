@@ -449,6 +449,32 @@ static void test_keyed_erase_reopen(void **state)
 
 /* Stamps: a row's stamp is the tick of its newest append; rows not
  * appended for `after` ticks are listed as expired, others not. */
+static int u64_order(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* rowlog_over(l, keep) of a log of keys 0 .. 999 is the smallest keys
+ * of the odd i in [i0, i1). */
+static void over_check(struct rowlog *l, uint64_t keep, uint64_t i0,
+		       uint64_t i1)
+{
+	uint64_t want[1000], *rows;
+	size_t n, k = 0;
+
+	for (uint64_t i = i0; i < i1; i += 2)
+		want[k++] = key_of(i);
+	qsort(want, k, sizeof(*want), u64_order);
+	assert_int_equal(rowlog_over(l, keep, &rows, &n), 0);
+	assert_int_equal(n, 1000 - keep);
+	assert_true(n <= k);
+	qsort(rows, n, sizeof(*rows), u64_order);
+	assert_memory_equal(rows, want, n * sizeof(*rows));
+	free(rows);
+}
+
 static void test_keyed_stamps(void **state)
 {
 	const char *path = tu_path("stamps");
@@ -486,6 +512,14 @@ static void test_keyed_stamps(void **state)
 	assert_int_equal(rowlog_expired(l, 13, 2, &rows, &n), 0);
 	assert_int_equal(n, 1000);
 	free(rows);
+	/* the bound: 400 over 600, all of stamp 10 (the odd ones), the
+	 * smallest; then with stamps 2^30 apart (sorted, not counted) */
+	over_check(l, 600, 1, 1000);
+	assert_int_equal(rowlog_stamps(l, 1u << 30), 0);
+	append_keys(l, io, live, 0, 10, 1, 3);
+	over_check(l, 995, 11, 1000);
+	assert_int_equal(rowlog_over(l, 1000, &rows, &n), 0);
+	assert_int_equal(n, 0);
 	rowlog_close(l);
 	io_close(io);
 }

@@ -200,9 +200,10 @@ static int cmp_u32(const void *a, const void *b)
 #define OVER_HIST_MAX (1u << 22) /* stamps counted in a histogram */
 
 /* The stamp th at which the excess oldest rows end: fewer than excess
- * have an older stamp (*below of them), excess or more one up to th. */
+ * have an older stamp (*below of them), excess or more one up to th (*at
+ * of them th itself). */
 static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
-			  uint64_t *below)
+			  uint64_t *below, uint64_t *at)
 {
 	uint32_t lo = UINT32_MAX, hi = 0;
 	uint64_t cum = 0;
@@ -223,6 +224,7 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 		for (uint32_t d = 0;; d++) {
 			if (cum + cnt[d] >= excess) {
 				*th = lo + d;
+				*at = cnt[d];
 				break;
 			}
 			cum += cnt[d];
@@ -241,6 +243,8 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 		*th = st[excess - 1];
 		while (cum < k && st[cum] < *th)
 			cum++;
+		for (*at = 0; cum + *at < k && st[cum + *at] == *th; (*at)++)
+			;
 		free(st);
 	}
 	*below = cum;
@@ -250,7 +254,7 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
 		size_t *n)
 {
-	uint64_t excess, below, k = 0, ne = 0, *rows, *eq;
+	uint64_t excess, below, at, k = 0, ne = 0, *rows, *eq;
 	uint32_t th;
 	int ret;
 
@@ -259,11 +263,11 @@ int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
 	if (!l->ix.aux || l->ix.count <= keep)
 		return 0;
 	excess = l->ix.count - keep;
-	ret = over_threshold(l, excess, &th, &below);
+	ret = over_threshold(l, excess, &th, &below, &at);
 	if (ret)
 		return ret;
 	rows = malloc(excess * sizeof(*rows));
-	eq = malloc((l->ix.count - below) * sizeof(*eq));
+	eq = malloc(at * sizeof(*eq));
 	if (!rows || !eq) {
 		free(rows);
 		free(eq);
