@@ -14,8 +14,10 @@
  * then random u64 ids in pairs differing in one high bit), the rest
  * uniform u64 draws; its et_key_policy, set again at every open of either
  * store, admits an id after 2 or 3 update calls and expires ids not
- * updated or written in the last 1 to 3 commits (by trial), so admission
- * drops, erases and expiry at every checkpoint are in the mix. After every
+ * updated or written in the last 1 to 3 commits (by trial), and in a
+ * third of the trials keeps at most 60 ids (et_key_policy.max_keys), so
+ * admission drops, erases, expiry and the bound at every checkpoint are
+ * in the mix. After every
  * K steps (K = 4, 8 or 16) the driver calls et_checkpoint with the dense
  * state "so many steps done": the count, the seed, and bytes derived from
  * the count, of a length that varies with it. Run from step 0, its first
@@ -155,7 +157,8 @@ static const struct et_update_params uparams[NT] = {
 
 /* The keyed table's policy, by trial (set by one_trial before anything
  * opens a store; a child inherits it): admission after 2 or 3 update
- * calls, expiry after 1, 2 or 3 commits, a filter of 4 x 2^16 counters
+ * calls, expiry after 1, 2 or 3 commits, in a third of the trials a bound
+ * of 60 ids, a filter of 4 x 2^16 counters
  * (whose collisions, if any, are the same in both stores: the filter is a
  * pure function of the calls since the open). */
 static struct et_key_policy kpolicy;
@@ -165,6 +168,7 @@ static void kpolicy_for(unsigned no)
 	memset(&kpolicy, 0, sizeof(kpolicy));
 	kpolicy.admit_after = 2 + no % 2;
 	kpolicy.expire_after = 1 + no / 2 % 3;
+	kpolicy.max_keys = no % 3 == 2 ? 60 : 0;
 	kpolicy.filter_log2 = 16;
 }
 
@@ -535,6 +539,7 @@ struct ktotals {
 	uint64_t dropped;  /* by admission, in the continued sessions */
 	uint64_t erased;   /* by et_erase, in the continued sessions */
 	uint64_t expired;  /* by expiry, in the continued sessions */
+	uint64_t evicted;  /* by the bound, in the continued sessions */
 };
 
 static struct ktotals ktot;
@@ -1092,18 +1097,23 @@ static void go_on(struct trial *tr, uint64_t c, uint64_t more,
 	assert_int_equal(et_get_stats(tr->rs, tr->rid[KEYED], &rst), 0);
 	if (st.keys_dropped != rst.keys_dropped ||
 	    st.keys_erased != rst.keys_erased ||
-	    st.keys_expired != rst.keys_expired)
-		fail_msg("%s: keyed table dropped/erased/expired "
-			 "%llu/%llu/%llu, the reference %llu/%llu/%llu",
+	    st.keys_expired != rst.keys_expired ||
+	    st.keys_evicted != rst.keys_evicted)
+		fail_msg("%s: keyed table dropped/erased/expired/evicted "
+			 "%llu/%llu/%llu/%llu, the reference "
+			 "%llu/%llu/%llu/%llu",
 			 tr->what, (unsigned long long)st.keys_dropped,
 			 (unsigned long long)st.keys_erased,
 			 (unsigned long long)st.keys_expired,
+			 (unsigned long long)st.keys_evicted,
 			 (unsigned long long)rst.keys_dropped,
 			 (unsigned long long)rst.keys_erased,
-			 (unsigned long long)rst.keys_expired);
+			 (unsigned long long)rst.keys_expired,
+			 (unsigned long long)rst.keys_evicted);
 	ktot.dropped += st.keys_dropped;
 	ktot.erased += st.keys_erased;
 	ktot.expired += st.keys_expired;
+	ktot.evicted += st.keys_evicted;
 	assert_int_equal(et_store_close(s), 0);
 	ref_close(tr);
 	snprintf(tr->what + strlen(tr->what),
@@ -1171,10 +1181,11 @@ static void one_trial(unsigned no, uint64_t base, struct totals *tot)
 
 		snprintf(tr.what, sizeof(tr.what),
 			 "trial %u round %d (seed %#llx, %s, K %u, %s, admit "
-			 "%u, expire %u, from %llu)",
+			 "%u, expire %u, max %llu, from %llu)",
 			 no, round, (unsigned long long)tr.seed,
 			 mode_names[mode], tr.k, tr.hbm ? "hbm+ddr" : "ddr",
 			 kpolicy.admit_after, kpolicy.expire_after,
+			 (unsigned long long)kpolicy.max_keys,
 			 (unsigned long long)tr.from);
 		kill_child(&tr, mode, &sn, &delay_us);
 		tot->kills++;
@@ -1230,10 +1241,11 @@ static void test_kill9(void **state)
 	    "crash: keyed table: %llu ids compared, %llu stored, "
 	    "%llu not stored (initial values checked); the "
 	    "continued sessions dropped %llu, erased %llu, expired "
-	    "%llu\n",
+	    "%llu, evicted %llu\n",
 	    (unsigned long long)ktot.compared, (unsigned long long)ktot.stored,
 	    (unsigned long long)ktot.init, (unsigned long long)ktot.dropped,
-	    (unsigned long long)ktot.erased, (unsigned long long)ktot.expired);
+	    (unsigned long long)ktot.erased, (unsigned long long)ktot.expired,
+	    (unsigned long long)ktot.evicted);
 	assert_int_equal(tot.trials, trials);
 	assert_int_equal(tot.exact, tot.kills);
 }
