@@ -541,6 +541,17 @@ static void test_direct_bytes(void **state)
 		assert_int_equal(et_direct_bytes(&c, p, 3, 1, &b), ET_ECONFIG);
 	}
 	assert_int_equal(et_direct_bytes(NULL, p, 0, 1, &b), 0);
+	/* more bytes than any tier could have */
+	{
+		struct et_table_params huge[300];
+
+		for (int i = 0; i < 300; i++) {
+			huge[i] = small_params(ET_MAX_DIM, ET_OPT_SGD);
+			huge[i].rows = ET_MAX_ROWS;
+		}
+		assert_int_equal(et_direct_bytes(NULL, huge, 300, 1, &b),
+				 ET_ECAPACITY);
+	}
 }
 
 static void test_direct_tables_added(void **state)

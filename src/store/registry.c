@@ -191,6 +191,11 @@ int reg_direct_bytes(const struct et_store_config *c, const uint32_t *row_bytes,
 		cls[i].weight += (double)rows[t] * (sl + ET_SLOT_META_BYTES);
 		cls[i].rows += rows[t];
 		hi += rows[t] * cache_slot_cost(sl, policy_get(pol));
+		if (hi > UINT64_MAX / 4) { /* 2^40 rows of 2^15 bytes fit */
+			ret = err_set(ET_ECAPACITY,
+				      "the tables take more than 2^62 bytes");
+			goto out;
+		}
 	}
 	/* hi: doubled until it holds them all; then the least that does
 	 * (to within the split's rounding: a share is not monotone in the
