@@ -401,9 +401,10 @@ ET_API int et_store_open(const char *dir, const struct et_store_config *cfg,
  * gives every row of the n row-indexed tables p[0..n) a slot of its own
  * in that tier, were they its only tables (et_store_config above). A
  * direct-mapped tier is the fastest: a lookup reads the row's own slot,
- * nothing is evicted. Tables added later, or keyed ones, need more.
- * ET_ECONFIG for a keyed table, parameters et_table_create refuses, a
- * config et_store_open refuses, or a tier other than 0 and 1.
+ * nothing is evicted. Tables created later need more. ET_ECONFIG for a
+ * keyed table (it has no number of rows), parameters et_table_create
+ * refuses, a config et_store_open refuses, or a tier other than 0 and 1;
+ * ET_ECAPACITY for tables of more than 2^62 bytes.
  */
 ET_API int et_direct_bytes(const struct et_store_config *cfg,
 			   const struct et_table_params *p, size_t n, int tier,
@@ -723,8 +724,9 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * stored ids updated or written longest ago (by commit, as expiry counts
  * ages; among ids of one commit, the smallest first) until at most
  * max_keys are stored (HierarchicalKV's epoch-LRU eviction), counted in
- * et_stats.keys_evicted; so the table's index and disk stay bounded
- * after each checkpoint. Between checkpoints the table may hold more.
+ * et_stats.keys_evicted; so the table's index stays bounded, and its
+ * disk once the cleaner has moved the live records. Between checkpoints
+ * the table may hold more.
  */
 struct et_key_policy {
 	uint32_t admit_after;  /* 0 or 1: off; 2 .. 15 */
