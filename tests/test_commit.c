@@ -267,6 +267,96 @@ static void test_commit_fails_at_every_step(void **state)
 
 /* ----------------------------------------------------- one writer only */
 
+/*
+ * The commit that first journals a keyed table's expiry stamps (expiry
+ * set on ids already committed: the whole index, once, as a stamped
+ * snapshot) fails at each of its operations in turn and is retried. The
+ * ids' ages are then on disk as if it had never failed: A and B,
+ * committed before expiry was set (commit 1), stamped with commit 2, are
+ * kept at commit 3 (if the retry made it, a failure after the record was
+ * in place having made commit 2) and gone at commit 4, after a reopen.
+ */
+static bool stamp_trial(enum seam k, uint64_t nth, unsigned *failed)
+{
+	const char *dir = tu_path("stamps");
+	const uint64_t ids[2] = {UINT64_MAX, 12345};
+	const struct et_key_policy kp = {.expire_after = 2};
+	struct et_table_params kt = {.dim = DIM,
+				     .init = ET_INIT_UNIFORM,
+				     .seed = 7,
+				     .flags = ET_TABLE_KEYED};
+	struct et_store_config c = {.ddr_bytes = 64u << 10, .ways = 4};
+	float ini[2 * DIM], v[2 * DIM], got[2 * DIM];
+	et_store *s;
+	bool f;
+	int t, rc;
+
+	for (int i = 0; i < 2 * DIM; i++)
+		v[i] = (float)i + 0.5f;
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	assert_int_equal(et_table_create(s, "k", &kt, &t), 0);
+	assert_int_equal(et_gather(s, t, ids, 2, ini), 0);
+	assert_int_equal(et_write_rows(s, t, ids, 2, v), 0);
+	assert_int_equal(et_checkpoint(s, NULL, 0), 0); /* 1 */
+	assert_int_equal(et_key_policy_set(s, t, &kp), 0);
+	arm(k, nth);
+	rc = et_checkpoint(s, NULL, 0); /* 2 */
+	f = fired(k);
+	disarm();
+	if (rc) {
+		(*failed)++;
+		rc = et_checkpoint(s, NULL, 0);
+		if (rc)
+			fail_msg("%s fault %llu: the retry failed: %s (%s)",
+				 seam_name[k], (unsigned long long)nth,
+				 et_strerror(rc), et_errdetail());
+	}
+	assert_int_equal(et_store_close(s), 0);
+	assert_int_equal(et_store_open(dir, &c, &s), 0);
+	assert_int_equal(et_table_open(s, "k", &kt, &t), 0);
+	assert_int_equal(et_key_policy_set(s, t, &kp), 0);
+	/* stamped 2 either way: a failure after the record was in place
+	 * made commit 2 and its retry commit 3 */
+	for (;;) {
+		struct et_checkpoint_info ci;
+		bool kept;
+
+		assert_int_equal(et_checkpoint(s, NULL, 0), 0);
+		assert_int_equal(et_checkpoint_info(s, &ci), 0);
+		assert_int_equal(et_gather(s, t, ids, 2, got), 0);
+		kept = !memcmp(got, v, sizeof(got));
+		if (kept != (ci.commit < 4) ||
+		    (!kept && memcmp(got, ini, sizeof(got))))
+			fail_msg("%s fault %llu: at commit %llu the ids are %s",
+				 seam_name[k], (unsigned long long)nth,
+				 (unsigned long long)ci.commit,
+				 kept ? "kept" : "gone");
+		if (ci.commit >= 4)
+			break;
+	}
+	assert_int_equal(et_store_close(s), 0);
+	rm_dir(dir);
+	return f;
+}
+
+static void test_stamp_snapshot_retried(void **state)
+{
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	for (int k = 0; k < NSEAMS; k++) {
+		unsigned failed = 0, steps = 0;
+
+		for (uint64_t nth = 1; stamp_trial(k, nth, &failed); nth++)
+			steps++;
+		print_message("stamped snapshot, %s, then a retry: %u steps, "
+			      "%u failed commits\n",
+			      seam_name[k], steps, failed);
+		assert_true(steps > 0);
+		assert_true(failed > 0);
+	}
+}
+
 static void test_one_writer(void **state)
 {
 	static struct model m;
@@ -537,6 +627,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_commit_fails_at_every_step),
+	    cmocka_unit_test(test_stamp_snapshot_retried),
 	    cmocka_unit_test(test_one_writer),
 	    cmocka_unit_test(test_cleaner_meets_damage),
 	    cmocka_unit_test(test_dense_over_2gib),

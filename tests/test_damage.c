@@ -2,7 +2,8 @@
  * test_damage.c - damaged store files, through the public header only.
  *
  * A golden store (two tables, the second keyed with ids over all of u64
- * and some erased; three commits) is built once per variant:
+ * and some erased, its journal stamped by an expiry too long to expire
+ * anything; three commits) is built once per variant:
  * a checkpoint, then flushed writes never committed and a crash; a clean
  * close after writes; a table left out of a later session's commits.
  * For every file it holds (CHECKPOINT, each .et, .et.log, .et.idx) and
@@ -282,6 +283,12 @@ static int golden_sessions(int v, const struct golden *g)
 	TRY(et_store_open(g->dir, &c, &s));
 	for (int t = 0; t < NT; t++)
 		TRY(et_table_create(s, tnames[t], &tparams[t], &tid[t]));
+	/* expiry on the keyed table, too long for any id to expire: its
+	 * journal is stamped (a stamp beside each entry; its first commit
+	 * a snapshot), and stays so in sessions that do not set it again */
+	TRY(et_key_policy_set(s, tid[1],
+			      &(struct et_key_policy){.expire_after = 1000,
+						      .max_keys = 1u << 30}));
 	for (int k = 0; k < 2; k++) {
 		for (int t = 0; t < NT; t++)
 			TRY(write_set(s, tid[t], t, k));
