@@ -146,7 +146,6 @@ struct rowlog {
 			     * unstamped batches, stamped at rowlog_stamps */
 	bool stamp_snap;    /* stamps began in memory: the next commit
 			     * journals every row's (a snapshot) */
-	bool jstamped;	    /* the batch being written is stamped */
 	struct rowlog_stats st;
 };
 

@@ -310,6 +310,13 @@ int rowlog_expect(struct rowlog *l, uint64_t n)
 
 /* ------------------------------------------------------------- journal */
 
+/* Whether the log's batches are stamped: it keeps stamps, and its
+ * journal is of version 2. */
+static bool jr_stamped(const struct rowlog *l)
+{
+	return l->ver >= 2 && l->ix.aux;
+}
+
 /* Entries of the batch being written: the rows changed since the last
  * commit, in the order they first changed. Each row's index entry loses
  * its changed bit here, while its line is at hand, not in a second pass
@@ -319,7 +326,7 @@ int rowlog_expect(struct rowlog *l, uint64_t n)
 static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
-	size_t ent = l->jstamped ? JR_ENT_ST : JR_ENT;
+	size_t ent = jr_stamped(l) ? JR_ENT_ST : JR_ENT;
 
 	for (size_t i = 0; i < n; i++, p += ent) {
 		uint64_t row = l->chg[first + i];
@@ -336,7 +343,7 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 		put64(p, row);
 		put32(p + 8, rn);
 		put32(p + 12, e >= 0 && l->ver >= 2 ? l->gen[rn / l->rps] : 0);
-		if (l->jstamped)
+		if (jr_stamped(l))
 			put32(p + 16, e >= 0 ? l->ix.aux[e] : 0);
 	}
 }
@@ -346,7 +353,7 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
-	size_t ent = l->jstamped ? JR_ENT_ST : JR_ENT;
+	size_t ent = jr_stamped(l) ? JR_ENT_ST : JR_ENT;
 
 	if (!first)
 		l->fill_at = 0;
@@ -360,7 +367,7 @@ static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 		put64(p, rli_row(&l->ix, l->fill_at));
 		put32(p + 8, rn);
 		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
-		if (l->jstamped)
+		if (jr_stamped(l))
 			put32(p + 16, l->ix.aux[l->fill_at]);
 		l->fill_at++;
 	}
@@ -433,11 +440,10 @@ int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
 	ret = rowlog_sync(l, io);
 	if (ret)
 		return ret;
-	l->jstamped = l->ver >= 2 && l->ix.keep_aux && l->ix.aux;
-	ibytes =
-	    l->ix.count * (l->jstamped ? JR_ENT_ST : JR_ENT) + JR_HDR + JR_TRL;
+	ibytes = l->ix.count * (jr_stamped(l) ? JR_ENT_ST : JR_ENT) + JR_HDR +
+		 JR_TRL;
 	b = (struct jr_batch){.ver = l->ver,
-			      .stamped = l->jstamped,
+			      .stamped = jr_stamped(l),
 			      .commit = commit,
 			      .hseg = l->head_ok ? l->hseg : JR_NONE,
 			      .hslot = l->hslot,
