@@ -199,14 +199,33 @@ static uint64_t free_or_eligible(const struct cache *c, uint64_t base,
 {
 	const uint32_t *pin = c->pin + base;
 	uint64_t empty = cache_match(c, base, 0), pinned = 0;
+	uint32_t w = 0;
 
 	if (empty) {
 		*eligible = 0;
 		return base + (uint64_t)__builtin_ctzll(empty);
 	}
-	/* Without branches, way by way: the compiler can do the ways side
-	 * by side. */
-	for (uint32_t w = 0; w < c->ways; w++) {
+#ifdef __SSE2__
+	/* Four ways at a time: a way is pinned if its word is one of the
+	 * (non-zero) epochs; a zero word matches none. */
+	__m128i e0 = _mm_set1_epi32((int)ps->e[0]);
+	__m128i e1 = _mm_set1_epi32((int)ps->e[1]);
+	__m128i e2 = _mm_set1_epi32((int)ps->e[2]);
+	__m128i zero = _mm_setzero_si128();
+
+	for (; w + 4 <= c->ways; w += 4) {
+		__m128i p = _mm_loadu_si128((const __m128i *)(pin + w));
+		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi32(p, e0),
+							_mm_cmpeq_epi32(p, e1)),
+					   _mm_cmpeq_epi32(p, e2));
+
+		hit = _mm_andnot_si128(_mm_cmpeq_epi32(p, zero), hit);
+		pinned |=
+		    (uint64_t)(uint32_t)_mm_movemask_ps(_mm_castsi128_ps(hit))
+		    << w;
+	}
+#endif
+	for (; w < c->ways; w++) {
 		uint32_t p = pin[w];
 
 		pinned |= (uint64_t)(p != 0 && (p == ps->e[0] ||
@@ -299,7 +318,8 @@ void cache_fill(struct cache *c, uint64_t slot, uint32_t t, uint64_t row,
 	c->pol->on_insert(
 	    &c->pstate[slot], cache_clock(c, now),
 	    c->pol->halve_ticks ? sketch_get(&c->sk, cache_hkey(t, row)) : 0);
-	memcpy(cache_row(c, slot), src, row_bytes);
+	if (src)
+		memcpy(cache_row(c, slot), src, row_bytes);
 	c->st.inserts++;
 	c->st.bytes_in += row_bytes;
 }

@@ -450,8 +450,9 @@ uint64_t cache_guess(const struct cache *c, uint32_t t, uint64_t row,
 		     uint64_t now, const struct pinset *ps);
 
 /* Places row of table t in slot, which must be empty (the caller moves a
- * victim out and removes it first), and copies row_bytes of src into it.
- * The prefetch flag starts clear (cache_mark_pf). */
+ * victim out and removes it first), and copies row_bytes of src into it
+ * (src NULL: the caller copies them before anything reads the slot). The
+ * prefetch flag starts clear (cache_mark_pf). */
 void cache_fill(struct cache *c, uint64_t slot, uint32_t t, uint64_t row,
 		bool dirty, const void *src, uint32_t row_bytes, uint64_t now);
 

@@ -80,9 +80,19 @@ int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 	      uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
 	      uint8_t *where, uint64_t *slot_out)
 {
+	return place_row_at(s, t, row, src, rb, dslot, dirty, pin, n, false,
+			    where, slot_out);
+}
+
+int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
+		 uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin,
+		 uint32_t n, bool later, uint8_t *where, uint64_t *slot_out)
+{
 	struct sclass *cl = class_of(&s->reg, t);
 	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
 	struct pinset ps = pins_of(&s->pins);
+	/* the bytes a fill of the top tier copies (NULL: the caller's) */
+	const void *fill = later && dslot == CACHE_NONE ? NULL : src;
 	uint64_t slot;
 	int ret;
 
@@ -134,7 +144,7 @@ int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 			 * reuse the slot src is in. */
 			memcpy(s->pins.tmp.p, cache_row(top, slot), vrb);
 			cache_remove(top, slot, vrb);
-			cache_fill(top, slot, t, row, dirty, src, rb,
+			cache_fill(top, slot, t, row, dirty, fill, rb,
 				   s->pins.now);
 			if (dslot != CACHE_NONE) {
 				cache_remove(ddr, dslot, rb);
@@ -144,7 +154,10 @@ int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 					&dslot);
 			if (ret) {
 				/* the victim is out of its slot and not
-				 * queued (the operation's room was short) */
+				 * queued (the operation's room was short);
+				 * the row is in its slot whole */
+				if (!fill)
+					memcpy(cache_row(top, slot), src, rb);
 				s->lost = s->lost ? s->lost : ret;
 				return ret;
 			}
@@ -157,7 +170,7 @@ int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 		}
 		cache_remove(top, slot, vrb);
 	}
-	cache_fill(top, slot, t, row, dirty, src, rb, s->pins.now);
+	cache_fill(top, slot, t, row, dirty, fill, rb, s->pins.now);
 	if (dslot != CACHE_NONE) {
 		cache_remove(ddr, dslot, rb);
 		ddr->st.bytes_out += rb;

@@ -57,6 +57,14 @@ void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n);
 int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 	      uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
 	      uint8_t *where, uint64_t *slot_out);
+/* place_row; with later set, a row whose bytes are not in a cache slot
+ * (dslot CACHE_NONE) and that goes to the top tier's own slot (*where is
+ * then K_HBM with an HBM tier, else K_DDR, with no K_CONFLICT) is placed
+ * without its bytes: the caller copies src into the slot before anything
+ * reads it. */
+int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
+		 uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin,
+		 uint32_t n, bool later, uint8_t *where, uint64_t *slot_out);
 void *where_row(struct sclass *cl, uint8_t where, uint64_t slot);
 /* Moves to a fresh operation epoch. */
 void epoch_next(et_store *s);

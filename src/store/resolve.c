@@ -174,7 +174,9 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 	return ret;
 }
 
-#define PLACE_GUESS (PROBE_AHEAD / 2)
+/* Row copies asked for this many copies ahead (resolve_place's second
+ * pass). */
+#define COPY_AHEAD 8
 
 /* Whether resolve_place places a row of this kind: a miss, or a DDR hit
  * on its way to HBM. */
@@ -183,14 +185,39 @@ static bool to_place(const et_store *s, uint8_t kind)
 	return !(kind == K_HBM || (kind == K_DDR && !s->reg.has_hbm));
 }
 
+/* The bytes of the n misses listed in later (their indexes among the
+ * misses) into the top-tier slots place_row_at left for them, each
+ * slot's lines asked for COPY_AHEAD copies before. */
+static void copy_later(et_store *s, const uint32_t *later, size_t n,
+		       uint32_t rb)
+{
+	const struct opscr *o = s->sc.o;
+	const uint32_t *midx = o->midx.p;
+	void *const *ptrs = o->ptrs.p;
+	const char *mbuf = o->mbuf.p;
+
+	for (size_t i = 0; i < n; i++) {
+		if (i + COPY_AHEAD < n) {
+			const char *d = ptrs[midx[later[i + COPY_AHEAD]]];
+
+			for (uint32_t off = 0; off < rb; off += 64)
+				__builtin_prefetch(d + off, 1);
+			__builtin_prefetch(d + rb - 1, 1);
+		}
+		memcpy(ptrs[midx[later[i]]], mbuf + (size_t)later[i] * rb, rb);
+	}
+}
+
 /*
  * Step 3 of resolve: places the DDR hits (with an HBM tier) and the misses
  * of table t in the top tier, in batch order, and points ptrs at them (or
- * at the bypass for rows no cache could take). Each row's set is asked
- * for PROBE_AHEAD placements before its own, and once it is in, the slot
- * the row will likely take (cache_guess) PLACE_GUESS placements before:
- * a batch of new rows would otherwise wait on DRAM for every set and
- * every slot in turn.
+ * at the bypass for rows no cache could take). It works in two passes, so
+ * that the memory system works on many rows at once: the first places
+ * every row's slot (the set's metadata asked for PROBE_AHEAD placements
+ * before its own), copying only the rows that come from a DDR slot; the
+ * second copies the misses' bytes into their slots, each slot known and
+ * asked for ahead. Until the second pass the misses' slots hold stale
+ * bytes, so it runs whatever the first pass returns.
  */
 static int resolve_place(et_store *s, uint32_t t, size_t m)
 {
@@ -203,42 +230,38 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 	void **ptrs = s->sc.o->ptrs.p;
 	const uint32_t *midx = s->sc.o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
-	int ret;
-
+	uint8_t at_top = s->reg.has_hbm ? K_HBM : K_DDR;
 	struct cache *top = top_of(&s->reg, cl);
-	struct pinset ps = pins_of(&s->pins);
 	size_t a = 0, ahead = 0; /* sets asked for: PROBE_AHEAD placements on */
-	size_t b = 0, bhead = 0; /* slots guessed: PLACE_GUESS on */
+	size_t nlater = 0;
+	uint32_t *later;
+	int ret = sbuf_reserve(&s->sc.later, s->sc.o->nm * sizeof(uint32_t));
+
+	if (ret)
+		return ret;
+	later = s->sc.later.p;
 
 	for (size_t j = 0, q = 0; j < m; j++) {
 		uint64_t dslot = CACHE_NONE;
 		const void *src;
-		bool dirty;
+		bool dirty, miss = kind[j] == K_MISS || kind[j] == K_WB;
 
 		if (!to_place(s, kind[j]))
 			continue;
 		for (; a < m && ahead < PROBE_AHEAD; a++) {
+			uint64_t base;
+
 			if (!to_place(s, kind[a]))
 				continue;
-			cache_prefetch_place(top,
-					     cache_set_base(top, t, uniq[a]));
+			base = cache_set_base(top, t, uniq[a]);
+			cache_prefetch_place(top, base);
+			for (uint32_t off = 0; off < top->ways * 8u; off += 64)
+				__builtin_prefetch(
+				    (const char *)(top->keys + base) + off, 1);
 			ahead++;
 		}
 		ahead--; /* j's, asked for when a passed it */
-		for (; b < m && bhead < PLACE_GUESS; b++) {
-			uint64_t g;
-
-			if (!to_place(s, kind[b]))
-				continue;
-			g = cache_guess(top, t, uniq[b], s->pins.now, &ps);
-			if (g != CACHE_NONE) { /* and a victim's row word */
-				__builtin_prefetch(&top->keys[g]);
-				prefetch_bytes(cache_row(top, g), rb);
-			}
-			bhead++;
-		}
-		bhead--;
-		if (kind[j] == K_MISS || kind[j] == K_WB) {
+		if (miss) {
 			while (midx[q] != j)
 				q++;
 			src = (char *)s->sc.o->mbuf.p + q * (size_t)rb;
@@ -248,11 +271,11 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			src = cache_row(ddr, dslot);
 			dirty = cache_dirty(ddr, dslot);
 		}
-		ret = place_row(s, t, uniq[j], src, rb, dslot, dirty,
-				s->pins.epoch, op_draws(s->sc.o, j), &kind[j],
-				&slots[j]);
+		ret = place_row_at(s, t, uniq[j], src, rb, dslot, dirty,
+				   s->pins.epoch, op_draws(s->sc.o, j), true,
+				   &kind[j], &slots[j]);
 		if (ret)
-			return ret;
+			break;
 		if (kind[j] & K_CONFLICT)
 			tb->st.conflict_unique_misses++;
 		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
@@ -261,9 +284,12 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			    (uint32_t)j;
 		} else {
 			ptrs[j] = where_row(cl, kind[j], slots[j]);
+			if (miss && kind[j] == at_top)
+				later[nlater++] = (uint32_t)q;
 		}
 	}
-	return 0;
+	copy_later(s, later, nlater, rb);
+	return ret;
 }
 
 /* ----------------------------------------------------------------- memo */

@@ -213,4 +213,5 @@ void scratch_free(struct scratch *sc)
 	sbuf_free(&sc->map);
 	sbuf_free(&sc->tmap);
 	sbuf_free(&sc->rds);
+	sbuf_free(&sc->later);
 }

@@ -119,6 +119,7 @@ struct scratch {
 	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
 	struct sbuf tmap;    /* the same, a slice per worker thread */
 	struct sbuf rds;     /* resolve_read: a tf_read and tf_stats a table */
+	struct sbuf later;   /* resolve_place: u32 misses copied last */
 };
 
 /* How many of the ids deduplicated into o name its unique row j: what a
