@@ -28,8 +28,10 @@
  *                   --keys keys, --new-frac of them (default 0.5) never
  *                   seen, the others stored ones as for find; the new
  *                   ones are stored (at load 1.0 each evicts another to
- *                   NVMe). One call a load, the last one there: its new
- *                   keys raise a load below 1;
+ *                   NVMe). Each call follows an untimed checkpoint, so
+ *                   that the rows it evicts are clean. One call at load
+ *                   0.5, whose new keys raise the load; K_FOI_FULL calls
+ *                   at 1.0, which the calls leave at 1.0;
  *   assign          et_write_rows of --keys stored keys, as for find.
  *
  * find and assign repeat, fresh keys each call, until their timed calls
@@ -79,6 +81,7 @@
 #define K_OPS	      3
 #define K_EPS	      0.001	   /* HierarchicalKV's EPSILON of the fill */
 #define K_MAX_CALLS   1000	   /* per series */
+#define K_FOI_FULL    3		   /* find_or_insert calls at load 1.0 */
 #define K_SAMPLE      65536	   /* keys of an assign read back */
 #define K_IDX_LOGICAL (1ULL << 42) /* the row-indexed table's bytes */
 #define K_BAD	      1		   /* a check failed (and said so) */
@@ -462,7 +465,11 @@ static int call(struct ksys *y, const struct bench_opts *o, struct kbuf *b,
 /*
  * The calls of one op at one load, the two tables' in turn (so that what
  * else the machine does weighs on both alike): find and assign until
- * each table's add up to --seconds, find_or_insert once.
+ * each table's add up to --seconds; find_or_insert once below load 1.0,
+ * K_FOI_FULL times at it, each call after a checkpoint (untimed: the
+ * rows it evicts are clean and only their cached copies go, as
+ * HierarchicalKV's evictions drop theirs; dirty, each would be a
+ * write-back too).
  */
 static int series(struct ksys *const ys[2], const struct bench_opts *o,
 		  struct kbuf *b, struct wl_rng *r, int l, int op)
@@ -476,9 +483,14 @@ static int series(struct ksys *const ys[2], const struct bench_opts *o,
 
 			if (!need[i])
 				continue;
-			ret = call(ys[i], o, b, r, op, k);
-			need[i] = op != OP_FOI && k->seconds < o->seconds &&
-				  k->calls < K_MAX_CALLS;
+			if (op == OP_FOI)
+				ret = et_checkpoint(ys[i]->s, NULL, 0);
+			ret = ret ? ret : call(ys[i], o, b, r, op, k);
+			need[i] =
+			    op == OP_FOI
+				? k->calls < (k_loads[l] < 1.0 ? 1 : K_FOI_FULL)
+				: k->seconds < o->seconds &&
+				      k->calls < K_MAX_CALLS;
 		}
 	return ret;
 }
@@ -1483,13 +1495,7 @@ int cmd_keyed(const struct bench_opts *o)
 			cli_note("load %.1f: keyed %.4f, row-indexed %.4f",
 				 k_loads[l], kd.load[l], ri.load[l]);
 		for (int k = 0; k < K_OPS && !ret; k++) {
-			/* find_or_insert evicts: committed first (untimed),
-			 * the rows it evicts are clean and only their cached
-			 * copies go, as HierarchicalKV's evictions drop
-			 * theirs; dirty, each would be a write-back too */
-			for (int i = 0; i < 2 && !ret && k == OP_FOI; i++)
-				ret = et_checkpoint(ys[i]->s, NULL, 0);
-			ret = ret ? ret : series(ys, o, &b, &rng, l, k);
+			ret = series(ys, o, &b, &rng, l, k);
 			if (!ret && !o->quiet)
 				cli_note("load %.1f, %s: keyed %.2f M keys/s, "
 					 "row-indexed %.2f M",
