@@ -727,12 +727,27 @@ ET_API int et_erase(et_store *s, int table, const uint64_t *ids, size_t n,
  * et_stats.keys_evicted; so the table's index stays bounded, and its
  * disk once the cleaner has moved the live records. Between checkpoints
  * the table may hold more.
+ *
+ * With half_life H as well, the bound keeps the ids by a decayed count
+ * instead (FBGEMM's counter eviction, HierarchicalKV's epoch-LFU): an
+ * id's score counts the commits it was updated or written in, a commit's
+ * weight halving each time the commit number passes a multiple of H; the
+ * lowest scores go first (ties: the oldest stamp, then the smallest id).
+ * An id erased and stored again starts from 1. Scores are committed with
+ * the ids (4 more bytes an id in memory, and in the journal), and survive
+ * a reopen and a crash; set the policy again after each open, before the
+ * first update, for updates to be counted with H. Ids committed before
+ * half_life was first set start at 1. half_life needs max_keys; at most
+ * 2^20.
  */
 struct et_key_policy {
 	uint32_t admit_after;  /* 0 or 1: off; 2 .. 15 */
 	uint32_t filter_log2;  /* 0: 20 (2 MiB); 10 .. 30 */
 	uint32_t expire_after; /* commits; 0: off */
 	uint64_t max_keys;     /* ids kept at most; 0: no bound */
+	uint32_t half_life;    /* the bound keeps: 0 the ids written last,
+				* else those of the greatest decayed count
+				* (commits a commit's weight halves in) */
 };
 
 ET_API int et_key_policy_set(et_store *s, int table,

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include <cmocka.h>
 
 #include "embtier.h"
+#include "hash.h"
 #include "le.h"
 #include "io.h"
 #include "journal.h"
@@ -467,7 +469,7 @@ static void over_check(struct rowlog *l, uint64_t keep, uint64_t i0,
 	for (uint64_t i = i0; i < i1; i += 2)
 		want[k++] = key_of(i);
 	qsort(want, k, sizeof(*want), u64_order);
-	assert_int_equal(rowlog_over(l, keep, &rows, &n), 0);
+	assert_int_equal(rowlog_over(l, keep, 0, 0, &rows, &n), 0);
 	assert_int_equal(n, 1000 - keep);
 	assert_true(n <= k);
 	qsort(rows, n, sizeof(*rows), u64_order);
@@ -518,8 +520,149 @@ static void test_keyed_stamps(void **state)
 	assert_int_equal(rowlog_stamps(l, 1u << 30), 0);
 	append_keys(l, io, live, 0, 10, 1, 3);
 	over_check(l, 995, 11, 1000);
-	assert_int_equal(rowlog_over(l, 1000, &rows, &n), 0);
+	assert_int_equal(rowlog_over(l, 1000, 0, 0, &rows, &n), 0);
 	assert_int_equal(n, 0);
+	rowlog_close(l);
+	io_close(io);
+}
+
+/* Scores: the model keeps, per key, the ticks it was appended in, and
+ * scores it from scratch as the sum over them of 2^(epoch(c) - epoch(N))
+ * (epoch = tick / half): no incremental update shared with the log. */
+#define SN    600
+#define SHALF 3
+
+struct skey {
+	uint32_t ticks[32], nt; /* since it was last stored */
+	bool live;
+};
+
+static double model_score(const struct skey *k, uint32_t now)
+{
+	double v = 0;
+
+	for (uint32_t i = 0; i < k->nt; i++)
+		v +=
+		    ldexp(1.0, (int)(k->ticks[i] / SHALF) - (int)(now / SHALF));
+	return v;
+}
+
+static struct skey *model_keys;
+static uint32_t model_now;
+
+static int model_order(const void *a, const void *b)
+{
+	const struct skey *x = &model_keys[*(const uint32_t *)a];
+	const struct skey *y = &model_keys[*(const uint32_t *)b];
+	double sx = model_score(x, model_now), sy = model_score(y, model_now);
+	uint32_t tx = x->ticks[x->nt - 1], ty = y->ticks[y->nt - 1];
+	uint64_t kx = key_of(*(const uint32_t *)a),
+		 ky = key_of(*(const uint32_t *)b);
+
+	if (sx != sy)
+		return sx < sy ? -1 : 1;
+	if (tx != ty)
+		return tx < ty ? -1 : 1;
+	return kx < ky ? -1 : kx > ky;
+}
+
+/* rowlog_over(l, keep) by score at tick now is the model's order's
+ * first rows. */
+static void score_check(struct rowlog *l, struct skey *keys, uint64_t keep,
+			uint32_t now)
+{
+	uint32_t ord[SN], nl = 0;
+	uint64_t want[SN], *rows;
+	size_t n;
+
+	for (uint32_t i = 0; i < SN; i++)
+		if (keys[i].live)
+			ord[nl++] = i;
+	model_keys = keys;
+	model_now = now;
+	qsort(ord, nl, sizeof(*ord), model_order);
+	assert_true(keep < nl);
+	for (uint32_t i = 0; i < nl - keep; i++)
+		want[i] = key_of(ord[i]);
+	assert_int_equal(rowlog_over(l, keep, now, SHALF, &rows, &n), 0);
+	assert_int_equal(n, nl - keep);
+	qsort(rows, n, sizeof(*rows), u64_order);
+	qsort(want, n, sizeof(*want), u64_order);
+	assert_memory_equal(rows, want, n * sizeof(*rows));
+	free(rows);
+}
+
+/* Over commits 1 .. 12, keys appended each with odds of their own
+ * (some once, some at every commit, some twice in one commit), some
+ * erased and stored again; the bound by score matches the model at every
+ * commit, before and after a reopen (the scores come back from scored
+ * batches and snapshots, not restarted), and a log with stamps only
+ * that turns scores on counts its rows as 1 each from then on. */
+static void test_keyed_scores(void **state)
+{
+	const char *path = tu_path("scores");
+	static struct skey keys[SN];
+	static uint8_t live[KN];
+	struct jr_expect x = {.mode = JR_UNNAMED};
+	struct rowlog *l;
+	io_ctx *io;
+	int why;
+
+	(void)state;
+	memset(keys, 0, sizeof(keys));
+	if (io_open(64, &io, &why))
+		skip();
+	if (rowlog_open(path, RB, 0, &x, false, &l)) {
+		io_close(io);
+		skip();
+	}
+	/* commits 1, 2 with stamps only: scores start at 1 at commit 3 */
+	assert_int_equal(rowlog_stamps(l, 1), 0);
+	append_keys(l, io, live, 0, SN, 1, 1);
+	commit(l, io, 1, &x);
+	append_keys(l, io, live, 0, SN, 3, 2);
+	commit(l, io, 2, &x);
+	assert_int_equal(rowlog_scores(l, 3, SHALF), 0);
+	for (uint32_t i = 0; i < SN; i++) {
+		keys[i].live = true;
+		keys[i].ticks[keys[i].nt++] = i % 3 ? 1 : 2;
+	}
+	for (uint32_t c = 3; c <= 12; c++) {
+		for (uint32_t i = 0; i < SN; i++) {
+			uint64_t h = hash_mix(i * 131 + c);
+			uint32_t odds = i % 7; /* in 7: 0 never, 6 mostly */
+			struct skey *k = &keys[i];
+
+			if (c % 4 == 0 && h % 50 == 0 && k->live) {
+				erase_keys(l, live, i, i + 1, 1);
+				k->live = false;
+				k->nt = 0;
+				continue;
+			}
+			if (h % 7 >= 7 - odds) {
+				for (uint64_t twice = 0; twice <= (h >> 20) % 2;
+				     twice++)
+					append_keys(l, io, live, i, i + 1, 1,
+						    (uint8_t)(c + 2));
+				if (k->nt == 32)
+					memmove(k->ticks, k->ticks + 1,
+						--k->nt * sizeof(*k->ticks));
+				if (!k->live)
+					k->nt = 0;
+				k->ticks[k->nt++] = c;
+				k->live = true;
+			}
+		}
+		score_check(l, keys, SN / 2, c);
+		commit(l, io, c, &x);
+		if (c % 4 == 2) { /* reopen, as a store does */
+			rowlog_close(l);
+			assert_int_equal(
+			    rowlog_open(path, RB, 0, &x, false, &l), 0);
+			assert_int_equal(rowlog_scores(l, c + 1, SHALF), 0);
+		}
+		score_check(l, keys, SN / 3, c + 1);
+	}
 	rowlog_close(l);
 	io_close(io);
 }
@@ -532,6 +675,7 @@ int main(void)
 	    cmocka_unit_test(test_journal_batch_over_2gib),
 	    cmocka_unit_test(test_keyed_erase_reopen),
 	    cmocka_unit_test(test_keyed_stamps),
+	    cmocka_unit_test(test_keyed_scores),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

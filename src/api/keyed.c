@@ -204,8 +204,14 @@ int et_key_policy_set(et_store *s, int table, const struct et_key_policy *kp)
 			return ret;
 	}
 	/* ages count in commits, from the one to come (expiry, and the
-	 * bound's order) */
-	if (kp->expire_after || kp->max_keys) {
+	 * bound's order); scores too, for a bound by count */
+	if (kp->half_life) {
+		ret =
+		    tf_scores(t->tf, (uint32_t)(s->cm.ckpt + 1), kp->half_life);
+		if (ret)
+			return err_set(ret, "the scores of table %d's ids",
+				       table);
+	} else if (kp->expire_after || kp->max_keys) {
 		ret = tf_stamps(t->tf, (uint32_t)(s->cm.ckpt + 1));
 		if (ret)
 			return err_set(ret, "the stamps of table %d's ids",
@@ -281,8 +287,10 @@ int keyed_expire(et_store *s, uint64_t commit)
 			ret = erase_listed(s, i, ret, rows, n,
 					   &t->st.keys_expired);
 		}
-		if (!ret && t->g->keyed && t->kp.max_keys) { /* oldest first */
-			ret = tf_over(t->tf, t->kp.max_keys, &rows, &n);
+		if (!ret && t->g->keyed && t->kp.max_keys) {
+			/* oldest first, or lowest scores */
+			ret = tf_over(t->tf, t->kp.max_keys, (uint32_t)commit,
+				      t->kp.half_life, &rows, &n);
 			ret = erase_listed(s, i, ret, rows, n,
 					   &t->st.keys_evicted);
 		}

@@ -16,20 +16,6 @@
 #include "dtype.h"
 #include "simd.h"
 
-static inline uint32_t f32_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 /*
  * bf16 is the top half of an f32: round the low 16 bits away, to nearest
  * even. Adding 0x7fff plus the lowest kept bit does exactly that; a carry

@@ -8,8 +8,26 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "embtier.h"
+
+/* An f32's bits, and back. */
+static inline uint32_t f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
 
 /* Bytes of one value of dtype t, or 0 if t is not a dtype. */
 size_t dtype_size(et_dtype t);

@@ -49,11 +49,17 @@ struct bad {
 	uint64_t at;
 };
 
+/* The entry kinds of version 2 batches: 0 plain, 1 stamped, 2 scored. */
+static const char *const hdr_magic[3] = {"ETIDXH02", "ETIDXH03", "ETIDXH04"};
+static const char *const trl_magic[3] = {"ETIDXT02", "ETIDXT03", "ETIDXT04"};
+static const size_t kind_ent[3] = {JR_ENT, JR_ENT_ST, JR_ENT_SC};
+
 static void decode(const unsigned char *h, const unsigned char *t, int ver,
-		   bool stamped, struct jr_batch *b)
+		   int kind, struct jr_batch *b)
 {
 	b->ver = ver;
-	b->stamped = stamped;
+	b->stamped = kind >= 1;
+	b->scored = kind == 2;
 	b->commit = get64(h + 8);
 	b->n = get64(h + 16);
 	b->hseg = get32(t + 8);
@@ -76,10 +82,10 @@ static void decode(const unsigned char *h, const unsigned char *t, int ver,
  * used.
  */
 static int batch_skim(struct scan *s, uint64_t off, uint64_t limit,
-		      const unsigned char *h, bool stamped, struct jr_batch *b,
+		      const unsigned char *h, int kind, struct jr_batch *b,
 		      uint64_t *sum, uint64_t *next, struct bad *why)
 {
-	size_t ent = stamped ? JR_ENT_ST : JR_ENT;
+	size_t ent = kind_ent[kind];
 	unsigned char t[JR_TRL];
 	uint64_t n = get64(h + 16);
 	int ret;
@@ -91,12 +97,12 @@ static int batch_skim(struct scan *s, uint64_t off, uint64_t limit,
 	ret = fio_pread_all(s->fd, t, JR_TRL, off + JR_HDR + n * ent);
 	if (ret)
 		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
-	if (memcmp(t, stamped ? "ETIDXT03" : "ETIDXT02", 8)) {
+	if (memcmp(t, trl_magic[kind], 8)) {
 		why->at = off + JR_HDR + n * ent;
 		why->why = "has no batch trailer";
 		return 1;
 	}
-	decode(h, t, 2, stamped, b);
+	decode(h, t, 2, kind, b);
 	b->skimmed = true;
 	if (!b->rec_bytes || b->seg_bytes < b->rec_bytes ||
 	    (s->rec_bytes && b->rec_bytes != s->rec_bytes) ||
@@ -120,7 +126,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		       struct bad *why)
 {
 	unsigned char h[JR_HDR], t[JR_TRL];
-	bool stamped = false;
+	int kind = 0; /* version 2: hdr_magic's */
 	XXH3_state_t st;
 	uint64_t n, eb;
 	size_t ent, chunk;
@@ -134,10 +140,12 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 	ret = fio_pread_all(s->fd, h, JR_HDR, off);
 	if (ret)
 		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
-	if (!memcmp(h, "ETIDXH02", 8))
+	if (!memcmp(h, hdr_magic[0], 8))
 		ver = 2;
-	else if (!memcmp(h, "ETIDXH03", 8))
-		ver = 2, stamped = true;
+	else if (!memcmp(h, hdr_magic[1], 8))
+		ver = 2, kind = 1;
+	else if (!memcmp(h, hdr_magic[2], 8))
+		ver = 2, kind = 2;
 	else if (!memcmp(h, "ETIDXH01", 8))
 		ver = 1;
 	else {
@@ -149,8 +157,8 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		return 1;
 	}
 	if (ver == 2 && s->skip && get64(h + 8) <= s->skip_upto)
-		return batch_skim(s, off, limit, h, stamped, b, sum, next, why);
-	ent = stamped ? JR_ENT_ST : JR_ENT;
+		return batch_skim(s, off, limit, h, kind, b, sum, next, why);
+	ent = kind_ent[kind];
 	chunk = jr_ent_chunk(ent);
 	n = get64(h + 16);
 	if (n > (limit - off - JR_HDR - JR_TRL) / ent) {
@@ -161,11 +169,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 	ret = fio_pread_all(s->fd, t, JR_TRL, off + JR_HDR + eb);
 	if (ret)
 		return ret == ET_ETRUNC ? (why->why = "cut short", 1) : ret;
-	if (memcmp(t,
-		   stamped    ? "ETIDXT03"
-		   : ver == 2 ? "ETIDXT02"
-			      : "ETIDXT01",
-		   8)) {
+	if (memcmp(t, ver == 2 ? trl_magic[kind] : "ETIDXT01", 8)) {
 		why->at = off + JR_HDR + eb;
 		why->why = "has no batch trailer";
 		return 1;
@@ -191,7 +195,7 @@ static int batch_check(struct scan *s, uint64_t off, uint64_t limit,
 		why->why = "fails its checksum";
 		return 1;
 	}
-	decode(h, t, ver, stamped, b);
+	decode(h, t, ver, kind, b);
 	if (!b->rec_bytes || b->seg_bytes < b->rec_bytes ||
 	    (s->rec_bytes && b->rec_bytes != s->rec_bytes) ||
 	    (s->ver && ver != s->ver)) {
@@ -531,14 +535,15 @@ static int ring_write(io_ctx *io, int fd, const void *buf, size_t len,
 	return 0;
 }
 
+static int batch_kind(const struct jr_batch *b)
+{
+	return b->scored ? 2 : b->stamped;
+}
+
 static void encode_hdr(const struct jr_batch *b, unsigned char *h)
 {
 	memset(h, 0, JR_HDR);
-	memcpy(h,
-	       b->ver < 2   ? "ETIDXH01"
-	       : b->stamped ? "ETIDXH03"
-			    : "ETIDXH02",
-	       8);
+	memcpy(h, b->ver < 2 ? "ETIDXH01" : hdr_magic[batch_kind(b)], 8);
 	put64(h + 8, b->commit);
 	put64(h + 16, b->n);
 	put64(h + 24, b->ver >= 2 ? b->prev : 0);
@@ -547,11 +552,7 @@ static void encode_hdr(const struct jr_batch *b, unsigned char *h)
 static void encode_trl(const struct jr_batch *b, unsigned char *t)
 {
 	memset(t, 0, JR_TRL);
-	memcpy(t,
-	       b->ver < 2   ? "ETIDXT01"
-	       : b->stamped ? "ETIDXT03"
-			    : "ETIDXT02",
-	       8);
+	memcpy(t, b->ver < 2 ? "ETIDXT01" : trl_magic[batch_kind(b)], 8);
 	put32(t + 8, b->hseg);
 	put32(t + 12, b->hslot);
 	put32(t + 16, b->flags);

@@ -17,8 +17,11 @@
  * A stamped batch ("ETIDXH03"/"ETIDXT03", written while the log keeps
  * stamps: a keyed table with expiry) is a version 2 batch whose entries
  * are 20 bytes: the 16 above and a u32 stamp, the commit in which the
- * row's record was first committed (0: unknown). A journal may hold both
- * kinds of version 2 batch.
+ * row's record was first committed (0: unknown). A scored batch
+ * ("ETIDXH04"/"ETIDXT04", written while the log keeps scores too: a keyed
+ * table whose bound keeps the ids by decayed count) has 24-byte entries:
+ * the 20 of a stamped batch and the row's score, an f32 (0: unknown; see
+ * rowlog.h). A journal may hold every kind of version 2 batch.
  *
  * Each batch names the one before it, so the checksum of the last batch
  * covers the whole chain. Version 1 ("ETIDXH01"/"ETIDXT01", no chain,
@@ -53,6 +56,7 @@
 #define JR_HDR	     32
 #define JR_ENT	     16
 #define JR_ENT_ST    20 /* an entry of a stamped batch */
+#define JR_ENT_SC    24 /* an entry of a scored batch */
 #define JR_TRL	     40
 #define JR_SNAPSHOT  0x1u
 #define JR_NONE	     0xffffffffu /* no head segment */
@@ -80,7 +84,8 @@ struct jr_expect {
 /* A batch's header and trailer. */
 struct jr_batch {
 	int ver;      /* 1 or 2 */
-	bool stamped; /* version 2: each entry ends in a u32 stamp */
+	bool stamped; /* version 2: each entry has a u32 stamp at 16 */
+	bool scored;  /* ... and an f32 score at 20 (stamped too) */
 	uint64_t commit, n;
 	uint32_t hseg, hslot, flags, rec_bytes, seg_bytes, hgen;
 	uint64_t prev; /* the checksum of the batch before (0: none, or a
@@ -91,7 +96,7 @@ struct jr_batch {
 /* The bytes of one of b's entries. */
 static inline size_t jr_ent_bytes(const struct jr_batch *b)
 {
-	return b->stamped ? JR_ENT_ST : JR_ENT;
+	return b->scored ? JR_ENT_SC : b->stamped ? JR_ENT_ST : JR_ENT;
 }
 
 /* Where a journal's committed bytes end: what the next record names. */

@@ -394,8 +394,17 @@ int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src)
 	if (!(old & RL_DIRTY))
 		l->chg[l->nchg++] = row;
 	l->ix.vals[slot] = recno | RL_DIRTY;
-	if (l->ix.aux && (isnew || !l->in_clean))
-		l->ix.aux[slot] = l->tick;
+	if (l->ix.aux && (isnew || !l->in_clean)) {
+		uint32_t *a = rli_aux(&l->ix, slot);
+
+		/* a score counts the ticks the row was appended in */
+		if (l->ix.aw >= 2 && (isnew || a[0] != l->tick))
+			a[1] = f32_bits((isnew ? 0.0f
+					       : score_at(bits_f32(a[1]), a[0],
+							  l->tick, l->half)) +
+					1.0f);
+		a[0] = l->tick;
+	}
 	l->live[l->hseg]++;
 	l->hslot++;
 	l->st.rows_appended++;

@@ -34,31 +34,48 @@ int64_t rli_find(const struct rl_index *x, uint64_t row)
 	}
 }
 
+/* The aux words of an entry move with it: aw of them a slot (0: none). */
+struct rli_aux {
+	uint32_t *p;
+	uint32_t aw;
+};
+
+/* Copies the aux words of n slots from slot j to slot i (overlapping). */
+static void aux_move(struct rli_aux x, uint64_t i, uint64_t j, uint64_t n)
+{
+	if (x.aw)
+		memmove(&x.p[i * x.aw], &x.p[j * x.aw],
+			n * x.aw * sizeof(*x.p));
+}
+
+/* Sets slot i's aux words to a's (NULL: zeros). */
+static void aux_put(struct rli_aux x, uint64_t i, const uint32_t *a)
+{
+	for (uint32_t k = 0; k < x.aw; k++)
+		x.p[i * x.aw + k] = a ? a[k] : 0;
+}
+
 /* Moves slots [i, j) one slot on (j is empty; cyclic, j may lie before
- * i), then puts key with val (and aux word a) in slot i. */
-static void rli_shift_in(uint64_t *keys, uint32_t *vals, uint32_t *aux,
+ * i), then puts key with val (and aux words a) in slot i. */
+static void rli_shift_in(uint64_t *keys, uint32_t *vals, struct rli_aux aux,
 			 uint64_t cap, uint64_t i, uint64_t j, uint64_t key,
-			 uint32_t val, uint32_t a)
+			 uint32_t val, const uint32_t *a)
 {
 	if (j < i) { /* the run wraps: [0, j) on by one, then [i, cap) */
 		memmove(&keys[1], &keys[0], j * sizeof(*keys));
 		memmove(&vals[1], &vals[0], j * sizeof(*vals));
+		aux_move(aux, 1, 0, j);
 		keys[0] = keys[cap - 1];
 		vals[0] = vals[cap - 1];
-		if (aux) {
-			memmove(&aux[1], &aux[0], j * sizeof(*aux));
-			aux[0] = aux[cap - 1];
-		}
+		aux_move(aux, 0, cap - 1, 1);
 		j = cap - 1;
 	}
 	memmove(&keys[i + 1], &keys[i], (j - i) * sizeof(*keys));
 	memmove(&vals[i + 1], &vals[i], (j - i) * sizeof(*vals));
-	if (aux)
-		memmove(&aux[i + 1], &aux[i], (j - i) * sizeof(*aux));
+	aux_move(aux, i + 1, i, j - i);
 	keys[i] = key;
 	vals[i] = val;
-	if (aux)
-		aux[i] = a;
+	aux_put(aux, i, a);
 }
 
 /* Places key (row + 1, absent) with val (and aux word a, if aux) in slot
@@ -68,9 +85,9 @@ static void rli_shift_in(uint64_t *keys, uint32_t *vals, uint32_t *aux,
  * move on by one, each then one slot further from its home (the order
  * that Robin Hood's swaps along the run would give, less the hashing and
  * the swapping per slot). There is a free slot. */
-static void rli_put_at(uint64_t *keys, uint32_t *vals, uint32_t *aux,
+static void rli_put_at(uint64_t *keys, uint32_t *vals, struct rli_aux aux,
 		       uint64_t cap, uint64_t i, uint64_t key, uint32_t val,
-		       uint32_t a)
+		       const uint32_t *a)
 {
 	uint64_t j = i;
 
@@ -111,8 +128,8 @@ static uint64_t rli_probe(const uint64_t *keys, uint64_t cap, uint64_t key,
 	}
 }
 
-static void rli_put(uint64_t *keys, uint32_t *vals, uint32_t *aux, uint64_t cap,
-		    uint64_t key, uint32_t val, uint32_t a)
+static void rli_put(uint64_t *keys, uint32_t *vals, struct rli_aux aux,
+		    uint64_t cap, uint64_t key, uint32_t val, const uint32_t *a)
 {
 	bool found;
 	uint64_t i = rli_probe(keys, cap, key, hash_mix(key - 1), &found);
@@ -127,9 +144,9 @@ static void rli_put(uint64_t *keys, uint32_t *vals, uint32_t *aux, uint64_t cap,
  * one, whichever is further, with no probe. Once one would run past the
  * end, the rest are inserted as any row is (they wrap to the start, where
  * the entries there move on). */
-static void rli_relay(const uint64_t *ok, const uint32_t *ov,
-		      const uint32_t *oa, uint64_t ocap, uint64_t *nk,
-		      uint32_t *nv, uint32_t *na, uint64_t ncap)
+static void rli_relay(const uint64_t *ok, const uint32_t *ov, struct rli_aux oa,
+		      uint64_t ocap, uint64_t *nk, uint32_t *nv,
+		      struct rli_aux na, uint64_t ncap)
 {
 	uint64_t start = 0, next = 0;
 	bool spill = false;
@@ -150,13 +167,13 @@ static void rli_relay(const uint64_t *ok, const uint32_t *ov,
 			pos = next;
 		if (spill || pos >= ncap) {
 			spill = true;
-			rli_put(nk, nv, na, ncap, ok[i], ov[i], oa ? oa[i] : 0);
+			rli_put(nk, nv, na, ncap, ok[i], ov[i],
+				oa.aw ? &oa.p[i * oa.aw] : NULL);
 			continue;
 		}
 		nk[pos] = ok[i];
 		nv[pos] = ov[i];
-		if (na)
-			na[pos] = oa ? oa[i] : 0;
+		aux_put(na, pos, oa.aw ? &oa.p[i * oa.aw] : NULL);
 		next = pos + 1;
 	}
 }
@@ -165,49 +182,60 @@ static int rli_resize(struct rl_index *x, uint64_t ncap)
 {
 	uint64_t ocap = x->cap;
 	uint64_t *ok = x->keys, *nk;
-	uint32_t *ov = x->vals, *oa = x->aux, *nv, *na = NULL;
+	uint32_t *ov = x->vals, *nv;
+	struct rli_aux oa = {x->aux, x->aux ? x->aw : 0}, na = {NULL, 0};
 	size_t n8 = (ncap + 1) * sizeof(*nk), n4 = (ncap + 1) * sizeof(*nv);
 
 	nk = mem_alloc(n8, 0);
 	nv = mem_alloc(n4, 0);
-	if (x->keep_aux)
-		na = mem_alloc(n4, 0);
-	if (!nk || !nv || (x->keep_aux && !na)) {
+	if (x->aw) {
+		na.p = mem_alloc(n4 * x->aw, 0);
+		na.aw = x->aw;
+	}
+	if (!nk || !nv || (x->aw && !na.p)) {
 		mem_free(nk, n8, 0);
 		mem_free(nv, n4, 0);
-		mem_free(na, n4, 0);
+		mem_free(na.p, n4 * x->aw, 0);
 		return -ENOMEM;
 	}
 	rli_relay(ok, ov, oa, ocap, nk, nv, na, ncap);
 	if (ocap) {
 		nv[ncap] = ov[ocap];
-		if (na && oa)
-			na[ncap] = oa[ocap];
+		aux_put(na, ncap, oa.aw ? &oa.p[ocap * oa.aw] : NULL);
 	}
 	x->keys = nk;
 	x->vals = nv;
-	x->aux = na;
+	x->aux = na.p;
 	x->cap = ncap;
 	if (ocap) {
 		mem_free(ok, (ocap + 1) * sizeof(*ok), 0);
 		mem_free(ov, (ocap + 1) * sizeof(*ov), 0);
-		mem_free(oa, (ocap + 1) * sizeof(*oa), 0);
+		mem_free(oa.p, (ocap + 1) * sizeof(*oa.p) * oa.aw, 0);
 	}
 	return 0;
 }
 
-int rli_keep_aux(struct rl_index *x)
+int rli_keep_aux(struct rl_index *x, uint32_t words)
 {
-	if (x->keep_aux)
+	uint32_t *na;
+
+	if (x->aw >= words)
 		return 0;
-	x->keep_aux = true;
-	if (!x->cap)
+	if (!x->cap) {
+		x->aw = words;
 		return 0;
-	x->aux = mem_alloc((x->cap + 1) * sizeof(*x->aux), 0);
-	if (!x->aux) {
-		x->keep_aux = false;
-		return -ENOMEM;
 	}
+	na = mem_alloc((x->cap + 1) * sizeof(*na) * words, 0);
+	if (!na)
+		return -ENOMEM;
+	for (uint64_t i = 0; i <= x->cap; i++)
+		for (uint32_t k = 0; k < words; k++)
+			na[i * words + k] =
+			    k < x->aw && x->aux ? x->aux[i * x->aw + k] : 0;
+	if (x->aux)
+		mem_free(x->aux, (x->cap + 1) * sizeof(*x->aux) * x->aw, 0);
+	x->aux = na;
+	x->aw = words;
 	return 0;
 }
 
@@ -243,8 +271,8 @@ int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew)
 		if (*isnew) {
 			x->has_max = true;
 			x->vals[x->cap] = 0;
-			if (x->aux)
-				x->aux[x->cap] = 0;
+			aux_put((struct rli_aux){x->aux, x->aux ? x->aw : 0},
+				x->cap, NULL);
 			x->count++;
 		}
 		return 0;
@@ -269,7 +297,9 @@ int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew)
 	*slot = i;
 	if (found)
 		return 0;
-	rli_put_at(x->keys, x->vals, x->aux, x->cap, i, row + 1, 0, 0);
+	rli_put_at(x->keys, x->vals,
+		   (struct rli_aux){x->aux, x->aux ? x->aw : 0}, x->cap, i,
+		   row + 1, 0, NULL);
 	x->count++;
 	return 0;
 }
@@ -293,8 +323,7 @@ void rli_del(struct rl_index *x, uint64_t slot)
 			break;
 		x->keys[i] = x->keys[j];
 		x->vals[i] = x->vals[j];
-		if (x->aux)
-			x->aux[i] = x->aux[j];
+		aux_move((struct rli_aux){x->aux, x->aux ? x->aw : 0}, i, j, 1);
 		i = j;
 	}
 	x->keys[i] = 0;
@@ -307,7 +336,8 @@ void rli_clear(struct rl_index *x)
 		memset(x->keys, 0, (x->cap + 1) * sizeof(*x->keys));
 		memset(x->vals, 0, (x->cap + 1) * sizeof(*x->vals));
 		if (x->aux)
-			memset(x->aux, 0, (x->cap + 1) * sizeof(*x->aux));
+			memset(x->aux, 0,
+			       (x->cap + 1) * sizeof(*x->aux) * x->aw);
 	}
 	x->count = 0;
 	x->has_max = false;
@@ -318,12 +348,12 @@ void rli_free(struct rl_index *x)
 	if (x->cap) {
 		mem_free(x->keys, (x->cap + 1) * sizeof(*x->keys), 0);
 		mem_free(x->vals, (x->cap + 1) * sizeof(*x->vals), 0);
-		mem_free(x->aux, (x->cap + 1) * sizeof(*x->aux), 0);
+		mem_free(x->aux, (x->cap + 1) * sizeof(*x->aux) * x->aw, 0);
 	}
 	x->keys = NULL;
 	x->vals = NULL;
 	x->aux = NULL;
-	x->keep_aux = false;
+	x->aw = 0;
 	x->cap = x->count = 0;
 	x->has_max = false;
 }

@@ -31,12 +31,19 @@
 struct rl_index {
 	uint64_t *keys; /* [cap + 1] row + 1; 0: empty (slot cap: unused) */
 	uint32_t *vals; /* [cap + 1] */
-	uint32_t *aux;	/* [cap + 1] if kept (rli_keep_aux): a word per
-			 * entry that moves with it (the row log's stamps) */
+	uint32_t *aux;	/* [(cap + 1) * aw] if kept (rli_keep_aux): aw words
+			 * per entry that move with it (the row log's stamp,
+			 * then its score) */
 	uint64_t cap, count;
+	uint32_t aw;  /* aux words an entry keeps (0: none) */
 	bool has_max; /* row UINT64_MAX is in slot cap */
-	bool keep_aux;
 };
+
+/* Slot i's aux words (aw of them; the index keeps some). */
+static inline uint32_t *rli_aux(const struct rl_index *x, uint64_t i)
+{
+	return x->aux + i * x->aw;
+}
 
 /* One past the last slot of a walk over the index. */
 static inline uint64_t rli_end(const struct rl_index *x)
@@ -98,9 +105,10 @@ int64_t rli_find(const struct rl_index *x, uint64_t row);
  * other entries: slots found before it are stale after it. */
 int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew);
 
-/* From now on keeps an aux word per entry (0 for the entries there now,
- * and for each new one). */
-int rli_keep_aux(struct rl_index *x);
+/* From now on keeps `words` aux words per entry, or more if it keeps
+ * more: the words it kept stay, the others start at 0 (as they do for
+ * each new entry). */
+int rli_keep_aux(struct rl_index *x, uint32_t words);
 
 /* Removes the entry in slot (from rli_find or rli_slot); entries after it
  * may move back one slot: slots found before are stale after it. */

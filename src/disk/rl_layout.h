@@ -46,9 +46,11 @@
 #ifndef ET_RL_LAYOUT_H
 #define ET_RL_LAYOUT_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "hash.h"
 #include "io.h"
 #include "journal.h"
@@ -146,8 +148,26 @@ struct rowlog {
 			     * unstamped batches, stamped at rowlog_stamps */
 	bool stamp_snap;    /* stamps began in memory: the next commit
 			     * journals every row's (a snapshot) */
+	/* Scores (the second aux word, kept once a keyed table's bound
+	 * keeps ids by count: rowlog_scores), journaled as stamps are
+	 * (scored batches). */
+	uint32_t half;	    /* ticks a score's weight halves in (0: never) */
+	bool score_unknown; /* some scores are 0: rows a replay found in
+			     * unscored batches, scored at rowlog_scores */
 	struct rowlog_stats st;
 };
+
+/* Scores: an f32 per row, the decayed count of the ticks (commits) its
+ * records were appended in, as of the tick of its stamp. A tick's weight
+ * halves at each epoch (tick / half) boundary passed: v seen from tick
+ * `to` is v * 2^(epoch(from) - epoch(to)), exact in binary floating
+ * point, so every machine orders rows alike. */
+static inline float score_at(float v, uint32_t from, uint32_t to, uint32_t half)
+{
+	int64_t d = half ? (int64_t)(to / half) - (int64_t)(from / half) : 0;
+
+	return d <= 0 ? v : d > 300 ? 0.0f : ldexpf(v, -(int)d);
+}
 
 static inline bool seg_free(const struct rowlog *l, uint32_t s)
 {

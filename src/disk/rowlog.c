@@ -129,11 +129,25 @@ static int stamps_keep(struct rowlog *l, uint32_t with)
 {
 	int ret;
 
-	if (l->ix.keep_aux)
+	if (l->ix.aw)
 		return 0;
-	ret = rli_keep_aux(&l->ix);
+	ret = rli_keep_aux(&l->ix, 1);
 	for (uint64_t i = 0; !ret && l->ix.aux && i < rli_end(&l->ix); i++)
-		l->ix.aux[i] = with;
+		rli_aux(&l->ix, i)[0] = with;
+	return ret;
+}
+
+/* Keeps a score beside each stamp from now on, those of the rows there
+ * now `with` (score_bits; 0: unknown). */
+static int scores_keep(struct rowlog *l, uint32_t with)
+{
+	int ret;
+
+	if (l->ix.aw >= 2)
+		return 0;
+	ret = rli_keep_aux(&l->ix, 2);
+	for (uint64_t i = 0; !ret && l->ix.aux && i < rli_end(&l->ix); i++)
+		rli_aux(&l->ix, i)[1] = with;
 	return ret;
 }
 
@@ -142,16 +156,41 @@ int rowlog_stamps(struct rowlog *l, uint32_t tick)
 	int ret;
 
 	l->tick = tick;
-	if (l->ix.keep_aux) {
+	if (l->ix.aw) {
 		/* from the journal: only rows it had no stamp for */
 		for (uint64_t i = 0; l->stamp_unknown && i < rli_end(&l->ix);
 		     i++)
-			if (rli_used(&l->ix, i) && !l->ix.aux[i])
-				l->ix.aux[i] = tick;
+			if (rli_used(&l->ix, i) && !rli_aux(&l->ix, i)[0])
+				rli_aux(&l->ix, i)[0] = tick;
 		l->stamp_unknown = false;
 		return 0;
 	}
 	ret = stamps_keep(l, tick);
+	/* the journal has none of them yet */
+	if (!ret && !l->rdonly && l->ver >= 2)
+		l->stamp_snap = true;
+	return ret;
+}
+
+int rowlog_scores(struct rowlog *l, uint32_t tick, uint32_t half)
+{
+	bool had = l->ix.aw >= 2;
+	int ret = rowlog_stamps(l, tick);
+
+	if (ret)
+		return ret;
+	l->half = half;
+	if (had) {
+		/* from the journal: only rows it had no score for, each
+		 * counted once, at its stamp */
+		for (uint64_t i = 0; l->score_unknown && i < rli_end(&l->ix);
+		     i++)
+			if (rli_used(&l->ix, i) && !rli_aux(&l->ix, i)[1])
+				rli_aux(&l->ix, i)[1] = f32_bits(1.0f);
+		l->score_unknown = false;
+		return 0;
+	}
+	ret = scores_keep(l, f32_bits(1.0f));
 	/* the journal has none of them yet */
 	if (!ret && !l->rdonly && l->ver >= 2)
 		l->stamp_snap = true;
@@ -170,7 +209,7 @@ int rowlog_expired(const struct rowlog *l, uint32_t tick, uint32_t after,
 		return 0;
 	for (uint64_t i = 0; i < rli_end(&l->ix); i++) {
 		if (!rli_used(&l->ix, i) ||
-		    (uint32_t)(tick - l->ix.aux[i]) < after)
+		    (uint32_t)(tick - rli_aux(&l->ix, i)[0]) < after)
 			continue;
 		if (k == cap) {
 			uint64_t *r;
@@ -210,8 +249,10 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 
 	for (uint64_t i = 0; i < rli_end(&l->ix); i++)
 		if (rli_used(&l->ix, i)) {
-			lo = l->ix.aux[i] < lo ? l->ix.aux[i] : lo;
-			hi = l->ix.aux[i] > hi ? l->ix.aux[i] : hi;
+			uint32_t a = rli_aux(&l->ix, i)[0];
+
+			lo = a < lo ? a : lo;
+			hi = a > hi ? a : hi;
 		}
 	if ((uint64_t)hi - lo < OVER_HIST_MAX) {
 		uint64_t *cnt = calloc((size_t)(hi - lo) + 1, sizeof(*cnt));
@@ -220,7 +261,7 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 			return -ENOMEM;
 		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
 			if (rli_used(&l->ix, i))
-				cnt[l->ix.aux[i] - lo]++;
+				cnt[rli_aux(&l->ix, i)[0] - lo]++;
 		for (uint32_t d = 0;; d++) {
 			if (cum + cnt[d] >= excess) {
 				*th = lo + d;
@@ -238,7 +279,7 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 			return -ENOMEM;
 		for (uint64_t i = 0; i < rli_end(&l->ix); i++)
 			if (rli_used(&l->ix, i))
-				st[k++] = l->ix.aux[i];
+				st[k++] = rli_aux(&l->ix, i)[0];
 		qsort(st, k, sizeof(*st), cmp_u32);
 		*th = st[excess - 1];
 		while (cum < k && st[cum] < *th)
@@ -251,8 +292,95 @@ static int over_threshold(const struct rowlog *l, uint64_t excess, uint32_t *th,
 	return 0;
 }
 
-int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
-		size_t *n)
+/* Slot i's score as seen from tick, as f32 bits: for scores, which are
+ * never negative, the order of the bits is the order of the values. */
+static uint32_t score_now(const struct rowlog *l, uint64_t i, uint32_t tick,
+			  uint32_t half)
+{
+	const uint32_t *a = rli_aux(&l->ix, i);
+
+	return f32_bits(score_at(bits_f32(a[1]), a[0], tick, half));
+}
+
+/* A row among those of the threshold score: its stamp, then its row. */
+struct sr {
+	uint32_t stamp;
+	uint64_t row;
+};
+
+static int cmp_sr(const void *a, const void *b)
+{
+	const struct sr *x = a, *y = b;
+
+	if (x->stamp != y->stamp)
+		return x->stamp < y->stamp ? -1 : 1;
+	return x->row < y->row ? -1 : x->row > y->row;
+}
+
+/* rowlog_over by score: the score bits th at which the excess lowest end
+ * are found by their top 16 bits, then their low 16 among those, in two
+ * counting passes; the rows below th go, and of those at th the oldest
+ * stamps, then the smallest rows. */
+static int over_scored(const struct rowlog *l, uint64_t excess, uint32_t tick,
+		       uint32_t half, uint64_t *rows)
+{
+	uint64_t *cnt = calloc(65536, sizeof(*cnt)), cum = 0, k = 0, ne = 0;
+	uint32_t th = 0;
+	struct sr *eq;
+
+	if (!cnt)
+		return -ENOMEM;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass)
+			memset(cnt, 0, 65536 * sizeof(*cnt));
+		for (uint64_t i = 0; i < rli_end(&l->ix); i++) {
+			uint32_t b;
+
+			if (!rli_used(&l->ix, i))
+				continue;
+			b = score_now(l, i, tick, half);
+			if (!pass)
+				cnt[b >> 16]++;
+			else if (b >> 16 == th >> 16)
+				cnt[b & 0xffff]++;
+		}
+		for (uint32_t d = 0;; d++) {
+			if (cum + cnt[d] >= excess) {
+				th = pass ? (th & 0xffff0000u) | d : d << 16;
+				break;
+			}
+			cum += cnt[d];
+		}
+		if (!pass)
+			continue;
+		ne = cnt[th & 0xffff];
+	}
+	free(cnt);
+	eq = malloc(ne * sizeof(*eq));
+	if (!eq)
+		return -ENOMEM;
+	ne = 0;
+	for (uint64_t i = 0; i < rli_end(&l->ix); i++) {
+		uint32_t b;
+
+		if (!rli_used(&l->ix, i))
+			continue;
+		b = score_now(l, i, tick, half);
+		if (b < th)
+			rows[k++] = rli_row(&l->ix, i);
+		else if (b == th)
+			eq[ne++] = (struct sr){rli_aux(&l->ix, i)[0],
+					       rli_row(&l->ix, i)};
+	}
+	qsort(eq, ne, sizeof(*eq), cmp_sr);
+	for (uint64_t i = 0; k < excess; i++)
+		rows[k++] = eq[i].row;
+	free(eq);
+	return 0;
+}
+
+int rowlog_over(const struct rowlog *l, uint64_t keep, uint32_t tick,
+		uint32_t half, uint64_t **out, size_t *n)
 {
 	uint64_t excess, below, at, k = 0, ne = 0, *rows, *eq;
 	uint32_t th;
@@ -263,6 +391,19 @@ int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
 	if (!l->ix.aux || l->ix.count <= keep)
 		return 0;
 	excess = l->ix.count - keep;
+	if (half && l->ix.aw >= 2) {
+		rows = malloc(excess * sizeof(*rows));
+		if (!rows)
+			return -ENOMEM;
+		ret = over_scored(l, excess, tick, half, rows);
+		if (ret) {
+			free(rows);
+			return ret;
+		}
+		*out = rows;
+		*n = (size_t)excess;
+		return 0;
+	}
 	ret = over_threshold(l, excess, &th, &below, &at);
 	if (ret)
 		return ret;
@@ -274,9 +415,9 @@ int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
 		return -ENOMEM;
 	}
 	for (uint64_t i = 0; i < rli_end(&l->ix); i++) {
-		if (!rli_used(&l->ix, i) || l->ix.aux[i] > th)
+		if (!rli_used(&l->ix, i) || rli_aux(&l->ix, i)[0] > th)
 			continue;
-		if (l->ix.aux[i] < th)
+		if (rli_aux(&l->ix, i)[0] < th)
 			rows[k++] = rli_row(&l->ix, i);
 		else
 			eq[ne++] = rli_row(&l->ix, i);
@@ -317,6 +458,18 @@ static bool jr_stamped(const struct rowlog *l)
 	return l->ver >= 2 && l->ix.aux;
 }
 
+/* ... and scored: it keeps scores too. */
+static bool jr_scored(const struct rowlog *l)
+{
+	return jr_stamped(l) && l->ix.aw >= 2;
+}
+
+/* The bytes of an entry of the log's batches. */
+static size_t jr_ent_of(const struct rowlog *l)
+{
+	return jr_scored(l) ? JR_ENT_SC : jr_stamped(l) ? JR_ENT_ST : JR_ENT;
+}
+
 /* Entries of the batch being written: the rows changed since the last
  * commit, in the order they first changed. Each row's index entry loses
  * its changed bit here, while its line is at hand, not in a second pass
@@ -326,7 +479,7 @@ static bool jr_stamped(const struct rowlog *l)
 static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
-	size_t ent = jr_stamped(l) ? JR_ENT_ST : JR_ENT;
+	size_t ent = jr_ent_of(l);
 
 	for (size_t i = 0; i < n; i++, p += ent) {
 		uint64_t row = l->chg[first + i];
@@ -344,7 +497,9 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 		put32(p + 8, rn);
 		put32(p + 12, e >= 0 && l->ver >= 2 ? l->gen[rn / l->rps] : 0);
 		if (jr_stamped(l))
-			put32(p + 16, e >= 0 ? l->ix.aux[e] : 0);
+			put32(p + 16, e >= 0 ? rli_aux(&l->ix, e)[0] : 0);
+		if (jr_scored(l))
+			put32(p + 20, e >= 0 ? rli_aux(&l->ix, e)[1] : 0);
 	}
 }
 
@@ -353,7 +508,7 @@ static void fill_changes(void *arg, unsigned char *p, uint64_t first, size_t n)
 static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	struct rowlog *l = arg;
-	size_t ent = jr_stamped(l) ? JR_ENT_ST : JR_ENT;
+	size_t ent = jr_ent_of(l);
 
 	if (!first)
 		l->fill_at = 0;
@@ -368,7 +523,9 @@ static void fill_index(void *arg, unsigned char *p, uint64_t first, size_t n)
 		put32(p + 8, rn);
 		put32(p + 12, l->ver >= 2 ? l->gen[rn / l->rps] : 0);
 		if (jr_stamped(l))
-			put32(p + 16, l->ix.aux[l->fill_at]);
+			put32(p + 16, rli_aux(&l->ix, l->fill_at)[0]);
+		if (jr_scored(l))
+			put32(p + 20, rli_aux(&l->ix, l->fill_at)[1]);
 		l->fill_at++;
 	}
 }
@@ -440,10 +597,10 @@ int rowlog_commit_prepare(struct rowlog *l, io_ctx *io, uint64_t commit)
 	ret = rowlog_sync(l, io);
 	if (ret)
 		return ret;
-	ibytes = l->ix.count * (jr_stamped(l) ? JR_ENT_ST : JR_ENT) + JR_HDR +
-		 JR_TRL;
+	ibytes = l->ix.count * jr_ent_of(l) + JR_HDR + JR_TRL;
 	b = (struct jr_batch){.ver = l->ver,
 			      .stamped = jr_stamped(l),
+			      .scored = jr_scored(l),
 			      .commit = commit,
 			      .hseg = l->head_ok ? l->hseg : JR_NONE,
 			      .hslot = l->hslot,
@@ -558,11 +715,18 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 
 	/* A stamped batch: the log keeps stamps from here on, rows of the
 	 * batches before it unknown (0) until rowlog_stamps */
-	if (b->stamped && !l->ix.keep_aux) {
+	if (b->stamped && !l->ix.aw) {
 		ret = stamps_keep(l, 0);
 		if (ret)
 			return ret;
 		l->stamp_unknown = l->ix.count != 0;
+	}
+	/* ... and a scored batch, scores (unknown, 0, until rowlog_scores) */
+	if (b->scored && l->ix.aw < 2) {
+		ret = scores_keep(l, 0);
+		if (ret)
+			return ret;
+		l->score_unknown = l->ix.count != 0;
 	}
 	for (size_t i = 0; i < n; i++, e += ent) {
 		uint64_t row = get64(e), slot, seg;
@@ -602,8 +766,21 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 		l->ix.vals[slot] = rn;
 		l->gen[seg] = get32(e + 12);
 		if (l->ix.aux) {
-			l->ix.aux[slot] = b->stamped ? get32(e + 16) : 0;
-			l->stamp_unknown |= !l->ix.aux[slot];
+			uint32_t *a = rli_aux(&l->ix, slot);
+
+			a[0] = b->stamped ? get32(e + 16) : 0;
+			l->stamp_unknown |= !a[0];
+			if (l->ix.aw >= 2) {
+				a[1] = b->scored ? get32(e + 20) : 0;
+				l->score_unknown |= !a[1];
+			}
+			/* a score is a finite count, not negative */
+			if (b->scored && get32(e + 20) >= 0x7f800000u)
+				return err_set(ET_EJOURNAL,
+					       "%s: row %llu has score "
+					       "bits %08x, not a count",
+					       l->pidx, (unsigned long long)row,
+					       get32(e + 20));
 		}
 	}
 	return 0;
@@ -837,10 +1014,11 @@ void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st)
 		if (!seg_free(l, s))
 			used++;
 	st->index_rows = l->ix.count;
-	st->index_bytes = (l->ix.cap + !!l->ix.cap) *
-			      (sizeof(*l->ix.keys) + sizeof(*l->ix.vals) +
-			       (l->ix.aux ? sizeof(*l->ix.aux) : 0)) +
-			  (uint64_t)l->segcap * 9 + l->chgcap * sizeof(*l->chg);
+	st->index_bytes =
+	    (l->ix.cap + !!l->ix.cap) *
+		(sizeof(*l->ix.keys) + sizeof(*l->ix.vals) +
+		 (l->ix.aux ? sizeof(*l->ix.aux) * l->ix.aw : 0)) +
+	    (uint64_t)l->segcap * 9 + l->chgcap * sizeof(*l->chg);
 	st->live_bytes = l->ix.count * l->rec_bytes;
 	st->log_bytes = used * l->seg_bytes;
 }

@@ -64,20 +64,31 @@ int rowlog_erase(struct rowlog *l, const uint64_t *rows, size_t n,
 
 /* Stamps: from now on the index keeps a u32 per row, the tick at which
  * its newest record was appended (the cleaner's moves keep it); rows in
- * it now, and those appended until the next call, take tick. Kept in
- * memory only (4 bytes a row): a reopened log stamps its rows anew. */
+ * it now, and those appended until the next call, take tick. Journaled
+ * (stamped batches) on a version 2 journal, whose replay gives them back
+ * (rows of unstamped batches take tick); in memory only on version 1. */
 int rowlog_stamps(struct rowlog *l, uint32_t tick);
+
+/* Scores too (rowlog_stamps, and from now on an f32 per row): the count
+ * of the ticks its records were appended in, each tick's weight halving
+ * every `half` ticks (0: never; rl_layout.h, score_at). Rows in the index
+ * now start at 1 as of their stamp, as do those of unscored batches a
+ * replay found; the next commit journals every row's (scored batches).
+ * Again with another half: the count goes on, with the new half. */
+int rowlog_scores(struct rowlog *l, uint32_t tick, uint32_t half);
 
 /* The rows whose stamp is `after` or more ticks before tick, in a
  * malloc()ed array (NULL if none). */
 int rowlog_expired(const struct rowlog *l, uint32_t tick, uint32_t after,
 		   uint64_t **out, size_t *n);
 
-/* The rows to forget so that at most keep stay: the oldest stamps first,
- * among equal stamps the smallest rows, in a malloc()ed array (NULL if
- * none). */
-int rowlog_over(const struct rowlog *l, uint64_t keep, uint64_t **out,
-		size_t *n);
+/* The rows to forget so that at most keep stay, in a malloc()ed array
+ * (NULL if none): with half 0 (or no scores kept), the oldest stamps
+ * first, among equal stamps the smallest rows; with half, the lowest
+ * scores as seen from tick under that half first, then the oldest stamps,
+ * then the smallest rows. */
+int rowlog_over(const struct rowlog *l, uint64_t keep, uint32_t tick,
+		uint32_t half, uint64_t **out, size_t *n);
 
 /* A number that changes whenever the index's set of rows may have. */
 uint64_t rowlog_epoch(const struct rowlog *l);

@@ -656,6 +656,11 @@ int tf_stamps(et_tfile *tf, uint32_t tick)
 	return tf->log ? rowlog_stamps(tf->log, tick) : 0;
 }
 
+int tf_scores(et_tfile *tf, uint32_t tick, uint32_t half)
+{
+	return tf->log ? rowlog_scores(tf->log, tick, half) : 0;
+}
+
 int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
 	       uint64_t **rows, size_t *n)
 {
@@ -664,11 +669,12 @@ int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
 	return tf->log ? rowlog_expired(tf->log, tick, after, rows, n) : 0;
 }
 
-int tf_over(const et_tfile *tf, uint64_t keep, uint64_t **rows, size_t *n)
+int tf_over(const et_tfile *tf, uint64_t keep, uint32_t tick, uint32_t half,
+	    uint64_t **rows, size_t *n)
 {
 	*rows = NULL;
 	*n = 0;
-	return tf->log ? rowlog_over(tf->log, keep, rows, n) : 0;
+	return tf->log ? rowlog_over(tf->log, keep, tick, half, rows, n) : 0;
 }
 
 bool tf_row_logged(const et_tfile *tf, uint64_t row)

@@ -126,10 +126,13 @@ void tf_log_writes(et_tfile *tf, bool on);
 int tf_erase_rows(et_tfile *tf, const uint64_t *rows, size_t n,
 		  uint64_t *erased);
 int tf_stamps(et_tfile *tf, uint32_t tick);
+/* rowlog_scores. */
+int tf_scores(et_tfile *tf, uint32_t tick, uint32_t half);
 int tf_expired(const et_tfile *tf, uint32_t tick, uint32_t after,
 	       uint64_t **rows, size_t *n);
 /* rowlog_over. */
-int tf_over(const et_tfile *tf, uint64_t keep, uint64_t **rows, size_t *n);
+int tf_over(const et_tfile *tf, uint64_t keep, uint32_t tick, uint32_t half,
+	    uint64_t **rows, size_t *n);
 bool tf_row_logged(const et_tfile *tf, uint64_t row);
 /* Every row in the file's row log with where its record is
  * (rowlog_entries); none if it has no log. */

@@ -26,6 +26,15 @@ int keypol_check(const struct et_key_policy *p)
 		return err_set(-EINVAL,
 			       "et_key_policy.filter_log2 %u out of %d..%d",
 			       p->filter_log2, ADMIT_LOG2_MIN, ADMIT_LOG2_MAX);
+	if (p->half_life && !p->max_keys)
+		return err_set(-EINVAL,
+			       "et_key_policy.half_life %u orders the bound: "
+			       "max_keys is 0",
+			       p->half_life);
+	if (p->half_life > ADMIT_HALF_MAX)
+		return err_set(-EINVAL,
+			       "et_key_policy.half_life %u: at most %u",
+			       p->half_life, ADMIT_HALF_MAX);
 	return 0;
 }
 
@@ -50,6 +59,7 @@ int keypol_set(struct keypol *k, const struct et_key_policy *p)
 	k->admit_after = p->admit_after;
 	k->expire_after = p->expire_after;
 	k->max_keys = p->max_keys;
+	k->half_life = p->half_life;
 	return 0;
 }
 
@@ -199,6 +209,8 @@ int keypol_apply(struct keypol *k, const struct et_key_policy *p,
 		if (!ret) {
 			k->expire_after = p->expire_after;
 			k->max_keys = p->max_keys;
+			k->half_life = p->half_life;
+			k->half_life = p->half_life;
 		}
 		return ret;
 	}
@@ -214,6 +226,7 @@ int keypol_apply(struct keypol *k, const struct et_key_policy *p,
 	k->admit_after = n.admit_after;
 	k->expire_after = n.expire_after;
 	k->max_keys = n.max_keys;
+	k->half_life = n.half_life;
 	k->counted = false;
 	return 0;
 }

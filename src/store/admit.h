@@ -17,6 +17,7 @@
 #define ADMIT_LOG2_DEF 20
 #define ADMIT_LOG2_MIN 10
 #define ADMIT_LOG2_MAX 30
+#define ADMIT_HALF_MAX (1u << 20) /* half_life, in commits */
 
 /* A saved filter as a commit record names it (ckpt_table asum, aref):
  * its header's checksum, and its commit << 1 | its slot; 0, 0: none. */
@@ -29,6 +30,8 @@ struct keypol {
 	uint32_t admit_after;  /* > 1: the filter is on */
 	uint32_t expire_after; /* commits; 0: off */
 	uint64_t max_keys;     /* 0: no bound */
+	uint32_t half_life;    /* the bound's order: 0 by stamp, else by
+				* score (commits a weight halves in) */
 	struct sketch filter;  /* sightings per id, one per update call */
 	bool counted;	       /* the filter changed since it was saved */
 	struct adm_ref saved;  /* what keypol_save wrote for the commit being
