@@ -2492,6 +2492,91 @@ static void test_max_keys(void **state)
 	}
 }
 
+/*
+ * max_keys 4 with half_life 2: the bound keeps the ids written in the
+ * most commits, a commit's weight halving at each even commit number.
+ * H (UINT64_MAX, 0) is updated before every commit, W (5, 2^63) before
+ * commits 1 to 3, X (7, 3) before commit 4 only: at commit 4, H scores
+ * 1/4 + 1/2 + 1/2 + 1, W 1/4 + 1/2 + 1/2, X 1, and X leaves (the bound by
+ * age would keep X and drop W). Before commit 6, H and Y (9, 2,
+ * UINT64_MAX - 1, 11) are updated: W has fallen to 5/8 (two halvings
+ * since commit 3), under Y's 1, so W and the two smallest Y leave. The
+ * same through tiny tiers and large ones, reopened before commit 4 (the
+ * scores come back from the journal) or not.
+ */
+static void scored_run(struct fx *f, const struct et_store_config *c,
+		       bool reopen, uint64_t evicted[3], bool kept4[10],
+		       bool kept[10])
+{
+	static const uint64_t ids[10] = {UINT64_MAX, 0, 5, 1ULL << 63,	   7,
+					 3,	     9, 2, UINT64_MAX - 1, 11};
+	static const uint8_t until[10] = {6, 6, 3, 3, 4, 4, 6, 6, 6, 6};
+	static const uint8_t from[10] = {1, 1, 1, 1, 4, 4, 6, 6, 6, 6};
+	const struct et_key_policy kp = {.max_keys = 4, .half_life = 2};
+	struct et_update_params up = {.lr = 0.5f};
+	struct et_table_params p = kparams(ET_OPT_SGD, 31);
+	int d = fx_new(f), t;
+	et_store *s = fx_open(f, d, c);
+	float ini[10][DIM], g[DIM];
+
+	for (uint32_t j = 0; j < DIM; j++)
+		g[j] = 0.25f + 0.125f * (float)j;
+	OK(et_table_create(s, "t", &p, &t));
+	for (int k = 0; k < 10; k++)
+		gat1(s, t, ids[k], ini[k]);
+	OK(et_key_policy_set(s, t, &kp));
+	for (uint8_t cm = 1; cm <= 6; cm++) {
+		for (int k = 0; k < 10; k++)
+			if (from[k] <= cm && cm <= until[k])
+				upd1(s, t, ids[k], g, &up);
+		OK(et_checkpoint(s, NULL, 0));
+		assert_int_equal(commit_of(s), cm);
+		if (cm >= 4)
+			evicted[cm - 4] = stats_of(s, t).keys_evicted;
+		for (int k = 0; k < 10 && cm == 4; k++)
+			kept4[k] = kept1(s, t, ids[k], ini[k]);
+		assert_true(info_of(s, t).rows_logged <= (cm < 4 ? 6 : 4));
+		if (reopen && cm == 3) {
+			fx_close(f, d);
+			s = fx_open(f, d, c);
+			OK(et_table_open(s, "t", NULL, &t));
+			OK(et_key_policy_set(s, t, &kp));
+		}
+	}
+	for (int k = 0; k < 10; k++)
+		kept[k] = kept1(s, t, ids[k], ini[k]);
+	fx_close(f, d);
+}
+
+static void test_max_keys_scored(void **state)
+{
+	struct fx *f = *state;
+	static const bool want[10] = {true,  true,  false, false, false,
+				      false, false, false, true,  true};
+	/* at commit 4: H and W (Y is not there yet) */
+	static const bool want4[10] = {true,  true,  true,  true,  false,
+				       false, false, false, false, false};
+	const struct et_store_config *cfg[2] = {&CFG_TINY, &CFG_BIG};
+	uint64_t ev[3];
+	bool kept[10], kept4[10];
+
+	for (int r = 0; r < 4; r++) {
+		scored_run(f, cfg[r % 2], r >= 2, ev, kept4, kept);
+		for (int k = 0; k < 10; k++)
+			if (kept4[k] != want4[k])
+				fail_msg("run %d, commit 4: id %d %s", r, k,
+					 kept4[k] ? "kept" : "gone");
+		/* keys_evicted counts since the open */
+		assert_int_equal(ev[0], 2);
+		assert_int_equal(ev[1], 2);
+		assert_int_equal(ev[2], 6);
+		for (int k = 0; k < 10; k++)
+			if (kept[k] != want[k])
+				fail_msg("run %d: id %d %s", r, k,
+					 kept[k] ? "kept" : "gone");
+	}
+}
+
 /* -------------------------------------------------- 8. multi and prefetch */
 
 #define MSTEPS 24
@@ -2697,6 +2782,7 @@ int main(void)
 	    T(test_expiry_reopen),
 	    T(test_expiry_turned_on),
 	    T(test_max_keys),
+	    T(test_max_keys_scored),
 	    T(test_multi_prefetch),
 	/* clang-format on */
 #undef T

@@ -210,7 +210,6 @@ int keypol_apply(struct keypol *k, const struct et_key_policy *p,
 			k->expire_after = p->expire_after;
 			k->max_keys = p->max_keys;
 			k->half_life = p->half_life;
-			k->half_life = p->half_life;
 		}
 		return ret;
 	}
