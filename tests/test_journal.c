@@ -47,6 +47,7 @@ struct sink {
 	uint64_t batches, entries, sum_rows;
 	uint64_t last_commit;
 	uint64_t stamped, sum_stamps; /* stamped batches, their stamps */
+	uint64_t scored, sum_scores;  /* scored batches, their score bits */
 };
 
 static int sk_begin(void *arg, const struct jr_batch *b)
@@ -55,6 +56,7 @@ static int sk_begin(void *arg, const struct jr_batch *b)
 
 	k->batches++;
 	k->stamped += b->stamped;
+	k->scored += b->scored;
 	k->last_commit = b->commit;
 	return 0;
 }
@@ -69,22 +71,40 @@ static int sk_entries(void *arg, const struct jr_batch *b,
 		k->sum_rows += get64(e);
 		if (b->stamped)
 			k->sum_stamps += get32(e + 16);
+		if (b->scored)
+			k->sum_scores += get32(e + 20);
 	}
 	return 0;
 }
 
-/* Entries of batch `commit`: rows commit * 1000 + i; stamped, entry i's
- * stamp is commit * 100 + i. */
-static void fill_ents(uint64_t commit, unsigned char *p, uint64_t first,
-		      size_t n, bool stamped)
+/* Entries of batch `commit`: rows commit * 1000 + i; stamped (kind 1 or
+ * 2), entry i's stamp is commit * 100 + i; scored (kind 2), its score's
+ * bits commit * 10 + i. */
+static void fill_kind(uint64_t commit, unsigned char *p, uint64_t first,
+		      size_t n, int kind)
 {
-	for (size_t i = 0; i < n; i++, p += stamped ? JR_ENT_ST : JR_ENT) {
+	const size_t ent[3] = {JR_ENT, JR_ENT_ST, JR_ENT_SC};
+
+	for (size_t i = 0; i < n; i++, p += ent[kind]) {
 		put64(p, commit * 1000 + first + i);
 		put32(p + 8, (uint32_t)(first + i));
 		put32(p + 12, 1);
-		if (stamped)
+		if (kind >= 1)
 			put32(p + 16, (uint32_t)(commit * 100 + first + i));
+		if (kind == 2)
+			put32(p + 20, (uint32_t)(commit * 10 + first + i));
 	}
+}
+
+static void fill_ents(uint64_t commit, unsigned char *p, uint64_t first,
+		      size_t n, bool stamped)
+{
+	fill_kind(commit, p, first, n, stamped);
+}
+
+static void fill_sc(void *arg, unsigned char *p, uint64_t first, size_t n)
+{
+	fill_kind(*(const uint64_t *)arg, p, first, n, 2);
 }
 
 static void fill(void *arg, unsigned char *p, uint64_t first, size_t n)
@@ -302,6 +322,60 @@ static void test_stamped_batches(void **state)
 	assert_int_equal(
 	    tu_flip_byte(p.idx, (off_t)tails[2].len + JR_HDR + 16, 0x01), 0);
 	assert_int_equal(open_as(&p, JR_NAMED, 4, &tails[4], true, &k, &got),
+			 ET_EJOURNAL);
+	assert_non_null(strstr(et_errdetail(), "checksum"));
+}
+
+/* Commits 1 plain, 2 stamped, 3 and 4 scored, 5 plain: all five replay,
+ * stamps and scores with them; a score's byte flipped fails its batch. */
+static void test_scored_batches(void **state)
+{
+	struct paths p = fresh("jr-scored");
+	static const int kind[6] = {0, 0, 1, 2, 2, 0};
+	jr_fill_fn fills[3] = {fill, fill_st, fill_sc};
+	struct jr_tail tails[6], got, t = {0};
+	uint64_t want_st = 0, want_sc = 0;
+	struct sink k;
+	io_ctx *io;
+	int why, fd;
+
+	(void)state;
+	if (io_open(8, &io, &why))
+		skip();
+	fd = open(p.idx, O_RDWR | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	for (uint64_t c = 1; c <= 5; c++) {
+		struct jr_batch b = batch(c, 4 + c, 0);
+
+		b.stamped = kind[c] >= 1;
+		b.scored = kind[c] == 2;
+		assert_int_equal(jr_append(io, fd, &b, fills[kind[c]], &c, &t),
+				 0);
+		tails[c] = t;
+		for (uint64_t i = 0; i < 4 + c; i++) {
+			want_st += kind[c] >= 1 ? c * 100 + i : 0;
+			want_sc += kind[c] == 2 ? c * 10 + i : 0;
+		}
+	}
+	close(fd);
+	io_close(io);
+	assert_int_equal(tails[4].len - tails[3].len,
+			 JR_HDR + 8 * JR_ENT_SC + JR_TRL);
+	assert_int_equal(open_as(&p, JR_NAMED, 5, &tails[5], true, &k, &got),
+			 0);
+	assert_int_equal(k.batches, 5);
+	assert_int_equal(k.stamped, 3);
+	assert_int_equal(k.scored, 2);
+	assert_int_equal(k.entries, 5 + 6 + 7 + 8 + 9);
+	assert_int_equal(k.sum_stamps, want_st);
+	assert_int_equal(k.sum_scores, want_sc);
+	assert_int_equal(got.len, tails[5].len);
+	/* the score of commit 4's second entry */
+	assert_int_equal(
+	    tu_flip_byte(p.idx, (off_t)tails[3].len + JR_HDR + JR_ENT_SC + 20,
+			 0x01),
+	    0);
+	assert_int_equal(open_as(&p, JR_NAMED, 5, &tails[5], true, &k, &got),
 			 ET_EJOURNAL);
 	assert_non_null(strstr(et_errdetail(), "checksum"));
 }
@@ -528,6 +602,7 @@ int main(void)
 	    cmocka_unit_test(test_named_replays_exactly),
 	    cmocka_unit_test(test_named_refuses_damage),
 	    cmocka_unit_test(test_stamped_batches),
+	    cmocka_unit_test(test_scored_batches),
 	    cmocka_unit_test(test_unnamed_and_norecord),
 	    cmocka_unit_test(test_snapshot_settles),
 	    cmocka_unit_test(test_index),

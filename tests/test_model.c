@@ -183,6 +183,7 @@ struct tspec {
 	uint32_t admit;	 /* keyed: et_key_policy.admit_after (0: off) */
 	uint32_t expire; /* keyed: et_key_policy.expire_after (0: off) */
 	uint32_t maxk;	 /* keyed: et_key_policy.max_keys (0: off) */
+	uint32_t half;	 /* keyed: et_key_policy.half_life (0: off) */
 };
 
 struct scfg {
@@ -211,7 +212,8 @@ struct mcase {
  * slots, HBM policy, DDR policy, ways, slot_bytes, prefetch, threads,
  * lookahead batches, prefetch on the store's thread}, then tables
  * {name, rows, dim, dtype, optimizer, init, scale, seed} and, for a keyed
- * table, {..., KEY, admit_after, expire_after, max_keys} with rows 0. */
+ * table, {..., KEY, admit_after, expire_after, max_keys, half_life}
+ * with rows 0. */
 #define LRU ET_POLICY_LRU
 #define LFU ET_POLICY_LFU
 #define TLF ET_POLICY_TINYLFU
@@ -233,7 +235,7 @@ static const struct mcase model_cases[] = {
 	      DDR_SLOTS, LRU, LRU, 4, 0, true, 2, 0, true } },
 	  { { "a", 200000, 16, ET_F32, SGD, UNI, 0.5f, 11 },
 	    { "b", 1000000, 8, ET_F16, ADA, NRM, 0, 12 },
-	    { "k", 0, 16, ET_F32, SGD, UNI, 0.5f, 13, KEY, 2, 1, 60 } } },
+	    { "k", 0, 16, ET_F32, SGD, UNI, 0.5f, 13, KEY, 2, 1, 60, 2 } } },
 	{ "lfu_w16_f16", 0x1002, 3, 1,
 	  { { "hbm64-lfu/ddr256-lfu/w16", HBM_SLOTS, DDR_SLOTS,
 	      LFU, LFU, 16, 0, false, 0, 0, false } },
@@ -257,7 +259,7 @@ static const struct mcase model_cases[] = {
 	      4, 0, true, 3, 0, true } },
 	  { { "a", 400000, 20, ET_F16, SGD, NRM, 0.5f, 51 },
 	    { "b", 100000, 6, ET_BF16, ADA, ZRO, 0, 52 },
-	    { "k", 0, 20, ET_F16, SGD, ZRO, 0, 53, KEY, 2, 2, 80 } } },
+	    { "k", 0, 20, ET_F16, SGD, ZRO, 0, 53, KEY, 2, 2, 80, 3 } } },
 	{ "nohbm_lfu_w16_bf16", 0x1006, 3, 1,
 	  { { "ddr256-lfu/w16", 0, DDR_SLOTS, 0, LFU, 16, 0, false, 0, 0, false } },
 	  { { "a", 1000000, 32, ET_BF16, SGD, UNI, 0.3f, 61 },
@@ -281,7 +283,7 @@ static const struct mcase model_cases[] = {
 	      DDR_SLOTS, TLF, TLF, 4, 0, true, 0, 4, false } },
 	  { { "a", 200000, 16, ET_F32, ADA, UNI, 0.5f, 111 },
 	    { "b", 300000, 12, ET_BF16, SGD, NRM, 0, 112 },
-	    { "k", 0, 16, ET_F32, ADA, UNI, 0.5f, 113, KEY, 2, 3, 70 } } },
+	    { "k", 0, 16, ET_F32, ADA, UNI, 0.5f, 113, KEY, 2, 3, 70, 1 } } },
 	{ "nohbm_tinylfu_w16_la16", 0x100b, 2, 1,
 	  { { "ddr256-tinylfu/w16/la16", 0, DDR_SLOTS, 0, TLF, 16, 0, false,
 	      0, 16, false } },
@@ -318,7 +320,7 @@ static const struct mcase transparency_case = {
 	    DDR_SLOTS, LRU, LFU, 4, 0, true, 8, 0, true } },
 	{ { "a", 300000, 16, ET_F16, ADA, UNI, 0.5f, 91 },
 	  { "b", 200000, 8, ET_BF16, SGD, NRM, 0, 92 },
-	  { "k", 0, 16, ET_F16, ADA, UNI, 0.5f, 93, KEY, 2, 2, 50 } },
+	  { "k", 0, 16, ET_F16, ADA, UNI, 0.5f, 93, KEY, 2, 2, 50, 2 } },
 };
 
 /* The same against TinyLFU, W-TinyLFU and lookahead windows (1, 4 and 16
@@ -431,6 +433,7 @@ struct mtable {
 	uint8_t *seen;	 /* update calls that named it since the policy was
 			  * set (the filter's count, 0..KCOUNT_MAX) */
 	uint32_t *stamp; /* the commit its newest value goes into */
+	float *score;	 /* the commits it went into, decayed as of stamp */
 	size_t n, ecap;
 	size_t nstored;	  /* keyed: entries stored */
 	uint32_t ck;	  /* keyed: checkpoints since the open */
@@ -519,6 +522,7 @@ static void model_free(struct mtable *t)
 	free(t->stored);
 	free(t->seen);
 	free(t->stamp);
+	free(t->score);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -577,6 +581,8 @@ static size_t model_entry(struct mtable *t, uint64_t row)
 		t->stored = realloc(t->stored, t->ecap);
 		t->seen = realloc(t->seen, t->ecap);
 		t->stamp = realloc(t->stamp, t->ecap * sizeof(*t->stamp));
+		t->score = realloc(t->score, t->ecap * sizeof(*t->score));
+		assert_non_null(t->score);
 		assert_non_null(t->rows);
 		assert_non_null(t->vals);
 		assert_non_null(t->state);
@@ -591,21 +597,40 @@ static size_t model_entry(struct mtable *t, uint64_t row)
 	t->stored[e] = 0;
 	t->seen[e] = 0;
 	t->stamp[e] = 0;
+	t->score[e] = 0;
 	model_reset(t, e);
 	if (2 * t->n > t->cap)
 		model_grow(t);
 	return e;
 }
 
+/* Keyed: entry e's score seen from commit c: halved for each multiple of
+ * half_life passed since its stamp (0: never). */
+static float mscore(const struct mtable *t, size_t e, uint32_t c)
+{
+	uint32_t h = t->sp->half;
+	int d = h ? (int)(c / h) - (int)(t->stamp[e] / h) : 0;
+
+	return d <= 0 ? t->score[e] : ldexpf(t->score[e], -d);
+}
+
 /* Keyed: entry e now holds a value the table keeps, committed by this
  * session's next commit. */
 static void model_store(struct mtable *t, size_t e)
 {
+	uint32_t c = t->cbase + t->ck + 1;
+
+	/* a score counts the commits the id went into, a commit's weight
+	 * halving each time the commit number passes a multiple of half */
+	if (!t->stored[e])
+		t->score[e] = 1.0f;
+	else if (t->stamp[e] != c)
+		t->score[e] = mscore(t, e, c) + 1.0f;
 	if (!t->stored[e]) {
 		t->stored[e] = 1;
 		t->nstored++;
 	}
-	t->stamp[e] = t->cbase + t->ck + 1;
+	t->stamp[e] = c;
 }
 
 /* Keyed: entry e forgotten (et_erase, expiry). */
@@ -664,18 +689,32 @@ static void model_checkpoint(struct mtable *t)
 }
 
 /* Keyed, at a checkpoint after expiry: beyond max_keys stored ids, the
- * oldest stamps leave, among equal stamps the smallest ids. */
+ * lowest scores leave (with half_life; without, all score alike), among
+ * equal scores the oldest stamps, among equal stamps the smallest ids. */
 static void model_bound(struct mtable *t)
 {
+	uint32_t c = t->cbase + t->ck;
+
 	while (t->keyed && t->sp->maxk && t->nstored > t->sp->maxk) {
 		size_t worst = SIZE_MAX;
 
-		for (size_t e = 0; e < t->n; e++)
-			if (t->stored[e] && (worst == SIZE_MAX ||
-					     t->stamp[e] < t->stamp[worst] ||
-					     (t->stamp[e] == t->stamp[worst] &&
-					      t->rows[e] < t->rows[worst])))
+		for (size_t e = 0; e < t->n; e++) {
+			float se, sw;
+
+			if (!t->stored[e])
+				continue;
+			if (worst == SIZE_MAX) {
 				worst = e;
+				continue;
+			}
+			se = t->sp->half ? mscore(t, e, c) : 0;
+			sw = t->sp->half ? mscore(t, worst, c) : 0;
+			if (se < sw ||
+			    (se == sw && (t->stamp[e] < t->stamp[worst] ||
+					  (t->stamp[e] == t->stamp[worst] &&
+					   t->rows[e] < t->rows[worst]))))
+				worst = e;
+		}
 		model_forget(t, worst);
 		t->evicted++;
 		t->evicted_all++;
@@ -833,6 +872,7 @@ static void key_policy(const struct tspec *sp, struct et_key_policy *kp)
 	kp->filter_log2 = KFILTER_LOG2;
 	kp->expire_after = sp->expire;
 	kp->max_keys = sp->maxk;
+	kp->half_life = sp->half;
 }
 
 static void store_open(struct harness *h, struct mstore *ms, bool create)
