@@ -15,7 +15,8 @@
  * uniform u64 draws; its et_key_policy, set again at every open of either
  * store, admits an id after 2 or 3 update calls and expires ids not
  * updated or written in the last 1 to 3 commits (by trial), and in a
- * third of the trials keeps at most 60 ids (et_key_policy.max_keys), so
+ * third of the trials keeps at most 60 ids (et_key_policy.max_keys; in
+ * half of those by score, half_life 2, in the others the latest), so
  * admission drops, erases, expiry and the bound at every checkpoint are
  * in the mix. After every
  * K steps (K = 4, 8 or 16) the driver calls et_checkpoint with the dense
@@ -169,6 +170,7 @@ static void kpolicy_for(unsigned no)
 	kpolicy.admit_after = 2 + no % 2;
 	kpolicy.expire_after = 1 + no / 2 % 3;
 	kpolicy.max_keys = no % 3 == 2 ? 60 : 0;
+	kpolicy.half_life = no % 6 == 5 ? 2 : 0;
 	kpolicy.filter_log2 = 16;
 }
 
@@ -1181,12 +1183,12 @@ static void one_trial(unsigned no, uint64_t base, struct totals *tot)
 
 		snprintf(tr.what, sizeof(tr.what),
 			 "trial %u round %d (seed %#llx, %s, K %u, %s, admit "
-			 "%u, expire %u, max %llu, from %llu)",
+			 "%u, expire %u, max %llu, half %u, from %llu)",
 			 no, round, (unsigned long long)tr.seed,
 			 mode_names[mode], tr.k, tr.hbm ? "hbm+ddr" : "ddr",
 			 kpolicy.admit_after, kpolicy.expire_after,
 			 (unsigned long long)kpolicy.max_keys,
-			 (unsigned long long)tr.from);
+			 kpolicy.half_life, (unsigned long long)tr.from);
 		kill_child(&tr, mode, &sn, &delay_us);
 		tot->kills++;
 		if (mode == M_AT_PREFETCH && sn.last_ck != 'C')
