@@ -3,7 +3,8 @@
  *
  * A golden store (two tables, the second keyed with ids over all of u64
  * and some erased, its journal stamped by an expiry too long to expire
- * anything; three commits) is built once per variant:
+ * anything, and scored too past the first variant by a bound too large
+ * to evict anything; three commits) is built once per variant:
  * a checkpoint, then flushed writes never committed and a crash; a clean
  * close after writes; a table left out of a later session's commits.
  * For every file it holds (CHECKPOINT, each .et, .et.log, .et.idx) and
@@ -285,10 +286,14 @@ static int golden_sessions(int v, const struct golden *g)
 		TRY(et_table_create(s, tnames[t], &tparams[t], &tid[t]));
 	/* expiry on the keyed table, too long for any id to expire: its
 	 * journal is stamped (a stamp beside each entry; its first commit
-	 * a snapshot), and stays so in sessions that do not set it again */
-	TRY(et_key_policy_set(s, tid[1],
-			      &(struct et_key_policy){.expire_after = 1000,
-						      .max_keys = 1u << 30}));
+	 * a snapshot), and stays so in sessions that do not set it again;
+	 * in the variants after V_CKPT its bound is by score too, and its
+	 * journal scored (a score beside each stamp) */
+	TRY(et_key_policy_set(
+	    s, tid[1],
+	    &(struct et_key_policy){.expire_after = 1000,
+				    .max_keys = 1u << 30,
+				    .half_life = v == V_CKPT ? 0 : 4}));
 	for (int k = 0; k < 2; k++) {
 		for (int t = 0; t < NT; t++)
 			TRY(write_set(s, tid[t], t, k));
@@ -357,6 +362,19 @@ static const struct golden *golden_get(int v)
 		_exit(golden_sessions(v, g) ? 1 : 0);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	{ /* the keyed journal begins with a stamped or scored snapshot */
+		char path[PATH_MAX], magic[9] = {0};
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%s.et.idx", g->dir,
+			 tnames[1]);
+		f = fopen(path, "rb");
+		assert_non_null(f);
+		assert_int_equal(fread(magic, 1, 8, f), 8);
+		fclose(f);
+		assert_string_equal(magic,
+				    v == V_CKPT ? "ETIDXH03" : "ETIDXH04");
+	}
 	return g;
 }
 
