@@ -364,6 +364,11 @@ static const struct opt_def opt_defs[] = {
 	 "--keyed: each checkpoint leaves at most M ids in\n"
 	 "each table, those updated longest ago leaving first"),
      U64(max_keys, 1, UINT64_MAX / 2)},
+    {OPT("half-life", "H",
+	 "--max-keys: keep the ids updated in the most\n"
+	 "checkpoints instead, each checkpoint's weight\n"
+	 "halving every H checkpoints (1..2^20)"),
+     U64(half_life, 1, 1u << 20)},
     {OPT("dir", "DIR",
 	 "store directory (default: a fresh one under\n"
 	 "/var/tmp, removed at the end unless --keep)"),
@@ -593,6 +598,11 @@ static int check_opts(const struct opts *o)
 				o->admit	  ? "--admit"
 				: o->expire_after ? "--expire-after"
 						  : "--max-keys");
+		return -EINVAL;
+	}
+	if (o->half_life && !o->max_keys) {
+		cli_usage_error("--half-life needs --max-keys (it orders the "
+				"bound)");
 		return -EINVAL;
 	}
 	if (o->export_delta && !o->ckpt_every) {

@@ -49,6 +49,7 @@ struct opts {
 	int admit;	       /* et_key_policy.admit_after; 0: not given */
 	uint64_t expire_after; /* et_key_policy.expire_after; 0: off */
 	uint64_t max_keys;     /* et_key_policy.max_keys; 0: off */
+	uint64_t half_life;    /* et_key_policy.half_life; 0: off */
 	enum model_optim mlp_optim;
 	int bot[MODEL_MAX_LAYERS - 1], nbot;
 	int top[MODEL_MAX_LAYERS - 1], ntop;

@@ -200,8 +200,9 @@ static int open_dist(struct trainer *tr, const struct et_store_config *cfg,
 }
 #endif
 
-/* --admit, --expire-after, --max-keys: table t's policy, set again on
- * every open (the filter and the ages come back as last committed). */
+/* --admit, --expire-after, --max-keys, --half-life: table t's policy, set
+ * again on every open (the filter, the ages and the scores come back as
+ * last committed). */
 static int key_policy(struct trainer *tr, int t, const char *name)
 {
 	const struct opts *o = &tr->o;
@@ -209,6 +210,7 @@ static int key_policy(struct trainer *tr, int t, const char *name)
 	    .admit_after = (uint32_t)o->admit,
 	    .expire_after = (uint32_t)o->expire_after,
 	    .max_keys = o->max_keys,
+	    .half_life = (uint32_t)o->half_life,
 	};
 	char what[96];
 	int ret;
