@@ -521,9 +521,10 @@ class Table:
         return self.store.erase(self.id, ids)
 
     def key_policy(self, admit_after=0, filter_log2=0, expire_after=0,
-                   max_keys=0, **more):
+                   max_keys=0, half_life=0, **more):
         return self.store.key_policy(self.id, admit_after, filter_log2,
-                                     expire_after, max_keys, **more)
+                                     expire_after, max_keys, half_life,
+                                     **more)
 
 
 class Store:
@@ -733,20 +734,24 @@ class Store:
         return erased.value
 
     def key_policy(self, table, admit_after=0, filter_log2=0, expire_after=0,
-                   max_keys=0, **more):
+                   max_keys=0, half_life=0, **more):
         """et_key_policy_set of a keyed table (zeros: off): an update
         stores an id only from its admit_after-th update call on (until
         then its gradients are dropped, stats' keys_dropped), counted in a
         filter of 2**filter_log2 x 4 counters; each checkpoint erases the
         ids not updated or written in the last expire_after commits
         (keys_expired), then the ids updated longest ago beyond max_keys
-        (keys_evicted).  Set it again after a reopen: the filter's counts
-        and the ids' ages come back as last committed."""
+        (keys_evicted), or with half_life H the ids of the lowest decayed
+        count of commits they were updated in (a commit's weight halving
+        every H commits).  Set it again after a reopen: the filter's
+        counts and the ids' ages and scores come back as last
+        committed."""
         self._dim(table, "et_key_policy_set")
         kp = _struct("et_key_policy", dict(admit_after=admit_after,
                                            filter_log2=filter_log2,
                                            expire_after=expire_after,
                                            max_keys=max_keys,
+                                           half_life=half_life,
                                            **more), "et_key_policy_set")
         _check(lib.et_key_policy_set(self.handle, int(table),
                                      ctypes.byref(kp)), "et_key_policy_set")

@@ -168,6 +168,20 @@ def test_keyed_store(store_dir):
         assert not np.array_equal(after[0], before[0])  # back to initial
         assert not np.array_equal(after[1], before[1])  # kept, updated
         np.testing.assert_array_equal(after[2], before[2])  # gone: initial
+        # a bound of two by count (half_life 1000: no halving here): -8,
+        # updated in two commits, outlasts -10 and -11 (one commit, the
+        # newest); of those, the smaller as u64, -11, leaves
+        k.key_policy(max_keys=2, half_life=1000)
+        k.update(np.array([-8]), np.ones((1, DIM)), lr=LR)
+        s.checkpoint()
+        before = k.gather([-8, -10, -11])
+        k.update(np.array([-10, -11]), np.ones((2, DIM)), lr=LR)
+        s.checkpoint()
+        assert s.stats(k)["keys_evicted"] == 3
+        after = k.gather([-8, -10, -11])
+        np.testing.assert_array_equal(after[0], before[0])  # kept
+        assert not np.array_equal(after[1], before[1])  # kept, updated
+        np.testing.assert_array_equal(after[2], before[2])  # gone: initial
 
 
 def test_module_on_keyed_tables_against_dense(store_dir, calls):
