@@ -239,6 +239,9 @@ fuzz-run: fuzz ## Run each fuzz target for FUZZ_TIME seconds from its seeds
 
 fuzz-bins: $(FUZZ_BINS)
 
+# a target that includes another's source is rebuilt when that changes
+$(BUILD)/fuzz/fuzz_rowlog_keyed: fuzz/fuzz_rowlog.c fuzz/fuzz_store.h
+
 FUZZ_LINK_criteo := $(BUILD)/tools/train/data.o
 FUZZ_LINK_trace := $(BUILD)/bench/workload.o
 

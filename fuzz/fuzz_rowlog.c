@@ -45,7 +45,8 @@
  * place), never one it did not, nor another row's. Raw inputs leave the
  * record alone: with the batches chained, the record's checksum of the
  * last covers them all, and the oracle is the last commit exactly. Batch
- * layout: src/disk/journal.h (version 2 "ETIDXH02"/"ETIDXT02", version 1 read
+ * layout: src/disk/journal.h (version 2 "ETIDXH02"/"ETIDXT02", stamped
+ * "ETIDXH03" and scored "ETIDXH04" batches of it, version 1 read
  * too); both versions have the same framing. Seeds:
  * fuzz/corpus/rowlog/ (the good journal as written by the setup below, raw
  * and with the leading 1, and a torn one); ET_FUZZ_SEEDS=DIR makes the
@@ -59,8 +60,11 @@
  * each session also erases some of them, so that the journal holds
  * tombstones (recno 0xffffffff) and an erased id's value at a commit is
  * its initializer's again; and its expiry is on (expire_after 1000: no
- * id expires), so the batches are stamped. Seeds:
- * fuzz/corpus/rowlog_keyed/.
+ * id expires) and its bound by count (max_keys 2^30, half_life 4: no id
+ * leaves), so the batches are scored (a stamp and a score after each
+ * entry). Seeds: fuzz/corpus/rowlog_keyed/ (scored-*: this setup's;
+ * stamped-* and the others: those of earlier setups, stamped and
+ * plain).
  */
 #include <errno.h>
 
@@ -348,11 +352,15 @@ static int setup(void)
 		return ret;
 	ret = et_table_create(s, "t", &tparams, &t);
 #ifdef FUZZ_KEYED
-	/* expiry on, too long to expire anything: the journal's batches are
-	 * stamped (a stamp after each entry), its first a snapshot */
+	/* expiry on, too long to expire anything, and a bound by count too
+	 * large to evict: the journal's batches are scored (a stamp and a
+	 * score after each entry), its first a snapshot */
 	if (!ret)
 		ret = et_key_policy_set(
-		    s, t, &(struct et_key_policy){.expire_after = 1000});
+		    s, t,
+		    &(struct et_key_policy){.expire_after = 1000,
+					    .max_keys = 1u << 30,
+					    .half_life = 4});
 #endif
 	if (!ret)
 		ret = et_gather(s, t, all_ids, ROWS, hist[H_INIT]);
@@ -445,14 +453,18 @@ static void fix_checksums(uint8_t *buf, size_t size, uint64_t *len,
 	*sum = 0;
 	while (off + 32 + 40 <= size) {
 		uint64_t n = le64(buf + off + 16);
-		/* a stamped batch's entries are 20 bytes */
-		size_t ent = memcmp(buf + off, "ETIDXH03", 8) ? 16 : 20, t;
+		/* a stamped batch's entries are 20 bytes, a scored one's 24 */
+		size_t ent = !memcmp(buf + off, "ETIDXH04", 8)	 ? 24
+			     : !memcmp(buf + off, "ETIDXH03", 8) ? 20
+								 : 16,
+		       t;
 
 		if (n > (size - off - 72) / ent)
 			break;
 		t = off + 32 + (size_t)n * ent;
 		if (!memcmp(buf + off, "ETIDXH02", 8) ||
-		    !memcmp(buf + off, "ETIDXH03", 8))
+		    !memcmp(buf + off, "ETIDXH03", 8) ||
+		    !memcmp(buf + off, "ETIDXH04", 8))
 			wr64(buf + off + 24, *sum);
 		*sum = XXH3_64bits(buf + off, t + 32 - off);
 		wr64(buf + t + 32, *sum);
