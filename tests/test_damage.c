@@ -366,8 +366,7 @@ static const struct golden *golden_get(int v)
 		char path[PATH_MAX], magic[9] = {0};
 		FILE *f;
 
-		snprintf(path, sizeof(path), "%s/%s.et.idx", g->dir,
-			 tnames[1]);
+		snprintf(path, sizeof(path), "%s/%s.et.idx", g->dir, tnames[1]);
 		f = fopen(path, "rb");
 		assert_non_null(f);
 		assert_int_equal(fread(magic, 1, 8, f), 8);
