@@ -221,10 +221,15 @@ struct src {
 	uint64_t expired; /* keys_expired of the sessions closed */
 };
 
-/* The keyed table's expiry (kept in memory: set at each open). */
+/* The keyed table's expiry (kept in memory: set at each open); with it
+ * a bound by count too large to evict anything, so that its journal is
+ * scored (a stamp and a score beside each entry) and deltas are read
+ * from scored batches. */
 static void src_open_policy(struct src *x)
 {
-	struct et_key_policy kp = {.expire_after = x->expire};
+	struct et_key_policy kp = {.expire_after = x->expire,
+				   .max_keys = x->expire ? 1u << 30 : 0,
+				   .half_life = x->expire ? 3 : 0};
 
 	OK(et_key_policy_set(x->s, x->k, &kp));
 }
