@@ -132,14 +132,18 @@ int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
 		return dirty ? wb_queue(s, t, row, src) : 0;
 	}
 	if (cache_valid(top, slot)) {
+		/* the victim's row word is read only when it goes somewhere
+		 * (a clean victim without an HBM tier is only dropped, and
+		 * its slot's lines are written, not read) */
 		uint32_t vt = cache_slot_table(top, slot);
-		uint64_t vrow = cache_slot_row(top, slot);
 		bool vdirty = cache_dirty(top, slot);
 		uint32_t vrb = table_rb(&s->reg, vt);
 
 		top->st.evictions++;
 		top->st.bytes_out += vrb;
 		if (s->reg.has_hbm) {
+			uint64_t vrow = cache_slot_row(top, slot);
+
 			/* Copy the victim out first: placing it in DDR may
 			 * reuse the slot src is in. */
 			memcpy(s->pins.tmp.p, cache_row(top, slot), vrb);
@@ -164,7 +168,8 @@ int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
 			goto placed;
 		}
 		if (vdirty) {
-			ret = wb_queue(s, vt, vrow, cache_row(top, slot));
+			ret = wb_queue(s, vt, cache_slot_row(top, slot),
+				       cache_row(top, slot));
 			if (ret)
 				return ret;
 		}
