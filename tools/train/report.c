@@ -569,8 +569,10 @@ static void report_store(const struct trainer *tr, const struct results *r,
 		       "admitted)\n",
 		       st->keys_dropped);
 		printf("keys-expired: %" PRIu64 "\n", st->keys_expired);
-		printf("keys-evicted: %" PRIu64 " (beyond --max-keys)\n",
-		       st->keys_evicted);
+		printf("keys-evicted: %" PRIu64 " (beyond --max-keys, %s)\n",
+		       st->keys_evicted,
+		       o->half_life ? "the lowest decayed counts"
+				    : "the oldest");
 		printf("keys-erased: %" PRIu64 "\n", st->keys_erased);
 		printf("bytes-per-stored-key: index %.1f, disk %.1f\n",
 		       s->index_per_key, s->disk_per_key);
