@@ -96,12 +96,6 @@ static void fill_kind(uint64_t commit, unsigned char *p, uint64_t first,
 	}
 }
 
-static void fill_ents(uint64_t commit, unsigned char *p, uint64_t first,
-		      size_t n, bool stamped)
-{
-	fill_kind(commit, p, first, n, stamped);
-}
-
 static void fill_sc(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
 	fill_kind(*(const uint64_t *)arg, p, first, n, 2);
@@ -109,12 +103,12 @@ static void fill_sc(void *arg, unsigned char *p, uint64_t first, size_t n)
 
 static void fill(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
-	fill_ents(*(const uint64_t *)arg, p, first, n, false);
+	fill_kind(*(const uint64_t *)arg, p, first, n, 0);
 }
 
 static void fill_st(void *arg, unsigned char *p, uint64_t first, size_t n)
 {
-	fill_ents(*(const uint64_t *)arg, p, first, n, true);
+	fill_kind(*(const uint64_t *)arg, p, first, n, 1);
 }
 
 static struct jr_batch batch(uint64_t commit, uint64_t n, uint32_t flags)
@@ -278,52 +272,6 @@ static void test_named_refuses_damage(void **state)
 	/* and a record naming nothing of a missing journal is fine */
 	assert_int_equal(open_as(&p, JR_NAMED, 3, &tails[0], false, &k, &got),
 			 0);
-}
-
-/* Commits 1 and 2 plain, 3 and 4 stamped: all four replay, the stamps
- * with them; one stamp's byte flipped fails its batch. */
-static void test_stamped_batches(void **state)
-{
-	struct paths p = fresh("jr-stamped");
-	struct jr_tail tails[5], got, t = {0};
-	uint64_t want = 0;
-	struct sink k;
-	io_ctx *io;
-	int why, fd;
-
-	(void)state;
-	if (io_open(8, &io, &why))
-		skip();
-	fd = open(p.idx, O_RDWR | O_CREAT | O_TRUNC, 0644);
-	assert_true(fd >= 0);
-	for (uint64_t c = 1; c <= 4; c++) {
-		struct jr_batch b = batch(c, 4 + c, 0);
-
-		b.stamped = c >= 3;
-		assert_int_equal(
-		    jr_append(io, fd, &b, b.stamped ? fill_st : fill, &c, &t),
-		    0);
-		tails[c] = t;
-		for (uint64_t i = 0; b.stamped && i < 4 + c; i++)
-			want += c * 100 + i;
-	}
-	close(fd);
-	io_close(io);
-	assert_int_equal(tails[4].len - tails[3].len,
-			 JR_HDR + 8 * JR_ENT_ST + JR_TRL);
-	assert_int_equal(open_as(&p, JR_NAMED, 4, &tails[4], true, &k, &got),
-			 0);
-	assert_int_equal(k.batches, 4);
-	assert_int_equal(k.stamped, 2);
-	assert_int_equal(k.entries, 5 + 6 + 7 + 8);
-	assert_int_equal(k.sum_stamps, want);
-	assert_int_equal(got.len, tails[4].len);
-	/* the stamp of commit 3's first entry */
-	assert_int_equal(
-	    tu_flip_byte(p.idx, (off_t)tails[2].len + JR_HDR + 16, 0x01), 0);
-	assert_int_equal(open_as(&p, JR_NAMED, 4, &tails[4], true, &k, &got),
-			 ET_EJOURNAL);
-	assert_non_null(strstr(et_errdetail(), "checksum"));
 }
 
 /* Commits 1 plain, 2 stamped, 3 and 4 scored, 5 plain: all five replay,
@@ -601,7 +549,6 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_named_replays_exactly),
 	    cmocka_unit_test(test_named_refuses_damage),
-	    cmocka_unit_test(test_stamped_batches),
 	    cmocka_unit_test(test_scored_batches),
 	    cmocka_unit_test(test_unnamed_and_norecord),
 	    cmocka_unit_test(test_snapshot_settles),
