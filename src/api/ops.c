@@ -441,8 +441,9 @@ static bool pf_scratch_take(et_store *s, size_t k, const uint64_t *ids,
 }
 
 /* Phase one: every table's batch deduplicated and looked up, the misses
- * of all of them read at once, then placed table by table, and (for an
- * update) room for the summed gradients. On failure the call has ended. */
+ * of all of them read at once (the tables placed meanwhile, as far as
+ * resolve_fetch can), then placed table by table, and (for an update)
+ * room for the summed gradients. On failure the call has ended. */
 static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			 bool update, size_t *trow_dim)
 {
@@ -473,11 +474,14 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		if (ret) /* it has ended the call, or not begun it */
 			goto out;
 	}
-	ret = resolve_read(s, s->sc.multi, nt);
+	ret = resolve_fetch(s, s->sc.multi, nt);
 	if (ret) {
 		op_finish(s, 0);
 		goto out;
 	}
+	/* every table placed before anything else can fail: no table is
+	 * left with slots waiting for their bytes (resolve_fetch stops
+	 * placing at a table whose placement fails) */
 	for (size_t k = 0; k < nt; k++) {
 		struct table *t = &s->reg.tables[b[k].table];
 		struct opscr *o = &s->sc.multi[k];
@@ -489,24 +493,31 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		ret = op_place(s, t, n);
 		if (ret) /* it has ended the call */
 			goto out;
-		if (update) { /* the inputs of each unique row */
-			ret = sbuf_reserve(&o->acc,
-					   (n + o->m + 1) * sizeof(uint32_t));
-			if (ret) {
-				op_finish(s, 0);
-				goto out;
+	}
+	for (size_t k = 0; k < nt && update; k++) {
+		struct table *t = &s->reg.tables[b[k].table];
+		struct opscr *o = &s->sc.multi[k];
+		size_t n = b[k].offsets[b[k].nbags];
+
+		if (!n)
+			continue;
+		scratch_use(s, o);
+		/* the inputs of each unique row */
+		ret = sbuf_reserve(&o->acc, (n + o->m + 1) * sizeof(uint32_t));
+		if (ret) {
+			op_finish(s, 0);
+			goto out;
+		}
+		kern_group(o->inv.p, n, o->m, b[k].offsets, o->acc.p,
+			   (uint32_t *)o->acc.p + n);
+		ret = admit_rows(t, o);
+		if (ret) { /* the rows of the tables before are theirs */
+			for (size_t j = 0; j < k; j++) {
+				admit_undo(&s->sc.multi[j]);
+				s->sc.multi[j].ndrop = 0;
 			}
-			kern_group(o->inv.p, n, o->m, b[k].offsets, o->acc.p,
-				   (uint32_t *)o->acc.p + n);
-			ret = admit_rows(t, o);
-			if (ret) { /* the rows of the tables before are theirs */
-				for (size_t j = 0; j < k; j++) {
-					admit_undo(&s->sc.multi[j]);
-					s->sc.multi[j].ndrop = 0;
-				}
-				op_finish(s, 0);
-				goto out;
-			}
+			op_finish(s, 0);
+			goto out;
 		}
 	}
 	*trow_dim *= KERN_UPD_ROWS; /* an update's rows taken together */

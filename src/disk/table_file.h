@@ -89,6 +89,15 @@ int tf_params_check(const struct et_table_params *p);
 uint32_t tf_params_row_bytes(const struct et_table_params *p);
 
 int tf_read_multi(struct tf_read *rd, size_t nrd);
+/* tf_read_multi in two halves, for a caller with work to do while the
+ * reads are in flight: tf_read_begin starts them (the first chunks sent),
+ * tf_read_poll (now and then, while the caller works) reaps what has
+ * completed and sends more, tf_read_end finishes them and returns as
+ * tf_read_multi does. Between begin and end, nothing else may use the
+ * files or their rings, and the rows' destinations are not yet theirs. */
+void tf_read_begin(struct tf_read *rd, size_t nrd);
+void tf_read_poll(struct tf_read *rd, size_t nrd);
+int tf_read_end(struct tf_read *rd, size_t nrd);
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 		      const void *src);
 /* tf_write_rows_raw of a file whose writes go to its row log

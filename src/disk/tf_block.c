@@ -608,11 +608,8 @@ static void rd_end(struct tf_read *rd)
 	rd->e = NULL;
 }
 
-int tf_read_multi(struct tf_read *rd, size_t nrd)
+void tf_read_begin(struct tf_read *rd, size_t nrd)
 {
-	bool busy = true;
-	int ret = 0;
-
 	for (size_t k = 0; k < nrd; k++) {
 		struct tf_read *r = &rd[k];
 
@@ -625,11 +622,30 @@ int tf_read_multi(struct tf_read *rd, size_t nrd)
 		r->io = NULL;
 		r->result = rd_start(r);
 	}
-	/* every read's first chunks queued, then each stepped in turn:
-	 * the ring holds the others' reads while one is checked */
+	/* every read's first chunks queued, and sent: the ring holds the
+	 * others' reads while one is checked */
 	for (size_t k = 0; k < nrd; k++)
 		if (!rd[k].result)
 			rd_queue(&rd[k]);
+	tf_read_poll(rd, nrd);
+}
+
+void tf_read_poll(struct tf_read *rd, size_t nrd)
+{
+	io_ctx *last = NULL;
+
+	for (size_t k = 0; k < nrd; k++)
+		if (rd[k].io && rd[k].io != last && rd_busy(&rd[k])) {
+			last = rd[k].io;
+			io_poll(last);
+		}
+}
+
+int tf_read_end(struct tf_read *rd, size_t nrd)
+{
+	bool busy = true;
+	int ret = 0;
+
 	while (busy) {
 		busy = false;
 		for (size_t k = 0; k < nrd; k++)
@@ -644,6 +660,12 @@ int tf_read_multi(struct tf_read *rd, size_t nrd)
 			ret = rd[k].result;
 	}
 	return ret;
+}
+
+int tf_read_multi(struct tf_read *rd, size_t nrd)
+{
+	tf_read_begin(rd, nrd);
+	return tf_read_end(rd, nrd);
 }
 
 int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst)

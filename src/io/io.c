@@ -44,8 +44,9 @@ struct io_ctx {
 	struct io_req *head, *tail;
 	struct io_req *failed; /* failed by the fault seam, not yet reaped */
 	struct io_req *failed_tail;
-	int down; /* not 0: requests fail with it, unsent (settling after
+	int down;     /* not 0: requests fail with it, unsent (settling after
 		   * a failure, or for good) */
+	int poll_err; /* a send io_poll failed: the next io_wait's */
 	struct io_stats st;
 };
 
@@ -401,6 +402,12 @@ int io_wait(io_ctx *io, unsigned min)
 	unsigned done = 0;
 	int ret;
 
+	if (io->poll_err) { /* settled as if this call's send had failed */
+		ret = io->poll_err;
+		io->poll_err = 0;
+		settle(io, ret);
+		return ret;
+	}
 	for (;;) {
 		ret = pump(io);
 		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY)
@@ -417,6 +424,18 @@ int io_wait(io_ctx *io, unsigned min)
 	}
 	settle(io, ret);
 	return ret;
+}
+
+void io_poll(io_ctx *io)
+{
+	int ret;
+
+	if (io->down || io->poll_err)
+		return;
+	reap_cqes(io);
+	ret = pump(io);
+	if (ret < 0 && ret != -EAGAIN && ret != -EBUSY)
+		io->poll_err = ret;
 }
 
 int io_wait_reqs(io_ctx *io, const struct io_req *reqs, unsigned n)

@@ -81,6 +81,12 @@ void io_queue(io_ctx *io, struct io_req *req);
  * good: every later request fails with -EIO and is never sent. */
 int io_wait(io_ctx *io, unsigned min);
 
+/* Reaps the completions the ring holds and sends queued requests into the
+ * room they leave, without waiting: a caller busy with other work between
+ * io_queue() and io_wait() keeps the queue full with it. A failure to send
+ * is left for the next io_wait(), which sees it again. */
+void io_poll(io_ctx *io);
+
 /* Sends and reaps (io_wait) until reqs[0..n), queued on io, have all
  * completed, whatever else completes on the way. Returns 0 or, if
  * io_uring itself failed, -errno (every request has completed then too,

@@ -32,9 +32,12 @@ void hit_use(et_store *s, struct cache *top, uint64_t slot, uint32_t n)
 /* Places a row demoted from HBM (or a row with no better place, asked
  * for n times) in DDR. A dirty DDR victim is queued for write-back; if
  * every way is pinned the row itself goes home (dirty) or is dropped
- * (clean). Returns the DDR slot or CACHE_NONE in *slot_out. */
+ * (clean). Its bytes are at raw; the slot is filled from fill (raw, or
+ * NULL when the caller copies them in later). Returns the DDR slot or
+ * CACHE_NONE in *slot_out. */
 static int ddr_place(et_store *s, uint32_t t, uint64_t row, const void *raw,
-		     bool dirty, uint32_t n, uint64_t *slot_out)
+		     const void *fill, bool dirty, uint32_t n,
+		     uint64_t *slot_out)
 {
 	struct cache *d = &class_of(&s->reg, t)->ddr;
 	struct pinset ps = pins_of(&s->pins);
@@ -61,7 +64,7 @@ static int ddr_place(et_store *s, uint32_t t, uint64_t row, const void *raw,
 		d->st.bytes_out += vrb;
 		cache_remove(d, slot, vrb);
 	}
-	cache_fill(d, slot, t, row, dirty, raw, table_rb(&s->reg, t),
+	cache_fill(d, slot, t, row, dirty, fill, table_rb(&s->reg, t),
 		   s->pins.now);
 	return 0;
 }
@@ -118,7 +121,8 @@ int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
 			return 0;
 		}
 		if (s->reg.has_hbm) {
-			ret = ddr_place(s, t, row, src, dirty, n, slot_out);
+			ret =
+			    ddr_place(s, t, row, src, fill, dirty, n, slot_out);
 			if (ret)
 				return ret;
 			if (*slot_out != CACHE_NONE) {
@@ -154,8 +158,8 @@ int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
 				cache_remove(ddr, dslot, rb);
 				ddr->st.bytes_out += rb;
 			}
-			ret = ddr_place(s, vt, vrow, s->pins.tmp.p, vdirty, 1,
-					&dslot);
+			ret = ddr_place(s, vt, vrow, s->pins.tmp.p,
+					s->pins.tmp.p, vdirty, 1, &dslot);
 			if (ret) {
 				/* the victim is out of its slot and not
 				 * queued (the operation's room was short);

@@ -58,10 +58,11 @@ int place_row(et_store *s, uint32_t t, uint64_t row, const void *src,
 	      uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin, uint32_t n,
 	      uint8_t *where, uint64_t *slot_out);
 /* place_row; with later set, a row whose bytes are not in a cache slot
- * (dslot CACHE_NONE) and that goes to the top tier's own slot (*where is
- * then K_HBM with an HBM tier, else K_DDR, with no K_CONFLICT) is placed
- * without its bytes: the caller copies src into the slot before anything
- * reads it. */
+ * (dslot CACHE_NONE) and that goes to a slot of the top tier or of DDR
+ * (*where K_HBM or K_DDR, with or without K_CONFLICT) is placed without
+ * its bytes: the caller copies src into the slot before anything reads
+ * it. src is read only if the row is dirty and no cache takes it (it is
+ * then queued for write-back). */
 int place_row_at(et_store *s, uint32_t t, uint64_t row, const void *src,
 		 uint32_t rb, uint64_t dslot, bool dirty, uint32_t pin,
 		 uint32_t n, bool later, uint8_t *where, uint64_t *slot_out);

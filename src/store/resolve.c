@@ -87,20 +87,45 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 	return nm;
 }
 
+static int place_slots(et_store *s, uint32_t t, size_t m, struct tf_read *rd,
+		       size_t nrd);
+static void place_undo(et_store *s, struct opscr *o);
+
+/* Whether any miss of o is queued for write-back (K_WB). */
+static bool has_wb_miss(const struct opscr *o)
+{
+	const uint8_t *kind = o->kind.p;
+	const uint32_t *midx = o->midx.p;
+
+	for (size_t q = 0; q < o->nm; q++)
+		if (kind[midx[q]] == K_WB)
+			return true;
+	return false;
+}
+
 /*
  * Step 2 of resolve, for the parts of nt tables at once (os[k]: table
  * os[k].t, its os[k].nm misses listed): brings each part's misses into its
  * mbuf, in miss order. Rows queued for write-back are copied from the
  * queue (their file may not have them yet); the others of every table are
- * read in one tf_read_multi, their reads in flight together. A failed
- * read fails the call; nothing is placed before every read is checked.
+ * read in one tf_read_multi, their reads in flight together.
+ *
+ * While the reads are in flight, the tables' rows are placed (the first
+ * pass of step 3: each row's slot chosen, its victim out), table by table
+ * in order, up to the first table with a miss queued for write-back
+ * (whose bytes a placement may need at once); the ring is polled as they
+ * go, so that it stays full. op_place then only copies the bytes in. A
+ * failed read fails the call: the slots placed for misses are emptied
+ * again, so no slot holds a row it never got (the victims stay out, as
+ * after any eviction: dirty ones queued for write-back).
  */
-int resolve_read(et_store *s, struct opscr *os, size_t nt)
+int resolve_fetch(et_store *s, struct opscr *os, size_t nt)
 {
+	struct opscr *cur = s->sc.o;
 	struct tf_read *rd;
 	struct tf_stats *t0;
 	size_t nrd = 0;
-	uint64_t w0;
+	uint64_t w0, pw;
 	int ret;
 
 	ret = sbuf_reserve(&s->sc.rds, nt * (sizeof(*rd) + sizeof(*t0)));
@@ -133,8 +158,31 @@ int resolve_read(et_store *s, struct opscr *os, size_t nt)
 		    .tf = tb->tf, .rows = rr, .n = nr, .dst = o->mbuf.p};
 	}
 	w0 = now_ns();
-	ret = nrd ? tf_read_multi(rd, nrd) : 0;
-	s->tm.miss_ns += now_ns() - w0;
+	if (nrd)
+		tf_read_begin(rd, nrd);
+	pw = now_ns();
+	for (size_t k = 0; k < nt; k++) {
+		struct opscr *o = &os[k];
+
+		if (!o->m)
+			continue;
+		if (has_wb_miss(o))
+			break;
+		scratch_use(s, o);
+		o->conflicts0 = s->reg.tables[o->t].st.conflict_unique_misses;
+		o->place_ret = place_slots(s, o->t, o->m, rd, nrd);
+		o->placed = true;
+		if (o->place_ret)
+			break;
+	}
+	scratch_use(s, cur);
+	pw = now_ns() - pw;
+	ret = nrd ? tf_read_end(rd, nrd) : 0;
+	s->tm.miss_ns += now_ns() - w0 - pw;
+	if (ret)
+		for (size_t k = 0; k < nt; k++)
+			if (os[k].placed)
+				place_undo(s, &os[k]);
 	for (size_t k = 0, r = 0; k < nt; k++) {
 		struct opscr *o = &os[k];
 		struct table *tb = &s->reg.tables[o->t];
@@ -185,69 +233,56 @@ static bool to_place(const et_store *s, uint8_t kind)
 	return !(kind == K_HBM || (kind == K_DDR && !s->reg.has_hbm));
 }
 
-/* The bytes of the n misses listed in later (their indexes among the
- * misses) into the top-tier slots place_row_at left for them, each
- * slot's lines asked for COPY_AHEAD copies before. */
-static void copy_later(et_store *s, const uint32_t *later, size_t n,
-		       uint32_t rb)
-{
-	const struct opscr *o = s->sc.o;
-	const uint32_t *midx = o->midx.p;
-	void *const *ptrs = o->ptrs.p;
-	const char *mbuf = o->mbuf.p;
-
-	for (size_t i = 0; i < n; i++) {
-		if (i + COPY_AHEAD < n) {
-			const char *d = ptrs[midx[later[i + COPY_AHEAD]]];
-
-			for (uint32_t off = 0; off < rb; off += 64)
-				__builtin_prefetch(d + off, 1);
-			__builtin_prefetch(d + rb - 1, 1);
-		}
-		memcpy(ptrs[midx[later[i]]], mbuf + (size_t)later[i] * rb, rb);
-	}
-}
-
 /*
  * Step 3 of resolve: places the DDR hits (with an HBM tier) and the misses
  * of table t in the top tier, in batch order, and points ptrs at them (or
  * at the bypass for rows no cache could take). It works in two passes, so
- * that the memory system works on many rows at once: the first places
+ * that the memory system works on many rows at once, and so that the
+ * first can run while the misses are still being read: place_slots places
  * every row's slot (the set's metadata asked for PROBE_AHEAD placements
- * before its own), copying only the rows that come from a DDR slot; the
- * second copies the misses' bytes into their slots, each slot known and
- * asked for ahead. Until the second pass the misses' slots hold stale
- * bytes, so it runs whatever the first pass returns.
+ * before its own), copying only the rows that come from a DDR slot, and
+ * lists in o->later the misses whose bytes go in later; place_copy copies
+ * them into their slots, each slot known and asked for ahead. Until then
+ * the misses' slots hold stale bytes, so place_copy runs whatever
+ * place_slots returns (or place_undo, if the misses could not be read).
+ * rd: reads in flight, polled every POLL_EVERY placements (nrd 0: none).
  */
-static int resolve_place(et_store *s, uint32_t t, size_t m)
+#define POLL_EVERY 32
+
+static int place_slots(et_store *s, uint32_t t, size_t m, struct tf_read *rd,
+		       size_t nrd)
 {
+	struct opscr *o = s->sc.o;
 	struct table *tb = &s->reg.tables[t];
-	const uint64_t *uniq = s->sc.o->uniq.p;
+	const uint64_t *uniq = o->uniq.p;
 	struct sclass *cl = &s->reg.cls[tb->cls];
 	struct cache *ddr = &cl->ddr;
-	uint8_t *kind = s->sc.o->kind.p;
-	uint64_t *slots = s->sc.o->slots.p;
-	void **ptrs = s->sc.o->ptrs.p;
-	const uint32_t *midx = s->sc.o->midx.p;
+	uint8_t *kind = o->kind.p;
+	uint64_t *slots = o->slots.p;
+	void **ptrs = o->ptrs.p;
+	const uint32_t *midx = o->midx.p;
 	uint32_t rb = tb->g->row_bytes;
-	uint8_t at_top = s->reg.has_hbm ? K_HBM : K_DDR;
 	struct cache *top = top_of(&s->reg, cl);
 	size_t a = 0, ahead = 0; /* sets asked for: PROBE_AHEAD placements on */
-	size_t nlater = 0;
+	size_t nlater = 0, placed = 0;
 	uint32_t *later;
-	int ret = sbuf_reserve(&s->sc.later, s->sc.o->nm * sizeof(uint32_t));
+	int ret = sbuf_reserve(&o->later, o->nm * sizeof(uint32_t));
 
+	o->nlater = 0;
 	if (ret)
 		return ret;
-	later = s->sc.later.p;
+	later = o->later.p;
 
 	for (size_t j = 0, q = 0; j < m; j++) {
 		uint64_t dslot = CACHE_NONE;
 		const void *src;
 		bool dirty, miss = kind[j] == K_MISS || kind[j] == K_WB;
+		uint8_t at;
 
 		if (!to_place(s, kind[j]))
 			continue;
+		if (nrd && ++placed % POLL_EVERY == 0)
+			tf_read_poll(rd, nrd);
 		for (; a < m && ahead < PROBE_AHEAD; a++) {
 			uint64_t base;
 
@@ -264,7 +299,7 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 		if (miss) {
 			while (midx[q] != j)
 				q++;
-			src = (char *)s->sc.o->mbuf.p + q * (size_t)rb;
+			src = (char *)o->mbuf.p + q * (size_t)rb;
 			dirty = kind[j] == K_WB;
 		} else {
 			dslot = slots[j];
@@ -272,24 +307,70 @@ static int resolve_place(et_store *s, uint32_t t, size_t m)
 			dirty = cache_dirty(ddr, dslot);
 		}
 		ret = place_row_at(s, t, uniq[j], src, rb, dslot, dirty,
-				   s->pins.epoch, op_draws(s->sc.o, j), true,
+				   s->pins.epoch, op_draws(o, j), true,
 				   &kind[j], &slots[j]);
 		if (ret)
 			break;
 		if (kind[j] & K_CONFLICT)
 			tb->st.conflict_unique_misses++;
-		if ((kind[j] & ~K_CONFLICT) == K_BYPASS) {
+		at = kind[j] & ~K_CONFLICT;
+		if (at == K_BYPASS) {
 			ptrs[j] = (void *)src;
-			((uint32_t *)s->sc.o->bypass.p)[s->sc.o->nbypass++] =
-			    (uint32_t)j;
+			((uint32_t *)o->bypass.p)[o->nbypass++] = (uint32_t)j;
 		} else {
 			ptrs[j] = where_row(cl, kind[j], slots[j]);
-			if (miss && kind[j] == at_top)
+			if (miss)
 				later[nlater++] = (uint32_t)q;
 		}
 	}
-	copy_later(s, later, nlater, rb);
+	o->nlater = nlater;
 	return ret;
+}
+
+/* The second pass: the bytes of the misses place_slots listed in
+ * o->later into their slots, each slot's lines asked for COPY_AHEAD
+ * copies before. */
+static void place_copy(et_store *s, uint32_t rb)
+{
+	const struct opscr *o = s->sc.o;
+	const uint32_t *later = o->later.p;
+	const uint32_t *midx = o->midx.p;
+	void *const *ptrs = o->ptrs.p;
+	const char *mbuf = o->mbuf.p;
+	size_t n = o->nlater;
+
+	for (size_t i = 0; i < n; i++) {
+		if (i + COPY_AHEAD < n) {
+			const char *d = ptrs[midx[later[i + COPY_AHEAD]]];
+
+			for (uint32_t off = 0; off < rb; off += 64)
+				__builtin_prefetch(d + off, 1);
+			__builtin_prefetch(d + rb - 1, 1);
+		}
+		memcpy(ptrs[midx[later[i]]], mbuf + (size_t)later[i] * rb, rb);
+	}
+}
+
+/* The misses of o could not be read after place_slots placed them: their
+ * slots are emptied. */
+static void place_undo(et_store *s, struct opscr *o)
+{
+	const struct table *tb = &s->reg.tables[o->t];
+	struct sclass *cl = &s->reg.cls[tb->cls];
+	const uint32_t *later = o->later.p;
+	const uint32_t *midx = o->midx.p;
+	const uint8_t *kind = o->kind.p;
+	const uint64_t *slots = o->slots.p;
+
+	for (size_t i = 0; i < o->nlater; i++) {
+		uint32_t j = midx[later[i]];
+		struct cache *c =
+		    (kind[j] & ~K_CONFLICT) == K_HBM ? &cl->hbm : &cl->ddr;
+
+		cache_remove(c, slots[j], tb->g->row_bytes);
+	}
+	o->nlater = 0;
+	o->placed = false;
 }
 
 /* ----------------------------------------------------------------- memo */
@@ -393,8 +474,8 @@ static bool resolve_memo(et_store *s, uint32_t t, size_t m)
 
 /*
  * Step 1 of resolve with its scratch: looks up the m unique rows of table t
- * (s->sc.o) and lists the misses (s->sc.o->nm). Then resolve_read (of this table
- * alone or with others) and resolve_place make them resident in the top
+ * (s->sc.o) and lists the misses (s->sc.o->nm). Then resolve_fetch (of
+ * this table alone or with others) and op_place make them resident in the top
  * tier (or the bypass), pinned for this operation, with ptrs[i] at each
  * one's bytes. Updates the stats.
  */
@@ -416,6 +497,7 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 	if (ret)
 		return ret;
 	s->sc.o->nbypass = 0;
+	s->sc.o->placed = false;
 	s->sc.o->t = t;
 	if (resolve_memo(s, t, m)) {
 		s->sc.o->nm = 0;
@@ -510,8 +592,11 @@ int op_start(et_store *s)
  * The steps of op_prepare, apart so that a multi-table call can read the
  * misses of all its tables at once: op_lookup dedups and looks up table
  * t's batch into s->sc.o (on a failure after the dedup the operation has
- * ended); resolve_read brings in the misses; op_place places them into
- * s->sc.o (on failure the operation has ended).
+ * ended); resolve_fetch brings in the misses (and places the rows of
+ * the tables it can meanwhile); op_place places them (or copies in the
+ * bytes of the misses placed) into s->sc.o (on failure the operation has
+ * ended). A multi-table call places every table before anything else of
+ * it can fail.
  */
 int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	      size_t *m, bool deduped)
@@ -549,7 +634,14 @@ int op_place(et_store *s, struct table *t, size_t n)
 	uint64_t conflicts0 = t->st.conflict_unique_misses;
 	int ret;
 
-	ret = resolve_place(s, tid, s->sc.o->m);
+	if (s->sc.o->placed) { /* placed while the misses were read */
+		s->sc.o->placed = false;
+		conflicts0 = s->sc.o->conflicts0;
+		ret = s->sc.o->place_ret;
+	} else {
+		ret = place_slots(s, tid, s->sc.o->m, NULL, 0);
+	}
+	place_copy(s, t->g->row_bytes);
 	if (ret) {
 		/* Nothing changed but pins, policy words and, perhaps,
 		 * rows moved between tiers; dirty victims are queued. */
@@ -595,7 +687,7 @@ int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 
 	if (ret)
 		return ret;
-	ret = overwrite ? resolve_blank(s, t) : resolve_read(s, s->sc.o, 1);
+	ret = overwrite ? resolve_blank(s, t) : resolve_fetch(s, s->sc.o, 1);
 	if (ret) {
 		op_end(s, (uint32_t)(t - s->reg.tables), false);
 		return ret;

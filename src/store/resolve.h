@@ -25,10 +25,13 @@ int op_start(et_store *s);
 int op_prepare(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	       size_t *m, bool deduped, bool overwrite);
 /* op_prepare in steps, for a multi-table call: op_lookup of each table,
- * one resolve_read of all, op_place of each. */
+ * one resolve_fetch of all, op_place of each. resolve_fetch places the
+ * rows of the tables it can while their misses are read, and op_place
+ * then copies in the misses' bytes: a call places every table before
+ * anything else of it may fail. */
 int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	      size_t *m, bool deduped);
-int resolve_read(et_store *s, struct opscr *os, size_t nt);
+int resolve_fetch(et_store *s, struct opscr *os, size_t nt);
 int op_place(et_store *s, struct table *t, size_t n);
 /* Records a memo in o if every unique row is in the top tier. */
 void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);

@@ -107,6 +107,16 @@ struct opscr {
 	 * djunk instead */
 	struct sbuf drop, dsave, djunk;
 	size_t ndrop;
+	/* resolve_fetch placed these rows while the misses were read (the
+	 * first pass of the placement, place_slots): later lists (u32 miss
+	 * indexes) the nlater misses whose bytes op_place copies into their
+	 * slots, place_ret is what placing returned, conflicts0 the table's
+	 * conflict count before it */
+	bool placed;
+	int place_ret;
+	uint64_t conflicts0;
+	struct sbuf later;
+	size_t nlater;
 };
 
 /* The store's scratches. */
@@ -118,8 +128,7 @@ struct scratch {
 	struct sbuf trow;    /* f32 per thread: decoded rows */
 	struct sbuf map;     /* dedup hash: u32 unique index + 1 */
 	struct sbuf tmap;    /* the same, a slice per worker thread */
-	struct sbuf rds;     /* resolve_read: a tf_read and tf_stats a table */
-	struct sbuf later;   /* resolve_place: u32 misses copied last */
+	struct sbuf rds;     /* resolve_fetch: a tf_read and tf_stats a table */
 };
 
 /* How many of the ids deduplicated into o name its unique row j: what a
