@@ -167,6 +167,12 @@ struct disk_sample {
 };
 void disk_open(struct disk *d, const char *dir);
 void disk_sample(const struct disk *d, struct disk_sample *s);
+/* Adds what the device did from a to b (and the time) to acc, which
+ * starts zeroed: disk_diff of a zeroed sample and acc is then what it did
+ * over those intervals alone (a run's calls, without the benchmark's own
+ * work between them). */
+void disk_accum(struct disk_sample *acc, const struct disk_sample *a,
+		const struct disk_sample *b);
 
 /* What the device did between two samples. */
 struct disk_delta {

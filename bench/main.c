@@ -810,9 +810,10 @@ static const char usage_head[] =
     "batch p50\n"
     "and p99, where lookups were served (HBM, DDR, NVMe, initializer), "
     "reads\n"
-    "issued, device reads/s, latency and queue depth, bytes written "
-    "back and\n"
-    "time waited on I/O; each figure beside its limit as a ratio.\n";
+    "issued, device reads/s, latency and queue depth (over the system's\n"
+    "calls, not the workload's generation between them), bytes written "
+    "back\n"
+    "and time waited on I/O; each figure beside its limit as a ratio.\n";
 
 static const char usage_tail[] =
     "\n"

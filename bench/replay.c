@@ -232,7 +232,7 @@ int replay_run(struct replay *rp, struct sys_result *r, const char *label)
 {
 	struct run_ctx *rc = rp->rc;
 	struct wl_batch b;
-	struct disk_sample da, db;
+	struct disk_sample da, db, acc;
 	struct progress pg;
 	double cap = peer_cap_s(rc), t0, *lat;
 	bool differ = false;
@@ -267,7 +267,7 @@ int replay_run(struct replay *rp, struct sys_result *r, const char *label)
 		w->wall = w->cpu = 0;
 		w->hits = w->misses = w->reads = w->lookups = 0;
 	}
-	disk_sample(&rc->disk, &da);
+	memset(&acc, 0, sizeof(acc));
 	t0 = now_s();
 	for (uint64_t i = 0; !ret && i < rc->measured && !bench_stop; i++) {
 		double s;
@@ -279,11 +279,14 @@ int replay_run(struct replay *rp, struct sys_result *r, const char *label)
 			ret = ret ? ret : -EIO;
 			break;
 		}
+		disk_sample(&rc->disk, &da); /* the batches' time only */
 		s = now_s();
 		ret = replay_batch(rp, &b);
+		lat[i] = now_s() - s;
+		disk_sample(&rc->disk, &db);
+		disk_accum(&acc, &da, &db);
 		if (ret)
 			break;
-		lat[i] = now_s() - s;
 		r->seconds += lat[i];
 		r->ids += wl_batch_ids(&b);
 		r->batches++;
@@ -292,7 +295,6 @@ int replay_run(struct replay *rp, struct sys_result *r, const char *label)
 			differ = true;
 		progress_update(&pg, w_done + i + 1);
 	}
-	disk_sample(&rc->disk, &db);
 	progress_end(&pg);
 	if (ret) {
 		free(lat);
@@ -300,7 +302,8 @@ int replay_run(struct replay *rp, struct sys_result *r, const char *label)
 		return ret;
 	}
 	r->planned = rc->measured;
-	disk_diff(&rc->disk, &da, &db, &r->disk);
+	memset(&da, 0, sizeof(da));
+	disk_diff(&rc->disk, &da, &acc, &r->disk);
 	for (unsigned i = 0; i < rp->nthreads; i++) {
 		struct worker *w = &rp->w[i];
 

@@ -605,7 +605,7 @@ static int store_measure(struct store_pass *sp, struct sys_result *r,
 {
 	struct run_ctx *rc = sp->rc;
 	const struct bench_opts *o = rc->o;
-	struct disk_sample da, db;
+	struct disk_sample da, db, acc;
 	struct et_stats a, z;
 	struct progress pg;
 	size_t lat_cap = 0;
@@ -616,7 +616,7 @@ static int store_measure(struct store_pass *sp, struct sys_result *r,
 		       o->batches ? o->batches : (uint64_t)(o->seconds * 1000),
 		       o->quiet);
 	et_get_stats(sp->s, -1, &a);
-	disk_sample(&rc->disk, &da);
+	memset(&acc, 0, sizeof(acc));
 	t0 = now_s();
 	while (!bench_stop) {
 		double w0, c0, w1, c1;
@@ -628,11 +628,16 @@ static int store_measure(struct store_pass *sp, struct sys_result *r,
 		ret = pass_next(sp);
 		if (ret <= 0)
 			break;
+		/* the device over the store's calls only, not the
+		 * workload's generation between them */
+		disk_sample(&rc->disk, &da);
 		w0 = now_s();
 		c0 = thread_cpu_s();
 		ret = store_batch(sp->s, rc->tb, &sp->b, o, &sp->ob, &nf);
 		c1 = thread_cpu_s();
 		w1 = now_s();
+		disk_sample(&rc->disk, &db);
+		disk_accum(&acc, &da, &db);
 		if (!ret)
 			ret = lat_fit(rc, lat, &lat_cap, r->batches);
 		if (ret)
@@ -647,7 +652,6 @@ static int store_measure(struct store_pass *sp, struct sys_result *r,
 					 ? r->batches
 					 : (uint64_t)((now_s() - t0) * 1000));
 	}
-	disk_sample(&rc->disk, &db);
 	et_get_stats(sp->s, -1, &z);
 	progress_end(&pg);
 	if (ret < 0)
@@ -656,7 +660,8 @@ static int store_measure(struct store_pass *sp, struct sys_result *r,
 	rc->store_seconds = now_s() - t0;
 	rc->ref.n = r->batches;
 	r->planned = r->batches;
-	disk_diff(&rc->disk, &da, &db, &r->disk);
+	memset(&da, 0, sizeof(da));
+	disk_diff(&rc->disk, &da, &acc, &r->disk);
 	store_figures(r, &a, &z);
 	return 0;
 }

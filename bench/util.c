@@ -218,6 +218,20 @@ void disk_sample(const struct disk *d, struct disk_sample *s)
 	fclose(f);
 }
 
+void disk_accum(struct disk_sample *acc, const struct disk_sample *a,
+		const struct disk_sample *b)
+{
+	acc->reads += b->reads - a->reads;
+	acc->read_ms += b->read_ms - a->read_ms;
+	acc->writes += b->writes - a->writes;
+	acc->write_ms += b->write_ms - a->write_ms;
+	acc->io_ms += b->io_ms - a->io_ms;
+	acc->queue_ms += b->queue_ms - a->queue_ms;
+	acc->sectors_read += b->sectors_read - a->sectors_read;
+	acc->sectors_written += b->sectors_written - a->sectors_written;
+	acc->t += b->t - a->t;
+}
+
 void disk_diff(const struct disk *d, const struct disk_sample *a,
 	       const struct disk_sample *b, struct disk_delta *o)
 {
