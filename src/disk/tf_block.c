@@ -307,9 +307,41 @@ static void chunk_queue(et_tfile *tf, io_ctx *io, const struct ent *e, size_t i,
 	*nrp = nr;
 }
 
+/* Read r of the stage (its blocks from the slot in r->arg) has completed
+ * whole: each of its blocks is checked (an all-zero block reads as
+ * unwritten). Returns 0 or the first block's error. */
+static int req_check(et_tfile *tf, const struct io_req *r)
+{
+	uint32_t s0 = (uint32_t)(uintptr_t)r->arg;
+	uint32_t cnt = r->len / tf->g.block_size;
+	int ret;
+
+	for (uint32_t s = s0; s < s0 + cnt; s++) {
+		unsigned char *buf =
+		    (unsigned char *)tf->stage + (size_t)s * tf->g.block_size;
+
+		ret = tf_block_check(tf, tf->stage_blk[s], buf);
+		if (ret < 0)
+			return err_set(ret,
+				       "%s: block %llu (byte %llu) fails "
+				       "its checksum",
+				       tf->path,
+				       (unsigned long long)tf->stage_blk[s],
+				       (unsigned long long)tf_block_off(
+					   tf, tf->stage_blk[s]));
+		if (ret == 1) {
+			block_fill_init(tf, tf->stage_blk[s], buf);
+			tf->stage_hole[s] = 1;
+		}
+	}
+	tf->st.blocks_read += cnt;
+	tf->st.bytes_read += (uint64_t)cnt * tf->g.block_size;
+	return 0;
+}
+
 /* The nr reads of a chunk (tf->reqs + base) have completed: the first
- * failed one's error, else every block read is checked (an all-zero block
- * reads as unwritten). Returns 0 or the first error. */
+ * failed one's error, else every block read is checked. Returns 0 or the
+ * first error. */
 static int chunk_check(et_tfile *tf, uint32_t base, uint32_t nr)
 {
 	const struct io_req *reqs = tf->reqs + base;
@@ -321,30 +353,9 @@ static int chunk_check(et_tfile *tf, uint32_t base, uint32_t nr)
 			return ret;
 	}
 	for (uint32_t q = 0; q < nr; q++) {
-		uint32_t s0 = (uint32_t)(uintptr_t)reqs[q].arg;
-		uint32_t cnt = reqs[q].len / tf->g.block_size;
-
-		for (uint32_t s = s0; s < s0 + cnt; s++) {
-			unsigned char *buf = (unsigned char *)tf->stage +
-					     (size_t)s * tf->g.block_size;
-
-			ret = tf_block_check(tf, tf->stage_blk[s], buf);
-			if (ret < 0)
-				return err_set(
-				    ret,
-				    "%s: block %llu (byte %llu) fails "
-				    "its checksum",
-				    tf->path,
-				    (unsigned long long)tf->stage_blk[s],
-				    (unsigned long long)tf_block_off(
-					tf, tf->stage_blk[s]));
-			if (ret == 1) {
-				block_fill_init(tf, tf->stage_blk[s], buf);
-				tf->stage_hole[s] = 1;
-			}
-		}
-		tf->st.blocks_read += cnt;
-		tf->st.bytes_read += (uint64_t)cnt * tf->g.block_size;
+		ret = req_check(tf, &reqs[q]);
+		if (ret)
+			return ret;
 	}
 	return 0;
 }
@@ -566,6 +577,35 @@ static bool rd_busy(const struct tf_read *rd)
 	return rd->h[0].busy || rd->h[1].busy || rd->lq;
 }
 
+/*
+ * Waits for the nr reads of a half (tf->reqs + base) in the order they
+ * were queued, checking each one's blocks as soon as it has completed,
+ * while the later ones are still in flight: only the last read's blocks
+ * are left to check when the last completes. Every read is waited for
+ * whatever fails; the error is the first failed read's (or the ring's),
+ * else the first bad block's, as chunk_check gives them.
+ */
+static int half_wait_check(struct tf_read *rd, uint32_t base, uint32_t nr)
+{
+	const struct io_req *reqs = rd->tf->reqs + base;
+	int ioerr = 0, sumerr = 0;
+
+	for (uint32_t q = 0; q < nr; q++) {
+		int ret = io_wait_reqs(rd->io, &reqs[q], 1);
+
+		if (!ret)
+			ret = io_req_result(&reqs[q]);
+		if (ret) {
+			if (!ioerr)
+				ioerr = ret;
+			continue;
+		}
+		if (!ioerr && !sumerr && !rd->result)
+			sumerr = req_check(rd->tf, &reqs[q]);
+	}
+	return ioerr ? ioerr : sumerr;
+}
+
 /* Waits for the half queued first (or the log's batch, when no half is
  * busy), checks it and copies its rows out, then queues what fits. A
  * failed read is waited for like any other (the kernel may still be
@@ -580,9 +620,7 @@ static void rd_step(struct tf_read *rd)
 		struct tf_half *h = &rd->h[k];
 		uint32_t base = k * rd_half_cap(tf);
 
-		ret = io_wait_reqs(rd->io, tf->reqs + base, h->nr);
-		if (!ret && !rd->result)
-			ret = chunk_check(tf, base, h->nr);
+		ret = half_wait_check(rd, base, h->nr);
 		if (!ret && !rd->result)
 			read_copy(tf, rd->e + h->i, h->j - h->i, base, rd->dst);
 		if (ret && !rd->result)
