@@ -604,8 +604,8 @@ static int multi(struct pair *p, int w, uint64_t ids[NT][16], bool upd,
  * of its reads fails, from the first to the last, the call returns -EIO
  * and installs nothing of either table (no row resident afterwards), and
  * an update applies no gradient; the next calls are right. The same with
- * a short read: ET_ESHORTIO; and when the ring's wait itself fails, its
- * error, with no read left in flight. With the rows cold in a store whose uparams
+ * a short read: ET_ESHORTIO; and when the ring's wait or submit itself
+ * fails, its error, with no read left in flight. With the rows cold in a store whose uparams
  * differ per table, the reference's updates match only if each table got
  * its own.
  */
@@ -622,9 +622,10 @@ static void test_read_error_multi(void **state)
 		spread(ids[t], 12, 5 + (uint64_t)t); /* in the log */
 		lazy_rows(p, t, ids[t] + 12, 4, 1);  /* never written */
 	}
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < 5; k++) {
 		bool upd = k == 1;
-		static const int want[4] = {-EIO, -EIO, ET_ESHORTIO, -EBADR};
+		static const int want[5] = {-EIO, -EIO, ET_ESHORTIO, -EBADR,
+					    -EBADR};
 
 		for (int n = 1;; n++) {
 			int ret;
@@ -632,6 +633,9 @@ static void test_read_error_multi(void **state)
 			reopen(p, TS); /* cold: every row a miss */
 			if (k == 3)    /* the ring's wait itself fails */
 				io_fault_set(IO_WAIT, (uint64_t)n, EBADR, 0);
+			else if (k == 4) /* its submit, while the rows are
+					  * placed or waited for */
+				io_fault_set(IO_SUBMIT, (uint64_t)n, EBADR, 0);
 			else
 				io_fault_set(IO_READ, (uint64_t)n,
 					     k == 2 ? 0 : EIO,
@@ -658,7 +662,7 @@ static void test_read_error_multi(void **state)
 		}
 		/* every record of the logs read alone (12 a table), and
 		 * the logs' own reads at their first use; waits: fewer */
-		assert_true(k == 3 ? last >= 1 : last >= 12 * NT);
+		assert_true(k >= 3 ? last >= 1 : last >= 12 * NT);
 	}
 	pair_finish(p);
 }

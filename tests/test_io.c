@@ -381,6 +381,44 @@ static void test_fault_read_eio(void **state)
 	assert_memory_equal(f->buf, f->src, 5 * f->bs);
 }
 
+/* Queues reads of blocks 0..n into f->buf, cleared. */
+static void queue_reads(struct iofx *f, struct io_req *reqs, size_t n)
+{
+	memset(f->buf, 0, n * f->bs);
+	for (size_t b = 0; b < n; b++) {
+		prep(f, &reqs[b], IO_READ, b, f->buf);
+		io_queue(f->io, &reqs[b]);
+	}
+}
+
+/* After a failure of the ring's own (err): every one of the n requests
+ * has completed once; those sent have their data, the others failed
+ * with err, unsent. Then the same batch succeeds. Returns how many had
+ * been sent. */
+static size_t settled_then_ok(struct iofx *f, struct io_req *reqs, size_t n,
+			      int err)
+{
+	size_t sent = 0;
+
+	assert_int_equal(io_pending(f->io), 0);
+	for (size_t b = 0; b < n; b++) {
+		assert_int_equal(f->done_calls[b], 1);
+		if (reqs[b].res >= 0) {
+			assert_int_equal(reqs[b].res, (int)f->bs);
+			assert_memory_equal(f->buf + b * f->bs,
+					    f->src + b * f->bs, f->bs);
+			sent++;
+		} else {
+			assert_int_equal(reqs[b].res, err);
+		}
+	}
+	memset(f->done_calls, 0, sizeof(f->done_calls));
+	memset(f->buf, 0, n * f->bs);
+	assert_int_equal(io_run(f->io, reqs, (unsigned)n), 0);
+	assert_memory_equal(f->buf, f->src, n * f->bs);
+	return sent;
+}
+
 /* The ring's own wait fails with reads in flight: io_wait returns the
  * error only when every request has completed (none left in the kernel's
  * hands, each done callback run once), and the ring works after. */
@@ -388,33 +426,16 @@ static void test_fault_wait(void **state)
 {
 	struct iofx *f = fx_open(state);
 	struct io_req reqs[NBLK];
-	size_t b, n = NBLK, sent = 0;
+	size_t n = NBLK;
 
 	write_gen(f, 3, n);
-	for (b = 0; b < n; b++) {
-		prep(f, &reqs[b], IO_READ, b, f->buf);
-		io_queue(f->io, &reqs[b]);
-	}
+	queue_reads(f, reqs, n);
 	io_fault_set(IO_WAIT, 1, EBADR, 0);
 	assert_int_equal(io_wait(f->io, (unsigned)n), -EBADR);
 	assert_true(io_fault_fired());
-	assert_int_equal(io_pending(f->io), 0);
-	for (b = 0; b < n; b++) {
-		assert_int_equal(f->done_calls[b], 1);
-		/* sent before the wait failed: its own result; the rest
-		 * were never sent */
-		if (reqs[b].res >= 0) {
-			assert_int_equal(reqs[b].res, (int)f->bs);
-			sent++;
-		} else {
-			assert_int_equal(reqs[b].res, -EBADR);
-		}
-	}
-	assert_int_equal(sent, DEPTH);
-	memset(f->done_calls, 0, sizeof(f->done_calls));
-	memset(f->buf, 0, n * f->bs);
-	assert_int_equal(io_run(f->io, reqs, (unsigned)n), 0);
-	assert_memory_equal(f->buf, f->src, n * f->bs);
+	/* sent before the wait failed: their own results; the rest were
+	 * never sent */
+	assert_int_equal(settled_then_ok(f, reqs, n, -EBADR), DEPTH);
 }
 
 /*
@@ -430,11 +451,7 @@ static void test_fault_wait_sticky(void **state)
 	size_t b, n = NBLK, sent = 0;
 
 	write_gen(f, 4, n);
-	memset(f->buf, 0, n * f->bs);
-	for (b = 0; b < n; b++) {
-		prep(f, &reqs[b], IO_READ, b, f->buf);
-		io_queue(f->io, &reqs[b]);
-	}
+	queue_reads(f, reqs, n);
 	io_fault_set_sticky(IO_WAIT, EBADR);
 	assert_true(io_wait(f->io, (unsigned)n) < 0);
 	assert_true(io_fault_fired());
@@ -453,6 +470,39 @@ static void test_fault_wait_sticky(void **state)
 	memset(f->done_calls, 0, sizeof(f->done_calls));
 	prep(f, &reqs[0], IO_READ, 0, f->buf);
 	assert_int_equal(io_run(f->io, reqs, 1), -EIO);
+}
+
+/*
+ * The ring's submit fails, from io_poll (a caller busy between queueing
+ * and waiting) or from io_wait itself: the next io_wait returns the error
+ * only once every request has completed (what the failed submit left in
+ * the ring is sent and read whole; what was still queued fails with the
+ * error, unsent), each done callback run once, and the ring works after.
+ */
+static void test_fault_submit(void **state)
+{
+	struct iofx *f = fx_open(state);
+	struct io_req reqs[NBLK];
+	size_t n = NBLK;
+
+	write_gen(f, 5, n);
+	for (int viapoll = 0; viapoll < 2; viapoll++) {
+		memset(f->done_calls, 0, sizeof(f->done_calls));
+		queue_reads(f, reqs, n);
+		io_fault_set(IO_SUBMIT, 1, EBADR, 0);
+		if (viapoll) {
+			io_poll(f->io);
+			assert_true(io_fault_fired());
+			/* nothing is reaped until the caller waits */
+			for (size_t b = 0; b < n; b++)
+				assert_int_equal(f->done_calls[b], 0);
+		}
+		assert_int_equal(io_wait(f->io, (unsigned)n), -EBADR);
+		assert_true(io_fault_fired());
+		io_fault_clear();
+		/* the first submit's whole depth went out in the end */
+		assert_int_equal(settled_then_ok(f, reqs, n, -EBADR), DEPTH);
+	}
 }
 
 /* The count is of reads only, and runs across calls. */
@@ -666,6 +716,7 @@ int main(void)
 	    T(test_callback_queues_more),
 	    T(test_fault_wait),
 	    T(test_fault_wait_sticky),
+	    T(test_fault_submit),
 	    T(test_fault_read_eio),
 	    T(test_fault_counts_across_calls),
 	    T(test_fault_write_enospc),

@@ -257,14 +257,21 @@ static int pump(io_ctx *io)
 		io_uring_sqe_set_data(sqe, r);
 		added++;
 	}
-	if (!added)
+	/* With nothing new, the ring may still hold what a failed submit
+	 * left in it (counted in flight already): it goes now. */
+	if (!added && !io_uring_sq_ready(&io->ring))
 		return 0;
-	io->inflight += added;
-	io->st.submits++;
-	io->st.inflight_sum += io->inflight;
-	do {
-		ret = io_uring_submit(&io->ring);
-	} while (ret == -EINTR);
+	if (added) {
+		io->inflight += added;
+		io->st.submits++;
+		io->st.inflight_sum += io->inflight;
+	}
+	if (fault_hit(IO_SUBMIT))
+		ret = -atomic_load(&fault_err);
+	else
+		do {
+			ret = io_uring_submit(&io->ring);
+		} while (ret == -EINTR);
 	if (ret < 0) {
 		/* The SQEs stay in the SQ ring and go out with the next
 		 * submit; the caller sees the error now. */

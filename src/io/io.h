@@ -28,7 +28,9 @@ enum io_op {
 	IO_READ = 0,
 	IO_WRITE = 1,
 	IO_FSYNC = 2,
-	IO_WAIT = 3, /* fault seam only: the ring's wait for completions */
+	IO_WAIT = 3,   /* fault seam only: the ring's wait for completions */
+	IO_SUBMIT = 4, /* fault seam only: the ring's submit of what was
+			* put in it (left in the ring, unsent) */
 };
 
 struct io_req;
@@ -120,7 +122,8 @@ int io_file_align(int fd, uint32_t *mem_align, uint32_t *off_align);
 /* Fault seam. nth counts from 1: the nth matching operation fails. err > 0
  * is the errno to fail with; if err == 0, the operation is shortened by
  * short_by bytes instead. op IO_WAIT fails the nth wait for completions
- * itself with err (the requests stay in flight). io_fault_clear() disarms; io_fault_fired() says
+ * itself with err (the requests stay in flight); op IO_SUBMIT fails the
+ * nth submit with err (what it would have sent stays in the ring). io_fault_clear() disarms; io_fault_fired() says
  * whether the armed fault has been used. */
 void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by);
 /* Every matching operation fails with err until io_fault_clear(). */
