@@ -44,8 +44,9 @@ struct io_ctx {
 	struct io_req *head, *tail;
 	struct io_req *failed; /* failed by the fault seam, not yet reaped */
 	struct io_req *failed_tail;
-	int down;     /* not 0: requests fail with it, unsent (settling after
-		   * a failure, or for good) */
+	/* not 0: requests fail with it, unsent (settling after a failure,
+	 * or for good) */
+	int down;
 	int poll_err; /* a send io_poll failed: the next io_wait's */
 	struct io_stats st;
 };

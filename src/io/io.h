@@ -123,8 +123,9 @@ int io_file_align(int fd, uint32_t *mem_align, uint32_t *off_align);
  * is the errno to fail with; if err == 0, the operation is shortened by
  * short_by bytes instead. op IO_WAIT fails the nth wait for completions
  * itself with err (the requests stay in flight); op IO_SUBMIT fails the
- * nth submit with err (what it would have sent stays in the ring). io_fault_clear() disarms; io_fault_fired() says
- * whether the armed fault has been used. */
+ * nth submit with err (what it would have sent stays in the ring).
+ * io_fault_clear() disarms; io_fault_fired() says whether the armed fault
+ * has been used. */
 void io_fault_set(int op, uint64_t nth, int err, uint32_t short_by);
 /* Every matching operation fails with err until io_fault_clear(). */
 void io_fault_set_sticky(int op, int err);
