@@ -219,20 +219,9 @@ void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,
 void probe_rows(const struct cache *top, uint32_t t, const uint64_t *uniq,
 		size_t m, uint64_t *slots)
 {
-	const size_t half = PROBE_AHEAD / 2;
-
-	for (size_t i = 0; i < m; i++)
-		slots[i] = cache_set_base(top, t, uniq[i]);
-	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
-		cache_prefetch_set(top, slots[i]);
-	for (size_t i = 0; i < m && i < half; i++)
-		cache_prefetch_hit(top, slots[i], t, uniq[i]);
+	probe_start(top, t, uniq, slots, m);
 	for (size_t i = 0; i < m; i++) {
-		if (i + PROBE_AHEAD < m)
-			cache_prefetch_set(top, slots[i + PROBE_AHEAD]);
-		if (i + half < m)
-			cache_prefetch_hit(top, slots[i + half], t,
-					   uniq[i + half]);
+		probe_ask(top, t, uniq, slots, i, m);
 		slots[i] = cache_lookup_at(top, slots[i], t, uniq[i]);
 	}
 }

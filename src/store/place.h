@@ -38,6 +38,35 @@ static inline struct pinset pins_of(const struct pins *p)
 	return ps;
 }
 
+/* Step i of a probe of the m rows at uniq, whose sets start at bases[]:
+ * asks for the digests of the set PROBE_AHEAD rows on, and for the ways
+ * those of the set half that far on match (the row, tag, policy and pin
+ * words a hit reads and writes). probe_start asks for the first ones. */
+static inline void probe_ask(const struct cache *top, uint32_t t,
+			     const uint64_t *uniq, const uint64_t *bases,
+			     size_t i, size_t m)
+{
+	const size_t half = PROBE_AHEAD / 2;
+
+	if (i + PROBE_AHEAD < m)
+		cache_prefetch_set(top, bases[i + PROBE_AHEAD]);
+	if (i + half < m)
+		cache_prefetch_hit(top, bases[i + half], t, uniq[i + half]);
+}
+
+/* Hashes each of the m rows at uniq to its set's first slot in bases and
+ * asks for what the first probes read. */
+static inline void probe_start(const struct cache *top, uint32_t t,
+			       const uint64_t *uniq, uint64_t *bases, size_t m)
+{
+	for (size_t i = 0; i < m; i++)
+		bases[i] = cache_set_base(top, t, uniq[i]);
+	for (size_t i = 0; i < m && i < PROBE_AHEAD; i++)
+		cache_prefetch_set(top, bases[i]);
+	for (size_t i = 0; i < m && i < PROBE_AHEAD / 2; i++)
+		cache_prefetch_hit(top, bases[i], t, uniq[i]);
+}
+
 /* The top-tier slot of each of the m unique rows of table t (the current
  * scratch's uniq) in slots, or CACHE_NONE. Reads the cache only. */
 void probe_top(et_store *s, uint32_t t, const struct cache *top, size_t m,

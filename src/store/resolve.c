@@ -24,12 +24,14 @@
  * out before their promotion; the rest are listed in mrows/midx (K_MISS,
  * or K_WB if the write-back queue has them). Returns the number of misses.
  *
- * In three passes, so that the memory system works on many rows at once
- * instead of one DRAM miss at a time: every key is hashed to its set;
- * the sets are probed, each asked for PROBE_AHEAD rows before its probe,
- * and a hit's policy and pin words are asked for as it is found; then, in
- * batch order, the hits are touched and pinned and the misses listed. The
- * probes only read the caches, so the passes see what one pass would.
+ * Every key is hashed to its set first; then, in batch order, each set is
+ * probed and the row used, its set's digests asked for PROBE_AHEAD rows
+ * before and the words a hit reads and writes half that before
+ * (probe_ask), so that the memory system works on many rows at once and a
+ * hit's policy and pin words are still in the cache when they are
+ * written. A probe reads only the digests, rows and tables of the ways,
+ * which touching and pinning leave as they are: each probe finds what it
+ * would find before any row of the batch was used.
  */
 static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 {
@@ -39,32 +41,22 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 	struct cache *top = top_of(&s->reg, cl), *ddr = &cl->ddr;
 	uint8_t top_kind = s->reg.has_hbm ? K_HBM : K_DDR;
 	uint8_t *kind = s->sc.o->kind.p;
-	uint64_t *slots = s->sc.o->slots.p;
+	uint64_t *slots = s->sc.o->slots.p; /* each set's base, then slot */
 	void **ptrs = s->sc.o->ptrs.p;
 	uint64_t *mrows = s->sc.o->mrows.p;
 	uint32_t *midx = s->sc.o->midx.p;
 	size_t nm = 0;
 
-	probe_top(s, t, top, m, slots); /* 1, 2. the sets, the probes */
+	probe_start(top, t, uniq, slots, m);
 	for (size_t i = 0; i < m; i++) {
-		uint64_t slot = slots[i];
+		uint64_t slot;
 
+		probe_ask(top, t, uniq, slots, i, m);
+		slot = cache_lookup_at(top, slots[i], t, uniq[i]);
+		slots[i] = slot;
+		s->pins.now++;
 		if (slot != CACHE_NONE) {
 			kind[i] = top_kind;
-		} else if (s->reg.has_hbm &&
-			   (slot = cache_lookup(ddr, t, uniq[i])) !=
-			       CACHE_NONE) {
-			kind[i] = K_DDR;
-			slots[i] = slot;
-		} else {
-			kind[i] = 0;
-		}
-	}
-	for (size_t i = 0; i < m; i++) { /* 3. in batch order */
-		uint64_t slot = slots[i];
-
-		s->pins.now++;
-		if (kind[i] == top_kind) {
 			hit_use(s, top, slot, op_draws(s->sc.o, i));
 			ptrs[i] = cache_row(top, slot);
 			top->st.hits++;
@@ -73,7 +65,10 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 		top->st.misses++;
 		tb->st.unique_misses++;
 		if (s->reg.has_hbm) {
-			if (kind[i] == K_DDR) {
+			slot = cache_lookup(ddr, t, uniq[i]);
+			if (slot != CACHE_NONE) {
+				kind[i] = K_DDR;
+				slots[i] = slot;
 				pin_op(s, ddr, slot);
 				ddr->st.hits++;
 				continue;
