@@ -234,6 +234,7 @@ struct sys_result {
 	uint64_t cache_hits, cache_misses;
 	bool has_tiers, has_cache;
 	uint64_t reads; /* blocks (embtier) or preads issued */
+	uint64_t calls; /* embtier: gather calls (one a table, or --multi's) */
 	bool has_reads;
 	uint64_t bytes_read, bytes_written, writebacks;
 	double io_wait_s; /* off-CPU thread-seconds in the calls */
@@ -271,6 +272,10 @@ struct uring_limit {
 	double seconds, iops, mbs, lat_mean_us, lat_p50_us, lat_p99_us;
 	double qd_little; /* IOPS x mean latency */
 	struct disk_delta disk;
+	/* per_call 0: qd reads kept in flight all along; else calls of
+	 * per_call reads, each waited for whole before the next (calls) */
+	uint32_t per_call;
+	uint64_t calls;
 };
 
 /* Run context shared by the store's run, the limits and the peers. */
@@ -286,7 +291,7 @@ struct run_ctx {
 
 void limit_gather(struct run_ctx *rc, struct gather_limit *out);
 void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
-		 struct uring_limit *out);
+		 uint32_t per_call, struct uring_limit *out);
 
 void peer_pread(struct run_ctx *rc, struct sys_result *out);
 void peer_rocksdb(struct run_ctx *rc, struct sys_result *out);
@@ -304,6 +309,7 @@ struct run_report {
 	struct uring_limit ul_pre;    /* at the store's depth, before it */
 	struct uring_limit ul;	      /* at the store's depth, after it */
 	struct uring_limit ul_qd[4];  /* at the --limit-qd depths */
+	struct uring_limit ul_call;   /* in calls the size of the store's */
 	struct disk_delta background; /* the disk before the run */
 };
 

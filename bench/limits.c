@@ -23,6 +23,14 @@
  * a new random block): what fio's randread with ioengine=io_uring,
  * direct=1, iodepth=qd would report. Latency is from queueing to
  * completion.
+ *
+ * io_uring in calls: the same reads at the same depth, in calls of a
+ * fixed number of reads (the store's mean blocks read a call), each call
+ * waited for whole before the next one starts, with no work between
+ * calls: what a synchronous call of that size could reach at best. Its
+ * reads drain at the end of each call, as the store's do; the gap
+ * between the two limits is what the call's shape costs, and the store's
+ * figure over this one is what its own work around the reads costs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -219,6 +227,8 @@ struct uring_run {
 	float *lat; /* microseconds */
 	size_t nlat, cap;
 	uint64_t errors;
+	bool calls;	    /* in calls: */
+	uint64_t call_left; /* reads of this call not yet sent */
 	struct progress *pg;
 	double t0;
 };
@@ -265,7 +275,9 @@ static bool ureq_done(struct rawio_req *r)
 	u->last = now;
 	if (u->nlat % 1024 == 0)
 		progress_update(u->pg, (uint64_t)((now - u->t0) * 1000));
-	if (now < u->deadline && !bench_stop) {
+	if (u->calls ? u->call_left > 0 : now < u->deadline && !bench_stop) {
+		if (u->calls)
+			u->call_left--;
 		r->off = pick_offset(u, &r->fd);
 		q->t = now;
 		return true;
@@ -406,8 +418,22 @@ static struct ureq *make_requests(struct uring_run *u, unsigned qd)
 	return q;
 }
 
+/* One call: k of the requests sent (k <= the depth), each aimed again
+ * until n reads are done, all waited for. */
+static int uring_call(rawio *rio, struct uring_run *u, struct ureq *q,
+		      unsigned k, uint64_t n)
+{
+	u->call_left = n - k;
+	for (unsigned i = 0; i < k; i++) {
+		q[i].req.off = pick_offset(u, &q[i].req.fd);
+		q[i].t = now_s();
+		rawio_queue(rio, &q[i].req); /* k fit: the ring's depth */
+	}
+	return rawio_run(rio, ureq_done);
+}
+
 void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
-		 struct uring_limit *out)
+		 uint32_t per_call, struct uring_limit *out)
 {
 	const struct tables *tb = rc->tb;
 	struct uring_run u;
@@ -420,6 +446,8 @@ void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
 	memset(out, 0, sizeof(*out));
 	memset(&u, 0, sizeof(u));
 	out->qd = qd;
+	out->per_call = per_call;
+	u.calls = per_call > 0;
 	u.bs = tb->info.block_size;
 	u.mem_align = 4096;
 	u.pg = &pg;
@@ -448,12 +476,17 @@ void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
 	disk_sample(&rc->disk, &da);
 	u.t0 = now_s();
 	u.deadline = u.t0 + seconds;
-	for (unsigned i = 0; i < qd; i++) {
-		q[i].req.off = pick_offset(&u, &q[i].req.fd);
-		q[i].t = now_s();
-		rawio_queue(rio, &q[i].req); /* qd fit: the ring's depth */
+	if (!u.calls) {
+		ret = uring_call(rio, &u, q, qd, qd);
+	} else {
+		ret = 0;
+		while (!ret && now_s() < u.deadline && !bench_stop) {
+			ret =
+			    uring_call(rio, &u, q,
+				       per_call < qd ? per_call : qd, per_call);
+			out->calls++;
+		}
 	}
-	ret = rawio_run(rio, ureq_done);
 	disk_sample(&rc->disk, &db);
 	progress_end(&pg);
 	if (ret < 0)

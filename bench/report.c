@@ -140,6 +140,7 @@ static double raw_iops(const struct run_report *rp)
 
 struct ratios {
 	double gather, gather_pf, miss, miss_dev, pread, rocksdb;
+	double miss_call, miss_call_dev; /* over raw io_uring in calls */
 };
 
 static void compute_ratios(const struct run_report *rp, struct ratios *q)
@@ -162,6 +163,13 @@ static void compute_ratios(const struct run_report *rp, struct ratios *q)
 		if (e->disk.ok)
 			q->miss_dev =
 			    rate((double)e->disk.reads, e->seconds) / iops;
+	}
+	if (rp->ul_call.ran && rp->ul_call.iops > 0) {
+		q->miss_call = f.reads_s / rp->ul_call.iops;
+		if (e->disk.ok)
+			q->miss_call_dev =
+			    rate((double)e->disk.reads, e->seconds) /
+			    rp->ul_call.iops;
 	}
 	if (rp->sys[1].ran && p.ids_s > 0)
 		q->pread = f.ids_s / p.ids_s;
@@ -429,6 +437,19 @@ static void report_limits(const struct run_report *rp)
 			printf("  raw io_uring %sQD %u did not run%s%s\n", when,
 			       u->qd, u->note[0] ? ": " : "", u->note);
 	}
+	if (rp->ul_call.ran) {
+		const struct uring_limit *u = &rp->ul_call;
+
+		printf("  raw io_uring in calls of %u reads (the store's mean "
+		       "blocks read a call), QD %u, each call waited for "
+		       "whole: %s reads/s in %" PRIu64 " calls of %.2f ms; "
+		       "latency mean %.0f us, p99 %.0f%s%s\n",
+		       u->per_call, u->qd,
+		       cli_human_count(u->iops, b1, sizeof(b1)), u->calls,
+		       u->calls ? u->seconds / (double)u->calls * 1e3 : 0,
+		       u->lat_mean_us, u->lat_p99_us, u->note[0] ? "; " : "",
+		       u->note);
+	}
 	if (!o->limits)
 		printf("  (not measured: --no-limits)\n");
 }
@@ -473,6 +494,13 @@ static void report_ratios(const struct run_report *rp)
 		    q.miss_dev, pct(fe.nvme, b3, sizeof(b3)),
 		    bound ? "" : ": not a miss-bound run");
 	}
+	if (q.miss_call > 0)
+		printf("  in calls        embtier blocks/s / raw io_uring in "
+		       "calls of the store's size = %.2f; device reads/s "
+		       "%.2f (raw in calls / raw = %.2f: what waiting for each "
+		       "call's last read costs)\n",
+		       q.miss_call, q.miss_call_dev,
+		       raw_iops(rp) > 0 ? rp->ul_call.iops / raw_iops(rp) : 0);
 	if (rp->upd.ran) {
 		const struct sys_result *u = &rp->upd;
 		double ru =
@@ -641,6 +669,12 @@ static void report_json(const struct run_report *rp)
 	printf(",\"io_uring\":");
 	json_uring(&rp->ul);
 	printf(",\"io_uring_mean_iops\":%.1f", raw_iops(rp));
+	printf(",\"io_uring_in_calls\":");
+	json_uring(&rp->ul_call);
+	if (rp->ul_call.ran)
+		printf(
+		    ",\"io_uring_call_reads\":%u,\"io_uring_calls\":%" PRIu64,
+		    rp->ul_call.per_call, rp->ul_call.calls);
 	printf(",\"io_uring_at_qd\":[");
 	for (uint32_t i = 0; i < o->n_limit_qd; i++) {
 		if (i)
@@ -650,9 +684,11 @@ static void report_json(const struct run_report *rp)
 	putchar(']');
 	printf("},\"ratios\":{\"ddr_gather\":%.4f,"
 	       "\"ddr_gather_vs_prefetching\":%.4f,\"miss_path\":%.4f,"
-	       "\"miss_path_device\":%.4f,\"vs_pread\":%.4f,"
+	       "\"miss_path_device\":%.4f,\"miss_path_in_calls\":%.4f,"
+	       "\"miss_path_in_calls_device\":%.4f,\"vs_pread\":%.4f,"
 	       "\"vs_rocksdb\":%.4f}}\n",
-	       q.gather, q.gather_pf, q.miss, q.miss_dev, q.pread, q.rocksdb);
+	       q.gather, q.gather_pf, q.miss, q.miss_dev, q.miss_call,
+	       q.miss_call_dev, q.pread, q.rocksdb);
 }
 
 /* -------------------------------------------------------------------- csv */

@@ -647,6 +647,7 @@ static int store_measure(struct store_pass *sp, struct sys_result *r,
 		r->seconds += w1 - w0;
 		r->io_wait_s += (w1 - w0) - (c1 - c0);
 		r->ids += wl_batch_ids(&sp->b);
+		r->calls += o->op == OP_POOLED && o->multi ? 1 : sp->b.count;
 		r->batches++;
 		progress_update(&pg, o->batches
 					 ? r->batches
@@ -750,7 +751,7 @@ static int run_store(struct run_ctx *rc, struct run_report *rep,
 	if (o->limits && rc->tb->materialized && !bench_stop)
 		limit_uring(rc,
 			    o->io_depth ? o->io_depth : BENCH_STORE_IO_DEPTH,
-			    o->limit_seconds, &rep->ul_pre);
+			    o->limit_seconds, 0, &rep->ul_pre);
 	store_config(o, &cfg);
 	ret = tables_store(rc->tb, &cfg, &s);
 	if (ret)
@@ -774,18 +775,24 @@ static int run_store(struct run_ctx *rc, struct run_report *rep,
 }
 
 /* The limits after the store's run: raw gather, raw io_uring at the
- * store's depth and at the --limit-qd depths. */
+ * store's depth, in calls of the store's mean blocks read a call (if it
+ * read any), and at the --limit-qd depths. */
 static void run_limits(struct run_ctx *rc, struct run_report *rep)
 {
 	const struct bench_opts *o = rc->o;
+	const struct sys_result *e = &rep->sys[0];
+	unsigned qd = o->io_depth ? o->io_depth : BENCH_STORE_IO_DEPTH;
+	uint64_t per = e->calls ? (e->reads + e->calls / 2) / e->calls : 0;
 
 	if (!o->limits || bench_stop)
 		return;
 	limit_gather(rc, &rep->gl);
-	limit_uring(rc, o->io_depth ? o->io_depth : BENCH_STORE_IO_DEPTH,
-		    o->limit_seconds, &rep->ul);
+	limit_uring(rc, qd, o->limit_seconds, 0, &rep->ul);
+	if (e->ran && per && per <= UINT32_MAX && !bench_stop)
+		limit_uring(rc, qd, o->limit_seconds, (uint32_t)per,
+			    &rep->ul_call);
 	for (uint32_t i = 0; i < o->n_limit_qd && !bench_stop; i++)
-		limit_uring(rc, o->limit_qd[i], o->limit_seconds,
+		limit_uring(rc, o->limit_qd[i], o->limit_seconds, 0,
 			    &rep->ul_qd[i]);
 }
 

@@ -981,6 +981,62 @@ static void test_tool_update_vs_read(void **state)
 	run_free(&r);
 }
 
+/* The number after "key": in s, from the first anchor on (0 if none). */
+static uint64_t json_u64(const char *s, const char *anchor, const char *key)
+{
+	const char *a = strstr(s, anchor);
+	const char *k = a ? strstr(a, key) : NULL;
+
+	return k ? strtoull(k + strlen(key), NULL, 10) : 0;
+}
+
+/* The raw io_uring limit in calls runs calls of the store's mean blocks
+ * read a call (the store's reads over its calls, one a table and batch),
+ * each whole: its reads are that size times its calls. */
+static void test_tool_limit_in_calls(void **state)
+{
+	const char *run[] = {"-q",
+			     "--tables",
+			     "2",
+			     "--rows",
+			     "4096",
+			     "--dim",
+			     "8",
+			     "--ddr",
+			     "64K",
+			     "--no-pread",
+			     "--no-rocksdb",
+			     "--batches",
+			     "3",
+			     "--warmup",
+			     "1",
+			     "--limit-seconds",
+			     "0.2",
+			     "--json",
+			     NULL};
+	uint64_t reads, per, calls, limit_reads;
+	struct run r;
+
+	(void)state;
+	tu_require_uring();
+	tu_require_direct();
+	run_tool(&r, run);
+	if (r.status)
+		print_error("%s", r.err);
+	assert_int_equal(r.status, 0);
+	reads =
+	    json_u64(r.out, "\"systems\":[{\"name\":\"embtier\"", "\"reads\":");
+	per = json_u64(r.out, "\"limits\"", "\"io_uring_call_reads\":");
+	calls = json_u64(r.out, "\"limits\"", "\"io_uring_calls\":");
+	limit_reads = json_u64(r.out, "\"io_uring_in_calls\":{", "\"reads\":");
+	assert_true(reads > 0);
+	assert_int_equal(per, (reads + 3) / 6); /* 6 calls, rounded */
+	assert_true(calls > 0);
+	assert_int_equal(limit_reads, per * calls);
+	assert_non_null(strstr(r.out, "\"miss_path_in_calls\":"));
+	run_free(&r);
+}
+
 /* mrc runs every policy asked with every window asked, one column each,
  * beside Belady; a window of the whole trace misses no more than none; an
  * unknown policy or a window past 32 is a usage error. */
@@ -1518,6 +1574,7 @@ int main(void)
 	    cmocka_unit_test(test_tool_dims),
 	    cmocka_unit_test(test_tool_mrc_series),
 	    cmocka_unit_test(test_tool_update_vs_read),
+	    cmocka_unit_test(test_tool_limit_in_calls),
 	    cmocka_unit_test(test_tool_keyed),
 	    cmocka_unit_test(test_tool_keyed_train),
 	    cmocka_unit_test(test_tool_delta),
