@@ -61,6 +61,10 @@ int tf_read_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n, void *dst);
  * entry's result (an entry's failure leaves the others' rows good) and
  * returns the first error in array order.
  */
+/* The segments a read's stage is cut into: each is queued, waited for,
+ * checked and copied out as one chunk, and queued again at once. */
+#define TF_READ_SEGS 8
+
 struct tf_read {
 	et_tfile *tf;
 	const uint64_t *rows;
@@ -70,12 +74,13 @@ struct tf_read {
 	/* private to tf_block.c */
 	struct ent *e;	/* rows read from blocks, sorted by block */
 	size_t m, next; /* e[0..m); e[next..m) not yet queued */
-	struct tf_half {
+	struct tf_seg {
 		size_t i, j;	 /* its chunk of e: e[i..j) */
 		uint32_t nb, nr; /* its blocks and reads */
 		bool busy;	 /* queued, not yet checked */
-	} h[2];			 /* the two halves of the stage */
-	unsigned old;		 /* the half queued first */
+	} h[TF_READ_SEGS];	 /* the segments of the stage */
+	unsigned old;		 /* the segment queued first */
+	unsigned qn;		 /* the segment queued next */
 	uint32_t *lidx;		 /* rows read from the row log */
 	size_t nl;
 	bool lq; /* a batch of log records in flight */

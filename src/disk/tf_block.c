@@ -526,25 +526,32 @@ static int rd_start(struct tf_read *rd)
 }
 
 /*
- * A read streams its blocks through the two halves of the stage: while
- * the reads of one half are in flight, those of the other are checked and
- * copied out, and its next chunk queued behind them, so the ring stays
- * full to the end of the call instead of draining at every chunk. Its
- * records in the row log go a batch at a time through the log's own
- * staging, beside the blocks.
+ * A read streams its blocks through the segments of the stage, in turn:
+ * while the reads of the later ones are in flight, the oldest is checked
+ * and copied out, and the next chunk queued into it at once, so that the
+ * ring stays full to the end of the call instead of draining at every
+ * chunk, and the last blocks of a call wait only for the oldest segment,
+ * not half the stage. Its records in the row log go a batch at a time
+ * through the log's own staging, beside the blocks.
  */
 
-/* The slots of a half of the stage (all of it, if it has one slot). */
-static uint32_t rd_half_cap(const et_tfile *tf)
+/* How many segments the stage has, and the slots of each. */
+static unsigned rd_segs(const et_tfile *tf)
 {
-	return tf->stage_blocks >= 2 ? tf->stage_blocks / 2 : tf->stage_blocks;
+	return tf->stage_blocks < TF_READ_SEGS ? tf->stage_blocks
+					       : TF_READ_SEGS;
 }
 
-/* Queues the next chunk of blocks into half k, which is free. */
-static void rd_queue_half(struct tf_read *rd, unsigned k)
+static uint32_t rd_seg_cap(const et_tfile *tf)
 {
-	struct tf_half *h = &rd->h[k];
-	uint32_t cap = rd_half_cap(rd->tf);
+	return tf->stage_blocks / rd_segs(tf);
+}
+
+/* Queues the next chunk of blocks into segment k, which is free. */
+static void rd_queue_seg(struct tf_read *rd, unsigned k)
+{
+	struct tf_seg *h = &rd->h[k];
+	uint32_t cap = rd_seg_cap(rd->tf);
 
 	h->i = rd->next;
 	chunk_queue(rd->tf, rd->io, rd->e, rd->next, rd->m, read_needed,
@@ -553,15 +560,17 @@ static void rd_queue_half(struct tf_read *rd, unsigned k)
 	rd->next = h->j;
 }
 
-/* Queues what fits of what is left: blocks into free halves, and the
+/* Queues what fits of what is left: blocks into the free segments (in
+ * turn, so that they are freed in the order they were queued), and the
  * next batch of log records if none is in flight. */
 static void rd_queue(struct tf_read *rd)
 {
-	unsigned halves = rd_half_cap(rd->tf) < rd->tf->stage_blocks ? 2 : 1;
+	unsigned segs = rd_segs(rd->tf);
 
-	for (unsigned k = 0; k < halves && !rd->result; k++)
-		if (!rd->h[k].busy && rd->next < rd->m)
-			rd_queue_half(rd, k);
+	while (!rd->result && rd->next < rd->m && !rd->h[rd->qn].busy) {
+		rd_queue_seg(rd, rd->qn);
+		rd->qn = (rd->qn + 1) % segs;
+	}
 	if (!rd->result && !rd->lq && rd->nl && rd->lr.b < rd->lr.n) {
 		int r = rowlog_read_queue(rd->tf->log, rd->io, &rd->lr);
 
@@ -572,20 +581,22 @@ static void rd_queue(struct tf_read *rd)
 	}
 }
 
+/* Segments are queued and waited for in turn: if the oldest is not
+ * busy, none is. */
 static bool rd_busy(const struct tf_read *rd)
 {
-	return rd->h[0].busy || rd->h[1].busy || rd->lq;
+	return rd->h[rd->old].busy || rd->lq;
 }
 
 /*
- * Waits for the nr reads of a half (tf->reqs + base) in the order they
+ * Waits for the nr reads of a segment (tf->reqs + base) in the order they
  * were queued, checking each one's blocks as soon as it has completed,
  * while the later ones are still in flight: only the last read's blocks
  * are left to check when the last completes. Every read is waited for
  * whatever fails; the error is the first failed read's (or the ring's),
  * else the first bad block's, as chunk_check gives them.
  */
-static int half_wait_check(struct tf_read *rd, uint32_t base, uint32_t nr)
+static int seg_wait_check(struct tf_read *rd, uint32_t base, uint32_t nr)
 {
 	const struct io_req *reqs = rd->tf->reqs + base;
 	int ioerr = 0, sumerr = 0;
@@ -606,27 +617,27 @@ static int half_wait_check(struct tf_read *rd, uint32_t base, uint32_t nr)
 	return ioerr ? ioerr : sumerr;
 }
 
-/* Waits for the half queued first (or the log's batch, when no half is
- * busy), checks it and copies its rows out, then queues what fits. A
- * failed read is waited for like any other (the kernel may still be
- * writing into the stage), and fails the read. */
+/* Waits for the segment queued first (or the log's batch, when no
+ * segment is busy), checks it and copies its rows out, then queues what
+ * fits. A failed read is waited for like any other (the kernel may still
+ * be writing into the stage), and fails the read. */
 static void rd_step(struct tf_read *rd)
 {
 	et_tfile *tf = rd->tf;
-	unsigned k = rd->h[rd->old].busy ? rd->old : rd->old ^ 1;
+	unsigned k = rd->old;
 	int ret;
 
 	if (rd->h[k].busy) {
-		struct tf_half *h = &rd->h[k];
-		uint32_t base = k * rd_half_cap(tf);
+		struct tf_seg *h = &rd->h[k];
+		uint32_t base = k * rd_seg_cap(tf);
 
-		ret = half_wait_check(rd, base, h->nr);
+		ret = seg_wait_check(rd, base, h->nr);
 		if (!ret && !rd->result)
 			read_copy(tf, rd->e + h->i, h->j - h->i, base, rd->dst);
 		if (ret && !rd->result)
 			rd->result = ret;
 		h->busy = false;
-		rd->old = k ^ 1;
+		rd->old = (k + 1) % rd_segs(tf);
 	} else if (rd->lq) {
 		ret = rowlog_read_wait(tf->log, rd->io, &rd->lr);
 		if (!ret && !rd->result)
@@ -655,7 +666,7 @@ void tf_read_begin(struct tf_read *rd, size_t nrd)
 		r->lidx = NULL;
 		r->m = r->next = r->nl = 0;
 		memset(r->h, 0, sizeof(r->h));
-		r->old = 0;
+		r->old = r->qn = 0;
 		r->lq = false;
 		r->io = NULL;
 		r->result = rd_start(r);
