@@ -1163,7 +1163,7 @@ static void test_read_multi(void **state)
 	assert_err(tf_read_multi(rd, 2), 0);
 	assert_memory_equal(got[0], want[0], 700 * rb);
 	assert_memory_equal(got[1], want[1], 700 * rb);
-	/* The n-th read fails, for every n: at the start, across the halves
+	/* The n-th read fails, for every n: at the start, across the segments
 	 * of the stage (the chunks of each file stream through them) and at
 	 * the end. Only its file's read fails, the other's rows are whole,
 	 * and the next call reads both. */
