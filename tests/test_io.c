@@ -4,7 +4,8 @@
  * has room for, partial waits, completion callbacks that queue more work,
  * fixed buffers, the direct-I/O alignment query, fsync, the statistics, and
  * the fault seam (the Nth read fails with EIO, the Nth write with ENOSPC, a
- * transfer shortened, fsync failing, disarming). Every on-disk effect is
+ * transfer shortened, fsync failing, disarming), and the staging memory
+ * the files read into (mem_alloc_io). Every on-disk effect is
  * checked independently with plain pread(2). Each test skips with a reason
  * when the kernel lacks io_uring or the scratch filesystem refuses O_DIRECT.
  */
@@ -23,6 +24,7 @@
 
 #include "embtier.h"
 #include "io.h"
+#include "mem_host.h"
 #include "util.h"
 
 #define DEPTH 8
@@ -705,6 +707,94 @@ static void test_req_result(void **state)
 	assert_int_equal(io_req_result(&r), -ENOSPC);
 }
 
+/* The VmFlags of the mapping holding p (from /proc/self/smaps) into
+ * flags; false if none is found. */
+static bool vm_flags(const void *p, char *flags, size_t cap)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool in = false, found = false;
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 &&
+		    strchr(line, '-') ==
+			line + strspn(line, "0123456789abcdef"))
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+			snprintf(flags, cap, "%s", line + 8);
+			found = true;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * Staging memory (mem_alloc_io): zeroed, counted exactly, failed by the
+ * fault seam with nothing counted, and read into by O_DIRECT. From 2 MiB
+ * up (outside ASan builds) it is its own mapping, 2 MiB aligned and
+ * marked for huge pages (VmFlags "hg") where the kernel has them; below,
+ * heap memory at the asked alignment.
+ */
+static void test_staging_memory(void **state)
+{
+	struct iofx *f = fx_open(state);
+	size_t sizes[] = {(2u << 20) + 3 * 4096, 64u << 10}, in0;
+	const size_t nb = 8;
+
+	write_gen(f, 1, nb);
+	for (size_t k = 0; k < 2; k++) {
+		size_t n = sizes[k];
+		bool mapped = mem_io_mapped(n, f->align);
+		uint8_t *p;
+
+		assert_int_equal(mapped,
+				 k == 0 && mem_io_mapped(2u << 20, 4096));
+		in0 = mem_in_use();
+		p = mem_alloc_io(n, f->align);
+		assert_non_null(p);
+		assert_int_equal(mem_in_use() - in0, n);
+		assert_int_equal((uintptr_t)p % f->align, 0);
+		for (size_t i = 0; i < n; i += 4096)
+			assert_int_equal(p[i] | p[i + 4095], 0);
+		if (mapped) {
+			char fl[512];
+
+			assert_int_equal((uintptr_t)p % (2u << 20), 0);
+			assert_true(vm_flags(p, fl, sizeof(fl)));
+			if (access(
+				"/sys/kernel/mm/transparent_hugepage/enabled",
+				F_OK) == 0 &&
+			    !strstr(fl, " hg"))
+				fail_msg("staging of %zu bytes not marked for "
+					 "huge pages: VmFlags%s",
+					 n, fl);
+		}
+		/* O_DIRECT reads land at its last blocks whole */
+		for (size_t b = 0; b < nb; b++)
+			assert_int_equal(pread(f->fd, p + n - (nb - b) * f->bs,
+					       f->bs, (off_t)(b * f->bs)),
+					 (ssize_t)f->bs);
+		if (memcmp(p + n - nb * f->bs, f->src, nb * f->bs) != 0)
+			fail_msg("direct reads into staging of %zu bytes "
+				 "differ from what was written",
+				 n);
+		mem_free_io(p, n, f->align);
+		assert_int_equal(mem_in_use(), in0);
+		/* the fault seam: NULL, nothing counted */
+		mem_fault_set(1);
+		assert_null(mem_alloc_io(n, f->align));
+		assert_true(mem_fault_fired());
+		mem_fault_clear();
+		assert_int_equal(mem_in_use(), in0);
+	}
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -724,6 +814,7 @@ int main(void)
 	    T(test_fault_short),
 	    T(test_fault_clear),
 	    T(test_fsync),
+	    T(test_staging_memory),
 	    cmocka_unit_test(test_req_result),
 	};
 #undef T

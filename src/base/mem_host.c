@@ -1,7 +1,7 @@
 /*
  * mem_host.c - host memory, the only user of jemalloc; and, for the
- * caches' large arrays, fresh mappings asked for huge pages
- * (mem_alloc_huge).
+ * caches' large arrays and the files' wide I/O staging, fresh mappings
+ * asked for huge pages (mem_alloc_huge, mem_alloc_io).
  *
  * Allocations are zeroed, optionally aligned, and counted: mem_in_use() is
  * what the library holds right now, mem_peak() the most it ever held. The
@@ -120,17 +120,13 @@ size_t mem_peak(void)
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-void *mem_alloc_huge(size_t n)
+/* A fresh zeroed mapping of len bytes (a multiple of 4 KiB) at a 2 MiB
+ * boundary, asked for huge pages, or NULL: mapped with a huge page to
+ * spare, trimmed in front to the boundary and behind to len. */
+static char *map_huge(size_t len)
 {
-	size_t len;
 	char *p, *a;
 
-	if (fault_now())
-		return NULL;
-	if (n == 0)
-		n = 1;
-	len = (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	/* mapped with a huge page to spare, trimmed to a 2 MiB boundary */
 	p = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
@@ -142,7 +138,20 @@ void *mem_alloc_huge(size_t n)
 	if (a + len < p + len + HUGE_PAGE)
 		munmap(a + len, (size_t)(p + len + HUGE_PAGE - (a + len)));
 	(void)madvise(a, len, MADV_HUGEPAGE); /* a hint */
-	count(n);
+	return a;
+}
+
+void *mem_alloc_huge(size_t n)
+{
+	char *a;
+
+	if (fault_now())
+		return NULL;
+	if (n == 0)
+		n = 1;
+	a = map_huge((n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+	if (a)
+		count(n);
 	return a;
 }
 
@@ -154,4 +163,57 @@ void mem_free_huge(void *p, size_t n)
 		n = 1;
 	atomic_fetch_sub(&in_use, n);
 	munmap(p, (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+}
+
+/* AddressSanitizer builds keep the staging on the heap, where ASan
+ * watches its edges. */
+#if defined(__SANITIZE_ADDRESS__)
+#define IO_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IO_ASAN 1
+#endif
+#endif
+
+bool mem_io_mapped(size_t n, size_t align)
+{
+#ifndef IO_ASAN
+	return n >= MEM_IO_HUGE && align <= HUGE_PAGE;
+#else
+	(void)n;
+	(void)align;
+	return false;
+#endif
+}
+
+#define SMALL_PAGE ((size_t)4096)
+
+void *mem_alloc_io(size_t n, size_t align)
+{
+	size_t len = (n + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
+	char *a;
+
+	if (!mem_io_mapped(n, align))
+		return mem_alloc(n, align);
+	if (fault_now())
+		return NULL;
+	/* whole small pages behind its last whole huge one */
+	a = map_huge(len);
+	if (a)
+		count(len);
+	return a;
+}
+
+void mem_free_io(void *p, size_t n, size_t align)
+{
+	size_t len = (n + SMALL_PAGE - 1) / SMALL_PAGE * SMALL_PAGE;
+
+	if (!mem_io_mapped(n, align)) {
+		mem_free(p, n, align);
+		return;
+	}
+	if (!p)
+		return;
+	atomic_fetch_sub(&in_use, len);
+	munmap(p, len);
 }

@@ -28,6 +28,23 @@ void mem_free(void *p, size_t n, size_t align);
 void *mem_alloc_huge(size_t n);
 void mem_free_huge(void *p, size_t n);
 
+/* Zeroed memory of n bytes that the device reads into or writes from (a
+ * file's staging): from 2 MiB (MEM_IO_HUGE) up, a fresh mapping of n
+ * rounded up to whole 4 KiB pages, 2 MiB aligned and asked for huge pages
+ * (its whole 2 MiB pieces get them where transparent huge pages are on;
+ * a tail past the last whole one has small pages), so that the direct
+ * I/O of a wide stage spans few pages; smaller, mem_alloc(n, align).
+ * align: at most 2 MiB. Counted, and failed by the fault seam, as
+ * mem_alloc. AddressSanitizer builds always take mem_alloc, so that ASan
+ * watches the buffers' edges. */
+#define MEM_IO_HUGE ((size_t)2 << 20)
+void *mem_alloc_io(size_t n, size_t align);
+/* Frees p, which was allocated with mem_alloc_io(n, align). */
+void mem_free_io(void *p, size_t n, size_t align);
+/* Whether mem_alloc_io(n, align) maps its bytes itself (else they come
+ * from mem_alloc). */
+bool mem_io_mapped(size_t n, size_t align);
+
 /* Fault seam for tests: the nth mem_alloc from now (any thread) returns
  * NULL, once; mem_fault_fired() says whether it has. */
 void mem_fault_set(uint64_t nth);

@@ -121,13 +121,13 @@ int staging(struct rowlog *l)
 	want = align_up(want, l->mem_align);
 	if (l->rbuf)
 		return 0;
-	l->rbuf = mem_alloc(want, l->mem_align);
+	l->rbuf = mem_alloc_io(want, l->mem_align);
 	l->rreq = mem_alloc(RL_READ_BATCH * sizeof(*l->rreq), 0);
 	l->rat = mem_alloc(RL_READ_RECS * sizeof(*l->rat), 0);
 	l->rrel = mem_alloc(RL_READ_RECS * sizeof(*l->rrel), 0);
 	l->rrec = mem_alloc(RL_READ_RECS * sizeof(*l->rrec), 0);
 	if (!l->rbuf || !l->rreq || !l->rat || !l->rrel || !l->rrec) {
-		mem_free(l->rbuf, want, l->mem_align);
+		mem_free_io(l->rbuf, want, l->mem_align);
 		mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
 		mem_free(l->rat, RL_READ_RECS * sizeof(*l->rat), 0);
 		mem_free(l->rrel, RL_READ_RECS * sizeof(*l->rrel), 0);

@@ -969,7 +969,7 @@ void rowlog_close(struct rowlog *l)
 	bufs_free(l);
 	mem_free(l->chg, l->chgcap * sizeof(*l->chg), 0);
 	if (l->rbuf)
-		mem_free(l->rbuf, l->rbuf_bytes, l->mem_align);
+		mem_free_io(l->rbuf, l->rbuf_bytes, l->mem_align);
 	mem_free(l->rreq, RL_READ_BATCH * sizeof(*l->rreq), 0);
 	mem_free(l->rat, RL_READ_RECS * sizeof(*l->rat), 0);
 	mem_free(l->rrel, RL_READ_RECS * sizeof(*l->rrel), 0);

@@ -67,8 +67,9 @@ static void tf_free(et_tfile *tf)
 	io_close(tf->own_io);
 	tf_map_free(&tf->map);
 	if (tf->stage)
-		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
-			 tf->mem_align);
+		mem_free_io(tf->stage,
+			    (size_t)tf->stage_blocks * tf->g.block_size,
+			    tf->mem_align);
 	mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
 	if (tf->wr_buf)
 		mem_free(tf->wr_buf, tf->wr_bytes, tf->mem_align);

@@ -57,8 +57,8 @@ int tf_stage(et_tfile *tf)
 		tf->stage_blocks = 4 * io_depth(io);
 	if (tf->stage_blocks == 0)
 		tf->stage_blocks = 1;
-	tf->stage = mem_alloc((size_t)tf->stage_blocks * tf->g.block_size,
-			      tf->mem_align);
+	tf->stage = mem_alloc_io((size_t)tf->stage_blocks * tf->g.block_size,
+				 tf->mem_align);
 	tf->reqs = mem_alloc(tf->stage_blocks * sizeof(*tf->reqs), 0);
 	tf->stage_hole = mem_alloc(tf->stage_blocks, 0);
 	tf->stage_blk = mem_alloc(tf->stage_blocks * sizeof(uint64_t), 0);
@@ -67,8 +67,9 @@ int tf_stage(et_tfile *tf)
 		mem_free(tf->stage_blk, tf->stage_blocks * sizeof(uint64_t), 0);
 		tf->stage_hole = NULL;
 		tf->stage_blk = NULL;
-		mem_free(tf->stage, (size_t)tf->stage_blocks * tf->g.block_size,
-			 tf->mem_align);
+		mem_free_io(tf->stage,
+			    (size_t)tf->stage_blocks * tf->g.block_size,
+			    tf->mem_align);
 		mem_free(tf->reqs, tf->stage_blocks * sizeof(*tf->reqs), 0);
 		tf->stage = NULL;
 		tf->reqs = NULL;
