@@ -395,22 +395,27 @@ static void uring_figures(struct uring_run *u, const struct disk *disk,
 	out->ran = true;
 }
 
-/* qd requests, each with its own block buffer, aimed at random blocks. */
+/* The bytes between two requests' block buffers. */
+static size_t req_stride(const struct uring_run *u)
+{
+	size_t a = u->mem_align > 4096 ? u->mem_align : 4096;
+
+	return (u->bs + a - 1) / a * a;
+}
+
+/* qd requests, each with its own block buffer (all in one raw_io_buf),
+ * aimed at random blocks. */
 static struct ureq *make_requests(struct uring_run *u, unsigned qd)
 {
 	struct ureq *q = calloc(qd, sizeof(*q));
+	char *bufs = q ? raw_io_buf(qd * req_stride(u)) : NULL;
 
-	if (!q)
+	if (!bufs) {
+		free(q);
 		return NULL;
+	}
 	for (unsigned i = 0; i < qd; i++) {
-		if (posix_memalign(&q[i].req.buf,
-				   u->mem_align > 4096 ? u->mem_align : 4096,
-				   u->bs)) {
-			for (unsigned j = 0; j < i; j++)
-				free(q[j].req.buf);
-			free(q);
-			return NULL;
-		}
+		q[i].req.buf = bufs + i * req_stride(u);
 		q[i].run = u;
 		q[i].req.len = u->bs;
 		q[i].req.arg = &q[i];
@@ -497,8 +502,7 @@ void limit_uring(struct run_ctx *rc, unsigned qd, double seconds,
 out:
 	rawio_close(rio);
 	if (q)
-		for (unsigned i = 0; i < qd; i++)
-			free(q[i].req.buf);
+		raw_io_buf_free(q[0].req.buf, qd * req_stride(&u));
 	free(q);
 	if (fds)
 		for (uint32_t t = 0; t < tb->n; t++)

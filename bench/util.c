@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -318,6 +319,31 @@ const char *opt_dims_str(const struct bench_opts *o, char *buf, size_t len)
 }
 
 #define RAW_W_CHUNK (1u << 20)
+#define RAW_HUGE    ((size_t)2 << 20)
+
+void *raw_io_buf(size_t n)
+{
+	size_t len = (n + 4095) / 4096 * 4096;
+	char *p = mmap(NULL, len + RAW_HUGE, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (char *)(((uintptr_t)p + RAW_HUGE - 1) &
+		     ~(uintptr_t)(RAW_HUGE - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	munmap(a + len, (size_t)(p + RAW_HUGE - a));
+	(void)madvise(a, len, MADV_HUGEPAGE);
+	return a;
+}
+
+void raw_io_buf_free(void *p, size_t n)
+{
+	if (p)
+		munmap(p, (n + 4095) / 4096 * 4096);
+}
 
 /* Sequential O_DIRECT writes of bytes into dir/raw-write.tmp and a
  * fdatasync; MB/s, or a negative errno. */
@@ -332,7 +358,8 @@ double raw_seq_write(const char *dir, uint64_t bytes)
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
 	if (fd < 0)
 		return -errno;
-	if (posix_memalign(&buf, 4096, RAW_W_CHUNK)) {
+	buf = raw_io_buf(RAW_W_CHUNK);
+	if (!buf) {
 		close(fd);
 		unlink(path);
 		return -ENOMEM;
@@ -351,7 +378,7 @@ double raw_seq_write(const char *dir, uint64_t bytes)
 	t = now_s() - t0;
 	t = (double)bytes / t / 1e6;
 out:
-	free(buf);
+	raw_io_buf_free(buf, RAW_W_CHUNK);
 	close(fd);
 	unlink(path);
 	return t;

@@ -413,11 +413,9 @@ int append_one(struct rowlog *l, io_ctx *io, uint64_t row, const void *src)
 
 void bufs_free(struct rowlog *l)
 {
-	for (int i = 0; i < 2; i++) {
-		if (l->bufs[i])
-			mem_free(l->bufs[i], l->abuf_bytes, l->mem_align);
-		l->bufs[i] = NULL;
-	}
+	/* the two windows are halves of one mapping (append_rows) */
+	mem_free_io(l->bufs[0], 2 * (size_t)l->abuf_bytes, l->mem_align);
+	l->bufs[0] = l->bufs[1] = NULL;
 	l->abuf = NULL;
 }
 
@@ -431,8 +429,12 @@ int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 	if (!ret && !l->wio)
 		ret = io_open(4, &l->wio, NULL);
 	if (!ret && !l->abuf) {
-		l->bufs[0] = mem_alloc(l->abuf_bytes, l->mem_align);
-		l->bufs[1] = mem_alloc(l->abuf_bytes, l->mem_align);
+		/* both windows in one staging of 2 MiB at the default, on
+		 * one huge page */
+		l->bufs[0] =
+		    mem_alloc_io(2 * (size_t)l->abuf_bytes, l->mem_align);
+		l->bufs[1] =
+		    l->bufs[0] ? (char *)l->bufs[0] + l->abuf_bytes : NULL;
 		l->cur = 0;
 		l->abuf = l->bufs[0];
 		if (!l->bufs[0] || !l->bufs[1])
