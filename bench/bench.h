@@ -137,9 +137,9 @@ double now_s(void);
  * negative errno (util.c). */
 double raw_seq_write(const char *dir, uint64_t bytes);
 /* n bytes for a raw loop's I/O buffers: zeroed, at a 2 MiB boundary and
- * asked for transparent huge pages, as the store's own staging is (where
- * the kernel has them, direct I/O from them costs the device less), so
- * that a limit is the machine's best; NULL if memory runs out. */
+ * asked for transparent huge pages, as the store's own staging is, so
+ * that a limit is the machine's best (here direct writes from a huge page
+ * ran faster); NULL if memory runs out. */
 void *raw_io_buf(size_t n);
 void raw_io_buf_free(void *p, size_t n);
 double thread_cpu_s(void);
