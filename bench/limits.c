@@ -22,7 +22,8 @@
  * qd requests always in flight (each completion re-queues its request at
  * a new random block): what fio's randread with ioengine=io_uring,
  * direct=1, iodepth=qd would report. Latency is from queueing to
- * completion.
+ * completion. The requests' buffers lie in one mapping asked for huge
+ * pages (raw_io_buf), as the store's staging does.
  *
  * io_uring in calls: the same reads at the same depth, in calls of a
  * fixed number of reads (the store's mean blocks read a call), each call
