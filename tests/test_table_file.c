@@ -30,6 +30,7 @@
 #include "embtier.h"
 #include "hash.h"
 #include "io.h"
+#include "mem_host.h"
 #include "rowinit.h"
 #include "table_file.h"
 #include "util.h"
@@ -1822,6 +1823,27 @@ static void test_sync(void **state)
 
 /* ---------------------------------------------------------- read-only */
 
+/* A file's stage holds no more blocks than the file has: the first read
+ * of a table of four blocks takes a few blocks of memory, not the 2 MiB
+ * stage (four times the ring's depth) a large table gets. */
+static void test_small_stage(void **state)
+{
+	struct tfx *f = *state;
+	struct et_table_params p = {.rows = 1024, .dim = 4}; /* 4 blocks */
+	float v[4] = {1, 2, 3, 4}, out[4];
+	size_t before;
+
+	mk(f, &p);
+	assert_err(et_tfile_write_rows(f->tf, (uint64_t[]){7}, 1, v, NULL), 0);
+	reopen(f, 0);
+	before = mem_in_use();
+	assert_err(et_tfile_read_rows(f->tf, (uint64_t[]){7}, 1, out, NULL), 0);
+	assert_memory_equal(out, v, sizeof(v));
+	if (mem_in_use() - before >= (512u << 10))
+		fail_msg("the first read of a 4-block table took %zu bytes",
+			 mem_in_use() - before);
+}
+
 static void test_rdonly(void **state)
 {
 	struct tfx *f = *state;
@@ -2073,6 +2095,7 @@ int main(void)
 	    T(test_write_range_fault),
 	    T(test_short_write),
 	    T(test_sync),
+	    T(test_small_stage),
 	    T(test_rdonly),
 	    T(test_raw_api),
 	    cmocka_unit_test(test_strerror),

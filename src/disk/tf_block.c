@@ -55,6 +55,9 @@ int tf_stage(et_tfile *tf)
 	tf->stage_blocks = TF_STAGE_BYTES / tf->g.block_size;
 	if (tf->stage_blocks > 4 * io_depth(io))
 		tf->stage_blocks = 4 * io_depth(io);
+	/* no chunk holds more distinct blocks than the file has */
+	if (tf->g.blocks && tf->stage_blocks > tf->g.blocks)
+		tf->stage_blocks = (uint32_t)tf->g.blocks;
 	if (tf->stage_blocks == 0)
 		tf->stage_blocks = 1;
 	tf->stage = mem_alloc_io((size_t)tf->stage_blocks * tf->g.block_size,
