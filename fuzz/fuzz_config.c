@@ -58,8 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (et_store_open(dir, &c, &s) == 0) {
 		if (et_table_create(s, "t", &p, &t) == 0 && p.dim <= 1024) {
 			buf = calloc(8, (size_t)p.dim * sizeof(float));
-			for (int i = 0; i < 8; i++)
-				ids[i] %= p.rows;
+			for (int i = 0; i < 8 && p.rows; i++)
+				ids[i] %= p.rows; /* keyed (rows 0): any id */
 			if (buf) {
 				(void)et_gather(s, t, ids, 8, buf);
 				(void)et_update(s, t, ids, 8, buf, &up);
