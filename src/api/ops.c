@@ -463,6 +463,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 			held = pf_scratch_take(s, k, b[k].ids, n, o);
 		o->m = held ? o->dm : 0;
 		o->nm = 0;
+		o->sorted = false;
 		o->nbypass = 0;
 		o->t = (uint32_t)b[k].table;
 		if (t->g->dim > *trow_dim)

@@ -148,18 +148,24 @@ static inline uint64_t cache_slots(const struct cache *c)
  * policy. */
 uint64_t cache_lookup(const struct cache *c, uint32_t t, uint64_t row);
 
+/* The set of (t, row) in an instance that is not direct: multiply-shift
+ * maps the hash onto [0, nsets). */
+static inline uint64_t cache_set_of(const struct cache *c, uint32_t t,
+				    uint64_t row)
+{
+	uint64_t h = hash_mix(cache_hkey(t, row));
+
+	return (uint64_t)(((unsigned __int128)h * c->nsets) >> 64);
+}
+
 /* The first slot of the set of (t, row): multiply-shift maps the hash
  * onto [0, nsets) without a division (a direct instance: its slot). */
 static inline uint64_t cache_set_base(const struct cache *c, uint32_t t,
 				      uint64_t row)
 {
-	uint64_t h;
-
 	if (c->direct)
 		return c->tbase[t] + row;
-	h = hash_mix(cache_hkey(t, row));
-
-	return (uint64_t)(((unsigned __int128)h * c->nsets) >> 64) * c->ways;
+	return cache_set_of(c, t, row) * c->ways;
 }
 
 /* The digest of (t, row): the hash's low byte (the set comes from its

@@ -5,6 +5,7 @@
  * (op_begin, op_prepare, op_end). See state.h for the overview.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
@@ -47,6 +48,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 	uint32_t *midx = s->sc.o->midx.p;
 	size_t nm = 0;
 
+	s->sc.o->nwb = 0;
 	probe_start(top, t, uniq, slots, m);
 	for (size_t i = 0; i < m; i++) {
 		uint64_t slot;
@@ -76,6 +78,7 @@ static size_t resolve_lookup(et_store *s, uint32_t t, size_t m)
 			ddr->st.misses++;
 		}
 		kind[i] = wb_find(s, t, uniq[i]) >= 0 ? K_WB : K_MISS;
+		s->sc.o->nwb += kind[i] == K_WB;
 		midx[nm] = (uint32_t)i;
 		mrows[nm++] = uniq[i];
 	}
@@ -89,13 +92,7 @@ static void place_undo(et_store *s, struct opscr *o);
 /* Whether any miss of o is queued for write-back (K_WB). */
 static bool has_wb_miss(const struct opscr *o)
 {
-	const uint8_t *kind = o->kind.p;
-	const uint32_t *midx = o->midx.p;
-
-	for (size_t q = 0; q < o->nm; q++)
-		if (kind[midx[q]] == K_WB)
-			return true;
-	return false;
+	return o->nm && o->nwb;
 }
 
 /*
@@ -143,7 +140,11 @@ int resolve_fetch(et_store *s, struct opscr *os, size_t nt)
 		ret = sbuf_reserve(&o->mbuf, o->nm * (size_t)tb->g->row_bytes);
 		if (ret)
 			return ret;
-		for (size_t q = 0; q < o->nm; q++)
+		if (!o->nwb) { /* every miss is read */
+			rr = mrows;
+			nr = o->nm;
+		}
+		for (size_t q = 0; o->nwb && q < o->nm; q++)
 			if (kind[midx[q]] != K_WB)
 				rr[nr++] = mrows[q];
 		if (!nr)
@@ -191,15 +192,14 @@ int resolve_fetch(et_store *s, struct opscr *os, size_t nt)
 
 		if (!o->nm)
 			continue;
-		for (size_t q = 0; q < o->nm; q++)
-			nr += kind[midx[q]] != K_WB;
+		nr = o->nm - o->nwb;
 		if (nr) {
 			tf_get_stats(tb->tf, &t1);
 			lazy = t1.rows_lazy - t0[r++].rows_lazy;
 			tb->st.rows_lazy += lazy;
 			tb->st.nvme_rows_read += nr - lazy;
 		}
-		if (ret)
+		if (ret || !o->nwb)
 			continue;
 		/* The rows read are packed at the front: spread them to
 		 * their places among the misses, last first (the k-th read
@@ -244,6 +244,184 @@ static bool to_place(const et_store *s, uint8_t kind)
  */
 #define POLL_EVERY 32
 
+/*
+ * Misses in set order. In batch order each placement reads and writes
+ * the lines of a set anywhere in the tier (digests, pins, policy words,
+ * tags, keys: six lines a row, at random), and one core has only so many
+ * lines in flight. resolve_sort puts a batch's misses in the order of
+ * their sets instead: the placements then sweep the tier's metadata from
+ * one end to the other, neighbours sharing lines and the hardware
+ * streaming the rest; their rows are read into mbuf, and copied from it
+ * into their slots, in that order too. What crosses back to batch order
+ * is a slot and a pointer a row (place_sorted's last pass).
+ *
+ * The result is the same as in batch order wherever a placement reads
+ * and changes its own set alone, given the clock it would have had: a
+ * DDR top tier (no victim demoted into a set of another tier), a policy
+ * with no count shared between sets (no sketch, no drift of its clock)
+ * and no lookahead window. The sort is stable (the misses of one set
+ * keep their batch order) and each placement is given the clock of its
+ * rank in the batch. The order in which dirty victims join the
+ * write-back queue differs, which only decides where in the log they
+ * land; the bypass list is put back in batch order.
+ */
+#define ORD_WB (1u << 31) /* a rank's flag: queued for write-back */
+
+size_t place_set_order_min = 4096;
+
+/* o->order's arrays: per miss, its slot, rank and kind once placed. */
+struct ordv {
+	uint64_t *slot;
+	uint32_t *rank;
+	uint8_t *kind;
+};
+
+static struct ordv ord_of(const struct opscr *o)
+{
+	char *p = o->order.p;
+
+	return (struct ordv){.slot = (uint64_t *)p,
+			     .rank = (uint32_t *)(p + o->nm * 8),
+			     .kind = (uint8_t *)(p + o->nm * 12)};
+}
+
+static bool set_order_ok(const et_store *s, const struct cache *top, size_t nm)
+{
+	return nm >= place_set_order_min && nm < ORD_WB && !s->reg.has_hbm &&
+	       !top->direct && !top->pol->halve_ticks &&
+	       !top->pol->drift_ticks && !la_active(top->la);
+}
+
+/* Puts the misses of the table t being resolved in the order of their
+ * sets, if set_order_ok: a stable counting sort on the sets' high bits,
+ * about four misses a bucket, at most 4096 buckets (each then holds
+ * nsets / 4096 sets, whose lines stay in the core's caches while it is
+ * placed). If its room cannot be had, the misses stay in batch order. */
+static void resolve_sort(et_store *s, uint32_t t)
+{
+	struct opscr *o = s->sc.o;
+	const struct cache *top = top_of(&s->reg, class_of(&s->reg, t));
+	const uint8_t *kind = o->kind.p;
+	uint64_t *mrows = o->mrows.p, *trows;
+	uint32_t *midx = o->midx.p, *tidx, *bk, *cnt, sum = 0;
+	size_t nm = o->nm, nb = 256, fixed = ((nm * 13 + 7) & ~(size_t)7);
+	unsigned sbits, nbits, shift;
+	struct ordv v;
+
+	o->sorted = false;
+	if (!set_order_ok(s, top, nm))
+		return;
+	while (nb < nm / 4 && nb < 4096)
+		nb *= 2;
+	sbits = 64 - (unsigned)__builtin_clzll(top->nsets);
+	nbits = (unsigned)__builtin_ctzll(nb);
+	shift = sbits > nbits ? sbits - nbits : 0;
+	if (sbuf_reserve(&o->order, fixed + nm * 16 + nb * 4))
+		return;
+	v = ord_of(o);
+	trows = (uint64_t *)((char *)o->order.p + fixed);
+	tidx = (uint32_t *)(trows + nm);
+	bk = tidx + nm;
+	cnt = bk + nm;
+	memset(cnt, 0, nb * sizeof(*cnt));
+	for (size_t q = 0; q < nm; q++) {
+		trows[q] = mrows[q];
+		tidx[q] = midx[q];
+		bk[q] = (uint32_t)(cache_set_of(top, t, mrows[q]) >> shift);
+		cnt[bk[q]]++;
+	}
+	for (size_t b = 0; b < nb; b++) {
+		uint32_t c = cnt[b];
+
+		cnt[b] = sum;
+		sum += c;
+	}
+	for (size_t q = 0; q < nm; q++) {
+		uint32_t p = cnt[bk[q]]++;
+
+		mrows[p] = trows[q];
+		midx[p] = tidx[q];
+		v.rank[p] = (uint32_t)q | (kind[tidx[q]] == K_WB ? ORD_WB : 0);
+	}
+	o->sorted = true;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* place_slots for misses in set order (o->sorted; with a DDR top tier,
+ * misses are all it places). */
+static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
+{
+	struct opscr *o = s->sc.o;
+	struct table *tb = &s->reg.tables[t];
+	struct sclass *cl = &s->reg.cls[tb->cls];
+	struct cache *top = top_of(&s->reg, cl);
+	const uint64_t *mrows = o->mrows.p;
+	const uint32_t *midx = o->midx.p;
+	uint8_t *kind = o->kind.p;
+	uint64_t *slots = o->slots.p;
+	void **ptrs = o->ptrs.p;
+	uint32_t *later = o->later.p, *by = o->bypass.p;
+	uint32_t rb = tb->g->row_bytes;
+	struct ordv v = ord_of(o);
+	uint64_t now0 = s->pins.now;
+	size_t nm = o->nm, nlater = 0, nby0 = o->nbypass, q, a = 0;
+	int ret = 0;
+
+	for (q = 0; q < nm; q++) {
+		const void *src = (char *)o->mbuf.p + q * (size_t)rb;
+		uint32_t j = midx[q];
+
+		if (nrd && (q + 1) % POLL_EVERY == 0)
+			tf_read_poll(rd, nrd);
+		for (; a < nm && a < q + PROBE_AHEAD; a++) {
+			uint64_t base = cache_set_base(top, t, mrows[a]);
+
+			cache_prefetch_place(top, base);
+			for (uint32_t off = 0; off < top->ways * 8u; off += 64)
+				__builtin_prefetch(
+				    (const char *)(top->keys + base) + off, 1);
+		}
+		s->pins.now = now0 + (v.rank[q] & ~ORD_WB); /* its clock */
+		ret =
+		    place_row_at(s, t, mrows[q], src, rb, CACHE_NONE,
+				 v.rank[q] & ORD_WB, s->pins.epoch,
+				 op_draws(o, j), true, &v.kind[q], &v.slot[q]);
+		if (ret)
+			break;
+		if (v.kind[q] & K_CONFLICT)
+			tb->st.conflict_unique_misses++;
+		if ((v.kind[q] & ~K_CONFLICT) == K_BYPASS) {
+			kind[j] = v.kind[q];
+			ptrs[j] = (void *)src;
+			by[o->nbypass++] = j;
+		} else {
+			later[nlater++] = (uint32_t)q;
+		}
+	}
+	s->pins.now = now0 + nm;
+	/* Where each row went, back in batch order (a tight loop of its own,
+	 * so that its scattered stores overlap). */
+	for (size_t p = 0; p < q; p++) {
+		uint32_t j = midx[p];
+
+		if ((v.kind[p] & ~K_CONFLICT) == K_BYPASS)
+			continue;
+		kind[j] = v.kind[p];
+		slots[j] = v.slot[p];
+		ptrs[j] = where_row(cl, v.kind[p], v.slot[p]);
+	}
+	if (o->nbypass - nby0 > 1)
+		qsort(by + nby0, o->nbypass - nby0, sizeof(*by), cmp_u32);
+	o->nlater = nlater;
+	return ret;
+}
+
 static int place_slots(et_store *s, uint32_t t, size_t m, struct tf_read *rd,
 		       size_t nrd)
 {
@@ -266,6 +444,8 @@ static int place_slots(et_store *s, uint32_t t, size_t m, struct tf_read *rd,
 	o->nlater = 0;
 	if (ret)
 		return ret;
+	if (o->sorted)
+		return place_sorted(s, t, rd, nrd);
 	later = o->later.p;
 
 	for (size_t j = 0, q = 0; j < m; j++) {
@@ -334,6 +514,18 @@ static void place_copy(et_store *s, uint32_t rb)
 	const char *mbuf = o->mbuf.p;
 	size_t n = o->nlater;
 
+	if (o->sorted) { /* both sides in set order: no need to ask ahead */
+		struct sclass *cl = class_of(&s->reg, o->t);
+		struct ordv v = ord_of(o);
+
+		for (size_t i = 0; i < n; i++) {
+			uint32_t q = later[i];
+
+			memcpy(where_row(cl, v.kind[q], v.slot[q]),
+			       mbuf + (size_t)q * rb, rb);
+		}
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (i + COPY_AHEAD < n) {
 			const char *d = ptrs[midx[later[i + COPY_AHEAD]]];
@@ -493,6 +685,7 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 		return ret;
 	s->sc.o->nbypass = 0;
 	s->sc.o->placed = false;
+	s->sc.o->sorted = false;
 	s->sc.o->t = t;
 	if (resolve_memo(s, t, m)) {
 		s->sc.o->nm = 0;
@@ -500,6 +693,7 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 	}
 	s->sc.o->memo = false;
 	s->sc.o->nm = resolve_lookup(s, t, m);
+	resolve_sort(s, t);
 	return 0;
 }
 

@@ -33,6 +33,10 @@ int op_lookup(et_store *s, struct table *t, const uint64_t *ids, size_t n,
 	      size_t *m, bool deduped);
 int resolve_fetch(et_store *s, struct opscr *os, size_t nt);
 int op_place(et_store *s, struct table *t, size_t n);
+/* A batch with at least this many misses is placed in the order of the
+ * misses' sets, where that gives the result of batch order (resolve.c,
+ * "Misses in set order"); 4096. Tests lower it, to compare the orders. */
+extern size_t place_set_order_min;
 /* Records a memo in o if every unique row is in the top tier. */
 void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);
 /* Ends an operation: op_bypass_done, then op_finish. */

@@ -117,6 +117,14 @@ struct opscr {
 	uint64_t conflicts0;
 	struct sbuf later;
 	size_t nlater;
+	/* sorted: the misses (mrows, midx) are in the order of their sets in
+	 * the top tier, not in batch order (resolve_sort); order holds, per
+	 * miss, where placing put it (u64 slot), its rank in batch order (u32,
+	 * | ORD_WB if queued for write-back) and its kind (u8), then the
+	 * sort's own room */
+	bool sorted;
+	struct sbuf order;
+	size_t nwb; /* misses queued for write-back (K_WB) */
 };
 
 /* The store's scratches. */
