@@ -464,6 +464,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 		o->m = held ? o->dm : 0;
 		o->nm = 0;
 		o->sorted = false;
+		o->init_later = false;
 		o->nbypass = 0;
 		o->t = (uint32_t)b[k].table;
 		if (t->g->dim > *trow_dim)

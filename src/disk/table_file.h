@@ -70,6 +70,10 @@ struct tf_read {
 	const uint64_t *rows;
 	size_t n;
 	void *dst;
+	/* optional, n bytes: of a keyed file, rows the initializer gives are
+	 * not filled in dst but marked 1 here (the others 0), for the
+	 * caller to fill where they go (tf_init_row_raw) */
+	uint8_t *init;
 	int result;
 	/* private to tf_block.c */
 	struct ent *e;	/* rows read from blocks, sorted by block */

@@ -466,9 +466,15 @@ static int rd_start_keyed(struct tf_read *rd)
 			rowlog_prefetch(tf->log, rd->rows[i + RD_AHEAD]);
 		if (rd->lidx && rowlog_has(tf->log, rd->rows[i])) {
 			rd->lidx[rd->nl++] = (uint32_t)i;
+			if (rd->init)
+				rd->init[i] = 0;
 			continue;
 		}
-		tf_init_row_raw(tf, rd->rows[i], (char *)rd->dst + i * rb);
+		if (rd->init)
+			rd->init[i] = 1;
+		else
+			tf_init_row_raw(tf, rd->rows[i],
+					(char *)rd->dst + i * rb);
 		tf->st.rows_lazy++;
 	}
 	ret = tf_io(tf, &rd->io);

@@ -14,6 +14,26 @@
 #include "simd.h"
 #include "state.h"
 
+/* o->order's arrays: per miss, its slot, rank and kind once placed, and
+ * whether the initializer gives it (1: the read left it to place_copy). */
+struct ordv {
+	uint64_t *slot;
+	uint32_t *rank;
+	uint8_t *kind, *init;
+};
+
+#define ORD_FIXED(nm) (((nm)*14 + 7) & ~(size_t)7) /* bytes of ordv */
+
+static struct ordv ord_of(const struct opscr *o)
+{
+	char *p = o->order.p;
+
+	return (struct ordv){.slot = (uint64_t *)p,
+			     .rank = (uint32_t *)(p + o->nm * 8),
+			     .kind = (uint8_t *)(p + o->nm * 12),
+			     .init = (uint8_t *)(p + o->nm * 13)};
+}
+
 /* ---------------------------------------------------------------- dedup */
 
 /* -------------------------------------------------------------- resolve */
@@ -150,8 +170,15 @@ int resolve_fetch(et_store *s, struct opscr *os, size_t nt)
 		if (!nr)
 			continue;
 		tf_get_stats(tb->tf, &t0[nrd]);
+		/* a keyed table's misses in set order: the initial rows are
+		 * filled straight into their slots (place_copy) */
+		o->init_later = o->sorted && !o->nwb && tb->g->keyed;
 		rd[nrd++] = (struct tf_read){
-		    .tf = tb->tf, .rows = rr, .n = nr, .dst = o->mbuf.p};
+		    .tf = tb->tf,
+		    .rows = rr,
+		    .n = nr,
+		    .dst = o->mbuf.p,
+		    .init = o->init_later ? ord_of(o).init : NULL};
 	}
 	w0 = now_ns();
 	if (nrd)
@@ -269,22 +296,6 @@ static bool to_place(const et_store *s, uint8_t kind)
 
 size_t place_set_order_min = 4096;
 
-/* o->order's arrays: per miss, its slot, rank and kind once placed. */
-struct ordv {
-	uint64_t *slot;
-	uint32_t *rank;
-	uint8_t *kind;
-};
-
-static struct ordv ord_of(const struct opscr *o)
-{
-	char *p = o->order.p;
-
-	return (struct ordv){.slot = (uint64_t *)p,
-			     .rank = (uint32_t *)(p + o->nm * 8),
-			     .kind = (uint8_t *)(p + o->nm * 12)};
-}
-
 static bool set_order_ok(const et_store *s, const struct cache *top, size_t nm)
 {
 	return nm >= place_set_order_min && nm < ORD_WB && !s->reg.has_hbm &&
@@ -304,7 +315,7 @@ static void resolve_sort(et_store *s, uint32_t t)
 	const uint8_t *kind = o->kind.p;
 	uint64_t *mrows = o->mrows.p, *trows;
 	uint32_t *midx = o->midx.p, *tidx, *bk, *cnt, sum = 0;
-	size_t nm = o->nm, nb = 256, fixed = ((nm * 13 + 7) & ~(size_t)7);
+	size_t nm = o->nm, nb = 256, fixed = ORD_FIXED(nm);
 	unsigned sbits, nbits, shift;
 	struct ordv v;
 
@@ -397,6 +408,8 @@ static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
 		if (v.kind[q] & K_CONFLICT)
 			tb->st.conflict_unique_misses++;
 		if ((v.kind[q] & ~K_CONFLICT) == K_BYPASS) {
+			if (o->init_later && v.init[q]) /* served from mbuf */
+				tf_init_row_raw(tb->tf, mrows[q], (void *)src);
 			kind[j] = v.kind[q];
 			ptrs[j] = (void *)src;
 			by[o->nbypass++] = j;
@@ -516,13 +529,18 @@ static void place_copy(et_store *s, uint32_t rb)
 
 	if (o->sorted) { /* both sides in set order: no need to ask ahead */
 		struct sclass *cl = class_of(&s->reg, o->t);
+		const et_tfile *tf = s->reg.tables[o->t].tf;
+		const uint64_t *mrows = o->mrows.p;
 		struct ordv v = ord_of(o);
 
 		for (size_t i = 0; i < n; i++) {
 			uint32_t q = later[i];
+			void *dst = where_row(cl, v.kind[q], v.slot[q]);
 
-			memcpy(where_row(cl, v.kind[q], v.slot[q]),
-			       mbuf + (size_t)q * rb, rb);
+			if (o->init_later && v.init[q])
+				tf_init_row_raw(tf, mrows[q], dst);
+			else
+				memcpy(dst, mbuf + (size_t)q * rb, rb);
 		}
 		return;
 	}
@@ -686,6 +704,7 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 	s->sc.o->nbypass = 0;
 	s->sc.o->placed = false;
 	s->sc.o->sorted = false;
+	s->sc.o->init_later = false;
 	s->sc.o->t = t;
 	if (resolve_memo(s, t, m)) {
 		s->sc.o->nm = 0;

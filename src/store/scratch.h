@@ -123,6 +123,8 @@ struct opscr {
 	 * | ORD_WB if queued for write-back) and its kind (u8), then the
 	 * sort's own room */
 	bool sorted;
+	bool init_later; /* ... and the read left the initial rows to
+			  * place_copy (marked in order) */
 	struct sbuf order;
 	size_t nwb; /* misses queued for write-back (K_WB) */
 };
