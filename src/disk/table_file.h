@@ -70,7 +70,7 @@ struct tf_read {
 	const uint64_t *rows;
 	size_t n;
 	void *dst;
-	/* optional, n bytes: of a keyed file, rows the initializer gives are
+	/* optional, n bytes: rows the initializer gives (never written) are
 	 * not filled in dst but marked 1 here (the others 0), for the
 	 * caller to fill where they go (tf_init_row_raw) */
 	uint8_t *init;

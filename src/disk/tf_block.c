@@ -507,6 +507,8 @@ static int rd_start(struct tf_read *rd)
 	ret = make_ents(tf, rows, n, &rd->e);
 	if (ret)
 		return ret;
+	if (rd->init)
+		memset(rd->init, 0, n);
 	/* Rows in the log are read from it; rows of unwritten blocks need no
 	 * stage at all. */
 	for (size_t i = 0; i < n; i++) {
@@ -521,9 +523,12 @@ static int rd_start(struct tf_read *rd)
 			rd->e[rd->m++] = *e;
 			continue;
 		}
-		tf_init_row_raw(tf, rows[e->idx],
-				(char *)rd->dst +
-				    (size_t)e->idx * tf->g.row_bytes);
+		if (rd->init)
+			rd->init[e->idx] = 1;
+		else
+			tf_init_row_raw(tf, rows[e->idx],
+					(char *)rd->dst +
+					    (size_t)e->idx * tf->g.row_bytes);
 		tf->st.rows_lazy++;
 	}
 	ret = tf_io(tf, &rd->io);

@@ -170,9 +170,9 @@ int resolve_fetch(et_store *s, struct opscr *os, size_t nt)
 		if (!nr)
 			continue;
 		tf_get_stats(tb->tf, &t0[nrd]);
-		/* a keyed table's misses in set order: the initial rows are
-		 * filled straight into their slots (place_copy) */
-		o->init_later = o->sorted && !o->nwb && tb->g->keyed;
+		/* misses in set order: the initial rows are filled straight
+		 * into their slots (place_copy) */
+		o->init_later = o->sorted && !o->nwb;
 		rd[nrd++] = (struct tf_read){
 		    .tf = tb->tf,
 		    .rows = rr,
