@@ -192,6 +192,56 @@ static void test_lru_wrap(void **state)
 }
 
 /* The state is the access time itself, hit or insert alike. */
+/* The victim against its definition, the oldest eligible way (age now -
+ * state modulo 2^32, the lowest way on a tie), for every way count and
+ * random states, clocks and masks: ages across the wrap, equal ages,
+ * age 0, one eligible way. The store's victim takes four ways at a time
+ * where it can; the definition is one way at a time. */
+static void test_lru_victim_random(void **state)
+{
+	struct tu_rng r;
+	uint32_t st[64];
+
+	(void)state;
+	tu_rng_seed(&r, 0x1e0);
+	for (int it = 0; it < 200000; it++) {
+		unsigned ways = 1 + (unsigned)tu_rng_below(&r, 64), want = 0;
+		uint32_t now = (uint32_t)tu_rng_next(&r);
+		uint64_t elig = tu_rng_next(&r), best = 0;
+
+		if (ways < 64)
+			elig &= (1ULL << ways) - 1;
+		if (it % 7 == 0) /* one eligible way */
+			elig = 1ULL << tu_rng_below(&r, ways);
+		if (!elig)
+			elig = 1;
+		for (unsigned w = 0; w < ways; w++)
+			switch (tu_rng_below(&r, 4)) {
+			case 0: /* few distinct ages: ties */
+				st[w] = now - (uint32_t)tu_rng_below(&r, 3);
+				break;
+			case 1: /* across the wrap */
+				st[w] = (uint32_t)tu_rng_below(&r, 8) -
+					(uint32_t)tu_rng_below(&r, 8);
+				break;
+			default:
+				st[w] = (uint32_t)tu_rng_next(&r);
+			}
+		for (unsigned w = 0; w < ways; w++) {
+			uint64_t age = now - st[w];
+
+			if ((elig >> w & 1) && (age + 1 > best)) {
+				best = age + 1;
+				want = w;
+			}
+		}
+		if (policy_lru.victim(st, ways, elig, now) != want)
+			fail_msg("ways %u, mask %#llx, now %u: way %u, not %u",
+				 ways, (unsigned long long)elig, now,
+				 policy_lru.victim(st, ways, elig, now), want);
+	}
+}
+
 static void test_lru_state(void **state)
 {
 	uint32_t st = 0;
@@ -992,6 +1042,7 @@ int main(void)
 	    cmocka_unit_test(test_lru_ties),
 	    cmocka_unit_test(test_lru_wrap),
 	    cmocka_unit_test(test_lru_state),
+	    cmocka_unit_test(test_lru_victim_random),
 	    cmocka_unit_test(test_lfu_insert_and_first_hit),
 	    cmocka_unit_test(test_lfu_least_hit),
 	    cmocka_unit_test(test_lfu_tie_by_age),
