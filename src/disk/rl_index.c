@@ -24,6 +24,8 @@ int64_t rli_find(const struct rl_index *x, uint64_t row)
 		return -1;
 	if (row == UINT64_MAX)
 		return x->has_max ? (int64_t)x->cap : -1;
+	if (!rli_maybe(x, row))
+		return -1;
 	for (uint64_t i = rli_home(x->cap, row), d = 0;; d++) {
 		if (x->keys[i] == row + 1)
 			return (int64_t)i;
@@ -178,6 +180,29 @@ static void rli_relay(const uint64_t *ok, const uint32_t *ov, struct rli_aux oa,
 	}
 }
 
+static void bf_add(struct rl_index *x, uint64_t row)
+{
+	uint64_t fh = rli_fhash(row);
+
+	x->bf[rli_fword(x, fh)] |= rli_fmask(fh);
+}
+
+/* The filter of the entries in the slots, from scratch. */
+static void bf_build(struct rl_index *x)
+{
+	memset(x->bf, 0, x->bf_words * sizeof(*x->bf));
+	for (uint64_t i = 0; i < x->cap; i++)
+		if (x->keys[i])
+			bf_add(x, x->keys[i] - 1);
+	x->bf_stale = 0;
+}
+
+/* The filter's words for cap slots: a byte a slot. */
+static uint64_t bf_words_for(uint64_t cap)
+{
+	return cap / 8 + 1;
+}
+
 static int rli_resize(struct rl_index *x, uint64_t ncap)
 {
 	uint64_t ocap = x->cap;
@@ -186,15 +211,19 @@ static int rli_resize(struct rl_index *x, uint64_t ncap)
 	struct rli_aux oa = {x->aux, x->aux ? x->aw : 0}, na = {NULL, 0};
 	size_t n8 = (ncap + 1) * sizeof(*nk), n4 = (ncap + 1) * sizeof(*nv);
 
+	uint64_t nbw = bf_words_for(ncap), *nbf;
+
 	nk = mem_alloc(n8, 0);
 	nv = mem_alloc(n4, 0);
+	nbf = mem_alloc(nbw * sizeof(*nbf), 0);
 	if (x->aw) {
 		na.p = mem_alloc(n4 * x->aw, 0);
 		na.aw = x->aw;
 	}
-	if (!nk || !nv || (x->aw && !na.p)) {
+	if (!nk || !nv || !nbf || (x->aw && !na.p)) {
 		mem_free(nk, n8, 0);
 		mem_free(nv, n4, 0);
+		mem_free(nbf, nbw * sizeof(*nbf), 0);
 		mem_free(na.p, n4 * x->aw, 0);
 		return -ENOMEM;
 	}
@@ -207,6 +236,11 @@ static int rli_resize(struct rl_index *x, uint64_t ncap)
 	x->vals = nv;
 	x->aux = na.p;
 	x->cap = ncap;
+	if (x->bf)
+		mem_free(x->bf, x->bf_words * sizeof(*x->bf), 0);
+	x->bf = nbf;
+	x->bf_words = nbw;
+	bf_build(x);
 	if (ocap) {
 		mem_free(ok, (ocap + 1) * sizeof(*ok), 0);
 		mem_free(ov, (ocap + 1) * sizeof(*ov), 0);
@@ -300,6 +334,7 @@ int rli_slot(struct rl_index *x, uint64_t row, uint64_t *slot, bool *isnew)
 	rli_put_at(x->keys, x->vals,
 		   (struct rli_aux){x->aux, x->aux ? x->aw : 0}, x->cap, i,
 		   row + 1, 0, NULL);
+	bf_add(x, row);
 	x->count++;
 	return 0;
 }
@@ -328,6 +363,9 @@ void rli_del(struct rl_index *x, uint64_t slot)
 	}
 	x->keys[i] = 0;
 	x->vals[i] = 0;
+	/* its bits stay: rebuilt once the stale pass half the live */
+	if (++x->bf_stale > x->count / 2 + 1024)
+		bf_build(x);
 }
 
 void rli_clear(struct rl_index *x)
@@ -338,6 +376,8 @@ void rli_clear(struct rl_index *x)
 		if (x->aux)
 			memset(x->aux, 0,
 			       (x->cap + 1) * sizeof(*x->aux) * x->aw);
+		memset(x->bf, 0, x->bf_words * sizeof(*x->bf));
+		x->bf_stale = 0;
 	}
 	x->count = 0;
 	x->has_max = false;
@@ -349,10 +389,13 @@ void rli_free(struct rl_index *x)
 		mem_free(x->keys, (x->cap + 1) * sizeof(*x->keys), 0);
 		mem_free(x->vals, (x->cap + 1) * sizeof(*x->vals), 0);
 		mem_free(x->aux, (x->cap + 1) * sizeof(*x->aux) * x->aw, 0);
+		mem_free(x->bf, x->bf_words * sizeof(*x->bf), 0);
 	}
 	x->keys = NULL;
 	x->vals = NULL;
 	x->aux = NULL;
+	x->bf = NULL;
+	x->bf_words = x->bf_stale = 0;
 	x->aw = 0;
 	x->cap = x->count = 0;
 	x->has_max = false;

@@ -66,6 +66,12 @@ void rowlog_prefetch(const struct rowlog *l, uint64_t row)
 		rli_prefetch(&l->ix, row);
 }
 
+void rowlog_prefetch_probe(const struct rowlog *l, uint64_t row)
+{
+	if (l && l->ix.count)
+		rli_prefetch_probe(&l->ix, row);
+}
+
 bool rowlog_changed(const struct rowlog *l)
 {
 	return l && l->nchg;
@@ -1018,7 +1024,8 @@ void rowlog_get_stats(const struct rowlog *l, struct rowlog_stats *st)
 	    (l->ix.cap + !!l->ix.cap) *
 		(sizeof(*l->ix.keys) + sizeof(*l->ix.vals) +
 		 (l->ix.aux ? sizeof(*l->ix.aux) * l->ix.aw : 0)) +
-	    (uint64_t)l->segcap * 9 + l->chgcap * sizeof(*l->chg);
+	    l->ix.bf_words * sizeof(*l->ix.bf) + (uint64_t)l->segcap * 9 +
+	    l->chgcap * sizeof(*l->chg);
 	st->live_bytes = l->ix.count * l->rec_bytes;
 	st->log_bytes = used * l->seg_bytes;
 }

@@ -95,9 +95,13 @@ uint64_t rowlog_epoch(const struct rowlog *l);
 
 /* Whether row has a record in the log. */
 bool rowlog_has(const struct rowlog *l, uint64_t row);
-/* Asks for the index line where row's lookup starts (rowlog_has a few
- * rows later finds it in cache). */
+/* Asks for the index's filter word of row (rowlog_has a few rows later
+ * finds it in cache; an absent row is nearly always ruled out there). */
 void rowlog_prefetch(const struct rowlog *l, uint64_t row);
+/* The second step of it, a few rows nearer: asks for the index's slots
+ * of row, unless its filter (asked for by rowlog_prefetch) rules the row
+ * out. */
+void rowlog_prefetch_probe(const struct rowlog *l, uint64_t row);
 uint64_t rowlog_count(const struct rowlog *l);
 
 /* n rows are about to be appended, some perhaps stored already. An index

@@ -459,11 +459,18 @@ static int rd_start_keyed(struct tf_read *rd)
 	uint32_t rb = tf->g.row_bytes;
 	int ret;
 
-	for (size_t i = 0; rd->lidx && i < rd->n && i < RD_AHEAD; i++)
+	for (size_t i = 0; rd->lidx && i < rd->n && i < RD_AHEAD; i++) {
 		rowlog_prefetch(tf->log, rd->rows[i]);
+		if (i >= RD_AHEAD / 2)
+			rowlog_prefetch_probe(tf->log,
+					      rd->rows[i - RD_AHEAD / 2]);
+	}
 	for (size_t i = 0; i < rd->n; i++) {
 		if (rd->lidx && i + RD_AHEAD < rd->n)
 			rowlog_prefetch(tf->log, rd->rows[i + RD_AHEAD]);
+		if (rd->lidx && i + RD_AHEAD / 2 < rd->n)
+			rowlog_prefetch_probe(tf->log,
+					      rd->rows[i + RD_AHEAD / 2]);
 		if (rd->lidx && rowlog_has(tf->log, rd->rows[i])) {
 			rd->lidx[rd->nl++] = (uint32_t)i;
 			if (rd->init)
