@@ -292,6 +292,17 @@ static bool to_place(const et_store *s, uint8_t kind)
  * write-back queue differs, which only decides where in the log they
  * land; the bypass list is put back in batch order.
  */
+/* Asks for the lines a placement of row (table t) in top reads and
+ * writes: its set's digests, pins, policy words, tags and keys. */
+static inline void place_ask(const struct cache *top, uint32_t t, uint64_t row)
+{
+	uint64_t base = cache_set_base(top, t, row);
+
+	cache_prefetch_place(top, base);
+	for (uint32_t off = 0; off < top->ways * 8u; off += 64)
+		__builtin_prefetch((const char *)(top->keys + base) + off, 1);
+}
+
 #define ORD_WB (1u << 31) /* a rank's flag: queued for write-back */
 
 size_t place_set_order_min = 4096;
@@ -390,14 +401,8 @@ static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
 
 		if (nrd && (q + 1) % POLL_EVERY == 0)
 			tf_read_poll(rd, nrd);
-		for (; a < nm && a < q + PROBE_AHEAD; a++) {
-			uint64_t base = cache_set_base(top, t, mrows[a]);
-
-			cache_prefetch_place(top, base);
-			for (uint32_t off = 0; off < top->ways * 8u; off += 64)
-				__builtin_prefetch(
-				    (const char *)(top->keys + base) + off, 1);
-		}
+		for (; a < nm && a < q + PROBE_AHEAD; a++)
+			place_ask(top, t, mrows[a]);
 		s->pins.now = now0 + (v.rank[q] & ~ORD_WB); /* its clock */
 		ret =
 		    place_row_at(s, t, mrows[q], src, rb, CACHE_NONE,
@@ -472,15 +477,9 @@ static int place_slots(et_store *s, uint32_t t, size_t m, struct tf_read *rd,
 		if (nrd && ++placed % POLL_EVERY == 0)
 			tf_read_poll(rd, nrd);
 		for (; a < m && ahead < PROBE_AHEAD; a++) {
-			uint64_t base;
-
 			if (!to_place(s, kind[a]))
 				continue;
-			base = cache_set_base(top, t, uniq[a]);
-			cache_prefetch_place(top, base);
-			for (uint32_t off = 0; off < top->ways * 8u; off += 64)
-				__builtin_prefetch(
-				    (const char *)(top->keys + base) + off, 1);
+			place_ask(top, t, uniq[a]);
 			ahead++;
 		}
 		ahead--; /* j's, asked for when a passed it */
