@@ -83,6 +83,7 @@ struct bench_opts {
 	uint32_t limit_qd[4]; /* extra raw io_uring depths */
 	uint32_t n_limit_qd;
 	uint32_t peer_threads;
+	uint32_t threads; /* the store's (et_store_config.threads) */
 	bool pread_cache;
 	double rocksdb_extra; /* fraction of untouched rows also loaded */
 	double peer_max_s;    /* cap on each peer's replay */

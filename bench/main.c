@@ -412,6 +412,12 @@ static const struct opt opts[] = {
      .help = "fraction of untouched rows also loaded into\n"
 	     "RocksDB (default 0.25)",
      DBL(rocksdb_extra, 0, 1)},
+    {.name = "threads",
+     .arg = "N",
+     .help = "the store's threads (et_store_config.threads:\n"
+	     "its calls' row work and the placement of a\n"
+	     "large batch's misses; default 1)",
+     U32(threads, 1, 64)},
     {.name = "peer-threads",
      .arg = "N",
      .help = "worker threads of the peers (default 2)",
@@ -911,6 +917,7 @@ static void defaults(struct bench_opts *o, int cmd)
 	o->limits = o->pread = o->rocksdb = true;
 	o->limit_seconds = 2;
 	o->peer_threads = 2;
+	o->threads = 1;
 	o->pread_cache = true;
 	o->rocksdb_extra = 0.25;
 	o->mrc_policies = 1u << ET_POLICY_LRU | 1u << ET_POLICY_LFU |

@@ -331,6 +331,7 @@ void store_config(const struct bench_opts *o, struct et_store_config *cfg)
 	cfg->ways = o->ways;
 	cfg->slot_bytes = o->slot_bytes;
 	cfg->io_depth = o->io_depth;
+	cfg->threads = o->threads;
 }
 
 int tables_store(struct tables *tb, const struct et_store_config *cfg,

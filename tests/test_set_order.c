@@ -19,7 +19,9 @@
  * victims that are dirty; a row-indexed and a keyed table share one size
  * class. Operations: update (SGD), gather, pooled multi-table update and
  * gather, write_rows, erase of keyed ids, flush, checkpoint, prefetches
- * in between, and a close and reopen of both stores.
+ * in between, and a close and reopen of both stores. With threads 2 and
+ * 16 ways, the set order's parts are placed on two threads at once
+ * (against one thread in batch order); run under TSan in CI.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -340,6 +342,15 @@ static void test_lru_w16_threads(void **state)
 	run_pair(c, 0x5e7004);
 }
 
+static void test_lfu_w16_threads(void **state)
+{
+	struct et_store_config c = base_config(ET_POLICY_LFU, 16);
+
+	(void)state;
+	c.threads = 2;
+	run_pair(c, 0x5e7005);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -347,6 +358,7 @@ int main(void)
 	    cmocka_unit_test(test_lru_w4),
 	    cmocka_unit_test(test_lfu_w8),
 	    cmocka_unit_test(test_lru_w16_threads),
+	    cmocka_unit_test(test_lfu_w16_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -296,6 +296,31 @@ uint64_t cache_guess(const struct cache *c, uint32_t t, uint64_t row,
 				     cache_clock(c, now));
 }
 
+uint64_t cache_pick_set(const struct cache *c, uint32_t t, uint64_t row,
+			const struct pinset *ps, uint32_t clock)
+{
+	uint64_t base = cache_set_base(c, t, row), eligible, slot;
+
+	slot = free_or_eligible(c, base, ps, &eligible);
+	if (slot != CACHE_NONE || !eligible)
+		return slot;
+	return base +
+	       c->pol->victim(c->pstate + base, c->ways, eligible, clock);
+}
+
+void cache_delta_apply(struct cache *c, const struct cache_delta *d)
+{
+	c->used += (uint64_t)d->used;
+	c->dirty += (uint64_t)d->dirty;
+	c->row_bytes += (uint64_t)d->row_bytes;
+	c->changes += d->changes;
+	c->cleans += d->cleans;
+	c->st.inserts += d->inserts;
+	c->st.evictions += d->evictions;
+	c->st.bytes_in += d->bytes_in;
+	c->st.bytes_out += d->bytes_out;
+}
+
 void cache_set_dirty(struct cache *c, uint64_t slot)
 {
 	if (!(c->tags[slot] & CACHE_TAG_DIRTY)) {

@@ -465,6 +465,60 @@ void cache_fill(struct cache *c, uint64_t slot, uint32_t t, uint64_t row,
 /* Empties slot, whose row has row_bytes (as given to cache_fill). */
 void cache_remove(struct cache *c, uint64_t slot, uint32_t row_bytes);
 
+/*
+ * Placement in one set alone, for placements of rows in disjoint sets on
+ * several threads at once (resolve.c's set order): the caller makes sure
+ * the instance has no sketch, no drift of its clock and no lookahead
+ * window (its victims depend on their own set alone). Nothing outside the
+ * set is written; what cache_pick_n, cache_remove and cache_fill would
+ * add to the instance's counters goes into a cache_delta, added to it by
+ * cache_delta_apply once the threads are done.
+ */
+struct cache_delta {
+	int64_t used, dirty, row_bytes;
+	uint64_t changes, cleans, inserts, evictions, bytes_in, bytes_out;
+};
+
+/* cache_pick_n's slot for (t, row) at policy clock `clock` (cache_clock),
+ * admitting every row: a free way, else the policy's victim among the
+ * ways ps does not pin; CACHE_NONE if every way is pinned. */
+uint64_t cache_pick_set(const struct cache *c, uint32_t t, uint64_t row,
+			const struct pinset *ps, uint32_t clock);
+/* cache_remove of slot's row (if any, counted as an eviction; its size
+ * vrb), then cache_fill of
+ * (t, row) without bytes (the caller copies rb of them in), pinned with
+ * pin; the counters go to d. */
+static inline void cache_replace(struct cache *c, uint64_t slot, uint32_t vrb,
+				 uint32_t t, uint64_t row, bool dirty,
+				 uint32_t rb, uint32_t clock, uint32_t pin,
+				 struct cache_delta *d)
+{
+	if (cache_valid(c, slot)) { /* an eviction; cache_remove's counters */
+		d->evictions++;
+		d->bytes_out += vrb;
+		if (c->tags[slot] & CACHE_TAG_DIRTY) {
+			d->dirty--;
+			d->cleans++;
+		}
+		d->changes++;
+		d->used--;
+		d->row_bytes -= vrb;
+	}
+	d->changes++; /* cache_fill's */
+	c->fps[slot] = cache_digest(t, row);
+	c->keys[slot] = row;
+	c->tags[slot] = cache_tag(t) | (dirty ? CACHE_TAG_DIRTY : 0);
+	d->used++;
+	d->row_bytes += rb;
+	d->dirty += dirty;
+	c->pol->on_insert(&c->pstate[slot], clock, 0);
+	d->inserts++;
+	d->bytes_in += rb;
+	cache_pin(c, slot, pin);
+}
+/* Adds d to c's counters. */
+void cache_delta_apply(struct cache *c, const struct cache_delta *d);
+
 /* Clears every pin (after the epoch counter wraps). */
 void cache_unpin_all(struct cache *c);
 

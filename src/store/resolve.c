@@ -13,6 +13,7 @@
 #include "resolve.h"
 #include "simd.h"
 #include "state.h"
+#include "workers.h"
 
 /* o->order's arrays: per miss, its slot, rank and kind once placed, and
  * whether the initializer gives it (1: the read left it to place_copy). */
@@ -326,7 +327,7 @@ static void resolve_sort(et_store *s, uint32_t t)
 	const uint8_t *kind = o->kind.p;
 	uint64_t *mrows = o->mrows.p, *trows;
 	uint32_t *midx = o->midx.p, *tidx, *bk, *cnt, sum = 0;
-	size_t nm = o->nm, nb = 256, fixed = ORD_FIXED(nm);
+	size_t nm = o->nm, nb = 256, fixed = ORD_FIXED(nm), k = 1;
 	unsigned sbits, nbits, shift;
 	struct ordv v;
 
@@ -352,12 +353,18 @@ static void resolve_sort(et_store *s, uint32_t t)
 		bk[q] = (uint32_t)(cache_set_of(top, t, mrows[q]) >> shift);
 		cnt[bk[q]]++;
 	}
+	o->cut[0] = 0;
 	for (size_t b = 0; b < nb; b++) {
 		uint32_t c = cnt[b];
 
 		cnt[b] = sum;
+		/* a part ends where a bucket starts */
+		while (k < PLACE_PARTS && sum >= k * nm / PLACE_PARTS)
+			o->cut[k++] = sum;
 		sum += c;
 	}
+	while (k <= PLACE_PARTS)
+		o->cut[k++] = (uint32_t)nm;
 	for (size_t q = 0; q < nm; q++) {
 		uint32_t p = cnt[bk[q]]++;
 
@@ -375,65 +382,209 @@ static int cmp_u32(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* place_slots for misses in set order (o->sorted; with a DDR top tier,
- * misses are all it places). */
-static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
+/* One part's placements (place_sorted): its counters, and where its
+ * lists are while it runs. Its misses lo..hi - 1 list their placed misses
+ * at later[lo..], their bypassed rows at later[hi - 1] down, and the misses
+ * whose victim (or whose own dirty bytes, bypassed) still go to the
+ * write-back queue at wbq[lo..]. */
+struct place_part {
+	struct cache_delta d;
+	uint64_t conflicts;
+	size_t nlater, nby, nwb;
+};
+
+/* What the parts of a placement in set order share (read only while they
+ * run). The sort's room, free once it is done, holds each deferred
+ * victim's row (vrow) and table (vt) at its miss, and the wbq lists. */
+struct place_run {
+	et_store *s;
+	struct opscr *o;
+	uint32_t t;
+	struct cache *top;
+	struct tf_read *rd;
+	size_t nrd;
+	uint64_t now0;
+	struct pinset ps;
+	uint64_t *vrow;
+	uint32_t *vt, *wbq;
+	struct place_part part[PLACE_PARTS];
+};
+
+/* Part k of place_sorted, on any thread: each miss of the part placed in
+ * its set (the set's lines asked for PROBE_AHEAD placements before), its
+ * initial value written into its slot if the read left that to the
+ * placement; then where each row went, back in batch order. It reads and
+ * writes its own sets, its own misses' entries and its own counters alone:
+ * the parts run on the store's threads at once, and the result is the
+ * same bits as placing every miss in turn. The caller's thread (0) polls
+ * the reads in flight. */
+static void place_part_run(void *arg, size_t k, unsigned thread)
 {
-	struct opscr *o = s->sc.o;
-	struct table *tb = &s->reg.tables[t];
-	struct sclass *cl = &s->reg.cls[tb->cls];
-	struct cache *top = top_of(&s->reg, cl);
+	struct place_run *r = arg;
+	struct opscr *o = r->o;
+	struct cache *top = r->top;
+	const struct table *tb = &r->s->reg.tables[r->t];
 	const uint64_t *mrows = o->mrows.p;
 	const uint32_t *midx = o->midx.p;
 	uint8_t *kind = o->kind.p;
 	uint64_t *slots = o->slots.p;
 	void **ptrs = o->ptrs.p;
+	uint32_t *later = o->later.p;
+	uint32_t rb = tb->g->row_bytes, pin = r->s->pins.epoch;
+	struct ordv v = ord_of(o);
+	struct place_part *p = &r->part[k];
+	size_t lo = o->cut[k], hi = o->cut[k + 1], a = lo;
+
+	memset(p, 0, sizeof(*p));
+	for (size_t q = lo; q < hi; q++) {
+		char *src = (char *)o->mbuf.p + q * (size_t)rb;
+		uint32_t j = midx[q], rank = v.rank[q] & ~ORD_WB;
+		bool dirty = v.rank[q] & ORD_WB, vdirty = false;
+		uint32_t clock = cache_clock(top, r->now0 + rank + 1);
+		uint32_t vrb = 0;
+		uint64_t slot;
+
+		if (thread == 0 && r->nrd && (q + 1) % POLL_EVERY == 0)
+			tf_read_poll(r->rd, r->nrd);
+		for (; a < hi && a < q + PROBE_AHEAD; a++)
+			place_ask(top, r->t, mrows[a]);
+		slot = cache_pick_set(top, r->t, mrows[q], &r->ps, clock);
+		if (slot == CACHE_NONE) { /* every way pinned: the bypass */
+			v.kind[q] = K_CONFLICT | K_BYPASS;
+			v.slot[q] = CACHE_NONE;
+			p->conflicts++;
+			if (dirty) /* goes home from mbuf */
+				r->wbq[lo + p->nwb++] = (uint32_t)q;
+			else if (o->init_later && v.init[q])
+				tf_init_row_raw(tb->tf, mrows[q], src);
+			kind[j] = v.kind[q];
+			ptrs[j] = src;
+			later[hi - 1 - p->nby++] = j;
+			continue;
+		}
+		if (cache_valid(top, slot)) {
+			uint32_t vt = cache_slot_table(top, slot);
+
+			vrb = table_rb(&r->s->reg, vt);
+			if (cache_dirty(top, slot)) { /* queued by the caller */
+				vdirty = true;
+				r->vrow[q] = cache_slot_row(top, slot);
+				r->vt[q] = vt;
+				r->wbq[lo + p->nwb++] = (uint32_t)q;
+			}
+		}
+		cache_replace(top, slot, vrb, r->t, mrows[q], dirty, rb, clock,
+			      pin, &p->d);
+		v.kind[q] = K_DDR;
+		v.slot[q] = slot;
+		/* its initial value below; not over a dirty victim's bytes,
+		 * which are yet to be queued (place_copy writes it then) */
+		if (o->init_later && v.init[q] && !vdirty)
+			v.init[q] = 2;
+		later[lo + p->nlater++] = (uint32_t)q;
+	}
+	/* The initial values of the part's rows placed (init 2), each slot
+	 * asked for COPY_AHEAD rows before. */
+	for (size_t q = lo, b = lo; o->init_later && q < hi; q++) {
+		for (; b < hi && b < q + COPY_AHEAD; b++) {
+			if (v.init[b] != 2)
+				continue;
+			char *d = cache_row(top, v.slot[b]);
+
+			for (uint32_t off = 0; off < rb; off += 64)
+				__builtin_prefetch(d + off, 1);
+			__builtin_prefetch(d + rb - 1, 1);
+		}
+		if (thread == 0 && r->nrd && (q + 1) % POLL_EVERY == 0)
+			tf_read_poll(r->rd, r->nrd);
+		if (v.init[q] == 2)
+			tf_init_row_raw(tb->tf, mrows[q],
+					cache_row(top, v.slot[q]));
+	}
+	/* Where each row went, back in batch order (a tight loop of its own,
+	 * so that its scattered stores overlap). */
+	for (size_t q = lo; q < hi; q++) {
+		uint32_t j = midx[q];
+
+		if (v.kind[q] & K_CONFLICT)
+			continue;
+		kind[j] = K_DDR;
+		slots[j] = v.slot[q];
+		ptrs[j] = cache_row(top, v.slot[q]);
+	}
+}
+
+/*
+ * place_slots for misses in set order (o->sorted: a DDR top tier, so
+ * misses are all it places). The parts of the misses (o->cut: no set in
+ * two) are placed on the store's threads (place_part_run); then, in the
+ * order of the misses, their counters are added up, the dirty victims
+ * and dirty bypassed rows queued for write-back, and the lists joined.
+ * Room for the queueing was made when the call was looked up
+ * (op_lookup), so it does not fail.
+ */
+static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
+{
+	struct opscr *o = s->sc.o;
+	struct table *tb = &s->reg.tables[t];
+	struct cache *top = top_of(&s->reg, &s->reg.cls[tb->cls]);
+	const uint64_t *mrows = o->mrows.p;
 	uint32_t *later = o->later.p, *by = o->bypass.p;
 	uint32_t rb = tb->g->row_bytes;
 	struct ordv v = ord_of(o);
-	uint64_t now0 = s->pins.now;
-	size_t nm = o->nm, nlater = 0, nby0 = o->nbypass, q, a = 0;
+	size_t nm = o->nm, nlater = 0, nby0 = o->nbypass;
+	char *tmp = (char *)o->order.p + ORD_FIXED(nm);
+	struct place_run *r;
 	int ret = 0;
 
-	for (q = 0; q < nm; q++) {
-		const void *src = (char *)o->mbuf.p + q * (size_t)rb;
-		uint32_t j = midx[q];
+	if (!nm)
+		return 0;
+	r = malloc(sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	*r = (struct place_run){.s = s,
+				.o = o,
+				.t = t,
+				.top = top,
+				.rd = rd,
+				.nrd = nrd,
+				.now0 = s->pins.now,
+				.ps = pins_of(&s->pins),
+				.vrow = (uint64_t *)tmp,
+				.vt = (uint32_t *)(tmp + nm * 8),
+				.wbq = (uint32_t *)(tmp + nm * 12)};
+	/* A set's digests are read 16 at a time (cache_match): with fewer
+	 * ways a read spans the next set's, which may be another part's, so
+	 * the parts then run on this thread alone. */
+	workers_run(top->ways % 16 ? NULL : s->wk, PLACE_PARTS, place_part_run,
+		    r);
+	for (size_t k = 0; k < PLACE_PARTS; k++) {
+		const struct place_part *p = &r->part[k];
+		size_t lo = o->cut[k], hi = o->cut[k + 1];
 
-		if (nrd && (q + 1) % POLL_EVERY == 0)
-			tf_read_poll(rd, nrd);
-		for (; a < nm && a < q + PROBE_AHEAD; a++)
-			place_ask(top, t, mrows[a]);
-		s->pins.now = now0 + (v.rank[q] & ~ORD_WB); /* its clock */
-		ret =
-		    place_row_at(s, t, mrows[q], src, rb, CACHE_NONE,
-				 v.rank[q] & ORD_WB, s->pins.epoch,
-				 op_draws(o, j), true, &v.kind[q], &v.slot[q]);
-		if (ret)
-			break;
-		if (v.kind[q] & K_CONFLICT)
-			tb->st.conflict_unique_misses++;
-		if ((v.kind[q] & ~K_CONFLICT) == K_BYPASS) {
-			if (o->init_later && v.init[q]) /* served from mbuf */
-				tf_init_row_raw(tb->tf, mrows[q], (void *)src);
-			kind[j] = v.kind[q];
-			ptrs[j] = (void *)src;
-			by[o->nbypass++] = j;
-		} else {
-			later[nlater++] = (uint32_t)q;
+		cache_delta_apply(top, &p->d);
+		tb->st.conflict_unique_misses += p->conflicts;
+		for (size_t i = 0; i < p->nwb; i++) {
+			uint32_t q = r->wbq[lo + i];
+			int e =
+			    v.kind[q] & K_CONFLICT
+				? wb_queue(s, t, mrows[q],
+					   (char *)o->mbuf.p + (size_t)q * rb)
+				: wb_queue(s, r->vt[q], r->vrow[q],
+					   cache_row(top, v.slot[q]));
+
+			if (e && !ret) /* not for want of room: see above */
+				ret = s->lost = s->lost ? s->lost : e;
 		}
+		for (size_t i = 0; i < p->nby; i++)
+			by[o->nbypass++] = later[hi - 1 - i];
+		memmove(later + nlater, later + lo, p->nlater * sizeof(*later));
+		nlater += p->nlater;
 	}
-	s->pins.now = now0 + nm;
-	/* Where each row went, back in batch order (a tight loop of its own,
-	 * so that its scattered stores overlap). */
-	for (size_t p = 0; p < q; p++) {
-		uint32_t j = midx[p];
-
-		if ((v.kind[p] & ~K_CONFLICT) == K_BYPASS)
-			continue;
-		kind[j] = v.kind[p];
-		slots[j] = v.slot[p];
-		ptrs[j] = where_row(cl, v.kind[p], v.slot[p]);
-	}
+	s->pins.now = r->now0 + nm;
+	/* as cache_pick_n leaves it: the clock of the last placement */
+	top->last_now = r->now0 + (v.rank[nm - 1] & ~ORD_WB) + 1;
+	free(r);
 	if (o->nbypass - nby0 > 1)
 		qsort(by + nby0, o->nbypass - nby0, sizeof(*by), cmp_u32);
 	o->nlater = nlater;
@@ -536,6 +687,8 @@ static void place_copy(et_store *s, uint32_t rb)
 			uint32_t q = later[i];
 			void *dst = where_row(cl, v.kind[q], v.slot[q]);
 
+			if (o->init_later && v.init[q] == 2)
+				continue; /* placing wrote it */
 			if (o->init_later && v.init[q])
 				tf_init_row_raw(tf, mrows[q], dst);
 			else

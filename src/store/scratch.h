@@ -38,6 +38,10 @@ enum {
 	K_CONFLICT = 0x80,
 };
 
+/* The parts of a batch's misses in set order, placed on the store's
+ * threads (resolve.c). */
+#define PLACE_PARTS 8
+
 /*
  * The scratch of one table's part of an operation: its batch deduplicated
  * and resolved. A multi-table call keeps one per table until its kernels
@@ -126,6 +130,9 @@ struct opscr {
 	bool init_later; /* ... and the read left the initial rows to
 			  * place_copy (marked in order) */
 	struct sbuf order;
+	/* ... cut in PLACE_PARTS parts at bucket boundaries (no set in two
+	 * parts): part k is misses cut[k] to cut[k + 1] - 1 */
+	uint32_t cut[PLACE_PARTS + 1];
 	size_t nwb; /* misses queued for write-back (K_WB) */
 };
 
