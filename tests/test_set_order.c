@@ -17,11 +17,12 @@
  * way pinned (rows bypass the cache), meet rows queued for write-back
  * (after a prefetch, dirty victims wait there for the next one) and
  * victims that are dirty; a row-indexed and a keyed table share one size
- * class. Operations: update (SGD), gather, pooled multi-table update and
- * gather, write_rows, erase of keyed ids, flush, checkpoint, prefetches
- * in between, and a close and reopen of both stores. With threads 2 and
- * 16 ways, the set order's parts are placed on two threads at once
- * (against one thread in batch order); run under TSan in CI.
+ * class. Operations: update (SGD), pooled update (mean), gather,
+ * pooled multi-table update and gather, write_rows, erase of keyed ids,
+ * flush, checkpoint, prefetches in between, and a close and reopen of
+ * both stores. With threads 2 and 16 ways, the set order's parts are
+ * placed on two threads at once (against one thread in batch order);
+ * run under TSan in CI.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -214,9 +215,16 @@ static void run_pair(struct et_store_config c, uint64_t seed)
 			switch (op) {
 			case 0:
 			case 1:
-			case 2:
 				name = "update";
 				ret = et_update(p.s[i], t, ids, n, g, &up);
+				break;
+			case 2: /* bags of 4, their mean */
+				name = "update_pooled";
+				for (size_t j = 0; j <= n / 4; j++)
+					off[0][j] = j * 4;
+				ret = et_update_pooled(p.s[i], t, ids, off[0],
+						       n / 4, ET_POOL_MEAN, g,
+						       &up);
 				break;
 			case 3:
 			case 4:
