@@ -534,14 +534,11 @@ static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
 	struct ordv v = ord_of(o);
 	size_t nm = o->nm, nlater = 0, nby0 = o->nbypass;
 	char *tmp = (char *)o->order.p + ORD_FIXED(nm);
-	struct place_run *r;
+	struct place_run run, *r = &run; /* about 1 KiB */
 	int ret = 0;
 
 	if (!nm)
 		return 0;
-	r = malloc(sizeof(*r));
-	if (!r)
-		return -ENOMEM;
 	*r = (struct place_run){.s = s,
 				.o = o,
 				.t = t,
@@ -584,7 +581,6 @@ static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
 	s->pins.now = r->now0 + nm;
 	/* as cache_pick_n leaves it: the clock of the last placement */
 	top->last_now = r->now0 + (v.rank[nm - 1] & ~ORD_WB) + 1;
-	free(r);
 	if (o->nbypass - nby0 > 1)
 		qsort(by + nby0, o->nbypass - nby0, sizeof(*by), cmp_u32);
 	o->nlater = nlater;
