@@ -485,9 +485,8 @@ struct cache_delta {
 uint64_t cache_pick_set(const struct cache *c, uint32_t t, uint64_t row,
 			const struct pinset *ps, uint32_t clock);
 /* cache_remove of slot's row (if any, counted as an eviction; its size
- * vrb), then cache_fill of
- * (t, row) without bytes (the caller copies rb of them in), pinned with
- * pin; the counters go to d. */
+ * vrb), then cache_fill of (t, row) without bytes (the caller copies rb
+ * of them in), pinned with pin; the counters go to d. */
 static inline void cache_replace(struct cache *c, uint64_t slot, uint32_t vrb,
 				 uint32_t t, uint64_t row, bool dirty,
 				 uint32_t rb, uint32_t clock, uint32_t pin,
