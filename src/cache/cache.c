@@ -283,17 +283,9 @@ uint64_t cache_pick_n(struct cache *c, uint32_t t, uint64_t row, uint64_t now,
 uint64_t cache_guess(const struct cache *c, uint32_t t, uint64_t row,
 		     uint64_t now, const struct pinset *ps)
 {
-	uint64_t base = cache_set_base(c, t, row), eligible = 0;
-
-	uint64_t slot;
-
 	if (c->pol->evict || la_active(c->la))
 		return CACHE_NONE;
-	slot = free_or_eligible(c, base, ps, &eligible);
-	if (slot != CACHE_NONE || !eligible)
-		return slot;
-	return base + c->pol->victim(c->pstate + base, c->ways, eligible,
-				     cache_clock(c, now));
+	return cache_pick_set(c, t, row, ps, cache_clock(c, now));
 }
 
 uint64_t cache_pick_set(const struct cache *c, uint32_t t, uint64_t row,
