@@ -360,11 +360,13 @@ struct et_store_config {
 			       * for one shared cache). 0 (recommended):
 			       * every row size gets slots of its own size */
 	et_hbm_backend hbm_backend;
-	/* threads of the multi-table calls' row work, and of the placement
-	 * of a call's misses when they are many (4096 or more, with DDR as
-	 * the top tier, LRU or LFU, ways a multiple of 16, no lookahead);
-	 * the caller's counted: 0 or 1 the caller's alone, up to 64.
-	 * Results are the same bits for any count. */
+	/* threads of the multi-table calls' row work, of a single-table
+	 * call's when it has 4096 ids or more, and of the placement of a
+	 * call's misses when they are many (4096 or more, with DDR as the
+	 * top tier, LRU or LFU, ways a multiple of 16, no lookahead; an
+	 * update then also updates its cached rows meanwhile); the
+	 * caller's counted: 0 or 1 the caller's alone, up to 64. Results
+	 * are the same bits for any count. */
 	uint32_t threads;
 	uint32_t prefetch_thread; /* 1: et_prefetch returns once its
 				   * arguments are checked and its ids

@@ -23,6 +23,12 @@
  * both stores. With threads 2 and 16 ways, the set order's parts are
  * placed on two threads at once (against one thread in batch order);
  * run under TSan in CI.
+ *
+ * The last two tests pair a store on one thread with one on two, both
+ * in set order and with single-table calls of 256 inputs or more on the
+ * threads (op_par_min): the kernels run in pieces, an update groups its
+ * gradients beside its lookup and updates its hits beside the
+ * placement's parts. They fail if no placement ran that side work.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,7 +53,8 @@ struct pair {
 	const char *dir[2];
 	et_store *s[2];
 	int t[2][2]; /* [store][0: row-indexed, 1: keyed] */
-	struct et_store_config c;
+	struct et_store_config c[2];
+	int ord[2]; /* each store's order (see order) */
 };
 
 /* Runs the next store call in batch order (0) or set order (1). */
@@ -71,8 +78,9 @@ static void open_pair(struct pair *p, bool create)
 	k.flags = ET_TABLE_KEYED;
 	k.seed = 8;
 	for (int i = 0; i < 2; i++) {
-		order(i);
-		assert_int_equal(et_store_open(p->dir[i], &p->c, &p->s[i]), 0);
+		order(p->ord[i]);
+		assert_int_equal(et_store_open(p->dir[i], &p->c[i], &p->s[i]),
+				 0);
 		if (create) {
 			assert_int_equal(
 			    et_table_create(p->s[i], "a", &a, &p->t[i][0]), 0);
@@ -90,7 +98,7 @@ static void open_pair(struct pair *p, bool create)
 static void close_pair(struct pair *p)
 {
 	for (int i = 0; i < 2; i++) {
-		order(i);
+		order(p->ord[i]);
 		assert_int_equal(et_store_close(p->s[i]), 0);
 	}
 }
@@ -105,8 +113,8 @@ static void same_state(const struct pair *p, int round, const char *op)
 #define SAME(f)                                                                \
 	do {                                                                   \
 		if (st[0].f != st[1].f)                                        \
-			fail_msg("round %d (%s): %s %llu in batch order, "     \
-				 "%llu in set order",                          \
+			fail_msg("round %d (%s): %s %llu in the first store, " \
+				 "%llu in the second",                         \
 				 round, op, #f, (unsigned long long)st[0].f,   \
 				 (unsigned long long)st[1].f);                 \
 	} while (0)
@@ -155,9 +163,12 @@ static void same_floats(const float *a, const float *b, size_t n, int round,
 			 op);
 }
 
-static void run_pair(struct et_store_config c, uint64_t seed)
+/* Runs the calls on two stores: configurations c0 and c1, orders ord0 and
+ * ord1 (see order). */
+static void run_pair(struct et_store_config c0, struct et_store_config c1,
+		     int ord0, int ord1, uint64_t seed)
 {
-	struct pair p = {.c = c};
+	struct pair p = {.c = {c0, c1}, .ord = {ord0, ord1}};
 	struct et_update_params up = {.lr = 0.05f};
 	uint64_t *ids = tu_calloc(MAXN, sizeof(*ids));
 	uint64_t *ids2 = tu_calloc(MAXN, sizeof(*ids2));
@@ -200,7 +211,7 @@ static void run_pair(struct et_store_config c, uint64_t seed)
 
 			draw(&r, kd, ids3, pn);
 			for (int i = 0; i < 2; i++) {
-				order(i);
+				order(p.ord[i]);
 				pb = (struct et_batch_ids){
 				    .table = p.t[i][kd], .ids = ids3, .n = pn};
 				assert_int_equal(et_prefetch(p.s[i], &pb, 1),
@@ -210,7 +221,7 @@ static void run_pair(struct et_store_config c, uint64_t seed)
 		for (int i = 0; i < 2; i++) {
 			int t = p.t[i][kd], ret = 0;
 
-			order(i);
+			order(p.ord[i]);
 			memset(out[i], 0, (size_t)n * DIM * sizeof(float));
 			switch (op) {
 			case 0:
@@ -292,7 +303,7 @@ static void run_pair(struct et_store_config c, uint64_t seed)
 			for (size_t i = 0; i < n; i++)
 				ids[i] = id_of(kd, at + i);
 			for (int i = 0; i < 2; i++) {
-				order(i);
+				order(p.ord[i]);
 				assert_int_equal(et_gather(p.s[i], p.t[i][kd],
 							   ids, n, out[i]),
 						 0);
@@ -302,6 +313,7 @@ static void run_pair(struct et_store_config c, uint64_t seed)
 		}
 	close_pair(&p);
 	place_set_order_min = 4096;
+	op_par_min = 4096;
 	for (int i = 0; i < 2; i++) {
 		tu_rmtree(p.dir[i]);
 		free(out[i]);
@@ -325,20 +337,26 @@ static struct et_store_config base_config(et_policy pol, uint32_t ways)
 
 static void test_lru_w16(void **state)
 {
+	struct et_store_config c = base_config(ET_POLICY_LRU, 16);
+
 	(void)state;
-	run_pair(base_config(ET_POLICY_LRU, 16), 0x5e7001);
+	run_pair(c, c, 0, 1, 0x5e7001);
 }
 
 static void test_lru_w4(void **state)
 {
+	struct et_store_config c = base_config(ET_POLICY_LRU, 4);
+
 	(void)state;
-	run_pair(base_config(ET_POLICY_LRU, 4), 0x5e7002);
+	run_pair(c, c, 0, 1, 0x5e7002);
 }
 
 static void test_lfu_w8(void **state)
 {
+	struct et_store_config c = base_config(ET_POLICY_LFU, 8);
+
 	(void)state;
-	run_pair(base_config(ET_POLICY_LFU, 8), 0x5e7003);
+	run_pair(c, c, 0, 1, 0x5e7003);
 }
 
 static void test_lru_w16_threads(void **state)
@@ -347,7 +365,7 @@ static void test_lru_w16_threads(void **state)
 
 	(void)state;
 	c.threads = 2;
-	run_pair(c, 0x5e7004);
+	run_pair(c, c, 0, 1, 0x5e7004);
 }
 
 static void test_lfu_w16_threads(void **state)
@@ -356,7 +374,35 @@ static void test_lfu_w16_threads(void **state)
 
 	(void)state;
 	c.threads = 2;
-	run_pair(c, 0x5e7005);
+	run_pair(c, c, 0, 1, 0x5e7005);
+}
+
+/* One thread against two, both in set order, single-table calls of 256
+ * inputs or more on the threads: the kernels in pieces, an update's
+ * grouping beside its lookup and its hits beside the placement's parts
+ * (which must have run). */
+static void threads_pair(et_policy pol, uint64_t seed)
+{
+	struct et_store_config c1 = base_config(pol, 16), c2 = c1;
+	size_t side0 = place_side_runs;
+
+	c2.threads = 2;
+	op_par_min = 256;
+	run_pair(c1, c2, 1, 1, seed);
+	if (place_side_runs == side0)
+		fail_msg("no placement ran an update's side work");
+}
+
+static void test_lru_one_two_threads(void **state)
+{
+	(void)state;
+	threads_pair(ET_POLICY_LRU, 0x5e7006);
+}
+
+static void test_lfu_one_two_threads(void **state)
+{
+	(void)state;
+	threads_pair(ET_POLICY_LFU, 0x5e7007);
 }
 
 int main(void)
@@ -367,6 +413,8 @@ int main(void)
 	    cmocka_unit_test(test_lfu_w8),
 	    cmocka_unit_test(test_lru_w16_threads),
 	    cmocka_unit_test(test_lfu_w16_threads),
+	    cmocka_unit_test(test_lru_one_two_threads),
+	    cmocka_unit_test(test_lfu_one_two_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -38,6 +38,112 @@ static int op_open(et_store *s, int table, const uint64_t *ids, size_t n,
 			  write && (with_state || !(*t)->g->state_floats));
 }
 
+/*
+ * A single-table call of at least op_par_min inputs (4096), on a store
+ * with threads, runs its row kernel on them in items of about PAR_ROWS
+ * inputs (gather), bags (pooled gather) or unique rows (update), as a
+ * multi-table call does. Each item computes its values exactly as the whole call would, so
+ * the results are the same bits for any number of threads.
+ *
+ * An update large enough to have its misses placed in set order keeps the
+ * threads busy while its own thread resolves, too: the gradients'
+ * grouping (kern_group) runs on a worker during the lookup, and the rows
+ * found in the top tier are updated beside the placement's parts
+ * (place_sorted's side work) once nothing of the call can fail; the
+ * misses are updated after it. Each row is updated once, from its own
+ * gradients, whichever way.
+ */
+size_t op_par_min = 4096;
+#define PAR_ROWS 4096
+
+struct par {
+	const struct tf_geom *g;
+	struct opscr *o;
+	size_t n, m; /* inputs, unique rows */
+	float *out;
+	const uint64_t *offsets;
+	et_pool mode;
+	const float *grads;
+	const struct et_update_params *up;
+	const uint32_t
+	    *sel; /* update: unique rows sel[j0 .. j1), or j0 .. j1 */
+	size_t j0, j1;
+	size_t per;  /* pooled gather: bags an item */
+	float *trow; /* each thread's scratch rows, trow_dim floats apart */
+	size_t trow_dim;
+	struct side_work w;
+};
+
+/* The threads for a call of n inputs (NULL: its own alone). */
+static struct workers *par_workers(const et_store *s, size_t n)
+{
+	return n >= op_par_min ? s->wk : NULL;
+}
+
+/* The threads a store's calls use, its own counted. */
+static size_t par_threads(const et_store *s)
+{
+	return s->cfg.threads > 1 ? s->cfg.threads : 1;
+}
+
+/* Items of per elements each for n elements, and item i's [a, b) of
+ * lo .. hi. */
+static size_t par_items(size_t n, size_t per)
+{
+	return (n + per - 1) / per;
+}
+
+static void par_range(size_t i, size_t lo, size_t hi, size_t per, size_t *a,
+		      size_t *b)
+{
+	*a = lo + i * per;
+	*b = *a + per < hi ? *a + per : hi;
+}
+
+static void par_gather(void *arg, size_t i, unsigned thread)
+{
+	const struct par *p = arg;
+	size_t i0, i1;
+
+	(void)thread;
+	par_range(i, 0, p->n, PAR_ROWS, &i0, &i1);
+	kern_gather(p->g, p->o->ptrs.p, p->o->inv.p, i0, i1,
+		    p->out + i0 * p->g->dim);
+}
+
+static void par_pool(void *arg, size_t i, unsigned thread)
+{
+	const struct par *p = arg;
+	size_t b0, b1;
+
+	par_range(i, 0, p->j1, p->per, &b0, &b1); /* j1: the bags */
+	kern_pool(p->g, p->o->ptrs.p, p->o->inv.p, p->offsets, b0, b1, p->mode,
+		  p->out + b0 * p->g->dim, p->trow + thread * p->trow_dim);
+}
+
+static void par_update(void *arg, size_t i, unsigned thread)
+{
+	const struct par *p = arg;
+	const struct opscr *o = p->o;
+	size_t j0, j1;
+
+	par_range(i, p->j0, p->j1, PAR_ROWS, &j0, &j1);
+	kern_update_sel(p->g, o->ptrs.p, p->sel, j0, j1, o->acc.p,
+			(uint32_t *)o->acc.p + p->n, p->grads, p->offsets,
+			p->mode, p->up, p->trow + thread * p->trow_dim);
+}
+
+static void par_group(void *arg, size_t i, unsigned thread)
+{
+	const struct par *p = arg;
+	const struct opscr *o = p->o;
+
+	(void)i;
+	(void)thread;
+	kern_group(o->inv.p, p->n, p->m, p->offsets, o->acc.p,
+		   (uint32_t *)o->acc.p + p->n);
+}
+
 int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 {
 	struct table *t;
@@ -48,7 +154,12 @@ int et_gather(et_store *s, int table, const uint64_t *ids, size_t n, float *out)
 	ret = op_open(s, table, ids, n, out, "out", &t, &m, false, false);
 	if (ret || n == 0)
 		return ret;
-	kern_gather(t->g, s->sc.o->ptrs.p, s->sc.o->inv.p, 0, n, out);
+	{
+		struct par p = {.g = t->g, .o = s->sc.o, .n = n, .out = out};
+
+		workers_run(par_workers(s, n), par_items(n, PAR_ROWS),
+			    par_gather, &p);
+	}
 	return op_end(s, (uint32_t)table, false);
 }
 
@@ -99,14 +210,33 @@ int et_gather_pooled(et_store *s, int table, const uint64_t *ids,
 		ret = op_prepare(s, t, ids, n, &m, false, false);
 		if (ret)
 			return ret;
-		ret = sbuf_reserve(&s->sc.o->acc, t->g->dim * sizeof(float));
+		ret = sbuf_reserve(&s->sc.trow,
+				   par_threads(s) * t->g->dim * sizeof(float));
 		if (ret) {
 			op_end(s, (uint32_t)table, false);
 			return ret;
 		}
 	}
-	kern_pool(t->g, s->sc.o->ptrs.p, s->sc.o->inv.p, offsets, 0, nbags,
-		  mode, out, s->sc.o->acc.p);
+	{
+		struct par p = {.g = t->g,
+				.o = s->sc.o,
+				.n = n,
+				.out = out,
+				.offsets = offsets,
+				.mode = mode,
+				.j1 = nbags,
+				.trow = s->sc.trow.p,
+				.trow_dim = t->g->dim};
+
+		/* bags of about PAR_ROWS inputs an item; an empty batch's
+		 * bags (all empty) are zeroed */
+		p.per = n > PAR_ROWS ? (size_t)((double)nbags * PAR_ROWS / n)
+				     : nbags;
+		if (!p.per)
+			p.per = 1;
+		workers_run(par_workers(s, n), par_items(nbags, p.per),
+			    par_pool, &p);
+	}
 	return n ? op_end(s, (uint32_t)table, false) : 0;
 }
 
@@ -227,12 +357,44 @@ static int check_update_params(const struct et_update_params *up)
 	return 0;
 }
 
+/* Lists o's unique rows found in the top tier (sel[0 .. nh)), then its
+ * misses (sel[nh .. m)), each in batch order, and hands the hits'
+ * update to the placement as side work (none if there is no room). */
+static void side_ready(struct par *p, size_t *nh_out)
+{
+	struct opscr *o = p->o;
+	const uint8_t *kind = o->kind.p;
+	uint32_t *sel;
+	size_t nh = 0, k;
+
+	if (sbuf_reserve(&o->sel, o->m * sizeof(uint32_t)))
+		return;
+	sel = o->sel.p;
+	k = o->m - o->nm;
+	for (size_t i = 0; i < o->m; i++) {
+		if (kind[i] == K_DDR) /* a sorted placement's top tier */
+			sel[nh++] = (uint32_t)i;
+		else
+			sel[k++] = (uint32_t)i;
+	}
+	p->sel = sel;
+	p->j0 = 0;
+	p->j1 = nh;
+	p->w = (struct side_work){
+	    .fn = par_update, .arg = p, .n = par_items(nh, PAR_ROWS)};
+	o->side = &p->w;
+	*nh_out = nh;
+}
+
 static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 			 const float *grads, const uint64_t *offsets,
 			 et_pool mode, const struct et_update_params *up)
 {
+	struct workers *wk;
+	struct opscr *o;
 	struct table *t;
-	size_t m;
+	struct par p;
+	size_t m, nh = 0;
 	int ret;
 
 	ret = check_update_params(up);
@@ -246,29 +408,58 @@ static int update_common(et_store *s, int table, const uint64_t *ids, size_t n,
 	ret = dedup(s, ids, n, &m);
 	if (ret)
 		return ret;
-	ret = sbuf_reserve(&s->sc.o->acc, (n + m + 1) * sizeof(uint32_t));
+	o = s->sc.o;
+	wk = par_workers(s, m);
+	p = (struct par){.g = t->g,
+			 .o = o,
+			 .n = n,
+			 .m = m,
+			 .offsets = offsets,
+			 .mode = mode,
+			 .grads = grads,
+			 .up = up,
+			 .trow_dim = KERN_UPD_ROWS * t->g->dim};
+	ret = sbuf_reserve(&o->acc, (n + m + 1) * sizeof(uint32_t));
 	if (!ret)
 		ret = sbuf_reserve(&s->sc.trow,
-				   KERN_UPD_ROWS * t->g->dim * sizeof(float));
+				   par_threads(s) * p.trow_dim * sizeof(float));
 	if (ret)
 		return ret;
-	kern_group(s->sc.o->inv.p, n, m, offsets, s->sc.o->acc.p,
-		   (uint32_t *)s->sc.o->acc.p + n);
-	ret = op_prepare(s, t, ids, n, &m, true, false);
+	p.trow = s->sc.trow.p;
+	workers_begin(wk, 1, par_group, &p); /* meanwhile, the lookup */
+	ret = op_lookup(s, t, ids, n, &m, true);
+	workers_wait(wk);
 	if (ret)
 		return ret;
-	ret = admit_rows(t, s->sc.o);
+	/* admission drops rows after the placement: no side work then */
+	if (wk && o->sorted && o->nm < m && t->kp.admit_after <= 1)
+		side_ready(&p, &nh);
+	ret = resolve_fetch(s, o, 1);
+	if (ret)
+		op_end(s, (uint32_t)table, false);
+	else
+		ret = op_place(s, t, n);
+	o->side = NULL;
+	if (ret)
+		return ret;
+	ret = admit_rows(t, o);
 	if (ret) {
 		op_end(s, (uint32_t)table, false);
 		return ret;
 	}
-	kern_update(t->g, s->sc.o->ptrs.p, 0, m, s->sc.o->acc.p,
-		    (uint32_t *)s->sc.o->acc.p + n, grads, offsets, mode, up,
-		    s->sc.trow.p);
-	admit_undo(s->sc.o);
+	if (p.w.ran) { /* the hits are done: the misses */
+		p.j0 = nh;
+		p.j1 = m;
+	} else {
+		p.sel = NULL;
+		p.j0 = 0;
+		p.j1 = m;
+	}
+	workers_run(wk, par_items(p.j1 - p.j0, PAR_ROWS), par_update, &p);
+	admit_undo(o);
 	mark_dirty(s, t, m);
 	ret = op_end(s, (uint32_t)table, true);
-	s->sc.o->ndrop = 0;
+	o->ndrop = 0;
 	return ret;
 }
 

@@ -107,6 +107,9 @@ int tf_read_multi(struct tf_read *rd, size_t nrd);
 void tf_read_begin(struct tf_read *rd, size_t nrd);
 void tf_read_poll(struct tf_read *rd, size_t nrd);
 int tf_read_end(struct tf_read *rd, size_t nrd);
+/* Whether reads begun have nothing left that could fail: every row is
+ * the initializer's (no block or log record to read) and none failed. */
+bool tf_read_settled(const struct tf_read *rd, size_t nrd);
 int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 		      const void *src);
 /* tf_write_rows_raw of a file whose writes go to its row log

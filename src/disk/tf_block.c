@@ -733,6 +733,14 @@ int tf_read_end(struct tf_read *rd, size_t nrd)
 	return ret;
 }
 
+bool tf_read_settled(const struct tf_read *rd, size_t nrd)
+{
+	for (size_t k = 0; k < nrd; k++)
+		if (rd[k].result || rd[k].m || rd[k].nl)
+			return false;
+	return true;
+}
+
 int tf_read_multi(struct tf_read *rd, size_t nrd)
 {
 	tf_read_begin(rd, nrd);

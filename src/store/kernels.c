@@ -318,12 +318,11 @@ static void sq_sums(const float *gsum, size_t k, uint32_t dim, float *sum)
  * taking several together changes no value. gsum holds UPD_GROUP rows of
  * dim.
  */
-static KERN_CLONES void update_rows(const struct tf_geom *g, void *const *ptrs,
-				    size_t u0, size_t u1, const uint32_t *list,
-				    const uint32_t *start, const float *grads,
-				    const uint64_t *offsets, et_pool mode,
-				    const struct et_update_params *up,
-				    float *gsum)
+static KERN_CLONES void
+update_rows(const struct tf_geom *g, void *const *ptrs, const uint32_t *sel,
+	    size_t u0, size_t u1, const uint32_t *list, const uint32_t *start,
+	    const float *grads, const uint64_t *offsets, et_pool mode,
+	    const struct et_update_params *up, float *gsum)
 {
 	bool mean = offsets && mode == ET_POOL_MEAN;
 	float eps = up->eps ? up->eps : 1e-8f;
@@ -331,7 +330,7 @@ static KERN_CLONES void update_rows(const struct tf_geom *g, void *const *ptrs,
 	uint32_t dim = g->dim;
 	float w[256], sum[UPD_GROUP];
 
-	prefetch_first(ptrs, NULL, u0, u1, g->row_bytes, UPD_AHEAD);
+	prefetch_first(ptrs, sel, u0, u1, g->row_bytes, UPD_AHEAD);
 	for (size_t i0 = u0; i0 < u1; i0 += UPD_GROUP) {
 		size_t k = u1 - i0 < UPD_GROUP ? u1 - i0 : UPD_GROUP;
 
@@ -339,15 +338,16 @@ static KERN_CLONES void update_rows(const struct tf_geom *g, void *const *ptrs,
 			size_t i = i0 + r;
 
 			if (i + UPD_AHEAD < u1)
-				prefetch_bytes(ptrs[i + UPD_AHEAD],
+				prefetch_bytes(ptrs[sel ? sel[i + UPD_AHEAD]
+							: i + UPD_AHEAD],
 					       g->row_bytes);
-			grad_sum(i, list, start, grads, offsets, mean, dim,
-				 gsum + r * dim);
+			grad_sum(sel ? sel[i] : i, list, start, grads, offsets,
+				 mean, dim, gsum + r * dim);
 		}
 		if (g->optim == ET_OPT_ROWWISE_ADAGRAD)
 			sq_sums(gsum, k, dim, sum);
 		for (size_t r = 0; r < k; r++) {
-			char *row = ptrs[i0 + r];
+			char *row = ptrs[sel ? sel[i0 + r] : i0 + r];
 			const float *gr = gsum + r * dim;
 			float mul = lr;
 
@@ -380,6 +380,16 @@ void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 		 const float *grads, const uint64_t *offsets, et_pool mode,
 		 const struct et_update_params *up, float *gsum)
 {
-	update_rows(g, ptrs, u0, u1, list, start, grads, offsets, mode, up,
+	update_rows(g, ptrs, NULL, u0, u1, list, start, grads, offsets, mode,
+		    up, gsum);
+}
+
+void kern_update_sel(const struct tf_geom *g, void *const *ptrs,
+		     const uint32_t *sel, size_t j0, size_t j1,
+		     const uint32_t *list, const uint32_t *start,
+		     const float *grads, const uint64_t *offsets, et_pool mode,
+		     const struct et_update_params *up, float *gsum)
+{
+	update_rows(g, ptrs, sel, j0, j1, list, start, grads, offsets, mode, up,
 		    gsum);
 }

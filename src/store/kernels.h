@@ -37,5 +37,12 @@ void kern_update(const struct tf_geom *g, void *const *ptrs, size_t u0,
 		 size_t u1, const uint32_t *list, const uint32_t *start,
 		 const float *grads, const uint64_t *offsets, et_pool mode,
 		 const struct et_update_params *up, float *gsum);
+/* The same for unique rows sel[j0 .. j1) (each row's result the same
+ * bits as kern_update's). */
+void kern_update_sel(const struct tf_geom *g, void *const *ptrs,
+		     const uint32_t *sel, size_t j0, size_t j1,
+		     const uint32_t *list, const uint32_t *start,
+		     const float *grads, const uint64_t *offsets, et_pool mode,
+		     const struct et_update_params *up, float *gsum);
 
 #endif

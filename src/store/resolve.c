@@ -5,6 +5,7 @@
  * (op_begin, op_prepare, op_end). See state.h for the overview.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -307,6 +308,7 @@ static inline void place_ask(const struct cache *top, uint32_t t, uint64_t row)
 #define ORD_WB (1u << 31) /* a rank's flag: queued for write-back */
 
 size_t place_set_order_min = 4096;
+_Atomic size_t place_side_runs;
 
 static bool set_order_ok(const et_store *s, const struct cache *top, size_t nm)
 {
@@ -514,6 +516,18 @@ static void place_part_run(void *arg, size_t k, unsigned thread)
 	}
 }
 
+/* Item k of a placement with side work: a part, then the side's items. */
+static void place_or_side(void *arg, size_t k, unsigned thread)
+{
+	struct place_run *r = arg;
+	const struct side_work *w = r->o->side;
+
+	if (k < PLACE_PARTS)
+		place_part_run(arg, k, thread);
+	else
+		w->fn(w->arg, k - PLACE_PARTS, thread);
+}
+
 /*
  * place_slots for misses in set order (o->sorted: a DDR top tier, so
  * misses are all it places). The parts of the misses (o->cut: no set in
@@ -552,9 +566,18 @@ static int place_sorted(et_store *s, uint32_t t, struct tf_read *rd, size_t nrd)
 				.wbq = (uint32_t *)(tmp + nm * 12)};
 	/* A set's digests are read 16 at a time (cache_match): with fewer
 	 * ways a read spans the next set's, which may be another part's, so
-	 * the parts then run on this thread alone. */
-	workers_run(top->ways % 16 ? NULL : s->wk, PLACE_PARTS, place_part_run,
-		    r);
+	 * the parts then run on this thread alone. The operation's side
+	 * work runs beside them if nothing of the call can fail any more. */
+	if (o->side && o->side->n && s->wk && !(top->ways % 16) &&
+	    tf_read_settled(rd, nrd)) {
+		workers_run(s->wk, PLACE_PARTS + o->side->n, place_or_side, r);
+		o->side->ran = true;
+		atomic_fetch_add_explicit(&place_side_runs, 1,
+					  memory_order_relaxed);
+	} else {
+		workers_run(top->ways % 16 ? NULL : s->wk, PLACE_PARTS,
+			    place_part_run, r);
+	}
 	for (size_t k = 0; k < PLACE_PARTS; k++) {
 		const struct place_part *p = &r->part[k];
 		size_t lo = o->cut[k], hi = o->cut[k + 1];

@@ -7,6 +7,7 @@
 #ifndef ET_RESOLVE_H
 #define ET_RESOLVE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,6 +38,14 @@ int op_place(et_store *s, struct table *t, size_t n);
  * misses' sets, where that gives the result of batch order (resolve.c,
  * "Misses in set order"); 4096. Tests lower it, to compare the orders. */
 extern size_t place_set_order_min;
+/* How many placements in set order have run an operation's side work
+ * beside their parts (struct side_work), for the tests to see that they
+ * did; counted by every store of the process. */
+extern _Atomic size_t place_side_runs;
+/* A single-table call of at least this many inputs (unique rows for an
+ * update) runs its kernel on the store's threads (ops.c); 4096. Tests
+ * lower it. */
+extern size_t op_par_min;
 /* Records a memo in o if every unique row is in the top tier. */
 void memo_set(const et_store *s, struct opscr *o, uint32_t t, uint32_t pin);
 /* Ends an operation: op_bypass_done, then op_finish. */

@@ -58,11 +58,11 @@ int array_grow(void **p, uint32_t *cap, uint32_t n, size_t size)
 
 void opscr_free(struct opscr *o)
 {
-	struct sbuf *bufs[] = {&o->uniq,  &o->inv,	&o->last,   &o->ptrs,
-			       &o->kind,  &o->slots,	&o->mrows,  &o->midx,
-			       &o->mbuf,  &o->acc,	&o->bypass, &o->dids,
-			       &o->pfl,	  &o->draws,	&o->drop,   &o->dsave,
-			       &o->djunk, &o->wasdirty, &o->later,  &o->order};
+	struct sbuf *bufs[] = {
+	    &o->uniq,  &o->inv,	  &o->last, &o->ptrs,  &o->kind,   &o->slots,
+	    &o->mrows, &o->midx,  &o->mbuf, &o->acc,   &o->bypass, &o->dids,
+	    &o->pfl,   &o->draws, &o->drop, &o->dsave, &o->djunk,  &o->wasdirty,
+	    &o->later, &o->order, &o->sel};
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);

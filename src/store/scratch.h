@@ -134,6 +134,24 @@ struct opscr {
 	 * parts): part k is misses cut[k] to cut[k + 1] - 1 */
 	uint32_t cut[PLACE_PARTS + 1];
 	size_t nwb; /* misses queued for write-back (K_WB) */
+	/* work the operation hands to its placement in set order, to run
+	 * beside the parts (NULL: none); sel is its room (ops.c) */
+	struct side_work *side;
+	struct sbuf sel;
+};
+
+/*
+ * Work of an operation that may run on the store's threads beside a
+ * placement's parts (place_sorted), once nothing of the call can fail:
+ * no read in flight, every miss given by the initializer. fn runs items
+ * 0..n-1 (thread: which scratch); ran says whether it did. If it did not,
+ * the operation does the work itself after the placement.
+ */
+struct side_work {
+	void (*fn)(void *arg, size_t item, unsigned thread);
+	void *arg;
+	size_t n;
+	bool ran;
 };
 
 /* The store's scratches. */

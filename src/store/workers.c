@@ -9,7 +9,9 @@
  * takes items too and then waits only for the items taken by others that
  * are still running, never for a thread that has not woken up yet: on a
  * busy machine a sleeping thread may not run for a whole time slice.
- * Between runs the threads sleep on a condition variable.
+ * Between runs the threads sleep on a condition variable. A run begun
+ * (workers_begin) goes on in the pool while the caller does something
+ * else; workers_wait has the caller take what is left and wait.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -33,6 +35,7 @@ struct workers {
 	pthread_cond_t done; /* the run's last item finished */
 	struct run run;	     /* the current run, under the lock */
 	bool stop;
+	bool pending; /* a run begun and not yet waited for (the caller's) */
 	_Atomic uint64_t ticket; /* gen << 32 | next item */
 	atomic_size_t finished;	 /* items of the run finished */
 	pthread_t tid[WORKERS_MAX];
@@ -93,6 +96,7 @@ void workers_stop(struct workers *w)
 {
 	if (!w)
 		return;
+	workers_wait(w);
 	pthread_mutex_lock(&w->lock);
 	w->stop = true;
 	pthread_cond_broadcast(&w->wake);
@@ -140,11 +144,12 @@ int workers_start(unsigned n, struct workers **out)
 	return 0;
 }
 
-void workers_run(struct workers *w, size_t n, work_fn fn, void *arg)
+void workers_begin(struct workers *w, size_t n, work_fn fn, void *arg)
 {
 	struct run r;
 
-	if (!w || n < 2 || n > UINT32_MAX) {
+	workers_wait(w);
+	if (!w || n < 1 || n > UINT32_MAX) {
 		for (size_t i = 0; i < n; i++)
 			fn(arg, i, 0);
 		return;
@@ -152,13 +157,36 @@ void workers_run(struct workers *w, size_t n, work_fn fn, void *arg)
 	pthread_mutex_lock(&w->lock);
 	r = (struct run){w->run.gen + 1 ? w->run.gen + 1 : 1, fn, arg, n};
 	w->run = r;
+	w->pending = true;
 	atomic_store(&w->finished, 0);
 	atomic_store(&w->ticket, (uint64_t)r.gen << 32);
 	pthread_cond_broadcast(&w->wake);
 	pthread_mutex_unlock(&w->lock);
+}
+
+void workers_wait(struct workers *w)
+{
+	struct run r;
+
+	if (!w || !w->pending)
+		return;
+	r = w->run; /* the caller's own: only it changes the run */
+	w->pending = false;
 	take(w, &r, 0);
 	pthread_mutex_lock(&w->lock);
-	while (atomic_load(&w->finished) < n)
+	while (atomic_load(&w->finished) < r.items)
 		pthread_cond_wait(&w->done, &w->lock);
 	pthread_mutex_unlock(&w->lock);
+}
+
+void workers_run(struct workers *w, size_t n, work_fn fn, void *arg)
+{
+	if (!w || n < 2 || n > UINT32_MAX) {
+		workers_wait(w);
+		for (size_t i = 0; i < n; i++)
+			fn(arg, i, 0);
+		return;
+	}
+	workers_begin(w, n, fn, arg);
+	workers_wait(w);
 }
