@@ -17,10 +17,10 @@
  * way pinned (rows bypass the cache), meet rows queued for write-back
  * (after a prefetch, dirty victims wait there for the next one) and
  * victims that are dirty; a row-indexed and a keyed table share one size
- * class. Operations: update (SGD), pooled update (mean), gather,
- * pooled multi-table update and gather, write_rows, erase of keyed ids,
- * flush, checkpoint, prefetches in between, and a close and reopen of
- * both stores. With threads 2 and 16 ways, the set order's parts are
+ * class. Operations: update (SGD), pooled update (mean), gather, pooled
+ * gather (bags of 1 to 8), pooled multi-table update and gather,
+ * write_rows, erase of keyed ids, flush, checkpoint, prefetches in
+ * between, and a close and reopen of both stores. With threads 2 and 16 ways, the set order's parts are
  * placed on two threads at once (against one thread in batch order);
  * run under TSan in CI.
  *
@@ -173,7 +173,7 @@ static void run_pair(struct et_store_config c0, struct et_store_config c1,
 	uint64_t *ids = tu_calloc(MAXN, sizeof(*ids));
 	uint64_t *ids2 = tu_calloc(MAXN, sizeof(*ids2));
 	uint64_t *ids3 = tu_calloc(MAXN, sizeof(*ids3));
-	uint64_t off[2][MAXN / 4 + 1];
+	uint64_t off[2][MAXN + 1];
 	float *g = tu_calloc((size_t)MAXN * DIM, sizeof(float));
 	float *out[2];
 	struct tu_rng r;
@@ -185,7 +185,7 @@ static void run_pair(struct et_store_config c0, struct et_store_config c1,
 	tu_rng_seed(&r, seed);
 	open_pair(&p, true);
 	for (int round = 0; round < ROUNDS; round++) {
-		int op = (int)tu_rng_below(&r, 9),
+		int op = (int)tu_rng_below(&r, 10),
 		    kd = (int)tu_rng_below(&r, 2);
 		size_t n = 256 + (size_t)tu_rng_below(&r, MAXN - 256);
 		const char *name = "";
@@ -282,10 +282,25 @@ static void run_pair(struct et_store_config c0, struct et_store_config c1,
 						    &erased[i])
 					 : et_flush(p.s[i]);
 				break;
-			default:
+			case 8:
 				name = "checkpoint";
 				ret = et_checkpoint(p.s[i], NULL, 0);
 				break;
+			default: { /* bags of 1 to 8 ids, their sum */
+				size_t nb = 0;
+
+				name = "gather_pooled";
+				off[0][0] = 0;
+				while (off[0][nb] < n) {
+					uint64_t next = off[0][nb] + 1 +
+							(nb * 7 + round) % 8;
+
+					off[0][++nb] = next < n ? next : n;
+				}
+				ret = et_gather_pooled(p.s[i], t, ids, off[0],
+						       nb, ET_POOL_SUM, out[i]);
+				break;
+			}
 			}
 			if (ret)
 				fail_msg("round %d (%s): %s", round, name,
