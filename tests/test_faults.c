@@ -26,7 +26,8 @@
  * sees the last commit); otherwise rows are compared through the store.
  *
  * Sites: a read of logged rows by a gather or an update (-EIO, not
- * sticky); a short read (ET_ESHORTIO); the cleaner's read of a segment
+ * sticky), and by a large update on two threads, whose rows already
+ * cached stay as they were (test_read_error_large_update); a short read (ET_ESHORTIO); the cleaner's read of a segment
  * during a flush's append (-EIO, short: the flush fails, the retry cleans);
  * the write of buffered write-backs at the next flush (-EIO, -ENOSPC,
  * short: ET_EFAILED from then on until et_flush succeeds); a full window
@@ -74,6 +75,7 @@
 #include "commit.h"
 #include "io.h"
 #include "mem_host.h"
+#include "resolve.h"
 #include "rowlog.h"
 #include "util.h"
 
@@ -572,6 +574,111 @@ static void test_read_error_gather(void **state)
 			both_gather(p, t, ids, 8);
 		}
 	}
+	pair_finish(p);
+}
+
+/*
+ * A large update on two threads, whose misses are placed in set order
+ * while its hits may be updated beside the placement (ops.c): with some
+ * misses in the row log, a failed read must leave every row as it was,
+ * hits included (the hits are updated beside the placement only when no
+ * read is in flight). Table 0, 16 ways, room for 2048 rows; 7000 ids of
+ * one call: 1000 just written (hits), 5000 written long before (in the
+ * log), 1000 never written. The read fails at the first and the third
+ * read; then the call succeeds on both stores. Last, a call of hits and
+ * never-written rows alone must run the side work (and agree).
+ */
+#define LARGE 7000
+
+static int large_update(struct pair *p, int w, const uint64_t *ids,
+			uint32_t salt)
+{
+	float *g = malloc((size_t)LARGE * DIM * sizeof(float));
+	int ret;
+
+	assert_non_null(g);
+	for (size_t j = 0; j < (size_t)LARGE * DIM; j++)
+		g[j] = (float)((int)((j * 7 + salt * 13) % 17) - 8) / 64.0f;
+	ret = et_update(p->s[w], p->t[w][0], ids, LARGE, g, &uparams[0]);
+	free(g);
+	return ret;
+}
+
+static void large_same(struct pair *p, const uint64_t *ids)
+{
+	float *a = malloc((size_t)LARGE * DIM * sizeof(float));
+	float *b = malloc((size_t)LARGE * DIM * sizeof(float));
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(et_gather(p->s[TS], p->t[TS][0], ids, LARGE, a), 0);
+	assert_int_equal(et_gather(p->s[RF], p->t[RF][0], ids, LARGE, b), 0);
+	assert_memory_equal(a, b, (size_t)LARGE * DIM * sizeof(float));
+	free(a);
+	free(b);
+}
+
+static void test_read_error_large_update(void **state)
+{
+	struct et_store_config c = {.ways = 16,
+				    .slot_bytes = SLOT,
+				    .ddr_bytes =
+					2048 * (SLOT + ET_SLOT_META_BYTES),
+				    .threads = 2};
+	struct pair *p = pair_new(*state, c);
+	uint64_t *ids = malloc(LARGE * sizeof(*ids)), w[64];
+	size_t side0;
+
+	assert_non_null(ids);
+	/* rows 0 .. 11999 written (the older ones pushed to the log),
+	 * the last written are 11000 .. 11999 */
+	for (uint64_t r0 = 0; r0 < 12000; r0 += 64) {
+		size_t n = 12000 - r0 < 64 ? 12000 - r0 : 64;
+
+		for (size_t j = 0; j < n; j++)
+			w[j] = r0 + j;
+		both_write(p, 0, w, n, (uint32_t)r0);
+	}
+	for (size_t j = 0; j < LARGE; j++)
+		ids[j] = j < 1000   ? 11000 + j
+			 : j < 6000 ? (j - 1000) * 2
+				    : 12000 + (j - 6000) * 3;
+	/* all in the log's file, then the first 1000 back in DDR */
+	assert_int_equal(et_flush(p->s[TS]), 0);
+	for (int k = 0; k < 2; k++) {
+		float out[64 * DIM];
+
+		reopen(p, TS);
+		for (size_t j = 0; j < 1000; j += 50)
+			assert_int_equal(gather(p, TS, 0, ids + j, 50, out), 0);
+		side0 = place_side_runs;
+		io_fault_set(IO_READ, k ? 3 : 1, EIO, 0);
+		assert_int_equal(large_update(p, TS, ids, 60 + (uint32_t)k),
+				 -EIO);
+		assert_true(io_fault_fired());
+		io_fault_clear();
+		assert_int_equal(place_side_runs, side0);
+		large_same(p, ids);
+	}
+	assert_int_equal(large_update(p, TS, ids, 70), 0);
+	assert_int_equal(large_update(p, RF, ids, 70), 0);
+	large_same(p, ids);
+	/* hits and never-written rows: no read, the side work runs */
+	for (size_t j = 0; j < LARGE; j++)
+		ids[j] = j < 1000   ? 11000 + j
+			 : j < 6000 ? 15000 + (j - 1000)
+				    : 12001 + (j - 6000) * 3;
+	for (size_t j = 0; j < 1000; j += 50) {
+		float out[64 * DIM];
+
+		assert_int_equal(gather(p, TS, 0, ids + j, 50, out), 0);
+	}
+	side0 = place_side_runs;
+	assert_int_equal(large_update(p, TS, ids, 80), 0);
+	assert_int_equal(large_update(p, RF, ids, 80), 0);
+	assert_true(place_side_runs > side0);
+	large_same(p, ids);
+	free(ids);
 	pair_finish(p);
 }
 
@@ -1534,6 +1641,7 @@ int main(void)
 	    T(test_read_error_gather),
 	    T(test_short_read),
 	    T(test_read_error_multi),
+	    T(test_read_error_large_update),
 	    T(test_merged_read_faults),
 	    T(test_cleaner_read_error),
 	    T(test_cleaner_short_read),
