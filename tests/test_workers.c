@@ -1,6 +1,5 @@
 /*
- * test_workers.c - the thread pool of the multi-table calls
- * (src/store/workers.h):
+ * test_workers.c - the store's thread pool (src/store/workers.h):
  *
  *   - workers_start refuses fewer than 2 or more than WORKERS_MAX threads;
  *     workers_stop(NULL) is harmless;
@@ -10,7 +9,11 @@
  *   - many runs back to back on one pool (a late thread must take nothing
  *     of the next run), each complete when workers_run returns;
  *   - a computation whose items depend on the item alone gives the same
- *     bytes whatever the thread count.
+ *     bytes whatever the thread count;
+ *   - a run begun (workers_begin) is complete, each item once, when
+ *     workers_wait returns, the caller having worked meanwhile; a second
+ *     begin, a workers_run or a workers_stop waits for it first; with no
+ *     pool, workers_begin runs the items at once.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -189,6 +192,83 @@ static void test_same_result_any_threads(void **state)
 	free(first);
 }
 
+/* A run that counts into t and, at each item, checks that the run begun
+ * before it (other_runs, other_n items) had finished: early counts the
+ * items that found it not yet done. */
+struct begun {
+	struct tally t;
+	_Atomic uint32_t *other_runs; /* the run begun before, or NULL */
+	size_t other_n;
+	_Atomic uint32_t early; /* items that ran before the other was done */
+};
+
+static void begun_item(void *arg, size_t item, unsigned thread)
+{
+	struct begun *b = arg;
+
+	for (size_t i = 0; b->other_runs && i < b->other_n; i++)
+		if (atomic_load(&b->other_runs[i]) != 1) {
+			atomic_fetch_add(&b->early, 1);
+			break;
+		}
+	count_item(&b->t, item, thread);
+}
+
+static void test_begin_wait(void **state)
+{
+	enum { N = 3000 };
+	struct begun a, b;
+
+	(void)state;
+	for (unsigned n = 1; n <= 4; n++) {
+		struct workers *w = pool(n);
+
+		memset(&a, 0, sizeof(a));
+		memset(&b, 0, sizeof(b));
+		a.t.runs = tu_calloc(N, sizeof(*a.t.runs));
+		b.t.runs = tu_calloc(N, sizeof(*b.t.runs));
+		a.t.nthreads = b.t.nthreads = n;
+		b.other_runs = a.t.runs;
+		b.other_n = N;
+		/* one item alone goes to the pool; the caller works on */
+		workers_begin(w, 1, count_item, &a.t);
+		workers_wait(w);
+		assert_int_equal(atomic_load(&a.t.runs[0]), 1);
+		atomic_store(&a.t.runs[0], 0);
+		/* a begun run, then another begun: the second's items all
+		 * see the first one finished */
+		workers_begin(w, N, count_item, &a.t);
+		workers_begin(w, N, begun_item, &b);
+		workers_wait(w);
+		workers_wait(w); /* nothing pending: harmless */
+		for (size_t i = 0; i < N; i++) {
+			assert_int_equal(atomic_load(&a.t.runs[i]), 1);
+			assert_int_equal(atomic_load(&b.t.runs[i]), 1);
+		}
+		assert_int_equal(atomic_load(&b.early), 0);
+		assert_int_equal(atomic_load(&a.t.bad_thread), 0);
+		assert_int_equal(atomic_load(&b.t.bad_thread), 0);
+		/* a begun run, then workers_run and workers_stop */
+		for (size_t i = 0; i < N; i++) {
+			atomic_store(&a.t.runs[i], 0);
+			atomic_store(&b.t.runs[i], 0);
+		}
+		workers_begin(w, N, count_item, &a.t);
+		workers_run(w, N, begun_item, &b);
+		for (size_t i = 0; i < N; i++)
+			assert_int_equal(atomic_load(&b.t.runs[i]), 1);
+		assert_int_equal(atomic_load(&b.early), 0);
+		for (size_t i = 0; i < N; i++)
+			atomic_store(&a.t.runs[i], 0);
+		workers_begin(w, N, count_item, &a.t);
+		workers_stop(w);
+		for (size_t i = 0; i < N; i++)
+			assert_int_equal(atomic_load(&a.t.runs[i]), 1);
+		free((void *)a.t.runs);
+		free((void *)b.t.runs);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -196,6 +276,7 @@ int main(void)
 	    cmocka_unit_test(test_each_item_once),
 	    cmocka_unit_test(test_back_to_back),
 	    cmocka_unit_test(test_same_result_any_threads),
+	    cmocka_unit_test(test_begin_wait),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
