@@ -38,6 +38,15 @@ static void fmt_ratio(char *buf, size_t len, double r)
 		snprintf(buf, len, "%.4f", r);
 }
 
+/* Adds the store's clocks of b - a to *t. */
+void store_time_add(struct store_time *t, const struct et_stats *a,
+		    const struct et_stats *b)
+{
+	t->op += (double)(b->op_ns - a->op_ns) / 1e9;
+	t->miss += (double)(b->miss_wait_ns - a->miss_wait_ns) / 1e9;
+	t->wb += (double)(b->writeback_ns - a->writeback_ns) / 1e9;
+}
+
 /*
  * Splits stall, the time steps spent in the store's calls, by the store's
  * clocks b - a less those of the evaluations in between (ev): miss wait,

@@ -60,15 +60,6 @@ static void bags_in(struct trainer *tr, int lo, int n)
 			       d * sizeof(float));
 }
 
-/* Adds the store's clocks of b - a to *t. */
-void store_time_add(struct store_time *t, const struct et_stats *a,
-		    const struct et_stats *b)
-{
-	t->op += (double)(b->op_ns - a->op_ns) / 1e9;
-	t->miss += (double)(b->miss_wait_ns - a->miss_wait_ns) / 1e9;
-	t->wb += (double)(b->writeback_ns - a->writeback_ns) / 1e9;
-}
-
 static int evaluate_batches(struct trainer *tr);
 
 /* The held-out score, with the store's time in it kept apart from the

@@ -185,14 +185,15 @@ int reshard_check(void *arg, void *const *dense, const size_t *len, int nold,
 
 /* step.c */
 
-void store_time_add(struct store_time *t, const struct et_stats *a,
-		    const struct et_stats *b);
 int evaluate(struct trainer *tr);
 int next_batch(struct trainer *tr, struct batch *b);
 int train_step(struct trainer *tr);
 
 /* report.c */
 
+/* Adds the store's clocks of b - a to *t. */
+void store_time_add(struct store_time *t, const struct et_stats *a,
+		    const struct et_stats *b);
 int log_line(struct trainer *tr);
 void eval_line(struct trainer *tr);
 void delta_line(struct trainer *tr, uint64_t step, const char *path,
