@@ -715,8 +715,7 @@ static int multi_prepare(et_store *s, const struct et_table_batch *b, size_t nt,
 	}
 	*trow_dim *= KERN_UPD_ROWS; /* an update's rows taken together */
 	ret = sbuf_reserve(&s->sc.trow,
-			   (s->cfg.threads > 1 ? s->cfg.threads : 1) *
-			       *trow_dim * sizeof(float));
+			   par_threads(s) * *trow_dim * sizeof(float));
 	if (ret)
 		op_finish(s, 0);
 out:
