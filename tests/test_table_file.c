@@ -481,6 +481,92 @@ static void test_duplicates_and_shared_blocks(void **state)
 	model_free(&m);
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Batches of hundreds of rows, sorted by block before they are read or
+ * written: rows far apart (block numbers differing in three bytes, so
+ * every pass of the sort counts), repeated within a batch (the last copy
+ * of a row wins), read back in other orders with rows never written
+ * among them, before and after a reopen. */
+static void test_large_batches(void **state)
+{
+	struct tfx *f = *state;
+	enum { K = 1500, W = 700, R = 1100, DIM = 4 };
+	struct et_table_params p = {
+	    .rows = 1ULL << 26, .dim = DIM, .init = ET_INIT_UNIFORM, .seed = 5};
+	struct et_table_info in;
+	uint64_t *set = tu_calloc(K, sizeof(uint64_t));
+	float *want = tu_calloc((size_t)K * DIM, sizeof(float));
+	uint64_t rows[R];
+	size_t pick[R];
+	float v[R * DIM], out[R * DIM];
+	uint64_t blk[R], nb;
+	struct tf_stats s0, s1;
+	struct tu_rng r;
+
+	mk(f, &p);
+	in = info_of(f->tf);
+	assert_true(in.blocks > (1u << 16));
+	tu_rng_seed(&r, 41);
+	/* K distinct rows: a cluster at the start, the rest anywhere */
+	for (size_t k = 0; k < K; k++) {
+		bool again;
+
+		do {
+			set[k] = k < 100
+				     ? tu_rng_below(&r, 4 * in.rows_per_block)
+				     : tu_rng_below(&r, p.rows);
+			again = false;
+			for (size_t j = 0; j < k && !again; j++)
+				again = set[j] == set[k];
+		} while (again);
+		init_row(&in, set[k], want + k * DIM);
+	}
+	for (int round = 0; round < 6; round++) {
+		/* a write of W rows of the first 2K/3, many twice or more */
+		for (size_t i = 0; i < W; i++) {
+			pick[i] = tu_rng_below(&r, 2 * K / 3);
+			rows[i] = set[pick[i]];
+		}
+		fill_random(&r, v, W * DIM);
+		assert_err(et_tfile_write_rows(f->tf, rows, W, v, NULL), 0);
+		for (size_t i = 0; i < W; i++)
+			memcpy(want + pick[i] * DIM, v + i * DIM,
+			       DIM * sizeof(float));
+		if (round == 4)
+			reopen(f, 0);
+		/* a read of R rows of all K, some twice */
+		for (size_t i = 0; i < R; i++) {
+			pick[i] = tu_rng_below(&r, K);
+			rows[i] = set[pick[i]];
+		}
+		tf_get_stats(f->tf, &s0);
+		assert_err(et_tfile_read_rows(f->tf, rows, R, out, NULL), 0);
+		tf_get_stats(f->tf, &s1);
+		for (size_t i = 0; i < R; i++)
+			expect_bits(out + i * DIM, want + pick[i] * DIM, DIM,
+				    "large batch", rows[i]);
+		/* each written block read once: the batch was in block
+		 * order */
+		for (size_t i = 0; i < R; i++)
+			blk[i] = tf_row_materialized(f->tf, rows[i])
+				     ? rows[i] / in.rows_per_block
+				     : UINT64_MAX;
+		qsort(blk, R, sizeof(*blk), cmp_u64);
+		nb = 0;
+		for (size_t i = 0; i < R && blk[i] != UINT64_MAX; i++)
+			nb += i == 0 || blk[i] != blk[i - 1];
+		assert_int_equal(s1.blocks_read - s0.blocks_read, nb);
+	}
+	free(set);
+	free(want);
+}
+
 /* Bulk path: ranges with partial blocks at both ends, ranges of more than
  * 8 MiB (more than the bulk writer's buffers hold at once), one ending at
  * the last (partial) block. */
@@ -2070,6 +2156,7 @@ int main(void)
 	    T(test_roundtrip_types),
 	    T(test_roundtrip_special_values),
 	    T(test_duplicates_and_shared_blocks),
+	    T(test_large_batches),
 	    T(test_write_range),
 	    T(test_write_range_state),
 	    T(test_lazy_rows),
