@@ -1399,6 +1399,77 @@ static void test_fault_read_under_prefetch(void **state)
 }
 
 /*
+ * Misses read from a table's blocks go straight from the read's stage into
+ * the slots placed for them. Batches of 600 rows (duplicates, rows on disk,
+ * rows never written, rows changed since and so read from the row log)
+ * through caches smaller than one batch: gathered, updated, a read failing
+ * halfway through a batch (rows already put in their slots must not stay
+ * there), checkpointed, and gathered again after a reopen, bit for bit.
+ */
+static void prebuilt_reads(struct fx *f, bool hbm)
+{
+	struct et_store_config c = ddr_only(512, 16, ET_POLICY_LRU);
+	const uint64_t span = 60000; /* the last 10000 never written */
+	/* a ring of 8: a stage of 32 blocks in segments of 4, so that a
+	 * batch's blocks go through many segments */
+	uint64_t ids[600], all[3000], nread = 0;
+	struct et_stats s0, s1;
+	float *out = scratch(600 * HDIM, sizeof(float));
+	struct ht h;
+
+	c.io_depth = 8;
+	if (hbm) {
+		c.hbm_bytes = tier_bytes(HDIM * 4, 256);
+		c.ways = 16;
+	}
+	ht_init(&h, f, &c, 50000);
+	s0 = stats_of(h.s, h.t);
+	for (uint64_t round = 0; round < 8; round++) {
+		/* 7919 is prime to span: 598 distinct rows, then two again */
+		for (uint64_t j = 0; j < 598; j++)
+			ids[j] = (j * 7919 + round * 131) % span;
+		ids[598] = ids[0];
+		ids[599] = ids[1];
+		ht_check(&h, ids, 600);
+		if (round % 2 == 0)
+			assert_int_equal(ht_update(&h, ids, 300, 0.5f), 0);
+		if (round == 3) {
+			/* the 12th read fails: the rows of the segments
+			 * before it are in their slots already */
+			for (uint64_t j = 0; j < 598; j++)
+				ids[j] = (j * 7919 + 77) % span;
+			io_fault_set(IO_READ, 12, EIO, 0);
+			assert_int_equal(et_gather(h.s, h.t, ids, 598, out),
+					 -EIO);
+			io_fault_clear();
+			ht_check(&h, ids, 598);
+		}
+		if (round == 5) {
+			assert_int_equal(et_checkpoint(h.s, NULL, 0), 0);
+			s1 = stats_of(h.s, h.t);
+			nread = s1.nvme_rows_read - s0.nvme_rows_read;
+			ht_reopen(&h);
+			s0 = stats_of(h.s, h.t);
+		}
+	}
+	s1 = stats_of(h.s, h.t);
+	nread += s1.nvme_rows_read - s0.nvme_rows_read;
+	assert_true(nread > 2000);
+	for (uint64_t k = 0; k < span; k += 3000) {
+		for (uint64_t j = 0; j < 3000; j++)
+			all[j] = (k + j * 1009) % span;
+		ht_check(&h, all, 3000);
+	}
+	fx_close(f, h.si);
+}
+
+static void test_prebuilt_reads(void **state)
+{
+	prebuilt_reads(*state, false);
+	prebuilt_reads(*state, true);
+}
+
+/*
  * A write fault under a prefetch whose victims are dirty. A one-set, 8-way
  * DDR holds 8 dirty rows; a prefetch of 8 rows never written places them at
  * once and hands the 8 victims to the I/O thread, whose first write fails.
@@ -2279,6 +2350,7 @@ int main(void)
 	    T(test_hazard_close_in_flight),
 	    T(test_hazard_other_calls_in_flight),
 	    T(test_fault_read_under_prefetch),
+	    T(test_prebuilt_reads),
 	    T(test_fault_write_under_prefetch),
 	    T(test_fault_write_same_block_as_read),
 	    T(test_memo_after_moves),

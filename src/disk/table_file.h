@@ -74,6 +74,11 @@ struct tf_read {
 	 * not filled in dst but marked 1 here (the others 0), for the
 	 * caller to fill where they go (tf_init_row_raw) */
 	uint8_t *init;
+	/* optional, n pointers, set by the caller before tf_read_end: row i
+	 * read from its block goes to to[i] instead of dst if to[i] is not
+	 * NULL, and to[i] is then set to NULL. Rows the initializer or the
+	 * row log gives still go to dst (their to[i] stays). */
+	void **to;
 	int result;
 	/* private to tf_block.c */
 	struct ent *e;	/* rows read from blocks, sorted by block */

@@ -482,21 +482,29 @@ static bool read_needed(et_tfile *tf, const struct ent *e, size_t n, uint64_t b)
 }
 
 /* Copies the rows of e[0..n) out of the nb blocks staged from slot base
- * (the chunk of e that was read there) to their places in dst. */
+ * (the chunk of e that was read there) to their places: to[idx] where
+ * the caller gave one (taken), else in dst. */
 static void read_copy(et_tfile *tf, const struct ent *e, size_t n,
-		      uint32_t base, void *dst)
+		      uint32_t base, void *dst, void **to)
 {
 	const uint64_t *blocks = tf->stage_blk + base;
 	const char *stage = tf->stage + (size_t)base * tf->g.block_size;
 	uint32_t s = 0;
 
 	for (size_t i = 0; i < n; i++) {
+		const char *src;
+		char *d;
+
 		while (blocks[s] != e[i].block)
 			s++;
-		memcpy((char *)dst + (size_t)e[i].idx * tf->g.row_bytes,
-		       stage + (size_t)s * tf->g.block_size +
-			   (size_t)e[i].slot * tf->g.row_bytes,
-		       tf->g.row_bytes);
+		src = stage + (size_t)s * tf->g.block_size +
+		      (size_t)e[i].slot * tf->g.row_bytes;
+		d = (char *)dst + (size_t)e[i].idx * tf->g.row_bytes;
+		if (to && to[e[i].idx]) {
+			d = to[e[i].idx];
+			to[e[i].idx] = NULL;
+		}
+		memcpy(d, src, tf->g.row_bytes);
 	}
 }
 
@@ -706,7 +714,8 @@ static void rd_step(struct tf_read *rd)
 
 		ret = seg_wait_check(rd, base, h->nr);
 		if (!ret && !rd->result)
-			read_copy(tf, rd->e + h->i, h->j - h->i, base, rd->dst);
+			read_copy(tf, rd->e + h->i, h->j - h->i, base, rd->dst,
+				  rd->to);
 		if (ret && !rd->result)
 			rd->result = ret;
 		h->busy = false;

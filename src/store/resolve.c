@@ -118,6 +118,37 @@ static bool has_wb_miss(const struct opscr *o)
 }
 
 /*
+ * The reads of the misses that resolve_fetch placed go straight into
+ * their slots (one copy of each row, not two): every table whose misses
+ * are all read (none from the write-back queue) in batch order. Called
+ * with the reads in flight; nothing has been copied out of the stage
+ * yet. rd: the tables' reads, in the order resolve_fetch made them.
+ */
+static void deliver_direct(struct opscr *os, size_t nt, struct tf_read *rd)
+{
+	for (size_t k = 0, r = 0; k < nt; k++) {
+		struct opscr *o = &os[k];
+		const uint32_t *later = o->later.p;
+		const uint32_t *midx = o->midx.p;
+		void *const *ptrs = o->ptrs.p;
+		void **to;
+
+		if (!o->nm || o->nm == o->nwb)
+			continue; /* nothing read: no tf_read */
+		r++;
+		if (!o->placed || o->place_ret || o->nwb || o->sorted ||
+		    sbuf_reserve(&o->to, o->nm * sizeof(void *)))
+			continue;
+		to = o->to.p;
+		memset(to, 0, o->nm * sizeof(void *));
+		for (size_t i = 0; i < o->nlater; i++)
+			to[later[i]] = ptrs[midx[later[i]]];
+		rd[r - 1].to = to;
+		o->direct = true;
+	}
+}
+
+/*
  * Step 2 of resolve, for the parts of nt tables at once (os[k]: table
  * os[k].t, its os[k].nm misses listed): brings each part's misses into its
  * mbuf, in miss order. Rows queued for write-back are copied from the
@@ -202,6 +233,7 @@ int resolve_fetch(et_store *s, struct opscr *os, size_t nt)
 	}
 	scratch_use(s, cur);
 	pw = now_ns() - pw;
+	deliver_direct(os, nt, rd);
 	ret = nrd ? tf_read_end(rd, nrd) : 0;
 	s->tm.miss_ns += now_ns() - w0 - pw;
 	if (ret)
@@ -715,6 +747,15 @@ static void place_copy(et_store *s, uint32_t rb)
 		}
 		return;
 	}
+	if (o->direct) { /* only what the read left: rows not from blocks */
+		void *const *to = o->to.p;
+
+		for (size_t i = 0; i < n; i++)
+			if (to[later[i]])
+				memcpy(to[later[i]],
+				       mbuf + (size_t)later[i] * rb, rb);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (i + COPY_AHEAD < n) {
 			const char *d = ptrs[midx[later[i + COPY_AHEAD]]];
@@ -747,6 +788,7 @@ static void place_undo(et_store *s, struct opscr *o)
 	}
 	o->nlater = 0;
 	o->placed = false;
+	o->direct = false;
 }
 
 /* ----------------------------------------------------------------- memo */
@@ -874,6 +916,7 @@ static int resolve_begin(et_store *s, uint32_t t, size_t m)
 		return ret;
 	s->sc.o->nbypass = 0;
 	s->sc.o->placed = false;
+	s->sc.o->direct = false;
 	s->sc.o->sorted = false;
 	s->sc.o->init_later = false;
 	s->sc.o->t = t;

@@ -62,7 +62,7 @@ void opscr_free(struct opscr *o)
 	    &o->uniq,  &o->inv,	  &o->last, &o->ptrs,  &o->kind,   &o->slots,
 	    &o->mrows, &o->midx,  &o->mbuf, &o->acc,   &o->bypass, &o->dids,
 	    &o->pfl,   &o->draws, &o->drop, &o->dsave, &o->djunk,  &o->wasdirty,
-	    &o->later, &o->order, &o->sel};
+	    &o->later, &o->order, &o->sel,  &o->to};
 
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		sbuf_free(bufs[i]);

@@ -121,6 +121,11 @@ struct opscr {
 	uint64_t conflicts0;
 	struct sbuf later;
 	size_t nlater;
+	/* direct: the read put the bytes of the misses placed straight into
+	 * their slots (to, a pointer per miss, as tf_read.to: those it has
+	 * not put there stay set, for op_place to copy from mbuf) */
+	bool direct;
+	struct sbuf to;
 	/* sorted: the misses (mrows, midx) are in the order of their sets in
 	 * the top tier, not in batch order (resolve_sort); order holds, per
 	 * miss, where placing put it (u64 slot), its rank in batch order (u32,
