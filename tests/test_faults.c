@@ -77,6 +77,7 @@
 #include "mem_host.h"
 #include "resolve.h"
 #include "rowlog.h"
+#include "state.h"
 #include "util.h"
 
 #define NT     2
@@ -1596,6 +1597,9 @@ static void test_alloc_failure(void **state)
 				continue;
 			}
 			assert_true(ret == -ENOMEM || ret == ET_EFAILED);
+			/* no read of the failed call left in flight (its
+			 * stage is the next call's) */
+			assert_int_equal(io_pending(p->s[TS]->io), 0);
 			failed++;
 			ret = et_flush(p->s[TS]);
 			if (ret == 0)
