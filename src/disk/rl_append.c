@@ -446,9 +446,10 @@ int append_rows(struct rowlog *l, io_ctx *io, const uint64_t *rows, size_t n,
 				       * it would write zeros over records */
 	}
 	for (size_t i = 0; i < n && !ret; i++) {
-		/* the index slots of rows a few ahead: random memory */
+		/* the index slots of rows a few ahead, and the filter's
+		 * words (a new row sets bits in one): random memory */
 		if (i + 8 < n)
-			rli_prefetch_val(&l->ix, rows[i + 8]);
+			rli_prefetch_ins(&l->ix, rows[i + 8]);
 		/* and the rows themselves (cache slots, all over the tier):
 		 * the record's checksum is the first to read them */
 		if (i + 4 < n) {

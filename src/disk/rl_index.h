@@ -137,7 +137,7 @@ rli_prefetch_probe(const struct rl_index *x, uint64_t row)
 }
 
 /* The same, and the line of its value, for a lookup that reads or sets
- * it. */
+ * it. (rli_prefetch_ins: and the filter's word, for an insert.) */
 static inline __attribute__((always_inline)) void
 rli_prefetch_val(const struct rl_index *x, uint64_t row)
 {
@@ -147,6 +147,14 @@ rli_prefetch_val(const struct rl_index *x, uint64_t row)
 		__builtin_prefetch(&x->keys[h]);
 		__builtin_prefetch(&x->vals[h], 1);
 	}
+}
+
+static inline __attribute__((always_inline)) void
+rli_prefetch_ins(const struct rl_index *x, uint64_t row)
+{
+	rli_prefetch_val(x, row);
+	if (x->bf_words)
+		__builtin_prefetch(&x->bf[rli_fword(x, rli_fhash(row))], 1);
 }
 
 /* The slot of row, or -1. */

@@ -742,7 +742,7 @@ static int rp_entries(void *arg, const struct jr_batch *b,
 		/* the slots of rows a few ahead: random memory (the index
 		 * was sized for the batch first, so they stay put) */
 		if (i + 8 < n)
-			rli_prefetch_val(&l->ix, get64(e + 8 * ent));
+			rli_prefetch_ins(&l->ix, get64(e + 8 * ent));
 
 		if (rn == RL_TOMB && !l->rows) {
 			int64_t k = rli_find(&l->ix, row);
