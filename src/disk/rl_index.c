@@ -192,18 +192,22 @@ static void bf_add(struct rl_index *x, uint64_t row)
  * a memory latency a row otherwise. */
 #define BF_AHEAD 16
 
-/* The filter of the entries in the slots, from scratch. */
+/* The filter of the entries in the slots, from scratch; each key's hash
+ * made once, when its word is asked for, and kept until it is set. */
 static void bf_build(struct rl_index *x)
 {
-	memset(x->bf, 0, x->bf_words * sizeof(*x->bf));
-	for (uint64_t i = 0; i < x->cap; i++) {
-		uint64_t k = i + BF_AHEAD < x->cap ? x->keys[i + BF_AHEAD] : 0;
+	uint64_t fh[BF_AHEAD];
 
-		if (k)
-			__builtin_prefetch(
-			    &x->bf[rli_fword(x, rli_fhash(k - 1))], 1);
-		if (x->keys[i])
-			bf_add(x, x->keys[i] - 1);
+	memset(x->bf, 0, x->bf_words * sizeof(*x->bf));
+	for (uint64_t i = 0; i < x->cap + BF_AHEAD; i++) {
+		uint64_t *h = &fh[i % BF_AHEAD];
+
+		if (i >= BF_AHEAD && x->keys[i - BF_AHEAD])
+			x->bf[rli_fword(x, *h)] |= rli_fmask(*h);
+		if (i < x->cap && x->keys[i]) {
+			*h = rli_fhash(x->keys[i] - 1);
+			__builtin_prefetch(&x->bf[rli_fword(x, *h)], 1);
+		}
 	}
 	x->bf_stale = 0;
 }

@@ -422,7 +422,7 @@ static void ents_sort(struct ent *e, struct ent *tmp, size_t n)
 	uint64_t lo = UINT64_MAX, hi = 0;
 	size_t cnt[256];
 
-	if (n < ENTS_RADIX_MIN || !tmp) {
+	if (n < ENTS_RADIX_MIN) {
 		qsort(e, n, sizeof(*e), ent_cmp);
 		return;
 	}
@@ -453,10 +453,12 @@ static void ents_sort(struct ent *e, struct ent *tmp, size_t n)
 		memcpy(e, a, n * sizeof(*e));
 }
 
+/* The ents of rows[0..n) sorted, in one allocation with the sort's
+ * room after them (ents_free). */
 static int make_ents(const et_tfile *tf, const uint64_t *rows, size_t n,
 		     struct ent **out)
 {
-	struct ent *e = mem_alloc(n * sizeof(*e), 0), *tmp = NULL;
+	struct ent *e = mem_alloc(2 * n * sizeof(*e), 0);
 
 	if (!e)
 		return -ENOMEM;
@@ -465,13 +467,14 @@ static int make_ents(const et_tfile *tf, const uint64_t *rows, size_t n,
 		e[i].slot = (uint32_t)(rows[i] % tf->g.rows_per_block);
 		e[i].idx = (uint32_t)i;
 	}
-	if (n >= ENTS_RADIX_MIN)
-		tmp = mem_alloc(n * sizeof(*tmp), 0);
-	ents_sort(e, tmp, n); /* without tmp, by comparisons */
-	if (tmp)
-		mem_free(tmp, n * sizeof(*tmp), 0);
+	ents_sort(e, e + n, n);
 	*out = e;
 	return 0;
+}
+
+static void ents_free(struct ent *e, size_t n)
+{
+	mem_free(e, 2 * n * sizeof(*e), 0);
 }
 
 /* ------------------------------------------------------------ read rows */
@@ -734,7 +737,7 @@ static void rd_step(struct tf_read *rd)
 static void rd_end(struct tf_read *rd)
 {
 	mem_free(rd->lidx, rd->n * sizeof(*rd->lidx), 0);
-	mem_free(rd->e, rd->n * sizeof(*rd->e), 0);
+	ents_free(rd->e, rd->n);
 	rd->lidx = NULL;
 	rd->e = NULL;
 }
@@ -956,6 +959,6 @@ int tf_write_rows_raw(et_tfile *tf, const uint64_t *rows, size_t n,
 	count_rmw(tf, e, n);
 	ret = for_each_chunk(tf, e, n, write_needs_read, write_apply,
 			     (void *)src);
-	mem_free(e, n * sizeof(*e), 0);
+	ents_free(e, n);
 	return ret;
 }
